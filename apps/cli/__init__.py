@@ -1,0 +1,1 @@
+"""The ``jetforge`` command line: one command, subcommands as classes, loaded lazily."""

@@ -1,0 +1,128 @@
+"""Entry point of the ``jetforge`` command.
+
+Subcommands are listed here by name, summary and module so that ``jetforge --help``
+costs no heavy import; a command's module (and whatever it needs: torch,
+onnxruntime, TensorRT) is imported only when that command runs.  Errors the user
+can fix (:class:`JetforgeError`) print as one line and exit 1; anything else is a
+bug, exits 2 and says to rerun with ``--debug`` for the traceback.
+"""
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import jetforge
+from jetforge.errors import JetforgeError
+
+log = logging.getLogger("jetforge")
+
+# name -> (module, class, one-line summary); order is the order of `jetforge --help`.
+COMMANDS: Dict[str, Tuple[str, str, str]] = {
+    "demo": ("jetforge.apps.cli.cmd_demo", "DemoCommand",
+             "run the bundled video-analytics demo on real data (the main job)"),
+    "targets": ("jetforge.apps.cli.cmd_targets", "TargetsCommand",
+                "list or show Jetson / GPU target profiles"),
+    "assets": ("jetforge.apps.cli.cmd_assets", "AssetsCommand",
+               "fetch and verify pretrained weights and sample media"),
+    "doctor": ("jetforge.apps.cli.cmd_doctor", "DoctorCommand",
+               "report what this machine has (target, CUDA, TensorRT, ORT, OpenCV, DLA)"),
+}
+
+EPILOG = """examples:
+  jetforge demo                      # classify a real video clip with MobileNetV2, print FPS and latency
+  jetforge targets list              # every Jetson / GPU profile, with sources
+  jetforge targets show orin-nx-16gb
+  jetforge assets fetch              # download weights and sample media into the cache
+  jetforge doctor --json             # what this machine can run
+
+Run `jetforge COMMAND --help` for a command's options."""
+
+
+def _load_command(name: str):
+    module_name, class_name, _ = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    return getattr(module, class_name)()
+
+
+def build_parser(command_name: Optional[str] = None) -> argparse.ArgumentParser:
+    """The top-level parser; only ``command_name``'s module is imported to add its options."""
+    parser = argparse.ArgumentParser(
+        prog="jetforge", description="Deploy vision and action-recognition models to NVIDIA Jetson GPUs and DLA cores.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version="jetforge %s" % jetforge.__version__)
+    _add_common(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, _, summary) in COMMANDS.items():
+        if name == command_name:
+            command = _load_command(name)
+            p = sub.add_parser(name, help=summary, description=command.description or summary,
+                               epilog=command.examples or None, formatter_class=argparse.RawDescriptionHelpFormatter)
+            _add_common(p, suppress=True)
+            command.add_arguments(p)
+            p.set_defaults(_command=command)
+        else:
+            sub.add_parser(name, help=summary, add_help=False)
+    return parser
+
+
+def _add_common(parser: argparse.ArgumentParser, suppress: bool = False) -> None:
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument("--debug", action="store_true", default=default if suppress else False,
+                        help="show tracebacks and debug logging")
+    parser.add_argument("-v", "--verbose", action="count", default=default if suppress else 0,
+                        help="more log output (-vv for debug)")
+    parser.add_argument("-q", "--quiet", action="store_true", default=default if suppress else False,
+                        help="only warnings and errors")
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    level = logging.INFO
+    if getattr(args, "quiet", False):
+        level = logging.WARNING
+    if getattr(args, "verbose", 0) >= 2 or getattr(args, "debug", False):
+        level = logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname).1s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _find_command(argv: Sequence[str]) -> Optional[str]:
+    for token in argv:
+        if not token.startswith("-"):
+            return token if token in COMMANDS else None
+    return None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        parser = build_parser(_find_command(argv))
+        args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return 0
+        if args.command not in COMMANDS:  # pragma: no cover - argparse rejects it first
+            return 2
+        _configure_logging(args)
+        return int(args._command.run(args) or 0)
+    except JetforgeError as err:
+        if debug:
+            log.exception("jetforge error")
+        print("jetforge: error: %s" % err.one_line(), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("jetforge: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit:
+        raise
+    except Exception as err:  # a bug: say so, and how to see it
+        if debug:
+            raise
+        print("jetforge: internal error: %s: %s (rerun with --debug for the traceback, and please report it)"
+              % (type(err).__name__, err), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Model compression on the workstation: pruning, distillation, QAT, and ONNX export (uses torch)."""

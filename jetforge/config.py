@@ -1,0 +1,206 @@
+"""Configuration as dataclasses, loaded from YAML plus ``--set key=value`` overrides.
+
+Every subcommand's options are a dataclass.  This module turns a YAML mapping
+(and dotted overrides) into an instance of it, checking types and rejecting
+unknown keys with a did-you-mean suggestion, so that downstream code only ever
+sees a typed, validated object and a typo in a config file can never be
+silently ignored.
+"""
+
+import dataclasses
+import enum
+import os
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Type, TypeVar
+
+from jetforge.errors import ConfigError, InputFileError, UnknownNameError
+
+T = TypeVar("T")
+
+_NONE = type(None)
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    """Convert a YAML value to the annotated type ``tp`` or raise ConfigError naming ``where``."""
+    origin = typing.get_origin(tp) if hasattr(typing, "get_origin") else getattr(tp, "__origin__", None)
+    args = typing.get_args(tp) if hasattr(typing, "get_args") else getattr(tp, "__args__", ())
+    if tp is Any:
+        return value
+    if origin is typing.Union:
+        if value is None and _NONE in args:
+            return None
+        errors = []
+        for option in args:
+            if option is _NONE:
+                continue
+            try:
+                return _convert(value, option, where)
+            except ConfigError as err:
+                errors.append(err.message)
+        raise ConfigError("%s: %r does not fit %s" % (where, value, " or ".join(_type_name(a) for a in args)))
+    if origin is typing.Literal if hasattr(typing, "Literal") else False:
+        if value not in args:
+            raise ConfigError("%s: %r is not one of %s" % (where, value, ", ".join(repr(a) for a in args)))
+        return value
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError("%s: expected a mapping for %s, got %r" % (where, tp.__name__, value))
+        return from_dict(tp, value, where=where)
+    if origin in (list, List, tuple, typing.Tuple):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            value = [value]
+        items = list(value)
+        if origin in (tuple, typing.Tuple):
+            if len(args) == 2 and args[1] is Ellipsis:
+                return tuple(_convert(v, args[0], "%s[%d]" % (where, i)) for i, v in enumerate(items))
+            if args and len(args) != len(items):
+                raise ConfigError("%s: expected %d values, got %d" % (where, len(args), len(items)))
+            return tuple(_convert(v, a, "%s[%d]" % (where, i)) for i, (v, a) in enumerate(zip(args, items)))
+        item_type = args[0] if args else Any
+        return [_convert(v, item_type, "%s[%d]" % (where, i)) for i, v in enumerate(items)]
+    if origin in (dict, Dict):
+        if not isinstance(value, Mapping):
+            raise ConfigError("%s: expected a mapping, got %r" % (where, value))
+        key_t, val_t = args if args else (Any, Any)
+        return {_convert(k, key_t, where): _convert(v, val_t, "%s.%s" % (where, k)) for k, v in value.items()}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise UnknownNameError(where, str(value), [str(m.value) for m in tp]) from None
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError("%s: expected true or false, got %r" % (where, value))
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError("%s: expected an integer, got %r" % (where, value))
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError("%s: expected a number, got %r" % (where, value))
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError("%s: expected a string, got %r" % (where, value))
+        return value
+    if tp is Path:
+        if not isinstance(value, (str, os.PathLike)):
+            raise ConfigError("%s: expected a path, got %r" % (where, value))
+        return Path(value)
+    return value
+
+
+def _hints(cls: type) -> Dict[str, Any]:
+    module = sys.modules.get(cls.__module__)
+    return typing.get_type_hints(cls, vars(module) if module else None)
+
+
+def from_dict(cls: Type[T], data: Mapping[str, Any], *, where: str = "") -> T:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys with a suggestion."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError("%r is not a dataclass" % (cls,))
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = _hints(cls)
+    kwargs = {}
+    for key, value in data.items():
+        dotted = "%s.%s" % (where, key) if where else str(key)
+        if key not in fields:
+            raise UnknownNameError("configuration key", dotted, [("%s.%s" % (where, k) if where else k) for k in fields],
+                                   hint="valid keys here: " + ", ".join(sorted(fields)))
+        kwargs[key] = _convert(value, hints[key], dotted)
+    try:
+        return cls(**kwargs)  # type: ignore[call-arg]
+    except TypeError as err:
+        raise ConfigError("%s: %s" % (where or cls.__name__, err)) from err
+    except ValueError as err:  # __post_init__ validation
+        raise ConfigError("%s: %s" % (where or cls.__name__, err)) from err
+
+
+def to_dict(obj: Any) -> Any:
+    """A YAML/JSON-friendly view of a config object (Paths as strings, enums as values)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    return obj
+
+
+def parse_override(text: str) -> "tuple[list[str], Any]":
+    """Split ``a.b=value`` into (["a", "b"], parsed value); the value is read as YAML."""
+    import yaml
+
+    if "=" not in text:
+        raise ConfigError("--set %r is not of the form key=value" % text, hint="write e.g. --set precision=fp16")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError("--set %r has an empty key" % text)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def read_yaml(path: "str | os.PathLike[str]") -> Dict[str, Any]:
+    """Read a YAML mapping, turning every way a file can be wrong into one clear error."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputFileError("configuration file %s does not exist" % p, hint="check the path given to --config")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = " at line %d, column %d" % (mark.line + 1, mark.column + 1) if mark else ""
+        raise ConfigError("%s is not valid YAML%s: %s" % (p, at, getattr(err, "problem", err))) from err
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError("%s must hold a mapping of keys to values, not a %s" % (p, type(data).__name__))
+    return data
+
+
+def load_config(cls: Type[T], path: "Optional[str | os.PathLike[str]]" = None,
+                overrides: Iterable[str] = (), base: Optional[Mapping[str, Any]] = None) -> T:
+    """Resolve ``cls`` from defaults <- ``base`` <- YAML file at ``path`` <- ``--set`` overrides."""
+    data: Dict[str, Any] = dict(base or {})
+    if path is not None:
+        data = _merge(data, read_yaml(path))
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = data
+        for k in keys[:-1]:
+            child = node.get(k)
+            if not isinstance(child, dict):
+                child = {}
+                node[k] = child
+            node = child
+        node[keys[-1]] = value
+    return from_dict(cls, data)
+
+
+def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> Dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out

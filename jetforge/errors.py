@@ -1,0 +1,91 @@
+"""One error hierarchy for the whole toolkit.
+
+Every error a user can cause (a wrong name, a missing file, an impossible build
+option) is a :class:`JetforgeError` subclass carrying a message that names the
+problem and, where one exists, a ``hint`` that names the fix.  The CLI prints
+these as a single line and exits 1; anything else is a bug and exits 2.
+"""
+
+from typing import Iterable, Optional, Sequence
+import difflib
+
+
+class JetforgeError(Exception):
+    """Base of every error jetforge raises on purpose."""
+
+    def __init__(self, message: str, *, hint: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        """The message and the fix on one line, as the CLI prints it."""
+        text = " ".join(self.message.split())
+        if self.hint:
+            text += " (fix: " + " ".join(self.hint.split()) + ")"
+        return text
+
+    def __str__(self) -> str:
+        return self.one_line()
+
+
+class ConfigError(JetforgeError):
+    """A configuration file, ``--set`` override or option value is invalid."""
+
+
+class UnknownNameError(ConfigError):
+    """A name (target, asset, key, backend) is not one of the known ones."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str], *, hint: Optional[str] = None) -> None:
+        known_list = sorted(set(known))
+        close = difflib.get_close_matches(name, known_list, n=3, cutoff=0.5)
+        message = "unknown %s %r" % (kind, name)
+        if close:
+            message += "; did you mean %s?" % " or ".join(repr(c) for c in close)
+        if hint is None:
+            hint = "choose one of: " + ", ".join(known_list) if len(known_list) <= 30 else None
+        super().__init__(message, hint=hint)
+        self.kind = kind
+        self.name = name
+        self.known = known_list
+        self.suggestions: Sequence[str] = close
+
+
+class InputFileError(JetforgeError):
+    """A file the user named is missing, unreadable or not what it claims to be."""
+
+
+class TargetError(JetforgeError):
+    """A target profile is invalid, or an operation is impossible on the target."""
+
+
+class AssetError(JetforgeError):
+    """A bundled asset (weights, sample media) could not be fetched or verified."""
+
+
+class DependencyError(JetforgeError):
+    """An optional package needed for this operation is not installed."""
+
+
+class ModelError(JetforgeError):
+    """A model file (ONNX, checkpoint, engine) is corrupt or does not fit the operation."""
+
+
+class BackendError(JetforgeError):
+    """A runtime backend (ONNX Runtime, TensorRT, PyTorch) failed to load or run a model."""
+
+
+class EngineBuildError(JetforgeError):
+    """A TensorRT engine build plan is impossible, or TensorRT refused to build it."""
+
+
+class CalibrationError(JetforgeError):
+    """INT8 calibration data, caches or Q/DQ models are invalid."""
+
+
+class CompressError(JetforgeError):
+    """Pruning, distillation or QAT cannot proceed on this model."""
+
+
+class StreamError(JetforgeError):
+    """A video source or sink failed (distinct from a normal end of stream)."""

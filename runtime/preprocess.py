@@ -1,0 +1,194 @@
+"""The one preprocessing implementation shared by calibration, runtime sessions and apps.
+
+A model's sidecar records how frames must be turned into input tensors (size,
+resize policy, colour order, scale, mean/std, layout).  Calibration, benchmarks
+and the video apps all call :meth:`Preprocess.apply` with the same object, so the
+statistics INT8 scales are computed from can never drift from what the deployed
+model sees.  Images come in as OpenCV delivers them: HxWx3 uint8 BGR (or HxW grey).
+"""
+
+from dataclasses import dataclass, field
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+from jetforge.errors import ConfigError, InputFileError
+
+RESIZE_MODES = ("short_side_crop", "stretch", "letterbox")
+COLORS = ("rgb", "bgr", "gray")
+LAYOUTS = ("nchw", "nhwc")
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How an image becomes one network input tensor.
+
+    ``short_side_crop`` resizes the short side to ``size / crop_fraction`` and cuts
+    the centre ``size`` (the ImageNet evaluation convention: 256 -> 224 is
+    crop_fraction 0.875).  Pixel values are computed as ``(pixel * scale - mean) / std``
+    per channel, in the channel order given by ``color``.
+    """
+
+    height: int = 224
+    width: int = 224
+    resize: str = "short_side_crop"
+    crop_fraction: float = 0.875
+    color: str = "rgb"
+    scale: float = 1.0 / 255.0
+    mean: Tuple[float, ...] = (0.485, 0.456, 0.406)
+    std: Tuple[float, ...] = (0.229, 0.224, 0.225)
+    layout: str = "nchw"
+    dtype: str = "float32"
+    interpolation: str = "linear"
+
+    def __post_init__(self) -> None:
+        if self.height <= 0 or self.width <= 0:
+            raise ValueError("height and width must be positive, got %dx%d" % (self.height, self.width))
+        if self.resize not in RESIZE_MODES:
+            raise ValueError("resize must be one of %s, got %r" % (", ".join(RESIZE_MODES), self.resize))
+        if self.color not in COLORS:
+            raise ValueError("color must be one of %s, got %r" % (", ".join(COLORS), self.color))
+        if self.layout not in LAYOUTS:
+            raise ValueError("layout must be one of %s, got %r" % (", ".join(LAYOUTS), self.layout))
+        if not 0.0 < self.crop_fraction <= 1.0:
+            raise ValueError("crop_fraction must be in (0, 1], got %r" % self.crop_fraction)
+        if self.dtype not in ("float32", "float16"):
+            raise ValueError("dtype must be float32 or float16, got %r" % self.dtype)
+        if self.interpolation not in ("linear", "area", "nearest", "cubic"):
+            raise ValueError("interpolation must be linear, area, nearest or cubic, got %r" % self.interpolation)
+        channels = self.channels
+        for name, values in (("mean", self.mean), ("std", self.std)):
+            if len(values) not in (1, channels):
+                raise ValueError("%s needs 1 or %d values for color=%s, got %d" % (name, channels, self.color, len(values)))
+        if any(s == 0 for s in self.std):
+            raise ValueError("std must not contain zeros")
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.color == "gray" else 3
+
+    @property
+    def input_shape(self) -> Tuple[int, int, int]:
+        """Shape of one preprocessed image (without the batch axis)."""
+        if self.layout == "nchw":
+            return (self.channels, self.height, self.width)
+        return (self.height, self.width, self.channels)
+
+    def _affine(self) -> Tuple[np.ndarray, np.ndarray]:
+        # (x*scale - mean)/std == x*a + b with a = scale/std, b = -mean/std: one multiply-add per pixel.
+        std = np.asarray(self.std, dtype=np.float32)
+        mean = np.asarray(self.mean, dtype=np.float32)
+        a = np.broadcast_to(np.float32(self.scale) / std, (self.channels,)).astype(np.float32)
+        b = np.broadcast_to(-mean / std, (self.channels,)).astype(np.float32)
+        return a, b
+
+    def geometry(self, image_hw: Tuple[int, int]) -> "ResizePlan":
+        """Where the network input comes from in an ``(h, w)`` image: used to map boxes back."""
+        h, w = image_hw
+        if self.resize == "stretch":
+            return ResizePlan(self.width / w, self.height / h, 0.0, 0.0, (self.width, self.height))
+        if self.resize == "letterbox":
+            s = min(self.width / w, self.height / h)
+            nw, nh = max(1, int(round(w * s))), max(1, int(round(h * s)))
+            return ResizePlan(s, s, (self.width - nw) / 2.0, (self.height - nh) / 2.0, (nw, nh))
+        target_short = min(self.height, self.width) / self.crop_fraction
+        s = target_short / min(h, w)
+        nw, nh = max(self.width, int(round(w * s))), max(self.height, int(round(h * s)))
+        return ResizePlan(nw / w, nh / h, -((nw - self.width) // 2), -((nh - self.height) // 2), (nw, nh))
+
+    def apply(self, image: np.ndarray) -> np.ndarray:
+        """One image (HxWx3 uint8 BGR, or HxW grey) -> one input tensor of ``input_shape``."""
+        import cv2
+
+        image = _check_image(image)
+        if image.ndim == 2 and self.color != "gray":
+            image = cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
+        elif image.ndim == 3 and image.shape[2] == 4:
+            image = cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
+        plan = self.geometry(image.shape[:2])
+        interp = {"linear": cv2.INTER_LINEAR, "area": cv2.INTER_AREA, "nearest": cv2.INTER_NEAREST,
+                  "cubic": cv2.INTER_CUBIC}[self.interpolation]
+        resized = cv2.resize(image, plan.resized_wh, interpolation=interp)
+        if self.resize == "short_side_crop":
+            y0, x0 = int(-plan.offset_y), int(-plan.offset_x)
+            resized = resized[y0:y0 + self.height, x0:x0 + self.width]
+        elif self.resize == "letterbox":
+            canvas = np.full((self.height, self.width) + resized.shape[2:], 114, dtype=resized.dtype)
+            y0, x0 = int(plan.offset_y), int(plan.offset_x)
+            canvas[y0:y0 + resized.shape[0], x0:x0 + resized.shape[1]] = resized
+            resized = canvas
+        if self.color == "rgb":
+            resized = cv2.cvtColor(resized, cv2.COLOR_BGR2RGB)
+        elif self.color == "gray" and resized.ndim == 3:
+            resized = cv2.cvtColor(resized, cv2.COLOR_BGR2GRAY)
+        if resized.ndim == 2:
+            resized = resized[:, :, None]
+        a, b = self._affine()
+        out = resized.astype(np.float32)
+        out *= a
+        out += b
+        if self.layout == "nchw":
+            out = out.transpose(2, 0, 1)
+        return np.ascontiguousarray(out, dtype=np.dtype(self.dtype))
+
+    def batch(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        """Several images -> one ``(N, ...)`` batch tensor."""
+        if len(images) == 0:
+            raise InputFileError("no images to preprocess", hint="give at least one image")
+        return np.stack([self.apply(im) for im in images])
+
+    def to_dict(self) -> dict:
+        return {"height": self.height, "width": self.width, "resize": self.resize,
+                "crop_fraction": self.crop_fraction, "color": self.color, "scale": self.scale,
+                "mean": list(self.mean), "std": list(self.std), "layout": self.layout, "dtype": self.dtype,
+                "interpolation": self.interpolation}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Preprocess":
+        from jetforge.config import from_dict
+
+        try:
+            return from_dict(cls, data, where="preprocess")
+        except ValueError as err:  # pragma: no cover - from_dict converts these
+            raise ConfigError(str(err)) from err
+
+
+@dataclass(frozen=True)
+class ResizePlan:
+    """Input-pixel = image-pixel * scale + offset (per axis), plus the resized size before crop/pad."""
+
+    scale_x: float
+    scale_y: float
+    offset_x: float
+    offset_y: float
+    resized_wh: Tuple[int, int] = field(default=(0, 0))
+
+    def to_image(self, x: float, y: float) -> Tuple[float, float]:
+        """Map a point from network-input pixels back to original-image pixels."""
+        return (x - self.offset_x) / self.scale_x, (y - self.offset_y) / self.scale_y
+
+
+def _check_image(image: np.ndarray) -> np.ndarray:
+    if not isinstance(image, np.ndarray):
+        raise InputFileError("expected an image as a numpy array, got %s" % type(image).__name__)
+    if image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[2] not in (1, 3, 4)):
+        raise InputFileError("expected an HxW or HxWx{1,3,4} image, got shape %s" % (image.shape,))
+    if image.size == 0:
+        raise InputFileError("image is empty")
+    if image.dtype != np.uint8:
+        raise InputFileError("expected a uint8 image (as OpenCV decodes it), got %s" % image.dtype,
+                             hint="convert with np.clip(x, 0, 255).astype(np.uint8)")
+    if image.ndim == 3 and image.shape[2] == 1:
+        image = image[:, :, 0]
+    return image
+
+
+IMAGENET_TORCHVISION = Preprocess()
+"""torchvision's ImageNet convention: RGB, 256 -> 224 centre crop, mean/std normalisation."""
+
+IMAGENET_TFLITE = Preprocess(scale=1.0, mean=(127.0,), std=(128.0,), crop_fraction=0.875)
+"""TF-Lite convention used by EfficientNet-Lite: RGB, (x - 127) / 128."""
+
+
+def known_presets() -> List[str]:
+    return ["imagenet_torchvision", "imagenet_tflite"]

@@ -1,0 +1,142 @@
+"""Sidecar JSON files that travel next to every model artifact.
+
+``model.onnx`` is accompanied by ``model.onnx.json`` recording what the next
+stage needs and must agree with: the task, labels, input/output tensors, the
+preprocessing contract, what produced the file and the file's content hash.
+A stage reading a model reads its sidecar through :func:`read_sidecar`, which
+refuses a missing, malformed or stale sidecar with a message that names the fix.
+"""
+
+import datetime
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+from jetforge.errors import InputFileError, ModelError
+from jetforge.fileio import PathLike, sha256_file, write_json_atomic
+from jetforge.runtime.preprocess import Preprocess
+
+SIDECAR_FORMAT = 1
+TASKS = ("classify", "detect", "action", "embed", "other")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A named tensor: ``shape`` uses -1 (or a name string) for a dynamic axis."""
+
+    name: str
+    shape: List[Union[int, str]]
+    dtype: str = "float32"
+
+    @property
+    def is_dynamic(self) -> bool:
+        return any(not isinstance(d, int) or d < 0 for d in self.shape)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "TensorSpec":
+        return cls(name=str(data["name"]), shape=list(data["shape"]), dtype=str(data.get("dtype", "float32")))
+
+
+@dataclass
+class ModelSidecar:
+    """What a model file is and how to feed it; serialised as ``<model>.json``."""
+
+    task: str
+    model_name: str
+    inputs: List[TensorSpec]
+    outputs: List[TensorSpec]
+    preprocess: Optional[Preprocess] = None
+    labels: List[str] = field(default_factory=list)
+    content_sha256: str = ""
+    produced_by: Dict[str, Any] = field(default_factory=dict)
+    extra: Dict[str, Any] = field(default_factory=dict)
+    format: int = SIDECAR_FORMAT
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ModelError("sidecar task %r is not one of %s" % (self.task, ", ".join(TASKS)))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "format": self.format,
+            "task": self.task,
+            "model_name": self.model_name,
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+            "preprocess": self.preprocess.to_dict() if self.preprocess else None,
+            "labels": list(self.labels),
+            "content_sha256": self.content_sha256,
+            "produced_by": dict(self.produced_by),
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any], where: str = "sidecar") -> "ModelSidecar":
+        try:
+            fmt = int(data.get("format", 0))
+            if fmt != SIDECAR_FORMAT:
+                raise ModelError("%s has format %s; this jetforge reads format %d" % (where, fmt, SIDECAR_FORMAT),
+                                 hint="re-export the model with this jetforge version")
+            pre = data.get("preprocess")
+            return cls(
+                task=str(data["task"]),
+                model_name=str(data.get("model_name", "")),
+                inputs=[TensorSpec.from_dict(t) for t in data["inputs"]],
+                outputs=[TensorSpec.from_dict(t) for t in data["outputs"]],
+                preprocess=Preprocess.from_dict(pre) if pre else None,
+                labels=[str(x) for x in data.get("labels", [])],
+                content_sha256=str(data.get("content_sha256", "")),
+                produced_by=dict(data.get("produced_by", {})),
+                extra=dict(data.get("extra", {})),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise ModelError("%s is malformed: %s" % (where, err), hint="re-export the model to regenerate it") from err
+
+
+def sidecar_path(model_path: PathLike) -> Path:
+    """``model.onnx`` -> ``model.onnx.json``."""
+    p = Path(model_path)
+    return p.with_name(p.name + ".json")
+
+
+def produced_by(stage: str, **details: Any) -> Dict[str, Any]:
+    """The provenance block every writer records: tool, version, stage, time."""
+    import jetforge
+
+    info: Dict[str, Any] = {"tool": "jetforge", "version": jetforge.__version__, "stage": stage,
+                            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    info.update(details)
+    return info
+
+
+def write_sidecar(model_path: PathLike, sidecar: ModelSidecar) -> Path:
+    """Stamp the model's content hash into ``sidecar`` and write it atomically next to the model."""
+    sidecar.content_sha256 = sha256_file(model_path)
+    return write_json_atomic(sidecar_path(model_path), sidecar.to_dict())
+
+
+def read_sidecar(model_path: PathLike, verify_hash: bool = True) -> ModelSidecar:
+    """Load and check the sidecar of ``model_path``; a missing or stale one is a clear error."""
+    path = sidecar_path(model_path)
+    if not path.is_file():
+        raise InputFileError(
+            "model %s has no sidecar %s (it records preprocessing, labels and task)" % (model_path, path.name),
+            hint="export the model with `jetforge export`, or write the sidecar by hand (see docs/sidecar.md)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ModelError("sidecar %s is not valid JSON: %s" % (path, err), hint="re-export the model") from err
+    if not isinstance(data, dict):
+        raise ModelError("sidecar %s must hold a JSON object" % path)
+    sidecar = ModelSidecar.from_dict(data, where=str(path))
+    if verify_hash and sidecar.content_sha256:
+        actual = sha256_file(model_path)
+        if actual != sidecar.content_sha256:
+            raise ModelError("sidecar %s does not belong to %s (content hash differs: the model changed after "
+                             "its sidecar was written)" % (path.name, Path(model_path).name),
+                             hint="re-export the model, or regenerate the sidecar for the new file")
+    return sidecar

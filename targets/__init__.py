@@ -1,0 +1,4 @@
+"""Target device profiles (Jetson modules, desktop/server GPUs) as validated YAML data.
+
+Imports nothing of jetforge's beyond the root package (errors, config).
+"""
