@@ -7,6 +7,7 @@ sees a typed, validated object and a typo in a config file can never be
 silently ignored.
 """
 
+import copy
 import dataclasses
 import enum
 import os
@@ -35,10 +36,11 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     if origin is typing.Union:
         if value is None and _NONE in args:
             return None
+        options = [a for a in args if a is not _NONE]
+        if len(options) == 1:  # Optional[X]: X's own error (e.g. a did-you-mean) is the useful one
+            return _convert(value, options[0], where)
         errors = []
-        for option in args:
-            if option is _NONE:
-                continue
+        for option in options:
             try:
                 return _convert(value, option, where)
             except ConfigError as err:
@@ -63,7 +65,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
                 return tuple(_convert(v, args[0], "%s[%d]" % (where, i)) for i, v in enumerate(items))
             if args and len(args) != len(items):
                 raise ConfigError("%s: expected %d values, got %d" % (where, len(args), len(items)))
-            return tuple(_convert(v, a, "%s[%d]" % (where, i)) for i, (v, a) in enumerate(zip(args, items)))
+            return tuple(_convert(v, a, "%s[%d]" % (where, i)) for i, (v, a) in enumerate(zip(items, args)))
         item_type = args[0] if args else Any
         return [_convert(v, item_type, "%s[%d]" % (where, i)) for i, v in enumerate(items)]
     if origin in (dict, Dict):
@@ -85,6 +87,11 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError("%s: expected an integer, got %r" % (where, value))
         return value
     if tp is float:
+        if isinstance(value, str):  # PyYAML reads 1e-3 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError("%s: expected a number, got %r" % (where, value))
         return float(value)
@@ -114,7 +121,7 @@ def from_dict(cls: Type[T], data: Mapping[str, Any], *, where: str = "") -> T:
     for key, value in data.items():
         dotted = "%s.%s" % (where, key) if where else str(key)
         if key not in fields:
-            raise UnknownNameError("configuration key", dotted, [("%s.%s" % (where, k) if where else k) for k in fields],
+            raise UnknownNameError("configuration key", str(key), fields, prefix=where + "." if where else "",
                                    hint="valid keys here: " + ", ".join(sorted(fields)))
         kwargs[key] = _convert(value, hints[key], dotted)
     try:
@@ -166,6 +173,9 @@ def read_yaml(path: "str | os.PathLike[str]") -> Dict[str, Any]:
         raise InputFileError("configuration file %s does not exist" % p, hint="check the path given to --config")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise InputFileError("configuration file %s is not UTF-8 text: %s" % (p, err),
+                             hint="give the path of a YAML file") from err
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = " at line %d, column %d" % (mark.line + 1, mark.column + 1) if mark else ""
@@ -180,7 +190,7 @@ def read_yaml(path: "str | os.PathLike[str]") -> Dict[str, Any]:
 def load_config(cls: Type[T], path: "Optional[str | os.PathLike[str]]" = None,
                 overrides: Iterable[str] = (), base: Optional[Mapping[str, Any]] = None) -> T:
     """Resolve ``cls`` from defaults <- ``base`` <- YAML file at ``path`` <- ``--set`` overrides."""
-    data: Dict[str, Any] = dict(base or {})
+    data: Dict[str, Any] = copy.deepcopy(dict(base or {}))  # overrides must not edit the caller's mapping
     if path is not None:
         data = _merge(data, read_yaml(path))
     for text in overrides:

@@ -28,6 +28,17 @@ class JetforgeError(Exception):
     def __str__(self) -> str:
         return self.one_line()
 
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Survive pickling (multiprocessing workers) whatever the subclass's __init__ signature is.
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type, args: tuple, state: dict) -> "JetforgeError":
+    err = Exception.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
+
 
 class ConfigError(JetforgeError):
     """A configuration file, ``--set`` override or option value is invalid."""
@@ -36,14 +47,19 @@ class ConfigError(JetforgeError):
 class UnknownNameError(ConfigError):
     """A name (target, asset, key, backend) is not one of the known ones."""
 
-    def __init__(self, kind: str, name: str, known: Iterable[str], *, hint: Optional[str] = None) -> None:
-        known_list = sorted(set(known))
-        close = difflib.get_close_matches(name, known_list, n=3, cutoff=0.5)
+    def __init__(self, kind: str, name: str, known: Iterable[str], *, hint: Optional[str] = None,
+                 prefix: str = "") -> None:
+        # ``prefix`` ("input.") is shown before every name but not compared: a shared prefix would
+        # make every known name look close.
+        bare = sorted(set(known))
+        close = [prefix + c for c in difflib.get_close_matches(name, bare, n=3, cutoff=0.5)]
+        name = prefix + name
+        known_list = [prefix + k for k in bare]
         message = "unknown %s %r" % (kind, name)
         if close:
             message += "; did you mean %s?" % " or ".join(repr(c) for c in close)
         if hint is None:
-            hint = "choose one of: " + ", ".join(known_list) if len(known_list) <= 30 else None
+            hint = "choose one of: " + ", ".join(known_list) if 0 < len(known_list) <= 30 else None
         super().__init__(message, hint=hint)
         self.kind = kind
         self.name = name

@@ -24,7 +24,7 @@ INSTALL_HINTS: Dict[str, Tuple[str, str]] = {
     "tensorrt_rtx": ("TensorRT-RTX", "pip install tensorrt-rtx-cu13"),
     "cuda": ("cuda-python", "pip install 'jetforge[cuda]'"),
     "pycuda": ("PyCUDA", "pip install pycuda"),
-    "pynvml": ("NVML bindings", "pip install nvidia-ml-py"),
+    "pynvml": ("pynvml (NVML bindings)", "pip install nvidia-ml-py"),
     "matplotlib": ("matplotlib", "pip install matplotlib"),
     "cv2": ("OpenCV", "pip install 'opencv-python-headless<5' (on Jetson keep JetPack's OpenCV, which has GStreamer)"),
     "yaml": ("PyYAML", "pip install pyyaml"),
@@ -51,7 +51,9 @@ def require(module: str, purpose: str = "") -> ModuleType:
         return importlib.import_module(module)
     except ModuleNotFoundError as err:
         top = module.split(".")[0]
-        if err.name is not None and err.name.split(".")[0] != top:
+        # Missing means `module` itself or one of its parent packages; a module that the
+        # installed package fails to find inside itself (onnxruntime.capi...) is a broken install.
+        if err.name is not None and not (module == err.name or module.startswith(err.name + ".")):
             raise
         label, hint = INSTALL_HINTS.get(top, (top, "pip install " + top))
         need = " for " + purpose if purpose else ""

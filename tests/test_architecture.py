@@ -1,0 +1,228 @@
+"""The dependency direction of docs/design.md, read from the source of every module.
+
+    targets <- runtime <- calibrate <- compress;   apps -> runtime, targets
+
+Every folder may import the root package (``jetforge``, ``jetforge.errors``, ``.config``,
+``.fileio``, ``.optional``, ``.registry``).  ``apps/cli/`` may import ``calibrate`` and
+``compress`` inside a function (a command runs them lazily); nowhere else may a lazy
+import break the direction.  ``calibrate`` never imports torch.  The device side
+(``jetforge/``, ``targets/``, ``runtime/``, ``apps/``) imports no optional heavy
+package at module level: they are imported inside the function that needs them.
+"""
+
+import ast
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# folder -> the area (jetforge subpackage) its modules belong to
+FOLDERS = {"jetforge": "root", "targets": "targets", "runtime": "runtime", "calibrate": "calibrate",
+           "compress": "compress", "apps": "apps"}
+ROOT_MODULES = {"jetforge", "jetforge.errors", "jetforge.config", "jetforge.fileio", "jetforge.optional",
+                "jetforge.registry"}
+# area -> areas it may import (besides itself and the root modules)
+ALLOWED: Dict[str, Set[str]] = {
+    "root": set(),
+    "targets": set(),
+    "runtime": {"targets"},
+    "calibrate": {"runtime", "targets"},
+    "compress": {"calibrate", "runtime", "targets"},
+    "apps": {"runtime", "targets"},
+}
+LAZY_EXTRA = {"apps/cli": {"calibrate", "compress"}}  # folder prefix -> areas allowed inside functions
+ENTRY_POINTS = {"jetforge/__main__.py": {"apps"}}  # `python -m jetforge` runs the CLI
+HEAVY = {"torch", "torchvision", "onnxruntime", "onnx", "onnx_graphsurgeon", "tensorrt", "tensorrt_rtx", "cuda",
+         "pycuda", "pynvml", "matplotlib"}
+DEVICE_AREAS = {"root", "targets", "runtime", "apps"}
+TORCH = {"torch", "torchvision"}
+
+
+class Import:
+    def __init__(self, module: str, line: int, lazy: bool, type_checking: bool) -> None:
+        self.module = module
+        self.line = line
+        self.lazy = lazy  # inside a function: runs when called, not at import
+        self.type_checking = type_checking  # under `if TYPE_CHECKING:`: never runs
+
+
+def _package_of(rel: str) -> str:
+    """``runtime/session/ort.py`` -> ``jetforge.runtime.session`` (the package a relative import starts in)."""
+    parts = rel[:-3].split("/")
+    folder = parts[0]
+    base = ["jetforge"] if folder == "jetforge" else ["jetforge", folder]
+    inner = parts[1:]
+    if inner and inner[-1] == "__init__":
+        inner = inner[:-1]
+    else:
+        inner = inner[:-1]
+    return ".".join(base + inner)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def scan_imports(source: str, rel: str) -> Iterator[Import]:
+    """Every import in ``source`` (a file at ``rel`` in the repository), with absolute module names."""
+    package = _package_of(rel)
+
+    def visit(node: ast.AST, lazy: bool, tc: bool) -> Iterator[Import]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    yield Import(alias.name, child.lineno, lazy, tc)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    parts = package.split(".")
+                    if child.level - 1 >= len(parts):
+                        yield Import("<relative import beyond jetforge>", child.lineno, lazy, tc)
+                        continue
+                    base = ".".join(parts[:len(parts) - (child.level - 1)])
+                    module = base + "." + child.module if child.module else base
+                else:
+                    module = child.module or ""
+                yield Import(module, child.lineno, lazy, tc)
+                # `from jetforge import runtime` imports the subpackage jetforge.runtime
+                if module == "jetforge":
+                    for alias in child.names:
+                        if alias.name in FOLDERS.values():
+                            yield Import("jetforge." + alias.name, child.lineno, lazy, tc)
+            elif isinstance(child, ast.Call) and _dynamic_import_name(child):
+                yield Import(_dynamic_import_name(child) or "", child.lineno, lazy, tc)
+                yield from visit(child, lazy, tc)
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                yield from visit(child, True, tc)
+            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.body:
+                    yield from visit(ast.Module(body=[stmt], type_ignores=[]), lazy, True)
+                for stmt in child.orelse:
+                    yield from visit(ast.Module(body=[stmt], type_ignores=[]), lazy, tc)
+            else:
+                yield from visit(child, lazy, tc)
+
+    yield from visit(ast.parse(source, filename=rel), False, False)
+
+
+def _dynamic_import_name(call: ast.Call) -> Optional[str]:
+    """The module of ``importlib.import_module("x")`` / ``__import__("x")`` with a literal name."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name in ("import_module", "__import__") and call.args:
+        arg = call.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and not arg.value.startswith("."):
+            return arg.value
+    return None
+
+
+def _area_of_module(module: str) -> Optional[str]:
+    """The jetforge area a module belongs to, or None for third-party/stdlib."""
+    parts = module.split(".")
+    if parts[0] != "jetforge":
+        return None
+    if len(parts) > 1 and parts[1] in FOLDERS and parts[1] != "jetforge":
+        return FOLDERS[parts[1]]
+    return "root"
+
+
+def check_source(source: str, rel: str) -> List[str]:
+    """Violations of the import rules in one file, as ``path:line: message``."""
+    folder = rel.split("/")[0]
+    area = FOLDERS[folder]
+    problems = []
+    for imp in scan_imports(source, rel):
+        top = imp.module.split(".")[0]
+        where = "%s:%d: " % (rel, imp.line)
+        if imp.module.startswith("<"):
+            problems.append(where + imp.module)
+            continue
+        if top in FOLDERS.values() and top != "jetforge":
+            problems.append(where + "imports %r by its folder name; write jetforge.%s" % (imp.module, imp.module))
+            continue
+        if area == "calibrate" and top in TORCH:
+            problems.append(where + "calibrate imports %s (calibrate must never need torch)" % imp.module)
+        if area in DEVICE_AREAS and top in HEAVY and not imp.lazy and not imp.type_checking:
+            problems.append(where + "imports optional package %r at module level; import it inside the function "
+                            "that needs it with jetforge.optional.require()" % top)
+        target = _area_of_module(imp.module)
+        if target is None or target == area:
+            continue
+        if target == "root":
+            if imp.module in ROOT_MODULES or imp.module.startswith("jetforge.__"):
+                continue
+            problems.append(where + "imports %r, which is not one of the shared root modules %s"
+                            % (imp.module, sorted(ROOT_MODULES)))
+            continue
+        allowed = set(ALLOWED[area]) | ENTRY_POINTS.get(rel, set())
+        if imp.lazy:
+            for prefix, extra in LAZY_EXTRA.items():
+                if rel.startswith(prefix + "/"):
+                    allowed |= extra
+        if target not in allowed:
+            how = "inside a function " if imp.lazy else ""
+            problems.append(where + "%s imports %s%r: the dependency direction is targets <- runtime <- calibrate "
+                            "<- compress, apps -> runtime, targets" % (area, how, imp.module))
+    return problems
+
+
+def _python_files() -> List[Tuple[Path, str]]:
+    out = []
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                out.append((path, path.relative_to(ROOT).as_posix()))
+    return out
+
+
+def test_every_module_follows_the_dependency_direction():
+    files = _python_files()
+    assert len(files) > 10, "found too few modules; is ROOT right? %s" % ROOT
+    problems = []
+    for path, rel in files:
+        problems.extend(check_source(path.read_text(encoding="utf-8"), rel))
+    assert not problems, "import rule violations:\n  " + "\n  ".join(problems)
+
+
+# The checker itself: each rule fires on a one-line example and stays quiet on the allowed form.
+@pytest.mark.parametrize("rel, source, expect", [
+    ("targets/x.py", "from jetforge.runtime import preprocess", "direction"),
+    ("runtime/x.py", "import jetforge.calibrate.cache", "direction"),
+    ("runtime/x.py", "def f():\n    from jetforge.calibrate import cache", "inside a function"),
+    ("calibrate/x.py", "from jetforge.compress import export", "direction"),
+    ("apps/video/x.py", "def f():\n    import jetforge.compress", "direction"),
+    ("apps/cli/cmd_x.py", "from jetforge.calibrate import cache", "direction"),
+    ("calibrate/x.py", "def f():\n    import torch", "never need torch"),
+    ("calibrate/x.py", "from torchvision import models", "never need torch"),
+    ("runtime/x.py", "import tensorrt as trt", "at module level"),
+    ("apps/x.py", "try:\n    import onnxruntime\nexcept ImportError:\n    pass", "at module level"),
+    ("jetforge/x.py", "from cuda.bindings import runtime", "at module level"),
+    ("runtime/x.py", "from runtime.preprocess import Preprocess", "folder name"),
+    ("runtime/session/x.py", "from ...calibrate import cache", "direction"),
+    ("targets/x.py", "from jetforge import runtime", "direction"),
+    ("targets/x.py", "import importlib\nimportlib.import_module('jetforge.runtime')", "direction"),
+    ("runtime/x.py", "from jetforge.apps import cli", "direction"),
+    ("jetforge/x.py", "from jetforge.targets import get_target", "direction"),
+    ("targets/x.py", "from jetforge.unknown import thing", "shared root modules"),
+])
+def test_checker_catches(rel, source, expect):
+    problems = check_source(source, rel)
+    assert problems and expect in problems[0], problems
+
+
+@pytest.mark.parametrize("rel, source", [
+    ("runtime/x.py", "from jetforge.targets import get_target\nfrom jetforge.errors import BackendError"),
+    ("runtime/x.py", "def f():\n    import tensorrt\n    from jetforge.optional import require"),
+    ("runtime/x.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import onnxruntime"),
+    ("runtime/session/x.py", "from ..preprocess import Preprocess\nfrom . import base"),
+    ("calibrate/x.py", "import onnx\nimport onnxruntime\nfrom jetforge.runtime.preprocess import Preprocess"),
+    ("compress/x.py", "import torch\nfrom jetforge.calibrate.cache import write_cache"),
+    ("apps/cli/cmd_x.py", "def run():\n    from jetforge.compress.export import export_onnx"),
+    ("apps/video/x.py", "import cv2\nimport numpy as np\nfrom jetforge.runtime import preprocess"),
+    ("jetforge/__main__.py", "from jetforge.apps.cli.main import main"),
+    ("targets/x.py", "import yaml\nfrom jetforge.config import load_config\nimport jetforge"),
+])
+def test_checker_allows(rel, source):
+    assert check_source(source, rel) == []
