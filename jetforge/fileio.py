@@ -35,6 +35,10 @@ def atomic_output(path: PathLike, suffix: str = "") -> Iterator[Path]:
                                     dir=str(target.parent))
     os.close(fd)
     tmp = Path(tmp_name)
+    # mkstemp creates 0600; give the result the permissions a plain open() would have.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_name, 0o666 & ~umask)
     try:
         yield tmp
         os.replace(str(tmp), str(target))

@@ -1,0 +1,1 @@
+"""The bundled demos: real models on real video, measured end to end (``jetforge demo``)."""

