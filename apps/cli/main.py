@@ -10,7 +10,9 @@ bug, exits 2 and says to rerun with ``--debug`` for the traceback.
 import argparse
 import importlib
 import logging
+import os
 import sys
+import traceback
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import jetforge
@@ -26,6 +28,8 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
                 "list or show Jetson / GPU target profiles"),
     "assets": ("jetforge.apps.cli.cmd_assets", "AssetsCommand",
                "fetch and verify pretrained weights and sample media"),
+    "calibrate": ("jetforge.apps.cli.cmd_calibrate", "CalibrateCommand",
+                  "INT8 calibration: TensorRT cache + Q/DQ ONNX + report from real images or video"),
     "doctor": ("jetforge.apps.cli.cmd_doctor", "DoctorCommand",
                "report what this machine has (target, CUDA, TensorRT, ORT, OpenCV, DLA)"),
 }
@@ -105,23 +109,39 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command not in COMMANDS:  # pragma: no cover - argparse rejects it first
             return 2
         _configure_logging(args)
-        return int(args._command.run(args) or 0)
+        code = int(args._command.run(args) or 0)
+        sys.stdout.flush()  # a reader that left (`| head`) shows up here, inside the handler below
+        return code
     except JetforgeError as err:
         if debug:
-            log.exception("jetforge error")
+            traceback.print_exc(file=sys.stderr)
         print("jetforge: error: %s" % err.one_line(), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("jetforge: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `jetforge ... | head`: the reader left; not an error of ours
+        _silence_stdout()
+        return 141
     except SystemExit:
         raise
     except Exception as err:  # a bug: say so, and how to see it
         if debug:
-            raise
-        print("jetforge: internal error: %s: %s (rerun with --debug for the traceback, and please report it)"
-              % (type(err).__name__, err), file=sys.stderr)
+            traceback.print_exc(file=sys.stderr)
+            print("jetforge: internal error (a bug; please report it with the traceback above)", file=sys.stderr)
+        else:
+            print("jetforge: internal error: %s: %s (rerun with --debug for the traceback, and please report it)"
+                  % (type(err).__name__, err), file=sys.stderr)
         return 2
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

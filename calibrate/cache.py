@@ -1,0 +1,289 @@
+"""TensorRT INT8 calibration caches: the text file ``IInt8Calibrator::writeCalibrationCache`` writes.
+
+Format (reference §4.1)::
+
+    TRT-100300-EntropyCalibration2
+    input: 3c010a14
+    conv1_out: 3d8e5a2b
+
+The header number is ``getInferLibVersion()``: ``1000*major + 100*minor + patch`` for
+TensorRT 8.x and earlier (8.5.2 -> 8502), ``10000*major + 100*minor + patch`` from 10.0
+(10.3.0 -> 100300).  Each value is the big-endian IEEE-754 float32 bit pattern of the
+**scale** ``amax / 127``.  TensorRT ignores (and recalibrates over) a cache whose header is
+not its own, so a cache is stamped for one TensorRT version and this module refuses to hand
+one over to another version unless the caller explicitly retargets it.
+"""
+
+import logging
+import math
+import re
+import struct
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Tuple, Union
+
+from jetforge.errors import CalibrationError, InputFileError
+from jetforge.fileio import PathLike, write_text_atomic
+
+log = logging.getLogger(__name__)
+
+INT8_BOUND = 127.0
+
+#: Algorithm tokens TensorRT writes in the header, by calibrator class.
+ALGORITHM_TOKENS = OrderedDict([
+    ("EntropyCalibration2", "IInt8EntropyCalibrator2"),
+    ("MinMaxCalibration", "IInt8MinMaxCalibrator"),
+    ("EntropyCalibration", "IInt8EntropyCalibrator (legacy)"),
+    ("LegacyCalibration", "IInt8LegacyCalibrator"),
+])
+DEFAULT_TOKEN = "EntropyCalibration2"
+
+#: The TensorRT versions each JetPack ships (for messages).
+JETPACK_TRT = {(8, 5, 2): "JetPack 5.1.x", (8, 6, 2): "JetPack 6.0", (10, 3, 0): "JetPack 6.1/6.2"}
+
+_HEADER_RE = re.compile(r"^TRT-(\d+)-([A-Za-z0-9_]+)$")
+_HEX_RE = re.compile(r"^(?:0[xX])?([0-9a-fA-F]{1,8})$")
+
+Version = Tuple[int, int, int]
+
+
+def parse_trt_version(text: Union[str, Tuple[int, ...], List[int]]) -> Version:
+    """``"10.3"`` / ``"10.3.0"`` / ``"8.6.2.3"`` / ``(8, 6, 2)`` -> ``(major, minor, patch)``."""
+    if isinstance(text, (tuple, list)):
+        parts = [int(p) for p in text]
+    else:
+        s = str(text).strip()
+        if s.lower().startswith("trt-") or s.lower().startswith("trt"):
+            s = s[3:].lstrip("-")
+        if not re.match(r"^\d+(\.\d+){0,3}$", s):
+            raise CalibrationError("TensorRT version %r is not of the form MAJOR.MINOR[.PATCH]" % (text,),
+                                   hint="give e.g. --trt 10.3 (JetPack 6.1/6.2), 8.6.2 (JetPack 6.0) or 8.5.2 "
+                                        "(JetPack 5.1)")
+        parts = [int(p) for p in s.split(".")]
+    parts = (parts + [0, 0, 0])[:3]
+    major, minor, patch = parts
+    if major < 7 or minor > 99 or patch > 99:
+        raise CalibrationError("TensorRT version %s.%s.%s is not one that writes calibration caches"
+                               % (major, minor, patch), hint="give a TensorRT version from 7.0 on, e.g. --trt 10.3")
+    return (major, minor, patch)
+
+
+def version_string(version: Version) -> str:
+    return "%d.%d.%d" % tuple(version)
+
+
+def header_number(version: Union[str, Version]) -> int:
+    """The number in ``TRT-<N>-...``: 8.5.2 -> 8502, 8.6.2 -> 8602, 10.3.0 -> 100300."""
+    major, minor, patch = parse_trt_version(version)
+    if major >= 10:
+        return major * 10000 + minor * 100 + patch
+    return major * 1000 + minor * 100 + patch
+
+
+def version_from_header_number(number: int) -> Version:
+    """Inverse of :func:`header_number` (8602 -> (8, 6, 2), 100300 -> (10, 3, 0))."""
+    n = int(number)
+    if n >= 100000:
+        return (n // 10000, (n // 100) % 100, n % 100)
+    return (n // 1000, (n // 100) % 10, n % 100)
+
+
+def scale_to_hex(scale: float) -> str:
+    """A positive float32 scale -> 8 lowercase hex digits of its big-endian bit pattern."""
+    return struct.pack(">f", float(scale)).hex()
+
+
+def hex_to_scale(text: str) -> float:
+    """8 (or fewer, as NVIDIA's qdq-translator writes) hex digits -> the float32 scale."""
+    m = _HEX_RE.match(text.strip())
+    if not m:
+        raise ValueError("%r is not 1-8 hex digits" % text)
+    return struct.unpack(">f", bytes.fromhex(m.group(1).rjust(8, "0")))[0]
+
+
+def float32(value: float) -> float:
+    """Round a Python float to the nearest float32 (what the cache can hold)."""
+    return struct.unpack(">f", struct.pack(">f", float(value)))[0]
+
+
+@dataclass
+class CacheValidation:
+    """What a cache holds compared with a model's tensors."""
+
+    matched: List[str] = field(default_factory=list)
+    not_in_model: List[str] = field(default_factory=list)
+    missing: List[str] = field(default_factory=list)
+    internal: List[str] = field(default_factory=list)  # TensorRT's own layer tensors, "(Unnamed Layer* 3) [...]"
+
+    @property
+    def ok(self) -> bool:
+        return not self.not_in_model
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"matched": len(self.matched), "not_in_model": list(self.not_in_model),
+                "missing_from_cache": list(self.missing), "tensorrt_internal": len(self.internal), "ok": self.ok}
+
+
+@dataclass
+class CalibrationCache:
+    """Per-tensor INT8 scales (``amax / 127``) stamped for one TensorRT version and calibrator."""
+
+    scales: "OrderedDict[str, float]" = field(default_factory=OrderedDict)
+    trt_version: Version = (10, 3, 0)
+    algorithm: str = DEFAULT_TOKEN
+    source: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        self.trt_version = parse_trt_version(self.trt_version)
+        if self.algorithm not in ALGORITHM_TOKENS:
+            log.warning("calibration cache algorithm %r is not one TensorRT is known to write (%s)",
+                        self.algorithm, ", ".join(ALGORITHM_TOKENS))
+        self.scales = OrderedDict((str(k), float32(v)) for k, v in self.scales.items())
+        for name, s in self.scales.items():
+            if not (s > 0 and math.isfinite(s)):
+                raise CalibrationError("scale of tensor %r is %r; TensorRT needs finite positive scales"
+                                       % (name, s), hint="recalibrate; a tensor that is always zero gets a "
+                                                         "placeholder scale")
+
+    # ----------------------------------------------------------------- building
+    @classmethod
+    def from_amax(cls, amax: Dict[str, float], trt_version: Union[str, Version] = "10.3",
+                  algorithm: str = DEFAULT_TOKEN) -> "CalibrationCache":
+        """Scales from per-tensor amax; an amax of 0 (a tensor that is always 0) gets scale 1/127."""
+        scales = OrderedDict()
+        for name, a in amax.items():
+            a = float(a)
+            if not math.isfinite(a) or a < 0:
+                raise CalibrationError("amax of tensor %r is %r" % (name, a),
+                                       hint="the model produced inf/NaN on the calibration data; check the data "
+                                            "and preprocessing")
+            scales[name] = (a if a > 0 else 1.0) / INT8_BOUND
+        return cls(scales=scales, trt_version=parse_trt_version(trt_version), algorithm=algorithm)
+
+    @property
+    def header(self) -> str:
+        return "TRT-%d-%s" % (header_number(self.trt_version), self.algorithm)
+
+    @property
+    def header_number(self) -> int:
+        return header_number(self.trt_version)
+
+    def amax(self, name: str) -> float:
+        return self.scales[name] * INT8_BOUND
+
+    def amaxes(self) -> Dict[str, float]:
+        return OrderedDict((k, v * INT8_BOUND) for k, v in self.scales.items())
+
+    def __len__(self) -> int:
+        return len(self.scales)
+
+    # ----------------------------------------------------------------- text
+    def to_text(self) -> str:
+        lines = [self.header]
+        lines.extend("%s: %s" % (name, scale_to_hex(s)) for name, s in self.scales.items())
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_text(cls, text: str, source: str = "calibration cache") -> "CalibrationCache":
+        """Parse a cache, including ones TensorRT wrote (CRLF, names with ``:``, short hex)."""
+        lines = [ln.strip() for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+        lines = [ln for ln in lines if ln]
+        if not lines:
+            raise CalibrationError("%s is empty" % source, hint="recalibrate with `jetforge calibrate`")
+        m = _HEADER_RE.match(lines[0])
+        if not m:
+            raise CalibrationError("%s does not start with a TensorRT header like TRT-100300-EntropyCalibration2 "
+                                   "(first line: %r)" % (source, lines[0][:80]),
+                                   hint="give a cache written by TensorRT or `jetforge calibrate`")
+        version = version_from_header_number(int(m.group(1)))
+        scales = OrderedDict()
+        for number, line in enumerate(lines[1:], start=2):
+            name, sep, value = line.rpartition(":")
+            name = name.strip()
+            if not sep or not name:
+                raise CalibrationError("%s line %d is not `tensor: hexscale`: %r" % (source, number, line[:80]),
+                                       hint="the file is damaged; recalibrate")
+            try:
+                scale = hex_to_scale(value)
+            except ValueError:
+                raise CalibrationError("%s line %d: %r is not a hex float32 scale" % (source, number, value.strip()),
+                                       hint="the file is damaged; recalibrate") from None
+            if name in scales:
+                log.warning("%s: tensor %r appears twice; the last value is used", source, name)
+            if not (scale > 0 and math.isfinite(scale)):
+                raise CalibrationError("%s line %d: scale of %r is %r; TensorRT needs finite positive scales"
+                                       % (source, number, name, scale), hint="recalibrate")
+            scales[name] = scale
+        return cls(scales=scales, trt_version=version, algorithm=m.group(2), source=source)
+
+    def write(self, path: PathLike) -> Path:
+        return write_text_atomic(path, self.to_text())
+
+    @classmethod
+    def read(cls, path: PathLike) -> "CalibrationCache":
+        p = Path(path)
+        if not p.is_file():
+            raise InputFileError("calibration cache %s does not exist" % p,
+                                 hint="write one with `jetforge calibrate MODEL --data DIR`")
+        raw = p.read_bytes()
+        try:
+            text = raw.decode("ascii")
+        except UnicodeDecodeError:
+            raise CalibrationError("%s is not a text calibration cache (it holds non-ASCII bytes)" % p,
+                                   hint="give the cache TensorRT's calibrator wrote, not an engine or timing "
+                                        "cache") from None
+        return cls.from_text(text, source=str(p))
+
+    # ----------------------------------------------------------------- checks
+    def check_version(self, trt_version: Union[str, Version]) -> None:
+        """Refuse a cache stamped for another TensorRT: TensorRT would silently ignore it."""
+        want = parse_trt_version(trt_version)
+        if header_number(want) == self.header_number:
+            return
+        have_s, want_s = version_string(self.trt_version), version_string(want)
+        where = self.source or "calibration cache"
+        raise CalibrationError(
+            "%s is for TensorRT %s (header %s) but TensorRT %s%s was asked for; TensorRT ignores a cache "
+            "whose header is not its own and would recalibrate or drop INT8"
+            % (where, have_s, self.header, want_s,
+               " (%s)" % JETPACK_TRT[want] if want in JETPACK_TRT else ""),
+            hint="recalibrate with --trt %s, or rewrite the header with --retarget if you accept scales computed "
+                 "for TensorRT %s (safe for EntropyCalibration2/MinMax caches, which are computed before fusion)"
+                 % (want_s, have_s))
+
+    def check_algorithm(self, token: str) -> None:
+        if token != self.algorithm:
+            raise CalibrationError(
+                "%s was written for %s but the build uses %s; TensorRT refuses it (\"Calibration table does "
+                "not match calibrator algorithm type\")" % (self.source or "calibration cache", self.algorithm, token),
+                hint="recalibrate, or retarget the cache to algorithm %s" % token)
+
+    def retarget(self, trt_version: Union[str, Version], algorithm: Optional[str] = None) -> "CalibrationCache":
+        """A copy stamped for ``trt_version`` (and ``algorithm``); the scales are unchanged. Logs a warning."""
+        new = CalibrationCache(scales=OrderedDict(self.scales), trt_version=parse_trt_version(trt_version),
+                               algorithm=algorithm or self.algorithm, source=self.source)
+        if new.header != self.header:
+            log.warning("retargeting calibration cache %s from %s to %s: the scales were computed by another "
+                        "TensorRT version and are used as they are",
+                        self.source or "", self.header, new.header)
+        return new
+
+    def validate_against(self, tensor_names: Iterable[str]) -> CacheValidation:
+        """Which cache entries name tensors of the model, which do not, which model tensors have none."""
+        names = list(tensor_names)
+        known = set(names)
+        result = CacheValidation()
+        for name in self.scales:
+            if name in known:
+                result.matched.append(name)
+            elif name.startswith("(Unnamed Layer"):
+                result.internal.append(name)
+            else:
+                result.not_in_model.append(name)
+        result.missing = [n for n in names if n not in self.scales]
+        return result
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"header": self.header, "trt_version": version_string(self.trt_version),
+                "algorithm": self.algorithm, "tensors": len(self.scales)}
