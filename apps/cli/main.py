@@ -32,6 +32,10 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
                   "INT8 calibration: TensorRT cache + Q/DQ ONNX + report from real images or video"),
     "doctor": ("jetforge.apps.cli.cmd_doctor", "DoctorCommand",
                "report what this machine has (target, CUDA, TensorRT, ORT, OpenCV, DLA)"),
+    "build": ("jetforge.apps.cli.cmd_build", "BuildCommand",
+              "build a TensorRT engine (GPU or DLA) for a target, from a validated build plan"),
+    "dla-check": ("jetforge.apps.cli.cmd_dla_check", "DlaCheckCommand",
+                  "predict DLA placement of an ONNX model (GPU fallbacks, subgraphs, FLOPs on DLA)"),
 }
 
 EPILOG = """examples:

@@ -1,0 +1,7 @@
+"""DLA placement analysis: which layers of an ONNX model a Jetson DLA core can run, and why not.
+
+``rules`` is the documented restriction set as data (each rule cites its source in
+``shared/reference/dla_trt_jetson.md``), ``analyze`` maps ONNX nodes to TensorRT layer
+kinds and evaluates the rules, ``report`` renders the result as a table or JSON.
+Nothing here needs a board or TensorRT; ``onnx`` is imported inside functions.
+"""
