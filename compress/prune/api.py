@@ -1,0 +1,216 @@
+"""``prune()``: one call from a model and a goal to a smaller model, its plan and its report.
+
+>>> result = prune(model, torch.randn(1, 3, 224, 224), flops_reduction=2.0, importance="l1",
+...                target="orin-nx-16gb")                                    # doctest: +SKIP
+>>> result.plan.save("model.prune.json"); print(result.report.to_table())   # doctest: +SKIP
+
+Goals: a channel ``ratio`` (fraction of coupled channel classes removed), a
+``flops_reduction`` or ``params_reduction`` factor (found by bisection on the ratio
+with counted-then-scaled MACs, so no model is copied during the search), or a
+``latency_reduction`` factor measured on a backend session (CPU ONNX Runtime by
+default; pass ``latency_fn`` for a CUDA session), iterating prune -> export ->
+measure until the goal is met.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence
+
+import torch
+from torch import nn
+
+from jetforge.errors import CompressError, ConfigError
+from jetforge.compress.prune import flops as _flops
+from jetforge.compress.prune.graph import DependencyGraph
+from jetforge.compress.prune.groups import removed_indices, select
+from jetforge.compress.prune.importance import class_importance
+from jetforge.compress.prune.plan import PlanEntry, PrunePlan, apply_plan
+from jetforge.compress.prune.report import PruneReport, layer_snapshot, ort_latency
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROUND_TO = 8
+MAX_RATIO = 0.95
+
+
+@dataclass
+class PruneResult:
+    """The pruned model (the input model, changed in place unless ``inplace=False``), its plan and report."""
+
+    model: nn.Module
+    plan: PrunePlan
+    graph: DependencyGraph
+    report: PruneReport
+    ratio: float
+
+
+def default_round_to(target: Optional[str]) -> int:
+    """The channel multiple of ``target``'s profile, or 8 (FP16 Tensor Cores) without a target."""
+    if not target:
+        return DEFAULT_ROUND_TO
+    from jetforge.targets import get_target
+
+    return int(get_target(target).channel_multiple)
+
+
+def make_plan(graph: DependencyGraph, model: nn.Module, removed: torch.Tensor,
+              meta: Optional[Dict[str, Any]] = None) -> PrunePlan:
+    """The plan that removes the classes flagged in ``removed`` (see :func:`groups.select`)."""
+    entries = [PlanEntry(k[0], k[1], k[2], int(graph.slots[k].labels.numel()), v)
+               for k, v in sorted(removed_indices(graph, removed).items())]
+    layers = {}
+    for name, rec in graph.layers.items():
+        layers[name] = {"in": [rec.in_channels], "out": [rec.out_channels]}
+    return PrunePlan(type(model).__name__, entries, dict(meta or {}), layers)
+
+
+def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = None,
+          flops_reduction: Optional[float] = None, params_reduction: Optional[float] = None,
+          latency_reduction: Optional[float] = None, importance: str = "l1", global_ranking: bool = False,
+          round_to: Optional[int] = None, target: Optional[str] = None, protect: Sequence[str] = (),
+          protect_stem: bool = True, min_keep: float = 0.1, overrides: Optional[Mapping[str, float]] = None,
+          data: Optional[Iterable[Any]] = None, loss_fn: Optional[Callable[..., torch.Tensor]] = None,
+          seed: int = 0, measure_latency: bool = False,
+          latency_fn: Optional[Callable[[nn.Module], float]] = None, inplace: bool = True) -> PruneResult:
+    """Prune ``model``'s channels to meet one goal; returns the model, its replayable plan and its report.
+
+    ``example_inputs``: a tensor (or tuple) the model accepts, batch axis first; keep it
+    small, it only serves the trace and the MAC count.  ``protect``: module names (or
+    prefixes) whose output channels stay; the stem (``protect_stem``) and every model
+    output always stay.  ``round_to`` defaults to the target profile's channel multiple.
+    """
+    goals = {"ratio": ratio, "flops_reduction": flops_reduction, "params_reduction": params_reduction,
+             "latency_reduction": latency_reduction}
+    given = [k for k, v in goals.items() if v is not None]
+    if len(given) != 1:
+        raise ConfigError("give exactly one pruning goal, got %s" % (", ".join(given) or "none"),
+                          hint="ratio=0.5, flops_reduction=2.0, params_reduction=2.0 or latency_reduction=1.5")
+    for k in ("flops_reduction", "params_reduction", "latency_reduction"):
+        if goals[k] is not None and not goals[k] >= 1.0:
+            raise ConfigError("%s must be a factor >= 1 (2.0 = half), got %r" % (k, goals[k]))
+    if not 0.0 <= min_keep <= 1.0:
+        raise ConfigError("min_keep must be in [0, 1], got %r" % min_keep)
+    round_to = int(round_to) if round_to else default_round_to(target)
+    inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    if not inplace:
+        model = copy.deepcopy(model)
+
+    graph = DependencyGraph.build(model, inputs, protect=protect, protect_stem=protect_stem)
+    if not graph.groups:
+        log.warning("nothing in %s can be pruned: %s", type(model).__name__, graph.protected_report())
+    scores = class_importance(graph, model, importance, data=data, loss_fn=loss_fn, seed=seed)
+    before = _flops.count_ops(model, inputs)
+
+    def choose(r: float) -> torch.Tensor:
+        return select(graph, scores, r, global_ranking=global_ranking, round_to=round_to, min_keep=min_keep,
+                      overrides=overrides)
+
+    backend = "custom latency_fn" if latency_fn is not None else "onnxruntime CPU, 1 thread, median of 20"
+    latency_fn = latency_fn or (lambda m: ort_latency(m, tuple(inputs[0].shape)))
+    latency_before = None
+    if ratio is not None:
+        chosen = float(ratio)
+    elif latency_reduction is not None:
+        latency_before = latency_fn(model)
+        chosen = _search(lambda r: latency_before / latency_fn(_pruned_copy(model, graph, choose(r))),
+                         float(latency_reduction), steps=5, what="latency")
+    else:
+        metric = "macs" if flops_reduction is not None else "params"
+        goal = float(flops_reduction if flops_reduction is not None else params_reduction)
+        base = getattr(before, metric)
+        chosen = _search(lambda r: base / max(1, getattr(_flops.estimate(graph, model, before, choose(r)), metric)),
+                         goal, steps=14, what=metric)
+    removed = choose(chosen)
+    settings = {"goal": given[0], "goal_value": goals[given[0]], "ratio": chosen, "importance": importance,
+                "global_ranking": global_ranking, "round_to": round_to, "target": target,
+                "protect": list(protect), "protect_stem": protect_stem, "min_keep": min_keep,
+                "overrides": dict(overrides or {}), "seed": seed,
+                "example_input_shape": [list(t.shape) for t in inputs if isinstance(t, torch.Tensor)]}
+    plan = make_plan(graph, model, removed, settings)
+    names = list(graph.layers)
+    layers_before = layer_snapshot(model, names)
+    if measure_latency and latency_before is None:
+        latency_before = latency_fn(model)
+    apply_plan(model, plan)
+    after = _flops.count_ops(model, inputs)
+    layers_after = layer_snapshot(model, names)
+    for name, entry in plan.layers.items():
+        entry["in"].append(layers_after[name]["in"])
+        entry["out"].append(layers_after[name]["out"])
+    latency_after = latency_fn(model) if (measure_latency or latency_reduction is not None) else None
+    report = PruneReport(type(model).__name__, settings, before, after, layers_before, layers_after,
+                         graph.protected_report(), latency_before, latency_after,
+                         backend if latency_after is not None else "")
+    log.info("pruned %s: MACs %d -> %d, params %d -> %d", type(model).__name__, before.macs, after.macs,
+             before.params, after.params)
+    return PruneResult(model, plan, graph, report, chosen)
+
+
+def _pruned_copy(model: nn.Module, graph: DependencyGraph, removed: torch.Tensor) -> nn.Module:
+    clone = copy.deepcopy(model)
+    apply_plan(clone, make_plan(graph, clone, removed))
+    return clone
+
+
+def _search(gain: Callable[[float], float], goal: float, steps: int, what: str) -> float:
+    """Smallest ratio in [0, MAX_RATIO] whose ``gain`` reaches ``goal`` (bisection; gain grows with the ratio)."""
+    if goal <= 1.0:
+        return 0.0
+    hi_gain = gain(MAX_RATIO)
+    if hi_gain < goal:
+        raise CompressError("a %.2fx %s reduction is out of reach: removing %d%% of the prunable channels gives "
+                            "%.2fx" % (goal, what, int(MAX_RATIO * 100), hi_gain),
+                            hint="ask for less, or protect fewer layers")
+    lo, hi = 0.0, MAX_RATIO
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if gain(mid) >= goal:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def load_pruned(model: nn.Module, plan: PrunePlan, state_dict: Optional[Mapping[str, Any]] = None) -> nn.Module:
+    """Replay ``plan`` on a fresh ``model`` of the same architecture, then load ``state_dict`` (strict)."""
+    apply_plan(model, plan)
+    if state_dict is not None:
+        try:
+            model.load_state_dict(state_dict, strict=True)
+        except RuntimeError as err:
+            raise CompressError("the pruned weights do not fit the plan: %s" % str(err).splitlines()[0],
+                                hint="load the state dict saved together with this plan") from err
+    return model
+
+
+def recalibrate_batchnorm(model: nn.Module, batches: Iterable[Any], max_batches: int = 16) -> nn.Module:
+    """Re-estimate BatchNorm running statistics on a few batches (inputs, or (inputs, targets) pairs).
+
+    Removing input channels of a conv shifts the distribution its BatchNorm sees, so the
+    stored statistics are stale; a forward pass over a few hundred samples fixes that
+    without training (no gradients, no weight change).
+    """
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = {m: m.momentum for m in norms}
+    modes = {m: m.training for m in model.modules()}
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the batches
+    model.eval()
+    for m in norms:
+        m.train()
+    try:
+        with torch.no_grad():
+            for i, batch in enumerate(batches):
+                if i >= max_batches:
+                    break
+                model(batch[0] if isinstance(batch, (tuple, list)) else batch)
+    finally:
+        for m, mom in saved.items():
+            m.momentum = mom
+        for m, mode in modes.items():
+            m.training = mode
+    return model

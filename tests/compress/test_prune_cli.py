@@ -1,0 +1,52 @@
+"""``jetforge prune`` end to end on the real pretrained MobileNetV2: files written, ONNX runs, plan replays."""
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+from jetforge.apps.cli.main import main  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def test_cli_prune_mobilenet_writes_everything(tmp_path, capsys, mobilenet_weights):
+    out = tmp_path / "pruned"
+    code = main(["prune", "--model", "mobilenet_v2", "--flops-reduction", "2.0", "--target", "xavier-nx",
+                 "--input-shape", "1,3,96,96", "--out", str(out), "--json"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["totals"]["flops_reduction"] >= 2.0 and data["settings"]["round_to"] == 8
+    for name in ("model.prune.json", "pruned.pt", "prune_report.json", "prune_report.txt", "prune_report.png",
+                 "model.onnx", "model.onnx.json"):
+        assert (out / name).is_file(), name
+    sidecar = json.loads((out / "model.onnx.json").read_text())
+    assert sidecar["task"] == "classify" and len(sidecar["labels"]) == 1000
+
+    from jetforge.compress.models import build
+    from jetforge.compress.prune import PrunePlan, load_pruned
+    from jetforge.runtime.session import open_session
+
+    model = load_pruned(build("mobilenet_v2").eval(), PrunePlan.load(out / "model.prune.json"),
+                        torch.load(out / "pruned.pt", weights_only=True))
+    x = np.random.default_rng(0).standard_normal((1, 3, 96, 96)).astype(np.float32)
+    with torch.no_grad():
+        expected = model(torch.from_numpy(x)).numpy()
+    with open_session(out / "model.onnx", threads=1) as s:
+        got = s.infer({"input": x})["logits"]
+    assert np.abs(got - expected).max() < 1e-4
+
+
+def test_cli_prune_rejects_two_goals(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["prune", "--model", "mobilenet_v2", "--ratio", "0.5", "--flops-reduction", "2", "--out", str(tmp_path)])
+    assert "not allowed with" in capsys.readouterr().err
+
+
+def test_cli_prune_unknown_model_is_one_line_error(tmp_path, capsys):
+    code = main(["prune", "--model", "resnet5O", "--ratio", "0.5", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "unknown model 'resnet5O'" in err and "resnet50" in err
