@@ -21,11 +21,13 @@ class BuildCommand(Command):
   jetforge build model.onnx --target orin-nx-16gb --precision fp16
   jetforge build model.onnx --target agx-orin-64gb --dla-core 0 --precision int8 --calib model.calib
   jetforge build model.onnx --target agx-orin-64gb --shape input=1x3x224x224 --plan-only --json
-  jetforge build model.onnx --target agx-orin-64gb --config build.yaml --set workspace_mib=2048"""
+  jetforge build model.onnx --target agx-orin-64gb --config build.yaml --set workspace_mib=2048
+  jetforge build bundles/cam --target auto    # on the board: a bundle, through the engine cache (exit 3: no TensorRT)"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("model", help="ONNX model (plain, or Q/DQ for TensorRT >= 10 GPU / 11)")
-        add_target_flag(parser, required=True)
+        parser.add_argument("model", help="ONNX model (plain, or Q/DQ for TensorRT >= 10 GPU / 11), or a bundle "
+                                          "folder/tar from `jetforge bundle create` (see docs/deploy.md)")
+        add_target_flag(parser, required=False)
         parser.add_argument("--precision", choices=["fp32", "fp16", "int8", "best"], help="default fp16")
         parser.add_argument("--dla-core", type=int, metavar="N", help="build for DLA core N (with GPU fallback)")
         parser.add_argument("--no-gpu-fallback", action="store_true", help="fail if a layer cannot run on DLA")
@@ -41,6 +43,12 @@ class BuildCommand(Command):
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
+        from jetforge.apps.deploy.bundle import is_bundle_path
+
+        if is_bundle_path(args.model):  # a bundle: board detection, cache/Q-DQ choice, engine cache
+            from jetforge.apps.cli.cmd_bundle import run_bundle_build
+
+            return run_bundle_build(args)
         from jetforge.config import to_dict
         from jetforge.fileio import check_not_input
         from jetforge.optional import is_available
@@ -76,6 +84,11 @@ class BuildCommand(Command):
         engine = Path(args.output) if args.output else model.with_suffix(".engine")
         plan_json = Path(str(engine) + ".plan.json")
         check_not_input(engine, [model, args.calib])
+        if not args.target:
+            from jetforge.errors import ConfigError
+
+            raise ConfigError("--target is required to build an ONNX model",
+                              hint="pass --target NAME (see `jetforge targets list`)")
         target = get_target(args.target)
         have_trt = is_available("tensorrt")
         installed: Optional[str] = None

@@ -5,12 +5,20 @@ plain data (``TensorSpec`` lists, numpy arrays, a sidecar), so apps, benchmarks 
 calibration never touch a backend's own API.  Backends register a ``Session``
 subclass in :data:`BACKENDS` under their name; :func:`open_session` picks one from
 the file's suffix when asked for ``backend="auto"``.  Torch-free and Python 3.8.
+
+Besides the blocking :meth:`Session.infer`, every session has an asynchronous pair
+for pipelining: ``request = session.submit(feeds)`` queues the work and returns at
+once, ``session.wait(request)`` returns its outputs.  Backends with CUDA streams
+(TensorRT, PyTorch on CUDA) queue copies and compute on their stream; the others run
+the model on one worker thread of the session.
 """
 
 import logging
 import os
+import threading
+import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import numpy as np
 
@@ -39,14 +47,21 @@ class Session:
     display_name = ""
     suffixes: Tuple[str, ...] = ()
     option_names: Tuple[str, ...] = ()
+    # How :meth:`last_timing` is measured: "host clock" (around the backend call) or "cuda events"
+    # (the backend records h2d/compute/d2h itself).
+    timing_source = "host clock"
 
     def __init__(self, path: Path, inputs: List[TensorSpec], outputs: List[TensorSpec],
-                 sidecar: Optional[ModelSidecar]) -> None:
+                 sidecar: Optional[Any]) -> None:
         self.path = Path(path)
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.sidecar = sidecar
         self._closed = False
+        self._timing = False
+        self._last_timing: Optional[Dict[str, float]] = None
+        self._worker: Optional[Any] = None
+        self._worker_lock = threading.Lock()
         if sidecar is not None:
             _check_sidecar_agrees(self.path, sidecar, self.inputs, self.outputs)
 
@@ -61,9 +76,48 @@ class Session:
 
     def infer(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Run the model on named inputs; returns every output by name, as numpy arrays."""
+        self._check_open()
+        checked = self.check_feeds(feeds)
+        if self._timing and self.timing_source == "host clock":
+            t0 = time.perf_counter()
+            out = self._run(checked)
+            self._last_timing = {"compute_ms": (time.perf_counter() - t0) * 1000.0}
+            return out
+        return self._run(checked)
+
+    def submit(self, feeds: Mapping[str, np.ndarray]) -> "InferRequest":
+        """Queue an inference and return at once; :meth:`wait` (or ``request.wait()``) gives its outputs.
+
+        Inputs are checked here, so a wrong name, shape or dtype raises at submit time.  The
+        arrays in ``feeds`` may be reused as soon as ``submit`` returns.
+        """
+        self._check_open()
+        return self._submit(self.check_feeds(feeds))
+
+    def wait(self, request: "InferRequest", timeout: Optional[float] = None) -> Dict[str, np.ndarray]:
+        """Block until ``request`` (from :meth:`submit`) has finished; returns its outputs by name."""
+        if not isinstance(request, InferRequest) or request.session is not self:
+            raise BackendError("wait() needs a request returned by submit() of this session",
+                               hint="call session.wait(session.submit(feeds))")
+        return request.wait(timeout)
+
+    def set_timing(self, enabled: bool) -> bool:
+        """Record the time of each call's stages for :meth:`last_timing`; returns whether it is recorded."""
+        self._timing = bool(enabled)
+        self._last_timing = None
+        return self._timing
+
+    def last_timing(self) -> Optional[Dict[str, float]]:
+        """Stage times of the last finished call in ms (``h2d_ms``/``compute_ms``/``d2h_ms``), if recorded.
+
+        ``timing_source`` says how: "cuda events" (GPU time of each stage) or "host clock"
+        (only ``compute_ms``, wall time of the backend call).
+        """
+        return None if self._last_timing is None else dict(self._last_timing)
+
+    def _check_open(self) -> None:
         if self._closed:
             raise BackendError("session for %s is closed" % self.path.name, hint="open a new session")
-        return self._run(self.check_feeds(feeds))
 
     def check_feeds(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Check names, dtypes and shapes of ``feeds`` against :attr:`inputs`; returns them as arrays."""
@@ -99,6 +153,9 @@ class Session:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            worker, self._worker = self._worker, None
+            if worker is not None:
+                worker.shutdown(wait=True)  # requests already submitted finish first
             self._close()
 
     def __enter__(self) -> "Session":
@@ -120,8 +177,65 @@ class Session:
     def _run(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         raise NotImplementedError
 
+    def _submit(self, feeds: Dict[str, np.ndarray]) -> "InferRequest":
+        """Default: run :meth:`_run` on the session's one worker thread (requests run in submit order)."""
+        with self._worker_lock:
+            if self._worker is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jetforge-%s" % self.name)
+            copies = {k: np.array(v, copy=True) for k, v in feeds.items()}  # the caller may reuse its arrays
+            future = self._worker.submit(self._run_timed, copies)
+        return InferRequest(self, lambda timeout: future.result(timeout), future.done)
+
+    def _run_timed(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        if self._timing and self.timing_source == "host clock":
+            t0 = time.perf_counter()
+            out = self._run(feeds)
+            self._last_timing = {"compute_ms": (time.perf_counter() - t0) * 1000.0}
+            return out
+        return self._run(feeds)
+
     def _close(self) -> None:
         """Release backend resources (called once)."""
+
+
+class InferRequest:
+    """An inference queued by :meth:`Session.submit`; :meth:`wait` returns its outputs (once computed, cached)."""
+
+    def __init__(self, session: Session, wait_fn: Callable[[Optional[float]], Dict[str, np.ndarray]],
+                 done_fn: Optional[Callable[[], bool]] = None) -> None:
+        self.session = session
+        self._wait_fn = wait_fn
+        self._done_fn = done_fn
+        self._result: Optional[Dict[str, np.ndarray]] = None
+        self._error: Optional[BaseException] = None
+        self._finished = False
+
+    def done(self) -> bool:
+        """Whether the outputs are ready (``wait`` would not block)."""
+        if self._finished:
+            return True
+        return bool(self._done_fn()) if self._done_fn is not None else False
+
+    def wait(self, timeout: Optional[float] = None) -> Dict[str, np.ndarray]:
+        if not self._finished:
+            try:
+                self._result = self._wait_fn(timeout)
+            except BaseException as err:
+                if type(err).__name__ == "TimeoutError":  # concurrent.futures' own: the request is still running
+                    raise BackendError("inference on %s did not finish within %s s"
+                                       % (self.session.path.name, timeout)) from err
+                self._error = err
+            self._finished = True
+            self._wait_fn = None  # type: ignore[assignment]  (drop references to buffers)
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def __repr__(self) -> str:
+        return "<InferRequest %s %s>" % (self.session.path.name, "done" if self.done() else "pending")
 
 
 BACKENDS: Registry[Type[Session]] = Registry("runtime backend")
@@ -130,6 +244,9 @@ BACKENDS: Registry[Type[Session]] = Registry("runtime backend")
 
 def check_tensor(spec: TensorSpec, array: np.ndarray, model_name: str = "the model") -> None:
     """Raise ModelError if ``array`` does not fit ``spec`` (dtype exactly; rank; every static axis)."""
+    if array.dtype == spec.dtype and array.ndim == len(spec.shape) and all(
+            not isinstance(w, int) or w < 0 or w == g for w, g in zip(spec.shape, array.shape)):
+        return  # the common case, checked without formatting any message
     want = "%s %s" % (format_shape(spec.shape), spec.dtype)
     if array.dtype != np.dtype(spec.dtype):
         raise ModelError("input %r of %s expects %s, got dtype %s" % (spec.name, model_name, want, array.dtype),
@@ -173,20 +290,51 @@ def backend_for_path(path: PathLike) -> str:
                      hint="known model files: %s; or pass the backend explicitly" % ", ".join(known))
 
 
-def open_session(path: PathLike, backend: str = "auto", **options: Any) -> Session:
+def open_session(path: Any, backend: str = "auto", dla_core: Optional[int] = None,
+                 cuda_graph: Optional[bool] = None, **options: Any) -> Session:
     """Open ``path`` on ``backend`` ("auto": chosen by suffix) with backend-specific ``options``.
 
-    Common options: ``verify_sidecar`` (default True: a sidecar whose content hash does
-    not match the model file is refused).  A missing file is an InputFileError; a file
-    the backend cannot parse is a ModelError naming the file.
+    ``dla_core`` selects a DLA core (TensorRT only); ``cuda_graph`` (default: the
+    backend's default, True where graphs exist) turns CUDA-graph capture on or off;
+    asking for either from a backend without it is a ConfigError.  Common options:
+    ``verify_sidecar`` (default True: a sidecar whose content hash does not match the
+    model file is refused).  A missing file is an InputFileError; a file the backend
+    cannot parse is a ModelError naming the file.  ``path`` may also be a
+    ``torch.nn.Module`` (backend "pytorch", development and comparison only).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        name = "pytorch" if backend == "auto" else backend
+        cls = BACKENDS.get(name)
+        if not hasattr(cls, "from_module"):
+            raise ConfigError("the %s backend opens model files, not %s objects" % (name, type(path).__name__),
+                              hint="pass a file path, or use backend='pytorch' for a torch.nn.Module")
+        options = _common_options(name, cls, dla_core, cuda_graph, options)
+        return cls.from_module(path, **options)  # type: ignore[attr-defined]
     model = require_file(path, "model file", hint="check the path, or export the model first")
     name = backend_for_path(model) if backend == "auto" else backend
     cls = BACKENDS.get(name)
+    options = _common_options(name, cls, dla_core, cuda_graph, options)
+    return cls.open(model, **options)
+
+
+def _common_options(name: str, cls: Type[Session], dla_core: Optional[int], cuda_graph: Optional[bool],
+                    options: Dict[str, Any]) -> Dict[str, Any]:
+    options = dict(options)
+    if dla_core is not None:
+        if "dla_core" not in cls.option_names:
+            raise ConfigError("the %s backend does not run on DLA cores (dla_core=%r)" % (name, dla_core),
+                              hint="DLA cores are used through TensorRT engines: open a .engine file")
+        options["dla_core"] = dla_core
+    if cuda_graph is not None:
+        if "cuda_graph" in cls.option_names:
+            options["cuda_graph"] = bool(cuda_graph)
+        elif cuda_graph:
+            raise ConfigError("the %s backend has no CUDA-graph mode" % name,
+                              hint="CUDA graphs are used by the tensorrt and pytorch (CUDA) backends")
     unknown = [k for k in options if k not in cls.option_names]
     if unknown:
         raise UnknownNameError("option of the %s backend" % name, unknown[0], cls.option_names)
-    return cls.open(model, **options)
+    return options
 
 
 def load_sidecar_if_present(path: Path, verify: bool = True) -> Optional[ModelSidecar]:
@@ -211,5 +359,5 @@ def check_positive_int(name: str, value: Any) -> int:
     return value
 
 
-__all__ = ["Session", "BACKENDS", "open_session", "backend_for_path", "check_tensor", "default_threads",
+__all__ = ["Session", "InferRequest", "BACKENDS", "open_session", "backend_for_path", "check_tensor", "default_threads",
            "load_sidecar_if_present"]
