@@ -1,13 +1,17 @@
-"""Video sources: frames with their index and timestamp, from a file now (camera and RTSP later).
+"""Video sources: the :class:`Frame` record, the :class:`VideoSource` interface and the file source.
 
 A source is an iterator of :class:`Frame` and a context manager.  The end of the
 stream is the normal end of iteration; a source that cannot be opened or decoded
 at all is a :class:`~jetforge.errors.StreamError` (or ``InputFileError`` when the
-file is simply not there), raised when the source is opened, not mid-loop.
+file is simply not there), raised when the source is opened, not mid-loop.  Every
+other kind of source (image folders, V4L2 and CSI cameras, RTSP and HTTP streams)
+lives in :mod:`jetforge.apps.video.sources`, whose :func:`open_source` is the one
+factory for all of them.
 """
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Union
@@ -30,6 +34,7 @@ class Frame:
     index: int
     timestamp: float  # seconds since the start of the stream (presentation time)
     image: np.ndarray
+    captured: float = 0.0  # time.perf_counter() when the frame was decoded/captured (0.0: not recorded)
 
     @property
     def size(self) -> "tuple[int, int]":
@@ -45,6 +50,10 @@ class VideoSource:
     height = 0
     fps = 0.0
     frame_count: Optional[int] = None  # None: unknown or unbounded (a live stream)
+    live = False  # a camera or network stream: frames arrive in real time and stale ones are dropped
+    dropped = 0  # frames the source itself discarded (newest-frame policy of live sources)
+    # Set when a file ended before the frame count its header announced (damaged or truncated).
+    truncated: Optional[str] = None
 
     def read(self) -> Optional[Frame]:
         """The next frame, or None at the end of the stream."""
@@ -70,7 +79,7 @@ class VideoSource:
 
     def info(self) -> Dict[str, Any]:
         return {"uri": self.uri, "width": self.width, "height": self.height, "fps": self.fps,
-                "frame_count": self.frame_count}
+                "frame_count": self.frame_count, "live": self.live}
 
 
 class FileSource(VideoSource):
@@ -115,7 +124,7 @@ class FileSource(VideoSource):
             timestamp = ms / 1000.0
         else:
             timestamp = self._index / self.fps if self.fps > 0 else 0.0
-        frame = Frame(index=self._index, timestamp=timestamp, image=image)
+        frame = Frame(index=self._index, timestamp=timestamp, image=image, captured=time.perf_counter())
         self._index += 1
         return frame
 
@@ -126,8 +135,9 @@ class FileSource(VideoSource):
         frame = self._decode()
         if frame is None and self._cap is not None:
             if self.frame_count is not None and self._index < self.frame_count - 1:
-                log.warning("%s ended after %d of %d frames (damaged or truncated file?)",
-                            self.path.name, self._index, self.frame_count)
+                self.truncated = ("video %s ended after %d of the %d frames its header announces (the file is "
+                                  "truncated or damaged)" % (self.path.name, self._index, self.frame_count))
+                log.warning("%s", self.truncated)
             self.close()
         return frame
 
@@ -149,12 +159,8 @@ def uri_to_path(uri: str) -> Optional[Path]:
     return Path(uri)
 
 
-def open_source(uri: Union[str, "os.PathLike[str]"]) -> VideoSource:
-    """Open a video source: a file path or ``file://`` URI (camera and RTSP sources come later)."""
-    text = os.fspath(uri)
-    path = uri_to_path(text)
-    if path is None:
-        scheme = urlparse(text).scheme
-        raise ConfigError("video source %r: the %s:// scheme is not supported yet" % (text, scheme),
-                          hint="give a video file path or a file:// URI")
-    return FileSource(path)
+def open_source(uri: Union[str, "os.PathLike[str]", int], **options: Any) -> VideoSource:
+    """Open any source by URI; see :func:`jetforge.apps.video.sources.open_source`."""
+    from jetforge.apps.video.sources import open_source as _open
+
+    return _open(uri, **options)

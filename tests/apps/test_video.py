@@ -43,8 +43,8 @@ def test_bad_sources_fail_at_open_with_one_clear_line(tmp_path):
     with pytest.raises(StreamError, match="cannot decode video") as err:
         open_source(fake)
     assert "\n" not in err.value.one_line()
-    with pytest.raises(ConfigError, match="rtsp:// scheme is not supported yet"):
-        open_source("rtsp://camera.local/stream")
+    with pytest.raises(ConfigError, match="unknown scheme ftp://"):
+        open_source("ftp://camera.local/stream")
 
 
 def _pattern(i, size=(160, 96)):

@@ -1,0 +1,314 @@
+"""An app run: sources -> :class:`Pipeline` (with a task) -> video, events, metrics and plots in a folder.
+
+:func:`run_app` is what every ``jetforge app NAME`` command calls after building its
+task.  It writes into ``out_dir``:
+
+- ``annotated.mp4`` (``annotated_<stream>.mp4`` with several sources): the task's
+  overlay and the status bar (FPS, latency, drops, errors, what runs the model);
+- ``events.jsonl``: one ``{"type": <task>, "stream", "frame", "t", "latency_ms", ...}``
+  record per frame, the task's discrete events (``line_cross``, ...) and ``error`` records;
+- ``metrics.json``: FPS, latency percentiles per stage, frame-to-result latency,
+  drops, errors, CPU and memory, the task's own summary, and what ran where;
+- ``fps.png`` and ``latency.png`` (when matplotlib is installed).
+
+Outputs are kept when the run ends early (a lost camera, a truncated file, a stage
+error, Ctrl-C): the video and events hold every frame finished so far and
+``metrics.json`` says why the run ended.
+"""
+
+import datetime
+import logging
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import jetforge
+from jetforge.errors import StreamError
+from jetforge.fileio import check_not_input, write_json_atomic
+from jetforge.apps.pipeline.metrics import format_metrics, plot_metrics
+from jetforge.apps.pipeline.runner import Pipeline, PipelineOptions
+from jetforge.apps.pipeline.stages import Item, Status, Task
+from jetforge.apps.video.sink import JsonLinesSink, Mp4Sink
+from jetforge.apps.video.source import VideoSource
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AppResult:
+    metrics: Dict[str, Any]
+    out_dir: Path
+    files: Dict[str, Any]
+    stream_errors: List[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.stream_errors
+
+
+def machine_info() -> Dict[str, Any]:
+    """Where the numbers were measured."""
+    from jetforge.runtime.session import default_threads
+
+    info: Dict[str, Any] = {"platform": platform.platform(), "machine": platform.machine(),
+                            "python": platform.python_version(), "cpu_cores_usable": default_threads()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        with open("/proc/device-tree/model", "rb") as f:
+            info["board"] = f.read().rstrip(b"\x00").decode("ascii", "replace")
+    except OSError:
+        pass
+    try:
+        import cv2
+
+        info["opencv"] = cv2.__version__
+    except ImportError:  # pragma: no cover - a core dependency
+        pass
+    import numpy as np
+
+    info["numpy"] = np.__version__
+    return info
+
+
+def gpu_memory_mib() -> Optional[float]:
+    """Device memory in use on GPU 0 through NVML, or None where there is no NVML (CPU machines, Jetson)."""
+    from jetforge.optional import is_available
+
+    if not is_available("pynvml"):
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            used = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used
+        finally:
+            pynvml.nvmlShutdown()
+        return used / float(1 << 20)
+    except Exception:  # no driver / no device
+        return None
+
+
+def _video_name(stream: int, streams: int) -> str:
+    return "annotated.mp4" if streams == 1 else "annotated_%d.mp4" % stream
+
+
+def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: Optional[PipelineOptions] = None,
+            write_video: bool = True, display: bool = False, stream_to: Optional[str] = None,
+            plots: bool = True, progress: bool = True, inputs: Sequence[Any] = (),
+            notes: Sequence[str] = ()) -> AppResult:
+    """Run ``task`` over ``sources`` and write video, events, metrics and plots into ``out_dir``."""
+    from jetforge.apps.video.sinks import open_video_sink
+
+    options = options or PipelineOptions()
+    out = Path(out_dir)
+    streams = len(sources)
+    files: Dict[str, Any] = {"events": out / "events.jsonl", "metrics": out / "metrics.json",
+                             "video": [out / _video_name(i, streams) for i in range(streams)] if write_video else [],
+                             "plots": [out / "fps.png", out / "latency.png"] if plots else []}
+    all_inputs = [getattr(s, "path", None) for s in sources] + list(inputs)
+    for target in [files["events"], files["metrics"]] + files["video"] + files["plots"]:
+        check_not_input(target, [p for p in all_inputs if p is not None])
+
+    # Live outputs first: a --display without a display fails before any frame is read.
+    window = open_video_sink("display://0", 0.0, title="jetforge %s" % task.name) if display else None
+    streamer = None
+    if stream_to:
+        streamer = open_video_sink(stream_to, sources[0].fps or 25.0, (sources[0].width, sources[0].height))
+
+    first = sources[0].read()  # warm-up frame: the model's lazy initialisation stays out of the numbers
+    if first is None:
+        raise StreamError("source %s delivered no frame" % sources[0].uri)
+    task.warmup(first)
+    pushed = _Pushback(sources[0], first)
+    run_sources: List[VideoSource] = [pushed] + list(sources[1:])
+
+    videos: List[Optional[Mp4Sink]] = [Mp4Sink(p, s.fps or 25.0) for p, s in zip(files["video"], sources)]
+    events = JsonLinesSink(files["events"])
+    bar = _progress(progress, task.name, options.max_frames, sources)
+    pipeline: Optional[Pipeline] = None
+
+    def sink(item: Item, status: Status) -> None:
+        frame = item.frame
+        record = {"type": task.name, "stream": item.stream, "frame": frame.index, "t": round(frame.timestamp, 4)}
+        event = dict(item.event or {})
+        extra = event.pop("events", [])
+        if event.get("type") == "error":
+            record.update(event)
+        else:
+            record["latency_ms"] = round((time.perf_counter() - item.t_start) * 1000.0, 3)
+            record.update(event)
+        events.write(record)
+        for e in extra:
+            events.write(dict({"stream": item.stream, "frame": frame.index, "t": round(frame.timestamp, 4)}, **e))
+        image = frame.image
+        if image is None:
+            return
+        if event.get("type") != "error":
+            task.annotate(image, item, status)
+        if videos and videos[item.stream] is not None:
+            videos[item.stream].write(image)  # type: ignore[union-attr]
+        if item.stream == 0:
+            if streamer is not None:
+                streamer.write(image)
+            if window is not None:
+                window.write(image)
+                if window.closed_by_user and pipeline is not None:
+                    pipeline.request_stop()
+
+    status_label = task.status_label or task.model_label
+    pipeline = Pipeline(run_sources, task, sink, options, on_done=lambda item: bar.update(1) if bar else None,
+                        status_label=status_label)
+    ended = "finished"
+    error: Optional[BaseException] = None
+    result = None
+    try:
+        result = pipeline.run()
+    except BaseException as err:  # keep what was written, record why it ended, then re-raise
+        error = err
+        ended = "interrupted" if isinstance(err, KeyboardInterrupt) else "stopped by an error"
+    finally:
+        if bar is not None:
+            bar.close()
+        for v in videos:
+            if v is not None:
+                if v.frames:
+                    v.close()
+                else:
+                    v.abort()
+        events.close()
+        for live in (window, streamer):
+            if live is not None:
+                live.close()
+    metrics = pipeline.metrics.to_dict()
+    gpu = gpu_memory_mib()
+    if gpu is not None:
+        metrics["memory"]["gpu_mib"] = gpu
+    stream_errors = result.stream_errors if result is not None else list(pipeline._stream_errors)
+    report: Dict[str, Any] = {
+        "jetforge_version": jetforge.__version__,
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "task": task.name,
+        "status": ended if error is not None else ("finished with stream errors" if stream_errors else "finished"),
+        "ended_by": (result.stopped if result is not None else (error.__class__.__name__ if error else "")),
+        "error": (error.one_line() if hasattr(error, "one_line") else repr(error)) if error is not None else None,
+        "stream_errors": stream_errors,
+    }
+    report.update(metrics)
+    report["pipeline"] = {"overlap": options.overlap, "queue_size": options.queue_size,
+                          "batch_size": options.batch_size, "on_error": options.on_error,
+                          "max_consecutive_errors": options.max_consecutive_errors, "drop": options.drop,
+                          "max_frames_per_stream": options.max_frames, "warmup_frames": 1}
+    report["model"] = task.info()
+    report["results"] = task.summary()
+    report["sources"] = [dict(s.info(), name=Path(str(s.uri)).name) for s in sources]
+    report["machine"] = machine_info()
+    report["outputs"] = {"video": [str(p) for p in files["video"] if p.exists()], "events": str(files["events"]),
+                         "metrics": str(files["metrics"]), "plots": []}
+    report["notes"] = list(notes)
+    if plots and metrics["frames"] > 0:
+        try:
+            plot_metrics(report, [x * 1000.0 for x in pipeline.metrics.end_to_end], files["plots"][0],
+                         files["plots"][1], title=task.name)
+            report["outputs"]["plots"] = [str(p) for p in files["plots"]]
+        except Exception as err:  # matplotlib missing or broken: the run's numbers are still written
+            log.warning("plots skipped: %s", err)
+            report["notes"].append("plots skipped: %s" % err)
+    write_json_atomic(files["metrics"], report)
+    if error is not None:
+        raise error
+    return AppResult(report, out, files, stream_errors)
+
+
+def format_report(m: Dict[str, Any], task_lines: Sequence[str] = ()) -> str:
+    """The printed summary of an app run."""
+    machine = m["machine"]
+    lines = ["task      %s  (%s)" % (m["task"], m["model"].get("model", "")),
+             ]
+    if m["model"].get("backend"):
+        lines.append("backend   %s" % m["model"]["backend"])
+    for s in m["sources"]:
+        lines.append("source    %s  %dx%d @ %.2f fps%s" % (s["name"], s["width"], s["height"], s["fps"] or 0.0,
+                                                           "  (live)" if s.get("live") else ""))
+    lines.append("machine   %s, %d usable cores" % (machine.get("cpu", machine["machine"]), machine["cpu_cores_usable"]))
+    lines += ["", format_metrics(m)]
+    if task_lines:
+        lines += [""] + list(task_lines)
+    outs = m["outputs"]
+    lines.append("")
+    lines.append("wrote     " + ", ".join(outs["video"] + [outs["events"], outs["metrics"]] + outs["plots"]))
+    lines += ["note      " + n for n in m.get("notes", [])]
+    return "\n".join(lines)
+
+
+class _Pushback(VideoSource):
+    """A source with one frame already read put back in front of it."""
+
+    def __init__(self, source: VideoSource, frame: Any) -> None:
+        self._source = source
+        self._frame = frame
+        self.uri = source.uri
+        self.width, self.height, self.fps = source.width, source.height, source.fps
+        self.frame_count = source.frame_count
+        self.live = source.live
+
+    @property
+    def dropped(self) -> int:  # type: ignore[override]
+        return int(getattr(self._source, "dropped", 0) or 0)
+
+    @property
+    def truncated(self) -> Optional[str]:  # type: ignore[override]
+        return getattr(self._source, "truncated", None)
+
+    def read(self) -> Any:
+        if self._frame is not None:
+            frame, self._frame = self._frame, None
+            return frame
+        return self._source.read()
+
+    def close(self) -> None:
+        self._source.close()
+
+    def info(self) -> Dict[str, Any]:
+        return self._source.info()
+
+
+class _Bar:
+    def __init__(self, bar: Any) -> None:
+        self._bar = bar
+
+    def update(self, n: int) -> None:
+        self._bar.update(n)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _progress(enabled: bool, desc: str, max_frames: Optional[int], sources: Sequence[VideoSource]) -> Any:
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - a declared dependency
+        return None
+    import sys
+
+    totals = [s.frame_count for s in sources]
+    total: Optional[int] = None
+    if all(t is not None for t in totals):
+        total = sum(min(t, max_frames) if max_frames else t for t in totals)  # type: ignore[type-var]
+    elif max_frames:
+        total = max_frames * len(sources)
+    return _Bar(tqdm(total=total, desc=desc, unit="frame", file=sys.stderr, dynamic_ncols=True, leave=False))
+
+
+__all__ = ["AppResult", "format_report", "gpu_memory_mib", "machine_info", "run_app"]

@@ -1,0 +1,241 @@
+"""What a pipeline run measured: FPS (overall and over time), per-stage latency and CPU time,
+frame-to-result and end-to-end latency, dropped frames, stage errors, CPU load and memory.
+
+Statistics come from :mod:`jetforge.runtime.measure` (the same p50/p95/p99 as every
+other jetforge report).  :func:`format_metrics` prints the summary table;
+:func:`plot_metrics` draws FPS over time and the latency histogram (matplotlib,
+imported only there, with the Agg backend).
+"""
+
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from jetforge.runtime.measure import current_rss, fps as frames_per_second, latency_stats, memory_info
+
+STAGES = ("decode", "preprocess", "infer", "postprocess", "sink")
+
+
+class PipelineMetrics:
+    """Thread-safe collector fed by the pipeline's stages."""
+
+    def __init__(self, stages: Sequence[str] = STAGES) -> None:
+        self.stages = tuple(stages)
+        self._lock = threading.Lock()
+        self.wall: Dict[str, List[float]] = {s: [] for s in self.stages}
+        self.cpu: Dict[str, List[float]] = {s: [] for s in self.stages}
+        self.batch_sizes: List[int] = []
+        self.end_to_end: List[float] = []
+        self.frame_to_result: List[float] = []
+        self.completions: List[float] = []  # perf_counter of each finished frame
+        self.frames_per_stream: Dict[int, int] = {}
+        self.errors: Dict[str, int] = {}
+        self.error_samples: List[Dict[str, Any]] = []
+        self.dropped_pipeline = 0  # frames discarded by the pipeline's own drop policy
+        self.dropped_sources: Dict[int, int] = {}
+        self.rss_samples: List[Tuple[float, int]] = []
+        self.t_start = 0.0
+        self.t_end = 0.0
+        self._cpu0 = 0.0
+        self._cpu1 = 0.0
+        self._last_rss = 0.0
+
+    # -- recording ---------------------------------------------------------------------
+    def start(self) -> None:
+        self.t_start = time.perf_counter()
+        self._cpu0 = time.process_time()
+        self.rss_samples.append((0.0, current_rss()))
+
+    def stop(self) -> None:
+        self.t_end = time.perf_counter()
+        self._cpu1 = time.process_time()
+        self.rss_samples.append((self.t_end - self.t_start, current_rss()))
+
+    def add_stage(self, stage: str, wall: float, cpu: float) -> None:
+        with self._lock:
+            self.wall.setdefault(stage, []).append(wall)
+            self.cpu.setdefault(stage, []).append(cpu)
+
+    def add_batch(self, size: int) -> None:
+        with self._lock:
+            self.batch_sizes.append(size)
+
+    def add_error(self, stage: str, stream: int, frame: int, message: str) -> None:
+        with self._lock:
+            self.errors[stage] = self.errors.get(stage, 0) + 1
+            if len(self.error_samples) < 20:
+                self.error_samples.append({"stage": stage, "stream": stream, "frame": frame, "error": message})
+
+    def add_done(self, stream: int, t_start: float, t_decoded: float, t_result: float, t_done: float) -> None:
+        with self._lock:
+            self.end_to_end.append(t_done - t_start)
+            self.frame_to_result.append(t_result - (t_decoded or t_start))
+            self.completions.append(t_done)
+            self.frames_per_stream[stream] = self.frames_per_stream.get(stream, 0) + 1
+            if t_done - self._last_rss >= 1.0:
+                self._last_rss = t_done
+                self.rss_samples.append((t_done - self.t_start, current_rss()))
+
+    # -- reading -------------------------------------------------------------------------
+    @property
+    def frames(self) -> int:
+        return len(self.completions)
+
+    @property
+    def dropped(self) -> int:
+        return self.dropped_pipeline + sum(self.dropped_sources.values())
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    def running_fps(self, window_s: float = 1.0) -> float:
+        """Frames finished per second over the last ``window_s`` (for the overlay)."""
+        with self._lock:
+            if len(self.completions) < 2:
+                return 0.0
+            now = self.completions[-1]
+            n = 0
+            first = now
+            for t in reversed(self.completions):
+                if now - t > window_s:
+                    break
+                n += 1
+                first = t
+        return (n - 1) / (now - first) if n > 1 and now > first else 0.0
+
+    def last_latency_ms(self) -> float:
+        with self._lock:
+            return self.end_to_end[-1] * 1000.0 if self.end_to_end else 0.0
+
+    def fps_over_time(self, bin_s: float = 1.0) -> List[Tuple[float, float]]:
+        """(seconds since start, FPS in that bin) for each full bin of the run."""
+        if not self.completions:
+            return []
+        end = (self.t_end or self.completions[-1]) - self.t_start
+        bins = max(1, int(end / bin_s))
+        counts = [0] * bins
+        for t in self.completions:
+            i = int((t - self.t_start) / bin_s)
+            if 0 <= i < bins:
+                counts[i] += 1
+        return [((i + 0.5) * bin_s, c / bin_s) for i, c in enumerate(counts)]
+
+    def to_dict(self) -> Dict[str, Any]:
+        wall = (self.t_end or time.perf_counter()) - self.t_start
+        stages: Dict[str, Any] = {}
+        cpu_per_frame = 0.0
+        for s in self.stages:
+            if self.wall.get(s):
+                d = latency_stats(self.wall[s]).to_dict()
+                d["cpu_mean_ms"] = 1000.0 * sum(self.cpu[s]) / len(self.cpu[s])
+                stages[s] = d
+        frames = self.frames
+        for s in self.stages:
+            if self.cpu.get(s) and frames:
+                cpu_per_frame += sum(self.cpu[s]) / frames
+        cpu_s = self._cpu1 - self._cpu0 if self._cpu1 else time.process_time() - self._cpu0
+        memory = memory_info().to_dict()
+        memory["rss_samples_mib"] = [[round(t, 2), round(r / float(1 << 20), 1)] for t, r in self.rss_samples]
+        out: Dict[str, Any] = {
+            "frames": frames,
+            "frames_per_stream": {str(k): v for k, v in sorted(self.frames_per_stream.items())},
+            "wall_s": wall,
+            "fps": frames_per_second(frames, wall),
+            "latency_ms": {
+                "end_to_end": latency_stats(self.end_to_end).to_dict() if self.end_to_end else None,
+                "frame_to_result": latency_stats(self.frame_to_result).to_dict() if self.frame_to_result else None,
+                "stages": stages,
+            },
+            "batch": {"batches": len(self.batch_sizes),
+                      "mean_size": (sum(self.batch_sizes) / len(self.batch_sizes)) if self.batch_sizes else 0.0,
+                      "max_size": max(self.batch_sizes) if self.batch_sizes else 0},
+            "dropped": {"total": self.dropped, "pipeline": self.dropped_pipeline,
+                        "sources": {str(k): v for k, v in sorted(self.dropped_sources.items())}},
+            "errors": {"total": self.error_count, "by_stage": dict(self.errors), "samples": list(self.error_samples)},
+            "cpu": {"process_cpu_s": cpu_s, "load_cores": cpu_s / wall if wall > 0 else 0.0,
+                    "stage_cpu_ms_per_frame": 1000.0 * cpu_per_frame},
+            "memory": memory,
+            "fps_over_time": [[round(t, 2), round(f, 2)] for t, f in self.fps_over_time()],
+        }
+        return out
+
+
+def format_metrics(m: Dict[str, Any]) -> str:
+    """The printed summary table of a run (FPS, latency percentiles per stage, drops, errors, memory)."""
+    from jetforge.apps.cli.base import format_table
+
+    lat = m["latency_ms"]
+    rows = []
+    named = [("end to end", lat["end_to_end"]), ("frame to result", lat["frame_to_result"])]
+    named += [(s, v) for s, v in lat["stages"].items()]
+    for name, s in named:
+        if s:
+            rows.append([name] + ["%.2f" % s[k] for k in ("mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms")]
+                        + ["%.2f" % s["cpu_mean_ms"] if "cpu_mean_ms" in s else ""])
+    mem = m["memory"]
+    lines = [
+        "frames    %d in %.2f s  ->  %.1f FPS end to end%s" % (
+            m["frames"], m["wall_s"], m["fps"],
+            "" if len(m["frames_per_stream"]) < 2 else " (%d streams)" % len(m["frames_per_stream"])),
+        "dropped   %d (pipeline %d, sources %d)   errors %d%s" % (
+            m["dropped"]["total"], m["dropped"]["pipeline"], sum(m["dropped"]["sources"].values()),
+            m["errors"]["total"], (" " + str(m["errors"]["by_stage"])) if m["errors"]["total"] else ""),
+        "cpu       %.2f cores busy on average, %.1f ms of stage CPU per frame" % (
+            m["cpu"]["load_cores"], m["cpu"]["stage_cpu_ms_per_frame"]),
+        "memory    peak RSS %.0f MiB, RSS now %.0f MiB%s" % (
+            mem["peak_rss_mib"], mem["rss_mib"],
+            (", GPU %.0f MiB" % mem["gpu_mib"]) if mem.get("gpu_mib") is not None else ""),
+    ]
+    if m["batch"]["batches"] and m["batch"]["max_size"] > 1:
+        lines.append("batches   %d, mean size %.2f, max %d" % (m["batch"]["batches"], m["batch"]["mean_size"],
+                                                               m["batch"]["max_size"]))
+    lines += ["", format_table(["latency (ms)", "mean", "p50", "p95", "p99", "max", "cpu"], rows)]
+    return "\n".join(lines)
+
+
+def plot_metrics(m: Dict[str, Any], end_to_end_ms: Sequence[float], fps_path: Any, hist_path: Any,
+                 title: str = "") -> None:
+    """FPS over time and the end-to-end latency histogram, as two PNG files (written atomically)."""
+    from jetforge.fileio import atomic_output
+    from jetforge.optional import require
+
+    matplotlib = require("matplotlib", "plotting pipeline metrics")
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    series = m.get("fps_over_time") or []
+    fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
+    if series:
+        ax.plot([t for t, _ in series], [f for _, f in series], marker=".", lw=1.2)
+    ax.axhline(m["fps"], color="tab:red", lw=0.8, ls="--", label="mean %.1f FPS" % m["fps"])
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("frames per second")
+    ax.set_ylim(bottom=0)
+    ax.set_title(("%s: " % title if title else "") + "FPS over time (1 s bins)")
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with atomic_output(fps_path, suffix=".png") as tmp:
+        fig.savefig(str(tmp), format="png")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
+    values = list(end_to_end_ms)
+    if values:
+        ax.hist(values, bins=min(50, max(5, len(values) // 4)), color="tab:blue", alpha=0.8)
+        e2e = m["latency_ms"]["end_to_end"]
+        for key, style in (("p50_ms", "-"), ("p95_ms", "--"), ("p99_ms", ":")):
+            ax.axvline(e2e[key], color="tab:red", ls=style, lw=1, label="%s %.1f ms" % (key[:3], e2e[key]))
+        ax.legend()
+    ax.set_xlabel("end-to-end latency per frame (ms)")
+    ax.set_ylabel("frames")
+    ax.set_title(("%s: " % title if title else "") + "latency histogram")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with atomic_output(hist_path, suffix=".png") as tmp:
+        fig.savefig(str(tmp), format="png")
+    plt.close(fig)
+
+
+__all__ = ["PipelineMetrics", "STAGES", "format_metrics", "plot_metrics"]

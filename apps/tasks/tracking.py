@@ -1,0 +1,388 @@
+"""Multi-object tracking (Kalman filter + ByteTrack-style IoU association), line crossing and zones.
+
+:class:`Tracker` follows boxes from frame to frame.  Each track has a constant-velocity
+Kalman filter over (centre x, centre y, aspect ratio w/h, height) as in SORT/DeepSORT/
+ByteTrack.  Association per frame, as in ByteTrack (Zhang et al., ECCV 2022):
+
+1. predict every track;
+2. match high-score detections to tracked *and* lost tracks by IoU;
+3. match the remaining tracked tracks to the low-score detections (a partly
+   occluded person often still scores low: this keeps its identity);
+4. match unconfirmed (new) tracks to the high-score detections left over;
+5. start a new tentative track from each high-score detection still unmatched.
+
+Matching is greedy on IoU, highest first, above a threshold.  A track becomes
+*confirmed* (and gets its public id) after ``min_hits`` consecutive matches; a
+confirmed track that misses detections stays *lost*, coasting on its prediction,
+for up to ``max_age`` frames, and takes its old id back when it is matched again -
+ids stay stable through short occlusions.
+
+:class:`LineCounter` counts tracks whose anchor point (bottom centre: the feet)
+crosses a line segment, by direction; :class:`Zone` counts the tracks inside a
+polygon.  Pure numpy; Python 3.8.
+"""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from jetforge.errors import ConfigError
+
+Point = Tuple[float, float]
+
+
+# -- boxes ---------------------------------------------------------------------------------------
+
+def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of every box in ``a`` (N, 4) with every box in ``b`` (M, 4); boxes are x1, y1, x2, y2."""
+    a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
+    b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
+    if len(a) == 0 or len(b) == 0:
+        return np.zeros((len(a), len(b)))
+    x1 = np.maximum(a[:, None, 0], b[None, :, 0])
+    y1 = np.maximum(a[:, None, 1], b[None, :, 1])
+    x2 = np.minimum(a[:, None, 2], b[None, :, 2])
+    y2 = np.minimum(a[:, None, 3], b[None, :, 3])
+    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
+
+
+def greedy_match(iou: np.ndarray, threshold: float) -> Tuple[List[Tuple[int, int]], List[int], List[int]]:
+    """Pairs (row, col) by decreasing IoU, each at least ``threshold``; then unmatched rows and cols."""
+    rows, cols = iou.shape
+    pairs: List[Tuple[int, int]] = []
+    if rows and cols:
+        order = np.argsort(-iou, axis=None, kind="stable")
+        used_r, used_c = set(), set()
+        for flat in order:
+            r, c = divmod(int(flat), cols)
+            if iou[r, c] < threshold:
+                break
+            if r in used_r or c in used_c:
+                continue
+            used_r.add(r)
+            used_c.add(c)
+            pairs.append((r, c))
+    matched_r = {r for r, _ in pairs}
+    matched_c = {c for _, c in pairs}
+    return pairs, [r for r in range(rows) if r not in matched_r], [c for c in range(cols) if c not in matched_c]
+
+
+def _to_xyah(box: np.ndarray) -> np.ndarray:
+    x1, y1, x2, y2 = [float(v) for v in box]
+    w, h = max(x2 - x1, 1e-3), max(y2 - y1, 1e-3)
+    return np.array([x1 + w / 2.0, y1 + h / 2.0, w / h, h])
+
+
+def _to_xyxy(xyah: np.ndarray) -> np.ndarray:
+    cx, cy, a, h = [float(v) for v in xyah[:4]]
+    h = max(h, 1e-3)
+    w = max(a, 1e-3) * h
+    return np.array([cx - w / 2.0, cy - h / 2.0, cx + w / 2.0, cy + h / 2.0])
+
+
+# -- Kalman filter -------------------------------------------------------------------------------
+
+class KalmanBox:
+    """Constant-velocity Kalman filter over (cx, cy, a, h) and their velocities (ByteTrack's noise model)."""
+
+    STD_POS = 1.0 / 20.0
+    STD_VEL = 1.0 / 160.0
+
+    def __init__(self, box: np.ndarray) -> None:
+        z = _to_xyah(box)
+        self.F = np.eye(8)
+        self.F[:4, 4:] = np.eye(4)
+        self.H = np.eye(4, 8)
+        self.x = np.concatenate([z, np.zeros(4)])
+        h = z[3]
+        std = [2 * self.STD_POS * h, 2 * self.STD_POS * h, 1e-2, 2 * self.STD_POS * h,
+               10 * self.STD_VEL * h, 10 * self.STD_VEL * h, 1e-5, 10 * self.STD_VEL * h]
+        self.P = np.diag(np.square(std))
+
+    def predict(self) -> None:
+        h = max(self.x[3], 1e-3)
+        std = [self.STD_POS * h, self.STD_POS * h, 1e-2, self.STD_POS * h,
+               self.STD_VEL * h, self.STD_VEL * h, 1e-5, self.STD_VEL * h]
+        if self.x[3] + self.x[7] <= 1.0:  # never predict a collapsing box
+            self.x[7] = 0.0
+        self.x = self.F @ self.x
+        self.P = self.F @ self.P @ self.F.T + np.diag(np.square(std))
+
+    def update(self, box: np.ndarray) -> None:
+        z = _to_xyah(box)
+        h = max(self.x[3], 1e-3)
+        R = np.diag(np.square([self.STD_POS * h, self.STD_POS * h, 1e-1, self.STD_POS * h]))
+        S = self.H @ self.P @ self.H.T + R
+        K = self.P @ self.H.T @ np.linalg.inv(S)
+        self.x = self.x + K @ (z - self.H @ self.x)
+        self.P = (np.eye(8) - K @ self.H) @ self.P
+
+    @property
+    def box(self) -> np.ndarray:
+        return _to_xyxy(self.x)
+
+
+# -- tracks and the tracker ------------------------------------------------------------------------
+
+@dataclass
+class Track:
+    """One tracked object; ``id`` is 0 until the track is confirmed."""
+
+    kf: KalmanBox
+    score: float
+    uid: int  # internal, never shown
+    id: int = 0
+    hits: int = 1
+    age: int = 1  # frames since it started
+    missed: int = 0  # frames since its last match
+    state: str = "tentative"  # tentative | tracked | lost
+    history: List[Point] = field(default_factory=list)  # anchor points of the last frames
+
+    @property
+    def box(self) -> np.ndarray:
+        return self.kf.box
+
+    @property
+    def anchor(self) -> Point:
+        """Bottom centre of the box: where a person stands."""
+        x1, _, x2, y2 = self.box
+        return (float((x1 + x2) / 2.0), float(y2))
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"id": self.id, "box": [round(float(v), 1) for v in self.box], "score": round(float(self.score), 3),
+                "age": self.age, "state": self.state}
+
+
+@dataclass
+class TrackerOptions:
+    """ByteTrack's thresholds: ``high``/``low`` split detections by score; ``new_track`` starts tracks;
+    IoU thresholds per association step; ``min_hits`` to confirm; ``max_age`` frames kept when lost."""
+
+    high: float = 0.5
+    low: float = 0.1
+    new_track: float = 0.6
+    match_iou: float = 0.2
+    low_match_iou: float = 0.5
+    unconfirmed_iou: float = 0.3
+    min_hits: int = 3
+    max_age: int = 30
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.low <= self.high:
+            raise ConfigError("tracker thresholds need 0 <= low <= high, got low=%r high=%r" % (self.low, self.high))
+        if self.min_hits < 1 or self.max_age < 0:
+            raise ConfigError("tracker min_hits must be >= 1 and max_age >= 0")
+
+
+class Tracker:
+    """Tracks boxes across frames; :meth:`update` takes one frame's detections and returns the active tracks."""
+
+    def __init__(self, options: Optional[TrackerOptions] = None) -> None:
+        self.options = options or TrackerOptions()
+        self.tracks: List[Track] = []
+        self.frame = 0
+        self._next_uid = 1
+        self._next_id = 1
+
+    @property
+    def ids_issued(self) -> int:
+        """How many distinct confirmed ids this tracker has handed out."""
+        return self._next_id - 1
+
+    def update(self, boxes: np.ndarray, scores: np.ndarray) -> List[Track]:
+        """Associate this frame's detections (N, 4) x1y1x2y2 and scores (N,); returns confirmed tracks seen now."""
+        o = self.options
+        self.frame += 1
+        boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+        scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+        for t in self.tracks:
+            t.kf.predict()
+            t.age += 1
+        high = [i for i in range(len(scores)) if scores[i] >= o.high]
+        low = [i for i in range(len(scores)) if o.low <= scores[i] < o.high]
+        confirmed = [t for t in self.tracks if t.state in ("tracked", "lost")]
+        tentative = [t for t in self.tracks if t.state == "tentative"]
+
+        matched: List[Track] = []
+
+        def assign(tracks: List[Track], dets: List[int], threshold: float) -> Tuple[List[Track], List[int]]:
+            iou = iou_matrix(np.array([t.box for t in tracks]).reshape(-1, 4), boxes[dets])
+            pairs, free_t, free_d = greedy_match(iou, threshold)
+            for r, c in pairs:
+                self._hit(tracks[r], boxes[dets[c]], float(scores[dets[c]]))
+                matched.append(tracks[r])
+            return [tracks[r] for r in free_t], [dets[c] for c in free_d]
+
+        rest_tracks, rest_high = assign(confirmed, high, o.match_iou)  # step 2
+        still_tracked = [t for t in rest_tracks if t.state == "tracked"]
+        unmatched_tracked, _ = assign(still_tracked, low, o.low_match_iou)  # step 3
+        unmatched_new, rest_high = assign(tentative, rest_high, o.unconfirmed_iou)  # step 4
+        for i in rest_high:  # step 5
+            if scores[i] >= o.new_track:
+                self.tracks.append(Track(KalmanBox(boxes[i]), float(scores[i]), uid=self._next_uid))
+                self._next_uid += 1
+        matched_ids = {id(t) for t in matched}
+        for t in self.tracks:
+            if id(t) in matched_ids or t.age == 1 and t.hits == 1 and t.missed == 0:
+                continue
+            t.missed += 1
+            if t.state == "tracked":
+                t.state = "lost"
+        # Tentative tracks that miss once, and lost tracks past max_age, are removed.
+        self.tracks = [t for t in self.tracks if not (t.state == "tentative" and t.missed > 0)
+                       and not (t.state == "lost" and t.missed > o.max_age)]
+        for t in self.tracks:
+            if t.missed == 0:
+                t.history.append(t.anchor)
+                del t.history[:-32]
+        return [t for t in self.tracks if t.state == "tracked" and t.missed == 0]
+
+    def _hit(self, track: Track, box: np.ndarray, score: float) -> None:
+        track.kf.update(box)
+        track.score = score
+        track.hits += 1
+        track.missed = 0
+        if track.state == "lost":
+            track.state = "tracked"
+        elif track.state == "tentative" and track.hits >= self.options.min_hits:
+            track.state = "tracked"
+            track.id = self._next_id
+            self._next_id += 1
+
+
+# -- lines and zones ---------------------------------------------------------------------------------
+
+def _side(p: Point, a: Point, b: Point) -> float:
+    """> 0 left of the directed line a->b (in image coordinates, y down: the right-hand side on screen)."""
+    return (b[0] - a[0]) * (p[1] - a[1]) - (b[1] - a[1]) * (p[0] - a[0])
+
+
+def _segments_cross(p: Point, q: Point, a: Point, b: Point) -> bool:
+    d1, d2 = _side(p, a, b), _side(q, a, b)
+    d3, d4 = _side(a, p, q), _side(b, p, q)
+    return ((d1 > 0) != (d2 > 0)) and ((d3 > 0) != (d4 > 0)) and d1 != 0 and d3 != d4
+
+
+class LineCounter:
+    """Counts tracks whose anchor crosses the segment a->b.
+
+    ``forward`` counts moves from the negative to the positive side of the directed
+    line a->b (for a line drawn left to right, that is from above it to below it on
+    screen), ``backward`` the opposite.  A track is counted again only after it crossed
+    back, so jitter on the line cannot inflate the totals.
+    """
+
+    def __init__(self, a: Point, b: Point, name: str = "line") -> None:
+        if a == b:
+            raise ConfigError("line %s has two equal end points %s" % (name, a))
+        self.a = (float(a[0]), float(a[1]))
+        self.b = (float(b[0]), float(b[1]))
+        self.name = name
+        self.forward = 0
+        self.backward = 0
+        self._last: Dict[int, Point] = {}
+        self._last_dir: Dict[int, str] = {}
+
+    @property
+    def total(self) -> int:
+        return self.forward + self.backward
+
+    def update(self, tracks: Sequence[Track]) -> List[Dict[str, object]]:
+        """Feed the confirmed tracks of one frame; returns the crossings that happened now."""
+        events = []
+        for t in tracks:
+            p = t.anchor
+            prev = self._last.get(t.id)
+            self._last[t.id] = p
+            if prev is None or not _segments_cross(prev, p, self.a, self.b):
+                continue
+            direction = "forward" if _side(p, self.a, self.b) > 0 else "backward"
+            if self._last_dir.get(t.id) == direction:
+                continue
+            self._last_dir[t.id] = direction
+            if direction == "forward":
+                self.forward += 1
+            else:
+                self.backward += 1
+            events.append({"type": "line_cross", "line": self.name, "track": t.id, "direction": direction,
+                           "point": [round(p[0], 1), round(p[1], 1)]})
+        return events
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"name": self.name, "line": [self.a[0], self.a[1], self.b[0], self.b[1]], "forward": self.forward,
+                "backward": self.backward, "total": self.total}
+
+
+class Zone:
+    """A polygon; :meth:`update` gives how many tracks stand in it (anchor inside) and remembers the peak."""
+
+    def __init__(self, points: Sequence[Point], name: str = "zone") -> None:
+        if len(points) < 3:
+            raise ConfigError("zone %s needs at least 3 points, got %d" % (name, len(points)))
+        self.points = [(float(x), float(y)) for x, y in points]
+        self.name = name
+        self.occupancy = 0
+        self.peak = 0
+        self.visitors: set = set()
+
+    def contains(self, p: Point) -> bool:
+        """Even-odd rule (ray casting)."""
+        x, y = p
+        inside = False
+        pts = self.points
+        j = len(pts) - 1
+        for i in range(len(pts)):
+            xi, yi = pts[i]
+            xj, yj = pts[j]
+            if (yi > y) != (yj > y) and x < (xj - xi) * (y - yi) / (yj - yi) + xi:
+                inside = not inside
+            j = i
+        return inside
+
+    def update(self, tracks: Sequence[Track]) -> int:
+        inside = [t.id for t in tracks if self.contains(t.anchor)]
+        self.occupancy = len(inside)
+        self.peak = max(self.peak, self.occupancy)
+        self.visitors.update(inside)
+        return self.occupancy
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"name": self.name, "points": [list(p) for p in self.points], "occupancy": self.occupancy,
+                "peak": self.peak, "visitors": len(self.visitors)}
+
+
+def parse_line(text: str, name: str = "line") -> LineCounter:
+    """``x1,y1,x2,y2`` (pixels) -> LineCounter; ``name=x1,y1,x2,y2`` names it."""
+    if "=" in text:
+        name, text = text.split("=", 1)
+    values = _numbers(text, "--line")
+    if len(values) != 4:
+        raise ConfigError("--line needs 4 numbers x1,y1,x2,y2, got %r" % text, hint="e.g. --line 0,300,768,300")
+    return LineCounter((values[0], values[1]), (values[2], values[3]), name=name.strip() or "line")
+
+
+def parse_zone(text: str, name: str = "zone") -> Zone:
+    """``x1,y1,x2,y2,x3,y3,...`` (a polygon, pixels) -> Zone; ``name=...`` names it."""
+    if "=" in text:
+        name, text = text.split("=", 1)
+    values = _numbers(text, "--zone")
+    if len(values) < 6 or len(values) % 2:
+        raise ConfigError("--zone needs at least 3 points as x1,y1,x2,y2,x3,y3,..., got %r" % text,
+                          hint="e.g. --zone door=100,300,300,300,300,500,100,500")
+    return Zone([(values[i], values[i + 1]) for i in range(0, len(values), 2)], name=name.strip() or "zone")
+
+
+def _numbers(text: str, flag: str) -> List[float]:
+    try:
+        return [float(v) for v in text.replace(" ", "").split(",") if v != ""]
+    except ValueError:
+        raise ConfigError("%s takes comma-separated numbers, got %r" % (flag, text)) from None
+
+
+__all__ = ["KalmanBox", "LineCounter", "Track", "Tracker", "TrackerOptions", "Zone", "greedy_match", "iou_matrix",
+           "parse_line", "parse_zone"]
