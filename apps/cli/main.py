@@ -24,18 +24,28 @@ log = logging.getLogger("jetforge")
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "demo": ("jetforge.apps.cli.cmd_demo", "DemoCommand",
              "run the bundled video-analytics demo on real data (the main job)"),
+    "app": ("jetforge.apps.cli.cmd_app", "AppCommand",
+            "run a video app (people counting, classification, ...) on a file, camera or stream"),
     "targets": ("jetforge.apps.cli.cmd_targets", "TargetsCommand",
                 "list or show Jetson / GPU target profiles"),
     "assets": ("jetforge.apps.cli.cmd_assets", "AssetsCommand",
                "fetch and verify pretrained weights and sample media"),
+    "prune": ("jetforge.apps.cli.cmd_prune", "PruneCommand",
+              "structured channel pruning: smaller tensors, replayable plan, report, ONNX export"),
     "calibrate": ("jetforge.apps.cli.cmd_calibrate", "CalibrateCommand",
                   "INT8 calibration: TensorRT cache + Q/DQ ONNX + report from real images or video"),
+    "bench": ("jetforge.apps.cli.cmd_bench", "BenchCommand",
+              "measure latency, throughput, H2D/compute/D2H split, memory and energy of a model"),
     "doctor": ("jetforge.apps.cli.cmd_doctor", "DoctorCommand",
                "report what this machine has (target, CUDA, TensorRT, ORT, OpenCV, DLA)"),
     "build": ("jetforge.apps.cli.cmd_build", "BuildCommand",
               "build a TensorRT engine (GPU or DLA) for a target, from a validated build plan"),
     "dla-check": ("jetforge.apps.cli.cmd_dla_check", "DlaCheckCommand",
                   "predict DLA placement of an ONNX model (GPU fallbacks, subgraphs, FLOPs on DLA)"),
+    "bundle": ("jetforge.apps.cli.cmd_bundle", "BundleCommand",
+               "pack a model, its caches, sidecars and build options for the board into one folder; verify one"),
+    "deploy": ("jetforge.apps.cli.cmd_deploy", "DeployCommand",
+               "copy a bundle to a Jetson over SSH, run doctor/build/bench/an app there, fetch the results"),
 }
 
 EPILOG = """examples:
