@@ -9,8 +9,10 @@ does not depend on the values).
 
     python benchmarks/prune_speed.py [--size 224] [--runs 20] [--round-to 8] [--json out.json]
 
-A side-by-side with Torch-Pruning (``pip install torch-pruning``) is not included: the
-package is not installed in this environment.
+The side-by-side with Torch-Pruning 1.6.1 (uniform magnitude, round_to=8 and no rounding),
+jetforge's latency-aware search, batch 1/32/256 on a CUDA GPU (FP16, channels-last, CUDA
+graphs) and on CPU ONNX Runtime is ``benchmarks/prune_gpu.py``; its results are in
+``benchmarks/results/prune_gpu.json``.
 """
 
 import argparse

@@ -9,7 +9,7 @@ labels, tensors, preprocessing and provenance, stamped with the model's hash.
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from jetforge.errors import CompressError, DependencyError, ModelError
 from jetforge.fileio import PathLike, atomic_output
@@ -24,7 +24,8 @@ DEFAULT_OPSET = 17
 
 def export_onnx(model: Any, path: PathLike, input_shape: Sequence[int], *, task: str = "classify",
                 model_name: str = "", labels: Sequence[str] = (), preprocess: Optional[Preprocess] = None,
-                input_name: str = "input", output_name: str = "logits", dynamic_batch: bool = True,
+                input_name: str = "input", output_name: Union[str, Sequence[str]] = "logits",
+                dynamic_batch: bool = True,
                 opset: int = DEFAULT_OPSET, extra: Optional[Mapping[str, Any]] = None,
                 provenance: Optional[Mapping[str, Any]] = None) -> ModelSidecar:
     """Export ``model`` (a ``torch.nn.Module``) to ``path`` and write ``path + ".json"``.
@@ -33,6 +34,10 @@ def export_onnx(model: Any, path: PathLike, input_shape: Sequence[int], *, task:
     ``dynamic_batch`` axis 0 of the input and output is named ``"batch"``.
     ``provenance`` adds details to the sidecar's ``produced_by`` block (e.g. the
     weights file).  Returns the sidecar as written.
+
+    A model with several outputs (a detector's boxes and scores, a tuple or list of tensors)
+    needs one name per output: ``output_name=("boxes", "scores")``; each gets a dynamic batch
+    axis and its own tensor entry in the sidecar.
     """
     torch = require("torch", "ONNX export")
     shape = tuple(int(d) for d in input_shape)
@@ -50,23 +55,39 @@ def export_onnx(model: Any, path: PathLike, input_shape: Sequence[int], *, task:
     except Exception as err:
         raise CompressError("the model does not run on an input of shape %s: %s" % (shape, err),
                             hint="pass the input_shape the model expects, batch axis first") from err
-    if not isinstance(out, torch.Tensor):
-        raise CompressError("export expects a model with one tensor output, got %s" % type(out).__name__)
-    out_shape = list(out.shape)
+    names: List[str] = [output_name] if isinstance(output_name, str) else [str(n) for n in output_name]
+    outs = [out] if isinstance(out, torch.Tensor) else (list(out) if isinstance(out, (tuple, list)) else None)
+    if outs is None or not outs or not all(isinstance(t, torch.Tensor) for t in outs):
+        raise CompressError("export expects a model whose output is a tensor or a tuple/list of tensors, got %s"
+                            % type(out).__name__, hint="wrap the model so that forward returns tensors")
+    if len(outs) != len(names):
+        raise CompressError("the model returns %d output tensor(s) but %d output name(s) were given: %s"
+                            % (len(outs), len(names), names),
+                            hint="pass output_name=(...) with one name per output, in order")
+    if len(set(names)) != len(names) or input_name in names:
+        raise CompressError("output names must be distinct and differ from the input name, got %s" % names)
+    out_shape = list(outs[0].shape)
     if task == "classify" and labels and out_shape[-1] != len(labels):
         raise CompressError("the model has %d classes but %d labels were given" % (out_shape[-1], len(labels)),
                             hint="pass the label list that belongs to these weights")
 
-    dynamic_axes = {input_name: {0: "batch"}, output_name: {0: "batch"}} if dynamic_batch else None
+    dynamic_axes = {input_name: {0: "batch"}} if dynamic_batch else None
     in_spec_shape = (["batch"] if dynamic_batch else [shape[0]]) + list(shape[1:])
-    out_spec_shape = (["batch"] if dynamic_batch else [out_shape[0]]) + out_shape[1:]
+    out_specs = []
+    for n, t in zip(names, outs):
+        dims = list(t.shape)
+        # one output keeps the old contract (axis 0 is the batch); of several, those whose axis 0 is the batch
+        batched = dynamic_batch and len(dims) > 0 and (len(outs) == 1 or dims[0] == shape[0])
+        if batched:
+            dynamic_axes[n] = {0: "batch"}
+        out_specs.append(TensorSpec(n, (["batch"] + dims[1:]) if batched else dims, "float32"))
     with atomic_output(path, suffix=".onnx") as tmp:
         with warnings.catch_warnings():
             # The TorchScript exporter announces its deprecation in favour of dynamo (which needs onnxscript).
             warnings.simplefilter("ignore", category=DeprecationWarning)
             warnings.simplefilter("ignore", category=FutureWarning)
             with torch.no_grad():
-                torch.onnx.export(model, (dummy,), str(tmp), input_names=[input_name], output_names=[output_name],
+                torch.onnx.export(model, (dummy,), str(tmp), input_names=[input_name], output_names=names,
                                   dynamic_axes=dynamic_axes, opset_version=opset, do_constant_folding=True,
                                   dynamo=False)
         _check_onnx(tmp, path)
@@ -78,7 +99,7 @@ def export_onnx(model: Any, path: PathLike, input_shape: Sequence[int], *, task:
     sidecar = ModelSidecar(
         task=task, model_name=model_name or type(model).__name__,
         inputs=[TensorSpec(input_name, in_spec_shape, "float32")],
-        outputs=[TensorSpec(output_name, out_spec_shape, "float32")],
+        outputs=out_specs,
         preprocess=preprocess, labels=list(labels), produced_by=produced_by("export", **details),
         extra=dict(extra or {}))
     write_sidecar(path, sidecar)

@@ -34,7 +34,8 @@ class PruneCommand(Command):
   jetforge prune --model mobilenet_v2 --flops-reduction 2.0 --target orin-nx-16gb --out pruned/
   jetforge prune --model resnet50 --ratio 0.5 --importance l2 --round-to 16 --out r50/
   jetforge prune --model my_model.pt --input-shape 1,3,8,112,112 --ratio 0.3 --global --out out/
-  jetforge prune --model mobilenet_v2 --latency-reduction 1.5 --measure-latency --out fast/"""
+  jetforge prune --model mobilenet_v2 --latency-reduction 1.5 --measure-latency --out fast/
+  jetforge prune --model resnet50 --flops-reduction 2.0 --latency-aware --input-shape 1,3,224,224 --out la/"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--model", required=True, metavar="NAME|PATH.pt",
@@ -58,6 +59,9 @@ class PruneCommand(Command):
                             help="keep this module's output channels (repeatable; prefixes match)")
         parser.add_argument("--no-protect-stem", action="store_true", help="allow pruning the first convolution")
         parser.add_argument("--input-shape", default="1,3,224,224", help="example input, batch first")
+        parser.add_argument("--latency-aware", action="store_true",
+                            help="time each channel group's cut in CPU ONNX Runtime at --input-shape and prune where "
+                                 "the most time is saved per importance lost (needs a reduction goal, not --ratio)")
         parser.add_argument("--measure-latency", action="store_true",
                             help="measure latency before/after in CPU ONNX Runtime for the report")
         parser.add_argument("--no-onnx", action="store_true", help="do not export the pruned model to ONNX")
@@ -86,7 +90,8 @@ class PruneCommand(Command):
                        params_reduction=args.params_reduction, latency_reduction=args.latency_reduction,
                        importance=args.importance, global_ranking=args.global_ranking, round_to=args.round_to,
                        target=target, protect=args.protect, protect_stem=not args.no_protect_stem,
-                       min_keep=args.min_keep, measure_latency=args.measure_latency)
+                       min_keep=args.min_keep, measure_latency=args.measure_latency,
+                       latency_aware=args.latency_aware)
         result.plan.meta["model"] = args.model
         files = {"plan": str(result.plan.save(out / "model.prune.json"))}
         state_path = out / "pruned.pt"

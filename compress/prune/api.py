@@ -10,6 +10,12 @@ with counted-then-scaled MACs, so no model is copied during the search), or a
 ``latency_reduction`` factor measured on a backend session (CPU ONNX Runtime by
 default; pass ``latency_fn`` for a CUDA session), iterating prune -> export ->
 measure until the goal is met.
+
+``latency_aware=True`` replaces the uniform (or global) ratio by a search that prunes where
+time is spent (see :mod:`latency`): each group's cut is timed alone on the backend
+(``latency_fn``), and channel cuts go to the groups with the most latency saved per
+importance lost, on aligned channel counts, until the FLOPs/params goal is counted or the
+latency goal is measured.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -27,6 +33,7 @@ from jetforge.compress.prune import flops as _flops
 from jetforge.compress.prune.graph import DependencyGraph
 from jetforge.compress.prune.groups import removed_indices, select
 from jetforge.compress.prune.importance import class_importance
+from jetforge.compress.prune.latency import DEFAULT_LEVELS, Allocator, LatencyTable, measure_table
 from jetforge.compress.prune.plan import PlanEntry, PrunePlan, apply_plan
 from jetforge.compress.prune.report import PruneReport, layer_snapshot, ort_latency
 
@@ -45,6 +52,7 @@ class PruneResult:
     graph: DependencyGraph
     report: PruneReport
     ratio: float
+    latency_table: Optional[LatencyTable] = None  # the measured per-group table (latency_aware), reusable
 
 
 def default_round_to(target: Optional[str]) -> int:
@@ -74,13 +82,19 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
           protect_stem: bool = True, min_keep: float = 0.1, overrides: Optional[Mapping[str, float]] = None,
           data: Optional[Iterable[Any]] = None, loss_fn: Optional[Callable[..., torch.Tensor]] = None,
           seed: int = 0, measure_latency: bool = False,
-          latency_fn: Optional[Callable[[nn.Module], float]] = None, inplace: bool = True) -> PruneResult:
+          latency_fn: Optional[Callable[[nn.Module], float]] = None, inplace: bool = True,
+          latency_aware: bool = False, latency_levels: Sequence[float] = DEFAULT_LEVELS,
+          max_latency_iterations: int = 8, latency_table: Optional[LatencyTable] = None) -> PruneResult:
     """Prune ``model``'s channels to meet one goal; returns the model, its replayable plan and its report.
 
     ``example_inputs``: a tensor (or tuple) the model accepts, batch axis first; keep it
     small, it only serves the trace and the MAC count.  ``protect``: module names (or
     prefixes) whose output channels stay; the stem (``protect_stem``) and every model
     output always stay.  ``round_to`` defaults to the target profile's channel multiple.
+    ``latency_fn(model) -> ms`` measures a candidate (default: CPU ONNX Runtime at the
+    example input's shape); with ``latency_aware`` it also fills the per-group latency
+    table at the kept fractions ``latency_levels``; pass ``latency_table`` (from an earlier
+    result with the same model, importance and rounding) to reuse it instead of measuring.
     """
     goals = {"ratio": ratio, "flops_reduction": flops_reduction, "params_reduction": params_reduction,
              "latency_reduction": latency_reduction}
@@ -93,6 +107,11 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
             raise ConfigError("%s must be a factor >= 1 (2.0 = half), got %r" % (k, goals[k]))
     if not 0.0 <= min_keep <= 1.0:
         raise ConfigError("min_keep must be in [0, 1], got %r" % min_keep)
+    if latency_aware and ratio is not None:
+        raise ConfigError("latency_aware needs a flops_reduction, params_reduction or latency_reduction goal, "
+                          "not a ratio", hint="e.g. flops_reduction=2.0, latency_aware=True")
+    if latency_aware and (not latency_levels or any(not 0.0 < f < 1.0 for f in latency_levels)):
+        raise ConfigError("latency_levels must be kept fractions in (0, 1), got %r" % (list(latency_levels),))
     round_to = int(round_to) if round_to else default_round_to(target)
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     if not inplace:
@@ -111,23 +130,34 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
     backend = "custom latency_fn" if latency_fn is not None else "onnxruntime CPU, 1 thread, median of 20"
     latency_fn = latency_fn or (lambda m: ort_latency(m, tuple(inputs[0].shape)))
     latency_before = None
-    if ratio is not None:
-        chosen = float(ratio)
-    elif latency_reduction is not None:
-        latency_before = latency_fn(model)
-        chosen = _search(lambda r: latency_before / latency_fn(_pruned_copy(model, graph, choose(r))),
-                         float(latency_reduction), steps=5, what="latency")
+    extra: Dict[str, Any] = {}
+    if latency_aware:
+        removed, chosen, extra = _latency_aware(model, graph, scores, before, latency_fn, inputs,
+                                                flops_reduction=flops_reduction, params_reduction=params_reduction,
+                                                latency_reduction=latency_reduction, levels=latency_levels,
+                                                round_to=round_to, min_keep=min_keep,
+                                                max_iterations=max_latency_iterations, table=latency_table)
+        latency_before = extra["latency_table"]["base_ms"]
     else:
-        metric = "macs" if flops_reduction is not None else "params"
-        goal = float(flops_reduction if flops_reduction is not None else params_reduction)
-        base = getattr(before, metric)
-        chosen = _search(lambda r: base / max(1, getattr(_flops.estimate(graph, model, before, choose(r)), metric)),
-                         goal, steps=14, what=metric)
-    removed = choose(chosen)
+        if ratio is not None:
+            chosen = float(ratio)
+        elif latency_reduction is not None:
+            latency_before = latency_fn(model)
+            chosen = _search(lambda r: latency_before / latency_fn(_pruned_copy(model, graph, choose(r))),
+                             float(latency_reduction), steps=5, what="latency")
+        else:
+            metric = "macs" if flops_reduction is not None else "params"
+            goal = float(flops_reduction if flops_reduction is not None else params_reduction)
+            base = getattr(before, metric)
+            chosen = _search(lambda r: base / max(1, getattr(_flops.estimate(graph, model, before, choose(r)),
+                                                             metric)), goal, steps=14, what=metric)
+        removed = choose(chosen)
+    table_obj = extra.pop("_table", None)
     settings = {"goal": given[0], "goal_value": goals[given[0]], "ratio": chosen, "importance": importance,
                 "global_ranking": global_ranking, "round_to": round_to, "target": target,
                 "protect": list(protect), "protect_stem": protect_stem, "min_keep": min_keep,
-                "overrides": dict(overrides or {}), "seed": seed,
+                "overrides": dict(overrides or {}), "seed": seed, "latency_aware": latency_aware,
+                "latency_levels": list(latency_levels) if latency_aware else None,
                 "example_input_shape": [list(t.shape) for t in inputs if isinstance(t, torch.Tensor)]}
     plan = make_plan(graph, model, removed, settings)
     names = list(graph.layers)
@@ -140,13 +170,72 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
     for name, entry in plan.layers.items():
         entry["in"].append(layers_after[name]["in"])
         entry["out"].append(layers_after[name]["out"])
-    latency_after = latency_fn(model) if (measure_latency or latency_reduction is not None) else None
+    latency_after = latency_fn(model) if (measure_latency or latency_reduction is not None or latency_aware) else None
     report = PruneReport(type(model).__name__, settings, before, after, layers_before, layers_after,
                          graph.protected_report(), latency_before, latency_after,
-                         backend if latency_after is not None else "")
+                         backend if latency_after is not None else "", extra)
     log.info("pruned %s: MACs %d -> %d, params %d -> %d", type(model).__name__, before.macs, after.macs,
              before.params, after.params)
-    return PruneResult(model, plan, graph, report, chosen)
+    return PruneResult(model, plan, graph, report, chosen, table_obj)
+
+
+def _latency_aware(model: nn.Module, graph: DependencyGraph, scores: torch.Tensor, before: _flops.OpCount,
+                   latency_fn: Callable[[nn.Module], float], inputs: Any, *, flops_reduction: Optional[float],
+                   params_reduction: Optional[float], latency_reduction: Optional[float], levels: Sequence[float],
+                   round_to: int, min_keep: float, max_iterations: int, table: Optional[LatencyTable] = None):
+    """Measure the per-group latency table, then allocate greedily to the goal (see :mod:`latency`)."""
+
+    def latency_of(removed: torch.Tensor) -> float:
+        return float(latency_fn(_pruned_copy(model, graph, removed)) if bool(removed.any()) else latency_fn(model))
+
+    if table is not None:
+        names = [g.name for g in graph.groups]
+        if any(c.group >= len(names) or names[c.group] != c.name for c in table.costs):
+            raise ConfigError("the latency_table given was measured on another model",
+                              hint="reuse a table only with the same model, importance and round_to")
+    else:
+        table = measure_table(graph, scores, latency_of, levels=levels, round_to=round_to, min_keep=min_keep,
+                              progress=log.debug)
+    log.info("latency table: %d measurements in %.1f s, base %.3f ms", table.measurements, table.seconds,
+             table.base_ms)
+    alloc = Allocator(graph, table, scores)
+    trace: List[Dict[str, Any]] = []
+    if latency_reduction is None:
+        metric = "macs" if flops_reduction is not None else "params"
+        goal = float(flops_reduction if flops_reduction is not None else params_reduction)
+        base = getattr(before, metric)
+
+        def reached(removed: torch.Tensor, predicted: float) -> bool:
+            return base / max(1, getattr(_flops.estimate(graph, model, before, removed), metric)) >= goal
+
+        a = alloc.run(reached)
+    else:
+        goal = float(latency_reduction)
+        target = table.base_ms / goal
+        predicted_target = target
+        for it in range(max_iterations):
+            a = alloc.run(lambda removed, predicted: predicted <= predicted_target)
+            measured = latency_of(a.removed)
+            trace.append({"predicted_ms": round(a.predicted_ms, 4), "measured_ms": round(measured, 4),
+                          "speedup": round(table.base_ms / measured, 4), "steps": len(a.steps)})
+            log.info("latency-aware iteration %d: predicted %.3f ms, measured %.3f ms (goal %.3f ms)", it,
+                     a.predicted_ms, measured, target)
+            if measured <= target:
+                break
+            real_saved = max(1e-9, table.base_ms - measured)
+            predicted_saved = max(1e-9, table.base_ms - a.predicted_ms)
+            # Cuts do not add up exactly: ask the prediction for as much more as the measurement lacks.
+            predicted_target = a.predicted_ms - (measured - target) * predicted_saved / real_saved
+        else:
+            raise CompressError("the latency-aware search did not reach a %.2fx measured speed-up in %d iterations "
+                                "(best %.2fx)" % (goal, max_iterations, table.base_ms / measured),
+                                hint="ask for less, or raise max_latency_iterations")
+    chosen = float(a.removed.sum()) / max(1, graph.num_classes)
+    extra = {"latency_table": table.to_dict(),
+             "latency_search": {"steps": [list(s) for s in a.steps], "predicted_ms": round(a.predicted_ms, 4),
+                                "iterations": trace}}
+    extra["_table"] = table
+    return a.removed.clone(), chosen, extra
 
 
 def _pruned_copy(model: nn.Module, graph: DependencyGraph, removed: torch.Tensor) -> nn.Module:

@@ -158,7 +158,13 @@ def ort_latency(model: nn.Module, input_shape: Sequence[int], *, threads: int = 
 
     with tempfile.TemporaryDirectory(prefix="jetforge-prune-") as tmp:
         path = Path(tmp) / "model.onnx"
-        export_onnx(model, path, input_shape, task="other", dynamic_batch=False)
+        was_training = model.training
+        with torch.no_grad():
+            out = model.eval()(torch.zeros(tuple(input_shape)))
+        model.train(was_training)
+        n_out = 1 if isinstance(out, torch.Tensor) else len(out)
+        names = "output" if n_out == 1 else tuple("output%d" % i for i in range(n_out))  # detectors: several
+        export_onnx(model, path, input_shape, task="other", dynamic_batch=False, output_name=names)
         x = np.random.default_rng(0).standard_normal(tuple(input_shape)).astype(np.float32)
         with open_session(path, threads=threads) as s:
             name = s.inputs[0].name

@@ -50,3 +50,8 @@ def test_cli_prune_unknown_model_is_one_line_error(tmp_path, capsys):
     code = main(["prune", "--model", "resnet5O", "--ratio", "0.5", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 1 and "unknown model 'resnet5O'" in err and "resnet50" in err
+
+
+def test_cli_latency_aware_needs_a_reduction_goal(tmp_path, capsys):
+    code = main(["prune", "--model", "resnet18", "--ratio", "0.5", "--latency-aware", "--out", str(tmp_path)])
+    assert code == 1 and "not a ratio" in capsys.readouterr().err
