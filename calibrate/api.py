@@ -4,10 +4,14 @@ Outputs for ``model.onnx`` (or next to ``out``, a named cache path ``X.calib``):
 
 * ``model.calib`` -- TensorRT calibration cache stamped for ``trt_version`` (DLA, TensorRT <= 10);
 * ``model.qdq.onnx`` (+ ``model.qdq.onnx.json`` sidecar) -- explicit Q/DQ (TensorRT >= 10 GPU, 11);
-* ``model.calib.json`` -- the report; ``model.calib.plots/`` -- histogram plots.
+* ``model.calib.json`` -- the report; ``model.calib.plots/`` -- histogram plots;
+* with ``eval_data``: the report's ``evaluation`` block (INT8 vs FP32 in ONNX Runtime's INT8 kernels);
+* with ``mixed_precision``: ``model.precisions.json`` / ``model.precisions.txt`` (the layers kept in
+  FP16, for TensorRT's ``--layerPrecisions``) and ``model.mixed.qdq.onnx`` (+ sidecar).
 
 :func:`check_cache` reads an existing cache (one of ours or TensorRT's), refuses one for another
-TensorRT version unless ``retarget`` is set, and checks its tensor names against the model.
+TensorRT version unless ``retarget`` is set (the retargeted copy goes to ``model.trt<version>.calib``,
+never over the input), and checks its tensor names against the model.
 """
 
 import logging
@@ -24,10 +28,12 @@ from jetforge.calibrate.sources import SAMPLINGS, collect_sources
 from jetforge.calibrate.stats import ActivationStats, activation_tensors, collect_statistics, load_model
 from jetforge.errors import CalibrationError, UnknownNameError
 from jetforge.fileio import PathLike, check_not_input, require_file
+from jetforge.optional import require
 
 log = logging.getLogger(__name__)
 
 DataArg = Union[str, Path, Sequence[Union[str, Path]]]
+EVAL_SAMPLES = 300
 
 
 @dataclass
@@ -43,9 +49,15 @@ class CalibrationResult:
     warnings: List[str] = field(default_factory=list)
     seconds: float = 0.0
     report: Dict[str, object] = field(default_factory=dict)
+    evaluation: Dict[str, object] = field(default_factory=dict)
+    mixed_qdq_path: Optional[Path] = None
+    precisions_path: Optional[Path] = None
 
     def to_dict(self) -> Dict[str, object]:
         return {"cache": str(self.cache_path), "qdq_onnx": str(self.qdq_path) if self.qdq_path else None,
+                "mixed_qdq_onnx": str(self.mixed_qdq_path) if self.mixed_qdq_path else None,
+                "layer_precisions": str(self.precisions_path) if self.precisions_path else None,
+                "evaluation": dict(self.evaluation) if self.evaluation else None,
                 "report": str(self.report_path) if self.report_path else None,
                 "plots": [str(p) for p in self.plots], "header": self.cache.header,
                 "trt_version": version_string(self.cache.trt_version), "algorithm": self.algorithm,
@@ -65,7 +77,10 @@ def output_paths(model_path: PathLike, out: Optional[PathLike] = None) -> Dict[s
         stem = m.with_suffix("") if m.suffix.lower() == ".onnx" else m
         cache = stem.with_name(stem.name + ".calib")
     return {"cache": cache, "qdq": stem.with_name(stem.name + ".qdq.onnx"),
-            "report": cache.with_name(cache.name + ".json"), "plots": cache.with_name(cache.name + ".plots")}
+            "report": cache.with_name(cache.name + ".json"), "plots": cache.with_name(cache.name + ".plots"),
+            "mixed_qdq": stem.with_name(stem.name + ".mixed.qdq.onnx"),
+            "precisions": stem.with_name(stem.name + ".precisions.json"),
+            "precisions_txt": stem.with_name(stem.name + ".precisions.txt")}
 
 
 def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3", algorithm: str = "entropy",
@@ -73,8 +88,18 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3", al
               qdq: bool = True, report: bool = True, plots: bool = True, video_sampling: str = "uniform",
               percentile: float = 99.99, cache_algorithm: str = DEFAULT_TOKEN, min_samples: int = 16,
               providers: Optional[Sequence[str]] = None, progress: bool = True,
-              check_build: bool = False) -> CalibrationResult:
-    """Calibrate ``model_path`` (ONNX with a sidecar) on ``data`` and write the outputs (see module doc)."""
+              check_build: bool = False, eval_data: Optional[DataArg] = None,
+              labels: Optional[PathLike] = None, eval_samples: int = EVAL_SAMPLES,
+              mixed_precision: Optional[float] = None, mixed_metric: str = "agreement_confident",
+              sensitivity: Optional[str] = None) -> CalibrationResult:
+    """Calibrate ``model_path`` (ONNX with a sidecar) on ``data`` and write the outputs (see module doc).
+
+    With ``eval_data`` the Q/DQ model is evaluated against FP32 in ONNX Runtime (agreement, KL, accuracy
+    with ``labels``; see :mod:`jetforge.calibrate.evaluate`) into the report's ``evaluation`` block.
+    With ``mixed_precision`` (a bound on ``mixed_metric``) the most sensitive layers are kept in FP16
+    until the bound holds on the evaluation data (the calibration data when none is given), and the
+    layer-precision list and the mixed Q/DQ ONNX are written (see :mod:`jetforge.calibrate.mixed`).
+    """
     t0 = time.perf_counter()
     if algorithm not in algorithms.ALGORITHMS:
         raise UnknownNameError("calibration algorithm", algorithm, algorithms.ALGORITHMS)
@@ -93,8 +118,11 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3", al
                                hint="add a \"preprocess\" block (size, colour, mean/std) to %s.json" % model_file.name)
     paths = output_paths(model_file, out)
     data_items = [data] if isinstance(data, (str, Path)) else list(data)
-    for key in ("cache", "qdq", "report"):
-        check_not_input(paths[key], [model_file] + [Path(d) for d in data_items])
+    eval_items = _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items)
+    inputs = [model_file] + [Path(d) for d in data_items + eval_items] + ([Path(labels)] if labels else [])
+    for key in ("cache", "qdq", "report") + (("mixed_qdq", "precisions", "precisions_txt")
+                                             if mixed_precision is not None else ()):
+        check_not_input(paths[key], inputs)
 
     source = collect_sources(data_items, max_samples=samples, sampling=video_sampling)
     model = load_model(model_file)
@@ -133,13 +161,162 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3", al
                 raise
             warnings.append("histogram plots were not written: %s" % err)
             log.warning("%s", warnings[-1])
+    if eval_items or mixed_precision is not None or sensitivity:
+        result.evaluation = _evaluate(model, result, paths, sidecar, model_file,
+                                      eval_items or data_items, labels, eval_samples, video_sampling,
+                                      mixed_precision, mixed_metric, sensitivity, _held_out(data_items, eval_items),
+                                      progress)
     result.seconds = time.perf_counter() - t0
     if report:
         result.report = _report(result, stats, quality, source, model_file, qdq_info, batch_size, percentile)
+        if result.evaluation:
+            result.report["evaluation"] = result.evaluation
         from jetforge.calibrate.report import write_report
 
         result.report_path = write_report(paths["report"], result.report)
     return result
+
+
+def _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items) -> List:
+    """The ``eval_data`` items, after refusing combinations that cannot work (before any slow step)."""
+    from jetforge.calibrate.evaluate import SENSITIVITY_METHODS
+    from jetforge.calibrate.mixed import METRICS
+
+    items = [] if eval_data is None else ([eval_data] if isinstance(eval_data, (str, Path)) else list(eval_data))
+    if labels is not None:
+        if not items:
+            raise CalibrationError("labels were given but no evaluation data",
+                                   hint="add --eval DIR_OR_VIDEO with the labelled images")
+        require_file(labels, "label file", hint="one `image_path<TAB>class` per line")
+    if (items or mixed_precision is not None or sensitivity) and not qdq:
+        raise CalibrationError("INT8 evaluation and mixed precision run the Q/DQ ONNX, which --no-qdq turns off",
+                               hint="drop --no-qdq")
+    if mixed_metric not in METRICS:
+        raise UnknownNameError("mixed-precision metric", mixed_metric, METRICS)
+    if sensitivity is not None and sensitivity not in SENSITIVITY_METHODS:
+        raise UnknownNameError("sensitivity method", sensitivity, SENSITIVITY_METHODS)
+    if mixed_precision is not None:
+        if mixed_metric == "accuracy_drop":
+            if labels is None:
+                raise CalibrationError("an accuracy-drop bound needs labelled evaluation data",
+                                       hint="add --eval DIR --labels FILE, or bound the agreement")
+            if not 0.0 <= mixed_precision < 1.0:
+                raise CalibrationError("an accuracy-drop bound is a fraction in [0, 1), got %r" % mixed_precision,
+                                       hint="e.g. 0.002 for 0.2 points")
+        elif not 0.0 < mixed_precision <= 1.0:
+            raise CalibrationError("the mixed-precision bound is an agreement in (0, 1], got %r" % mixed_precision,
+                                   hint="e.g. --mixed-precision 0.98")
+    same = {str(Path(d).resolve()) for d in data_items} & {str(Path(d).resolve()) for d in items}
+    if same:
+        log.warning("the evaluation data %s is also calibration data: the numbers are not held-out", sorted(same)[0])
+    return items
+
+
+def _held_out(data_items: List, eval_items: List) -> bool:
+    resolved = lambda items: {str(Path(d).resolve()) for d in items}  # noqa: E731
+    return bool(eval_items) and not resolved(data_items) & resolved(eval_items)
+
+
+def evaluation_batches(data: DataArg, preprocess, model=None, samples: int = EVAL_SAMPLES,
+                       video_sampling: str = "uniform", batch_size: int = 16):
+    """Preprocessed evaluation batches and sample names from images/videos (as for calibration)."""
+    from jetforge.calibrate.evaluate import preprocess_samples
+    from jetforge.calibrate.stats import fixed_batch
+
+    items = [data] if isinstance(data, (str, Path)) else list(data)
+    source = collect_sources(items, max_samples=samples, sampling=video_sampling)
+    return preprocess_samples(source, preprocess, batch_size=batch_size,
+                              fixed_batch=fixed_batch(model) if model is not None else None)
+
+
+def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar, model_file: Path, items: List,
+              labels, samples: int, video_sampling: str, mixed_precision: Optional[float], mixed_metric: str,
+              sensitivity: Optional[str], held_out: bool, progress: bool) -> Dict[str, object]:
+    from jetforge.calibrate import evaluate as ev
+
+    batches, names = evaluation_batches(items, sidecar.preprocess, model, samples, video_sampling)
+    y = ev.read_labels(labels, names, sidecar.labels) if labels is not None else None
+    evaluator = ev.Evaluator(model, batches, labels=y)
+    qdq_model = ev.load(result.qdq_path)
+    int8 = evaluator.evaluate(qdq_model)
+    out: Dict[str, object] = {"data": [str(i) for i in items], "held_out": held_out,
+                              "int8": int8.to_dict(), "runtime": "onnxruntime %s CPU, INT8 kernels (ORT_ENABLE_ALL)"
+                              % require("onnxruntime").__version__}
+    for line in _eval_lines("INT8", int8):
+        log.info("%s", line)
+    if mixed_precision is not None:
+        from jetforge.calibrate import mixed
+
+        say = (lambda m: log.info("mixed precision: %s", m)) if progress else None
+        mp = mixed.search(model, qdq_model, evaluator, mixed_precision, mixed_metric, method=sensitivity or "sqnr",
+                          progress=say)
+        written = mixed.write_outputs(mp, paths["precisions"], paths["mixed_qdq"], paths["precisions_txt"])
+        _write_mixed_sidecar(paths["mixed_qdq"], sidecar, model_file, mp)
+        result.mixed_qdq_path, result.precisions_path = written["qdq"], written["json"]
+        out["mixed_precision"] = {k: v for k, v in mp.to_dict().items() if k not in ("sensitivity", "format")}
+        out["mixed_precision"]["outputs"] = {k: str(v) for k, v in written.items()}
+        out["sensitivity"] = [s.to_dict() for s in mp.sensitivity]
+        if not mp.met:
+            result.warnings.append("mixed precision: the %s bound %.4g was not met (best %.4f with %d FP16 layers)"
+                                   % (mixed_metric, mixed_precision, mixed.metric_value(mp.result, mixed_metric),
+                                      len(mp.fp16_layers)))
+    elif sensitivity:
+        sens = ev.layer_sensitivity(model, qdq_model, evaluator.batches, sensitivity, evaluator=evaluator)
+        out["sensitivity"] = [s.to_dict() for s in sens]
+    return out
+
+
+def _eval_lines(label: str, res) -> List[str]:
+    d = res.to_dict()
+    line = ("%s vs FP32 on %d samples: top-1 agreement %.3f, on %d confident %s, top-5 %.3f, mean KL %.4f"
+            % (label, d["samples"], d["agreement"], d["confident_samples"],
+               "%.3f" % d["agreement_confident"] if d["agreement_confident"] is not None else "-",
+               d["top5_agreement"], d["mean_kl"]))
+    lines = [line]
+    if d.get("labelled"):
+        lines.append("accuracy on %d labelled: FP32 %.4f, %s %.4f (drop %.2f points)"
+                     % (d["labelled"], d["accuracy_fp32"], label, d["accuracy_int8"], 100 * d["accuracy_drop"]))
+    return lines
+
+
+def evaluation_summary(evaluation: Dict[str, object]) -> List[str]:
+    """Printable lines for a report's ``evaluation`` block."""
+    lines: List[str] = []
+    if evaluation.get("int8"):
+        lines.extend(_eval_lines("INT8", _from_dict(evaluation["int8"])))
+    mp = evaluation.get("mixed_precision")
+    if mp:
+        lines.extend(_eval_lines("mixed", _from_dict(mp["achieved"])))
+        lines.append("mixed precision: %s bound %s %s with %d FP16 layers%s"
+                     % (mp["metric"], mp["bound"], "met" if mp["met"] else "NOT met", len(mp["fp16_layers"]),
+                        (": " + ", ".join(mp["fp16_layers"][:6]) + (" ..." if len(mp["fp16_layers"]) > 6 else ""))
+                        if mp["fp16_layers"] else ""))
+    return lines
+
+
+def _from_dict(d: Dict[str, object]):
+    from jetforge.calibrate.evaluate import EvalResult
+
+    res = EvalResult(samples=d["samples"], agreement=d["agreement"], confident_samples=d["confident_samples"],
+                     agreement_confident=d["agreement_confident"], top5_agreement=d["top5_agreement"],
+                     mean_kl=d["mean_kl"], output_sqnr_db=d["output_sqnr_db"] or 0.0,
+                     fp32_mean_confidence=d["fp32_mean_confidence"])
+    if d.get("labelled"):
+        res.labelled, res.accuracy_fp32, res.accuracy_int8 = d["labelled"], d["accuracy_fp32"], d["accuracy_int8"]
+    return res
+
+
+def _write_mixed_sidecar(path: Path, sidecar, model_file: Path, mp) -> None:
+    from jetforge.runtime.sidecar import ModelSidecar, produced_by, write_sidecar
+
+    data = sidecar.to_dict()
+    data["produced_by"] = produced_by("calibrate", source=model_file.name, quantization="int8-qdq-mixed",
+                                      fp16_layers=len(mp.fp16_layers))
+    extra = dict(data.get("extra") or {})
+    extra["precision"] = "int8-qdq-mixed"
+    extra["fp16_layers"] = list(mp.fp16_layers)
+    data["extra"] = extra
+    write_sidecar(path, ModelSidecar.from_dict(data))
 
 
 def _write_qdq(model, amax, path: Path, model_file: Path, sidecar, algorithm: str, version) -> Dict[str, object]:
@@ -198,11 +375,19 @@ class CacheCheck:
         return d
 
 
+def retarget_path(cache_path: PathLike, version) -> Path:
+    """``model.calib`` retargeted to 8.6.2 -> ``model.trt8.6.2.calib`` next to it."""
+    p = Path(cache_path)
+    stem = p.stem if p.suffix == ".calib" else p.name
+    return p.with_name("%s.trt%s.calib" % (stem, version_string(parse_trt_version(version))))
+
+
 def check_cache(cache_path: PathLike, model_path: Optional[PathLike] = None, trt_version: Optional[str] = None,
                 retarget: bool = False, out: Optional[PathLike] = None) -> CacheCheck:
     """Read a cache, check its version (refuse another one unless ``retarget``) and its tensor names.
 
-    With ``retarget`` the header is rewritten for ``trt_version`` into ``out`` (default: in place).
+    With ``retarget`` the header is rewritten for ``trt_version`` into ``out`` (default:
+    ``<stem>.trt<version>.calib`` next to the input, which is never overwritten).
     Names in the cache that are not tensors of the model are an error.
     """
     cache = CalibrationCache.read(cache_path)
@@ -214,9 +399,8 @@ def check_cache(cache_path: PathLike, model_path: Optional[PathLike] = None, trt
             if not retarget:
                 raise
             new = cache.retarget(trt_version)
-            target = Path(out) if out is not None else Path(cache_path)
-            if model_path is not None:
-                check_not_input(target, [model_path])
+            target = Path(out) if out is not None else retarget_path(cache_path, new.trt_version)
+            check_not_input(target, [cache_path] + ([model_path] if model_path is not None else []))
             new.write(target)
             new.source = str(target)
             check.cache, check.retargeted_to, check.written = new, version_string(new.trt_version), target

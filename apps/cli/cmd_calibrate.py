@@ -24,7 +24,10 @@ class CalibrateCommand(Command):
   jetforge calibrate model.onnx --data street.mp4 --data extra/ --samples 800 --algorithm percentile
   jetforge calibrate model.onnx --data clip.mp4 --video-sampling scene --trt 8.6.2 --out build/model.calib
   jetforge calibrate --check-cache model.calib --model model.onnx --trt 10.3
-  jetforge calibrate --check-cache old.calib --model model.onnx --trt 10.3 --retarget --out new.calib"""
+  jetforge calibrate model.onnx --data calib/ --eval heldout/ --labels heldout/labels.txt
+  jetforge calibrate model.onnx --data calib.mp4 --eval other.mp4 --mixed-precision 0.98
+  jetforge calibrate --check-cache old.calib --model model.onnx --trt 10.3 --retarget --out new.calib
+  jetforge calibrate --check-cache old.calib --trt 8.6.2 --retarget     (writes old.trt8.6.2.calib)"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("model", nargs="?", metavar="MODEL.onnx", help="the ONNX model (with its sidecar)")
@@ -50,10 +53,32 @@ class CalibrateCommand(Command):
         parser.add_argument("--no-plots", action="store_true", help="do not write histogram plots")
         parser.add_argument("--check-build", action="store_true",
                             help="parse and build the Q/DQ ONNX with TensorRT (or TensorRT-RTX on any machine)")
+        parser.add_argument("--eval", action="append", default=[], metavar="DIR_OR_VIDEO",
+                            help="held-out images/video: run the Q/DQ ONNX with ONNX Runtime's INT8 kernels against "
+                                 "FP32 and report top-1/top-5 agreement (all and confident samples), mean KL and, "
+                                 "with --labels, accuracy (repeatable)")
+        parser.add_argument("--labels", metavar="FILE",
+                            help="labels of the --eval images: one `image_path<TAB>class` per line (class index or "
+                                 "sidecar label name; paths relative to FILE or bare file names)")
+        parser.add_argument("--eval-samples", type=int, default=300, help="evaluation samples (default 300)")
+        parser.add_argument("--mixed-precision", type=float, metavar="BOUND",
+                            help="keep the most INT8-sensitive layers in FP16 until --mixed-metric meets BOUND on "
+                                 "the --eval data (else the calibration data); writes MODEL.precisions.json/.txt "
+                                 "(TensorRT --layerPrecisions) and MODEL.mixed.qdq.onnx")
+        parser.add_argument("--mixed-metric", default="agreement_confident",
+                            choices=["agreement_confident", "agreement", "accuracy_drop"],
+                            help="what BOUND bounds: top-1 agreement with FP32 on confident samples (default), on "
+                                 "all samples (both minima), or the labelled accuracy drop (a maximum, 0.002 = 0.2 "
+                                 "points)")
+        parser.add_argument("--sensitivity", choices=["sqnr", "kl"],
+                            help="per-layer sensitivity in the report: sqnr (each layer quantized alone from FP32 "
+                                 "inputs, one pass; the default ranking for --mixed-precision) or kl (quantize one "
+                                 "layer at a time, output KL)")
         parser.add_argument("--check-cache", metavar="FILE", help="validate an existing calibration cache")
         parser.add_argument("--retarget", action="store_true",
                             help="with --check-cache: rewrite a cache made for another TensorRT version for --trt "
-                                 "(the scales are kept; TensorRT would otherwise ignore the cache)")
+                                 "(the scales are kept; TensorRT would otherwise ignore the cache) into --out, by "
+                                 "default FILE's stem + .trt<VERSION>.calib (the input is never overwritten)")
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -70,12 +95,20 @@ class CalibrateCommand(Command):
             raise ConfigError("no model given", hint="jetforge calibrate MODEL.onnx --data DIR_OR_VIDEO")
         if not args.data:
             raise ConfigError("no calibration data given", hint="add --data DIR_OR_VIDEO (repeatable)")
-        from jetforge.calibrate.api import calibrate
+        if args.labels and not args.eval:
+            raise ConfigError("--labels needs --eval (the labelled images to evaluate on)",
+                              hint="add --eval DIR_OR_VIDEO")
+        if args.eval_samples < 1:
+            raise ConfigError("--eval-samples must be at least 1, got %d" % args.eval_samples)
+        from jetforge.calibrate.api import calibrate, evaluation_summary
 
         result = calibrate(model, args.data, trt_version=args.trt or "10.3", algorithm=args.algorithm,
                            samples=args.samples, batch_size=args.batch_size, out=args.out, qdq=not args.no_qdq,
                            plots=not args.no_plots, video_sampling=args.video_sampling, percentile=args.percentile,
-                           min_samples=args.min_samples, progress=not args.json, check_build=args.check_build)
+                           min_samples=args.min_samples, progress=not args.json, check_build=args.check_build,
+                           eval_data=args.eval or None, labels=args.labels, eval_samples=args.eval_samples,
+                           mixed_precision=args.mixed_precision, mixed_metric=args.mixed_metric,
+                           sensitivity=args.sensitivity)
         if args.json:
             data = result.to_dict()
             if args.check_build:
@@ -93,6 +126,11 @@ class CalibrateCommand(Command):
             lines.append("  report   %s" % result.report_path)
         if result.plots:
             lines.append("  plots    %s (%d pages)" % (result.plots[0].parent, len(result.plots)))
+        if result.mixed_qdq_path:
+            lines.append("  mixed    %s" % result.mixed_qdq_path)
+            lines.append("  layers   %s" % result.precisions_path)
+        if result.evaluation:
+            lines.extend("  " + line for line in evaluation_summary(result.evaluation))
         build = (result.report.get("qdq") or {}).get("build_check") if result.report else None
         if build:
             lines.append("  build    %s %s: %d layers, %d bytes" % (build["library"], build["version"],

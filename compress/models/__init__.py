@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict
 from jetforge.errors import CompressError, ModelError, UnknownNameError
 from jetforge.fileio import PathLike, require_file, sha256_file
 from jetforge.optional import require
-from jetforge.runtime.preprocess import IMAGENET_TORCHVISION, Preprocess
+from jetforge.runtime.preprocess import IMAGENET_TFLITE, IMAGENET_TORCHVISION, Preprocess
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,13 @@ PRETRAINED: Dict[str, PretrainedSpec] = {
         builder="jetforge.compress.models.mobilenet_v2:mobilenet_v2", input_shape=(1, 3, 224, 224),
         preprocess=IMAGENET_TORCHVISION, labels="imagenet",
         source="torchvision ImageNet-1k weights (BSD-3-Clause), 71.9 % top-1 upstream"),
+    "efficientnet_lite0": PretrainedSpec(
+        name="efficientnet_lite0", asset="efficientnet_lite0_imagenet", filename="efficientnet-lite0-57934424.pth",
+        sha256="579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db",
+        builder="jetforge.compress.models.efficientnet_lite:efficientnet_lite0", input_shape=(1, 3, 224, 224),
+        preprocess=IMAGENET_TFLITE, labels="imagenet",
+        source="Google's EfficientNet-Lite0 ImageNet-1k weights converted to PyTorch (Apache-2.0), 75.1 % top-1 "
+               "upstream"),
 }
 
 
