@@ -31,9 +31,6 @@ log = logging.getLogger(__name__)
 
 # Suffixes of model files whose backend is planned but may not be registered in this build,
 # so that `auto` can say which backend a file needs instead of "unknown suffix".
-PLANNED_SUFFIXES: Dict[str, str] = {".engine": "tensorrt", ".plan": "tensorrt", ".trt": "tensorrt",
-                                    ".pt": "pytorch", ".pth": "pytorch", ".ts": "pytorch"}
-
 
 class Session:
     """One model loaded on one backend.
@@ -280,11 +277,6 @@ def backend_for_path(path: PathLike) -> str:
     for name in BACKENDS:
         if suffix in BACKENDS.get(name).suffixes:
             return name
-    planned = PLANNED_SUFFIXES.get(suffix)
-    if planned:
-        raise BackendError("%s needs the %s backend, which is not available in this jetforge build"
-                           % (Path(path).name, planned),
-                           hint="available backends: %s" % ", ".join(BACKENDS.names()))
     known = sorted("%s (%s)" % (s, n) for n in BACKENDS for s in BACKENDS.get(n).suffixes)
     raise ModelError("cannot tell which backend runs %s from its suffix %r" % (Path(path).name, suffix or ""),
                      hint="known model files: %s; or pass the backend explicitly" % ", ".join(known))

@@ -29,8 +29,8 @@ def top5(session, image):
 def test_onnxruntime_is_registered_and_chosen_for_onnx_files(tmp_path):
     assert "onnxruntime" in BACKENDS
     assert backend_for_path("m.onnx") == "onnxruntime"
-    with pytest.raises(BackendError, match="needs the tensorrt backend"):
-        backend_for_path("m.engine")
+    assert backend_for_path("m.engine") == "tensorrt"
+    assert backend_for_path("m.pt") == "pytorch"
     with pytest.raises(ModelError, match="cannot tell which backend"):
         backend_for_path("m.bin")
 
