@@ -1,0 +1,84 @@
+"""Quantized layers: quantizers on the *inputs* of quantizable operations (TensorRT's placement, §5).
+
+``QuantConv2d`` / ``QuantLinear`` quantize their input per tensor and their weight per output
+channel; the bias stays float (TensorRT quantizes it to INT32 itself).  ``QuantAdd`` replaces a
+residual ``a + b`` and quantizes both inputs, so TensorRT can fuse the add into the preceding
+convolution in INT8.
+"""
+
+import torch
+from torch import nn
+
+from jetforge.compress.qat.quantizer import TensorQuantizer
+
+
+class QuantConv2d(nn.Conv2d):
+    @classmethod
+    def from_float(cls, conv: nn.Conv2d) -> "QuantConv2d":
+        q = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
+                conv.groups, conv.bias is not None, conv.padding_mode, device=conv.weight.device)
+        with torch.no_grad():
+            q.weight.copy_(conv.weight)
+            if conv.bias is not None:
+                q.bias.copy_(conv.bias)
+        q.train(conv.training)
+        return q
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.input_quantizer = TensorQuantizer()
+        self.weight_quantizer = TensorQuantizer(axis=0, channels=self.out_channels, dynamic=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._conv_forward(self.input_quantizer(x), self.weight_quantizer(self.weight), self.bias)
+
+
+class QuantLinear(nn.Linear):
+    @classmethod
+    def from_float(cls, lin: nn.Linear) -> "QuantLinear":
+        q = cls(lin.in_features, lin.out_features, lin.bias is not None, device=lin.weight.device)
+        with torch.no_grad():
+            q.weight.copy_(lin.weight)
+            if lin.bias is not None:
+                q.bias.copy_(lin.bias)
+        q.train(lin.training)
+        return q
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.input_quantizer = TensorQuantizer()
+        self.weight_quantizer = TensorQuantizer(axis=0, channels=self.out_features, dynamic=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(self.input_quantizer(x), self.weight_quantizer(self.weight), self.bias)
+
+
+class QuantAdd(nn.Module):
+    """``a + b`` with both inputs fake-quantized per tensor (the residual add)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_quantizer_a = TensorQuantizer()
+        self.input_quantizer_b = TensorQuantizer()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self.input_quantizer_a(a) + self.input_quantizer_b(b)
+
+
+class FrozenBatchNorm2d(nn.Module):
+    """A BatchNorm2d that no convolution precedes (so it cannot be folded): its statistics and affine
+    parameters are frozen -- it is a fixed per-channel scale and shift in training and inference alike."""
+
+    def __init__(self, bn: nn.BatchNorm2d) -> None:
+        super().__init__()
+        std = torch.sqrt(bn.running_var + bn.eps)
+        w = bn.weight.detach() if bn.weight is not None else torch.ones_like(std)
+        b = bn.bias.detach() if bn.bias is not None else torch.zeros_like(std)
+        self.register_buffer("scale", (w / std).detach().clone())
+        self.register_buffer("shift", (b - bn.running_mean * w / std).detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale.view(1, -1, 1, 1) + self.shift.view(1, -1, 1, 1)
+
+
+__all__ = ["FrozenBatchNorm2d", "QuantAdd", "QuantConv2d", "QuantLinear"]
