@@ -43,6 +43,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from jetforge.runtime.boxes import iou_matrix
+
 from jetforge.errors import CompressError, InputFileError
 from jetforge.fileio import require_file, write_json_atomic
 
@@ -132,19 +134,6 @@ def detect_people(video: Path, hog_opts: HogOptions, progress: bool = True) -> T
         bar.close()
     info["frames"] = len(out)
     return out, info
-
-
-def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if len(a) == 0 or len(b) == 0:
-        return np.zeros((len(a), len(b)), np.float64)
-    x1 = np.maximum(a[:, None, 0], b[None, :, 0])
-    y1 = np.maximum(a[:, None, 1], b[None, :, 1])
-    x2 = np.minimum(a[:, None, 2], b[None, :, 2])
-    y2 = np.minimum(a[:, None, 3], b[None, :, 3])
-    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
-    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-    return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-9)
 
 
 def link_tracks(detections: Sequence[np.ndarray], iou_min: float, max_age: int) -> List[Dict[int, np.ndarray]]:

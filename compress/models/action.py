@@ -8,9 +8,8 @@ the feature map is flattened with its spatial layout kept (position matters: the
 direction of motion is the change of position over time), then two 1-D convolutions
 over time, a mean over time and a linear layer give the class logits.
 
-The window contract below (region, crop size, normalisation) is duplicated in
-``jetforge.apps.tasks.action`` (apps may not import compress; the sidecar records the
-numbers) and a test checks that both produce the same tensors on real frames.
+The window contract (region, crop size, normalisation) is ``jetforge.runtime.clips.ClipContract``,
+shared with the app; the exported sidecar records its numbers.
 """
 
 from typing import Sequence, Tuple
@@ -19,40 +18,26 @@ import numpy as np
 import torch
 from torch import nn
 
+from jetforge.runtime.clips import ClipContract
+
 WINDOW = 8          # frames per clip (0.8 s at vtest's 10 fps)
 CROP_H, CROP_W = 64, 32
 MARGIN = 1.25       # the window region is the union box scaled by this, at aspect CROP_W:CROP_H
 MEAN, STD = 0.5, 0.25  # grey / 255 -> (g - MEAN) / STD
 
 
+_CONTRACT = ClipContract(window=WINDOW, crop_height=CROP_H, crop_width=CROP_W, margin=MARGIN, gray_mean=MEAN,
+                         gray_std=STD)
+
+
 def window_region(boxes: np.ndarray, frame_wh: Tuple[int, int]) -> Tuple[int, int, int, int]:
-    """The fixed crop region (x0, y0, x1, y1) for a window: the union of its boxes, enlarged by MARGIN and
-    widened or heightened to the CROP_W:CROP_H aspect around its centre.  May extend past the frame
-    (the crop pads with grey)."""
-    b = np.asarray(boxes, dtype=np.float64)
-    x0, y0 = b[:, 0].min(), b[:, 1].min()
-    x1, y1 = b[:, 2].max(), b[:, 3].max()
-    cx, cy = (x0 + x1) / 2.0, (y0 + y1) / 2.0
-    w, h = (x1 - x0) * MARGIN, (y1 - y0) * MARGIN
-    aspect = CROP_W / float(CROP_H)
-    if w / h > aspect:
-        h = w / aspect
-    else:
-        w = h * aspect
-    return (int(round(cx - w / 2)), int(round(cy - h / 2)), int(round(cx + w / 2)), int(round(cy + h / 2)))
+    """The fixed crop region (x0, y0, x1, y1) for a window (see ``ClipContract.region``); may leave the frame."""
+    return _CONTRACT.region(boxes)
 
 
 def crop_gray(gray: np.ndarray, region: Tuple[int, int, int, int]) -> np.ndarray:
     """One HxW uint8 grey frame -> the CROP_H x CROP_W uint8 crop of ``region`` (grey 128 outside the frame)."""
-    import cv2
-
-    x0, y0, x1, y1 = region
-    h, w = gray.shape[:2]
-    pad = max(0, -x0, -y0, x1 - w, y1 - h)
-    if pad:
-        gray = cv2.copyMakeBorder(gray, pad, pad, pad, pad, cv2.BORDER_CONSTANT, value=128)
-    patch = gray[y0 + pad:y1 + pad, x0 + pad:x1 + pad]
-    return cv2.resize(patch, (CROP_W, CROP_H), interpolation=cv2.INTER_AREA)
+    return _CONTRACT.crop(gray, region)
 
 
 def normalize_clip(crops: np.ndarray) -> np.ndarray:
