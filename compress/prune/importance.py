@@ -8,13 +8,20 @@ and a class's score is the mean over all its indices.  Criteria:
 - ``l1`` / ``l2``: mean absolute value / root mean square of the weights (Li et al. 2017).
 - ``bn_scale``: |gamma| of the BatchNorm (or FrozenBatchNorm) after the channel (Liu et al.
   2017, network slimming); classes that reach no norm layer fall back to ``l1``.
-- ``taylor``: first-order Taylor on activations (Molchanov et al. 2017): per *sample*, the
-  signed sum of ``a * dL/da`` over the positions of the channel where every consumer layer
-  reads it (the first-order loss change when the channel is zeroed), then its absolute value,
-  averaged over samples of a few batches.  Per sample, not per batch: at a trained minimum the
-  batch gradient nearly cancels, the per-sample terms do not.  Classes no consumer reads get
-  ``|sum over the group of w * dL/dw|`` per batch instead.  Values are loss changes, so they
-  are not normalised per layer.  Needs data.
+- ``taylor``: first-order Taylor (Molchanov et al. 2019): per batch, the signed sum of
+  ``w * dL/dw`` over the input-channel weights of every layer that reads the class (equal to
+  ``a * dL/da`` summed over samples and positions where it is read: the first-order loss change
+  when the channel is removed), squared, averaged over a few batches, then divided by the mean
+  over classes (not per layer: the ratios between layers are loss information).  Needs data.
+  Not per-sample ``|a * dL/da|`` (Molchanov 2017's variant, used here before): that measures how
+  much single samples depend on a channel, not the expected loss change, and on a Fashion-MNIST
+  CNN it ranked channels below random (and its hook on a layer's input took the input's whole
+  gradient, so a residual stream read by a conv and carried on by the add was counted twice;
+  the weight-side sum sees the gradient through each reader only).  Not the producer conv and
+  BatchNorm terms either: the BatchNorm's ``gamma * dL/dgamma + beta * dL/dbeta`` repeats the
+  consumer term exactly (through ReLU and pooling) and the conv's adds the BatchNorm offset,
+  which measured worse (``tests/compress/test_prune_taylor.py`` checks the ranking against the
+  true loss change of removing each channel).
 - ``random``: the baseline every criterion should beat.
 """
 
@@ -93,58 +100,35 @@ def bn_scale(graph: DependencyGraph, model: nn.Module) -> torch.Tensor:
 
 def taylor(graph: DependencyGraph, model: nn.Module, data: Iterable[Any],
            loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None, max_batches: int = 8) -> torch.Tensor:
-    """First-order Taylor scores from up to ``max_batches`` batches of ``data`` ((inputs, targets) pairs).
+    """First-order Taylor scores (Molchanov et al. 2019) from up to ``max_batches`` (inputs, targets) batches.
+
+    Per batch and class, ``S = sum of w * dL/dw`` over the input-channel weights of every
+    conv/linear that reads the class; that is exactly ``sum over samples and positions of
+    a * dL/da`` at those reads, i.e. ``-dL/dgate`` for a gate that zeroes the channel wherever
+    it is read, which is what removing the class does.  The score is ``S**2`` averaged over
+    batches.  Classes no layer reads are scored from their own weights (``sum of w * dL/dw``
+    over the group, squared).  Scores are divided by their mean over the classes, so they
+    average 1 like the magnitude criteria while keeping the ratios between layers.
 
     The model runs in eval mode (BatchNorm statistics are not changed) with gradients on;
-    without ``loss_fn``, cross-entropy on the targets is used.  The loss must be a sum or
-    mean over samples (its per-sample terms are recovered from the activation gradients).
+    without ``loss_fn``, cross-entropy (mean over the batch) on the targets is used.
     """
     if data is None:
         raise CompressError("importance 'taylor' needs data: a few (inputs, targets) batches",
                             hint="pass data=[(x, y), ...] or choose importance='l1'")
     loss_fn = loss_fn or nn.functional.cross_entropy
-    weight_slots = {k: s for k, s in graph.slots.items() if s.role in ("weight", "bias")}
-    consumers = []  # (module, slot labels of its input channels, channel axis of its input)
-    for rec in graph.layers.values():
-        if rec.in_key is None or rec.in_key not in graph.slots:
-            continue
-        labels = graph.slots[rec.in_key].labels
-        if bool((labels >= 0).any()):
-            consumers.append((model.get_submodule(rec.name) if rec.name else model, labels,
-                              -1 if rec.kind == "linear" else 1))
-    act = torch.zeros(graph.num_classes, dtype=torch.float64)
-    covered = torch.zeros(graph.num_classes, dtype=torch.bool)
-    for _, labels, _ in consumers:
-        covered[labels[labels >= 0]] = True
-    weight = torch.zeros(graph.num_classes, dtype=torch.float64)
-    samples = 0
+    read_keys = {rec.in_key for rec in graph.layers.values() if rec.in_key is not None and rec.in_key in graph.slots}
+    read = torch.zeros(graph.num_classes, dtype=torch.bool)
+    for k in read_keys:
+        labels = graph.slots[k].labels
+        read[labels[labels >= 0]] = True
+    own_keys = [k for k, s in graph.slots.items() if s.role in ("weight", "bias") and k not in read_keys]
+    squares = torch.zeros(graph.num_classes, dtype=torch.float64)
     was_training = model.training
     model.eval()
     grads_before = {n: p.requires_grad for n, p in model.named_parameters()}
     for p in model.parameters():
         p.requires_grad_(True)
-    per_sample: list = []
-    handles = []
-
-    def hook_for(labels: torch.Tensor, axis: int):
-        mask = labels >= 0
-        idx = labels[mask]
-
-        def on_grad(x: torch.Tensor, g: torch.Tensor) -> None:
-            v = (x * g).detach().double().movedim(axis, -1)
-            v = v.reshape(v.size(0), -1, v.size(-1)).sum(1)  # [samples, channels]
-            acc = torch.zeros(v.size(0), graph.num_classes, dtype=torch.float64)
-            acc.index_add_(1, idx, v[:, mask])
-            per_sample.append(acc)
-
-        def forward_hook(module: nn.Module, args: Any, out: Any) -> None:
-            x = args[0] if args else None
-            if isinstance(x, torch.Tensor) and x.requires_grad and x.dim() >= 2:
-                xd = x.detach()
-                handles.append(x.register_hook(lambda g: on_grad(xd, g)))
-        return forward_hook
-
-    module_handles = [m.register_forward_hook(hook_for(labels, axis)) for m, labels, axis in consumers]
     batches = 0
     try:
         for batch in data:
@@ -152,39 +136,28 @@ def taylor(graph: DependencyGraph, model: nn.Module, data: Iterable[Any],
                 break
             x, y = batch[0], batch[1]
             model.zero_grad(set_to_none=True)
-            per_sample.clear()
-            out = model(x)
-            loss = loss_fn(out, y)
-            n = int(out.size(0)) if isinstance(out, torch.Tensor) and out.dim() else 1
-            loss.backward()
-            for h in handles:
-                h.remove()
-            handles.clear()
-            if per_sample:
-                total = torch.stack(per_sample).sum(0) if len(per_sample) > 1 else per_sample[0]
-                # a mean loss scales each sample's gradient by 1/n: undo it so scores do not depend on batch size
-                act += total.abs().sum(0) * (n if total.size(0) == n else 1)
-            samples += n
-            per_batch = torch.zeros(graph.num_classes, dtype=torch.float64)
-            for s in weight_slots.values():
-                t = _tensor(model, s)
-                if not isinstance(t, nn.Parameter) or t.grad is None:
-                    continue
-                mask = s.labels >= 0
-                if bool(mask.any()):
-                    per_batch.index_add_(0, s.labels[mask], _per_index(t.detach() * t.grad, s.dim, "sum").double()[mask])
-            weight += per_batch.abs()
+            loss_fn(model(x), y).backward()
+            consumed = torch.zeros(graph.num_classes, dtype=torch.float64)
+            own = torch.zeros(graph.num_classes, dtype=torch.float64)
+            for keys, acc in ((read_keys, consumed), (own_keys, own)):
+                for k in keys:
+                    s = graph.slots[k]
+                    t = _tensor(model, s)
+                    mask = s.labels >= 0
+                    if not isinstance(t, nn.Parameter) or t.grad is None or not bool(mask.any()):
+                        continue
+                    acc.index_add_(0, s.labels[mask], _per_index(t.detach() * t.grad, s.dim, "sum").double()[mask])
+            squares += torch.where(read, consumed, own).pow(2)
             batches += 1
     finally:
-        for h in module_handles + handles:
-            h.remove()
         model.zero_grad(set_to_none=True)
         for n_, p in model.named_parameters():
             p.requires_grad_(grads_before[n_])
         model.train(was_training)
     if not batches:
         raise CompressError("importance 'taylor' got no batches from the data", hint="pass at least one batch")
-    return torch.where(covered, act / max(1, samples), weight / batches)
+    scores = squares / batches
+    return scores / (scores.mean() + 1e-30) if scores.numel() else scores
 
 
 def class_importance(graph: DependencyGraph, model: nn.Module, criterion: str = "l1", *, data: Any = None,

@@ -4,7 +4,8 @@ A small CNN is trained for one epoch on 8k Fashion-MNIST images (real data, from
 asset cache), then pruned at the same channel ratio by L1, by BatchNorm scale, by first-order Taylor
 (gradients from 8 training batches) and at random (three seeds), and evaluated
 on 2,000 test images without fine-tuning (BatchNorm statistics re-estimated on 512
-training images, the same for every criterion).
+training images, the same for every criterion).  Measured: base 0.817, l1 0.744, bn_scale 0.768,
+taylor 0.779, random 0.725 / 0.703 / 0.707.
 """
 
 import gzip
@@ -74,7 +75,7 @@ def trained(fashion):
 
 
 @pytest.mark.slow
-def test_magnitude_beats_random_and_taylor_is_checked_on_fashion_mnist(trained, fashion):
+def test_magnitude_and_taylor_beat_random_on_fashion_mnist(trained, fashion):
     import copy
 
     (x_train, y_train), (x_test, y_test) = fashion
@@ -102,7 +103,6 @@ def test_magnitude_beats_random_and_taylor_is_checked_on_fashion_mnist(trained, 
         base, acc["l1"], acc["bn_scale"], acc["taylor"], ["%.3f" % a for a in randoms]))
     assert acc["l1"] > mean_random
     assert acc["bn_scale"] > mean_random
-    if acc["taylor"] <= max(randoms):
-        # Known gap, kept visible: activation*gradient Taylor (per sample) still ranks below random here
-        # (0.689 vs 0.70-0.73 on this setup); the criterion is under investigation.
-        pytest.xfail("taylor %.3f does not beat random %s yet" % (acc["taylor"], ["%.3f" % a for a in randoms]))
+    # Taylor (Molchanov 2019: per-batch squared gradient x weight of the channel's readers) beats the best of
+    # three random prunings by a margin; the per-sample |a * dL/da| it replaced scored 0.689, below random.
+    assert acc["taylor"] > max(randoms) + 0.03
