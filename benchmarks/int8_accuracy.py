@@ -15,8 +15,8 @@ ORT_ENABLE_ALL: INT8 kernels): top-1 agreement with FP32 over all held-out sampl
 method, which reports its own peak RSS (``VmHWM``) and seconds.
 
 Fashion-MNIST: a small CNN trained for 2 epochs on the real 60k training images, exported, calibrated
-(jetforge entropy, 512 training images), evaluated on the 10k test images (FP32 vs INT8 vs mixed precision
-tuned on 5000 training images).
+(every jetforge algorithm, 512 training images), evaluated on the 10k test images (FP32 vs INT8 vs mixed
+precision on the default algorithm, tuned on 5000 training images).
 
 Run:  python benchmarks/int8_accuracy.py  (about 15 minutes on 2 cores) -> benchmarks/results/int8_accuracy.json
 """
@@ -55,6 +55,8 @@ SMOKE = {"squirrel_cls.jpg": ["fox squirrel"], "baboon.jpg": ["baboon"], "orange
          "messi5.jpg": ["soccer ball"], "fruits.jpg": ["orange", "lemon"], "chicky_512.png": ["Pekinese"],
          "home.jpg": ["palace", "bell cote", "mosque"], "grace_hopper.jpg": ["military uniform"]}
 MODELS = ("mobilenet_v2", "efficientnet_lite0")
+METHODS = ("entropy", "percentile", "mse", "max", "auto")
+DEFAULT = "percentile"  # jetforge.calibrate.algorithms.DEFAULT_ALGORITHM (checked in main)
 
 
 # --------------------------------------------------------------------------- data
@@ -148,8 +150,10 @@ def worker_jetforge(model: str, data: str, out: str, methods: List[str]) -> None
     result = {"samples": int(len(x)), "stats_seconds": t_stats, "tensors": len(st.histograms), "methods": {}}
     for m in methods:
         t1 = time.perf_counter()
-        amax = algorithms.compute_all(st.histograms, m, percentile=99.99)
+        amax, choices = algorithms.compute_all_with_choices(st.histograms, m, percentile=99.99)
         result["methods"][m] = {"amax": amax, "algorithm_seconds": time.perf_counter() - t1}
+        if m == "auto":
+            result["methods"][m]["choices"] = {c: list(choices.values()).count(c) for c in sorted(set(choices.values()))}
     result["peak_rss_mb"] = rss_mb()
     Path(out).write_text(json.dumps(result))
 
@@ -233,7 +237,7 @@ def run_imagenet(name: str, folder: Path, calib, held, smoke) -> Dict[str, objec
 
     # jetforge: one statistics pass, every algorithm on it
     jf_out = folder / ("%s_jetforge.json" % name)
-    methods = ["entropy", "percentile", "mse", "max"]
+    methods = list(METHODS)
     _spawn(["jetforge", str(model_path), str(data), str(jf_out), ",".join(methods)])
     jf = json.loads(jf_out.read_text())
     qdq_models = {}
@@ -244,21 +248,22 @@ def run_imagenet(name: str, folder: Path, calib, held, smoke) -> Dict[str, objec
         label = "jetforge %s%s" % (m, " 99.99" if m == "percentile" else "")
         rows.append(row(label, res, smoke_top1(q, xs, smoke, labels),
                         jf["stats_seconds"] + jf["methods"][m]["algorithm_seconds"], jf["peak_rss_mb"], jf["samples"],
-                        "statistics of every tensor (cache + Q/DQ) %.1f s, shared by the four algorithms"
-                        % jf["stats_seconds"]))
+                        "statistics of every tensor (cache + Q/DQ) %.1f s, shared by the algorithms; this one %.2f s%s"
+                        % (jf["stats_seconds"], jf["methods"][m]["algorithm_seconds"],
+                           "; per-tensor picks %s" % jf["methods"][m]["choices"] if m == "auto" else "")))
         print("  %-28s agree %.3f conf %.3f kl %.4f" % (label, res.agreement, res.agreement_confident or 0,
                                                          res.mean_kl), flush=True)
-    save_model(qdq_models["entropy"], folder / ("%s.qdq.onnx" % name))
+    save_model(qdq_models[DEFAULT], folder / ("%s.qdq.onnx" % name))
 
     # jetforge + automatic mixed precision: tuned on the calibration pool, reported on the held-out set
     tune = ev.Evaluator(model_path, [np.array(b) for b in np.array_split(np.load(data), CALIB // 16)])
     for bound in (0.99,):
         t0 = time.perf_counter()
-        mp = mixed.search(model, qdq_models["entropy"], tune, bound, "agreement_confident", method="kl",
+        mp = mixed.search(model, qdq_models[DEFAULT], tune, bound, "agreement_confident", method="kl",
                           sensitivity_samples=64)
         secs = time.perf_counter() - t0
         res = evaluator.evaluate(mp.model)
-        r = row("jetforge entropy + mixed (>= %.2f conf. agreement on calib pool)" % bound, res,
+        r = row("jetforge %s + mixed (>= %.2f conf. agreement on calib pool)" % (DEFAULT, bound), res,
                 smoke_top1(mp.model, xs, smoke, labels), note="search %.1f s, %d trials" % (secs, len(mp.trials)))
         r["fp16_layers"] = list(mp.fp16_layers)
         r["tuning_result"] = mp.result.to_dict()
@@ -305,13 +310,13 @@ def ram_500(folder: Path, calib, held) -> Dict[str, object]:
     np.save(data, x)
     del x
     out = folder / "ram500.json"
-    _spawn(["jetforge", str(model_path), str(data), str(out), "entropy"])
+    _spawn(["jetforge", str(model_path), str(data), str(out), DEFAULT])
     r = json.loads(out.read_text())
     return {"samples": r["samples"], "peak_rss_mb": round(r["peak_rss_mb"], 1),
             "note": "includes the 500 preprocessed inputs memory-mapped from disk (%.0f MB)"
                     % (os.path.getsize(data) / 2 ** 20),
             "stats_seconds": round(r["stats_seconds"], 2),
-            "entropy_seconds": round(r["methods"]["entropy"]["algorithm_seconds"], 2)}
+            "algorithm": DEFAULT, "algorithm_seconds": round(r["methods"][DEFAULT]["algorithm_seconds"], 2)}
 
 
 # --------------------------------------------------------------------------- Fashion-MNIST
@@ -374,7 +379,7 @@ def run_fashion(folder: Path) -> Dict[str, object]:
     st = stats.collect_from_batches(model, [xcal[i:i + 64] for i in range(0, len(xcal), 64)], tensors="all")
     t_stats = time.perf_counter() - t0
     qdq = {}
-    for m in ("entropy", "percentile", "mse", "max"):
+    for m in METHODS:
         t1 = time.perf_counter()
         amax = algorithms.compute_all(st.histograms, m)
         q = insert_qdq(model, amax)
@@ -388,9 +393,9 @@ def run_fashion(folder: Path) -> Dict[str, object]:
     tune_idx = rng.permutation(len(xtr))[:5000]
     xtune = norm(xtr[tune_idx])
     tune = ev.Evaluator(path, [xtune[i:i + 500] for i in range(0, len(xtune), 500)], labels=ytr[tune_idx])
-    mp = mixed.search(model, qdq["entropy"], tune, 0.001, "accuracy_drop", method="kl", sensitivity_samples=500)
+    mp = mixed.search(model, qdq[DEFAULT], tune, 0.001, "accuracy_drop", method="kl", sensitivity_samples=500)
     res = evaluator.evaluate(mp.model)
-    r = row("jetforge entropy + mixed (drop <= 0.1 pt on 5000 train images)", res, float("nan"))
+    r = row("jetforge %s + mixed (drop <= 0.1 pt on 5000 train images)" % DEFAULT, res, float("nan"))
     del r["smoke_top1"]
     r["fp16_layers"] = list(mp.fp16_layers)
     r["tuning_bound_met"] = mp.met
@@ -466,7 +471,10 @@ def main() -> int:
             worker_ort(w[1], w[2], w[3], w[4], w[5] == "1", int(w[6]))
         return 0
     import logging
+    from jetforge.calibrate.algorithms import DEFAULT_ALGORITHM
 
+    if DEFAULT_ALGORITHM != DEFAULT:
+        raise SystemExit("DEFAULT here (%s) is not the library's default (%s)" % (DEFAULT, DEFAULT_ALGORITHM))
     logging.basicConfig(level=logging.WARNING)
     t0 = time.perf_counter()
     results: Dict[str, object] = {"benchmark": "int8_accuracy", "date": datetime.datetime.now().isoformat(

@@ -52,6 +52,7 @@ class CalibrationResult:
     evaluation: Dict[str, object] = field(default_factory=dict)
     mixed_qdq_path: Optional[Path] = None
     precisions_path: Optional[Path] = None
+    tensor_algorithms: Dict[str, str] = field(default_factory=dict)  # where each amax came from (auto's choice)
 
     def to_dict(self) -> Dict[str, object]:
         return {"cache": str(self.cache_path), "qdq_onnx": str(self.qdq_path) if self.qdq_path else None,
@@ -83,7 +84,8 @@ def output_paths(model_path: PathLike, out: Optional[PathLike] = None) -> Dict[s
             "precisions_txt": stem.with_name(stem.name + ".precisions.txt")}
 
 
-def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3", algorithm: str = "entropy",
+def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
+              algorithm: str = algorithms.DEFAULT_ALGORITHM,
               samples: int = RECOMMENDED_SAMPLES, batch_size: int = 8, out: Optional[PathLike] = None,
               qdq: bool = True, report: bool = True, plots: bool = True, video_sampling: str = "uniform",
               percentile: float = 99.99, cache_algorithm: str = DEFAULT_TOKEN, min_samples: int = 16,
@@ -93,6 +95,13 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3", al
               mixed_precision: Optional[float] = None, mixed_metric: str = "agreement_confident",
               sensitivity: Optional[str] = None) -> CalibrationResult:
     """Calibrate ``model_path`` (ONNX with a sidecar) on ``data`` and write the outputs (see module doc).
+
+    ``algorithm`` picks each tensor's range (:mod:`jetforge.calibrate.algorithms`): ``percentile``
+    (default, ``percentile`` = 99.99 of ``|x|``), ``entropy`` (TensorRT's EntropyCalibration2 KL search),
+    ``mse``, ``max`` or ``auto`` (per tensor, the entropy/percentile/mse/max threshold with the smallest
+    quantization MSE); the report's ``calibration.per_tensor_algorithm`` says where each range came from.
+    The cache header stays ``cache_algorithm`` (``EntropyCalibration2``) whatever the algorithm: it names
+    the calibrator class that reads the cache.
 
     With ``eval_data`` the Q/DQ model is evaluated against FP32 in ONNX Runtime (agreement, KL, accuracy
     with ``labels``; see :mod:`jetforge.calibrate.evaluate`) into the report's ``evaluation`` block.
@@ -132,7 +141,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3", al
     quality = tracker.check(min_samples=min_samples)
     for w in quality.warnings:
         log.warning("%s", w)
-    amax = algorithms.compute_all(stats.histograms, algorithm, percentile=percentile)
+    amax, per_tensor = algorithms.compute_all_with_choices(stats.histograms, algorithm, percentile=percentile)
     warnings = list(quality.warnings)
     nonfinite = [n for n, h in stats.histograms.items() if h.nonfinite]
     if nonfinite:
@@ -143,7 +152,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3", al
     cache.source = str(paths["cache"])
     cache.write(paths["cache"])
     result = CalibrationResult(cache_path=paths["cache"], cache=cache, amax=amax, algorithm=algorithm,
-                               samples=stats.samples, warnings=warnings)
+                               samples=stats.samples, warnings=warnings, tensor_algorithms=per_tensor)
 
     qdq_info: Dict[str, object] = {}
     if qdq:
@@ -353,7 +362,8 @@ def _report(result: CalibrationResult, stats: ActivationStats, quality: QualityR
         calibration={"algorithm": result.algorithm, "percentile": percentile if result.algorithm == "percentile"
                      else None, "cache_header": result.cache.header, "batch_size": batch_size,
                      "samples": stats.samples, "batches": stats.batches, "dropped": stats.dropped,
-                     "histogram_bytes": stats.memory_bytes()},
+                     "histogram_bytes": stats.memory_bytes(),
+                     "per_tensor_algorithm": dict(result.tensor_algorithms)},
         data={"sources": source.describe(), "quality": quality.to_dict()},
         qdq=qdq_info, tensors=tensor_rows(stats.histograms, result.amax))
 

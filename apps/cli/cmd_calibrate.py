@@ -15,13 +15,14 @@ class CalibrateCommand(Command):
     summary = "INT8 calibration: TensorRT cache + Q/DQ ONNX + report from real images or video"
     description = (
         "Run MODEL (ONNX with its .onnx.json sidecar, whose preprocessing is used) over calibration samples in "
-        "ONNX Runtime, choose per-tensor ranges (entropy = TensorRT's EntropyCalibration2, percentile, mse, max) "
+        "ONNX Runtime, choose per-tensor ranges (percentile 99.99 by default; entropy = TensorRT's "
+        "EntropyCalibration2, mse, max, auto) "
         "and write MODEL.calib (a TensorRT calibration cache for --trt, used by DLA and TensorRT <= 10), "
         "MODEL.qdq.onnx (explicit Q/DQ for TensorRT >= 10 GPU and 11) and MODEL.calib.json (report, with "
         "histogram plots in MODEL.calib.plots/).  With --check-cache, validate an existing cache instead.")
     examples = """examples:
   jetforge calibrate model.onnx --data calib_images/ --trt 10.3
-  jetforge calibrate model.onnx --data street.mp4 --data extra/ --samples 800 --algorithm percentile
+  jetforge calibrate model.onnx --data street.mp4 --data extra/ --samples 800 --algorithm entropy
   jetforge calibrate model.onnx --data clip.mp4 --video-sampling scene --trt 8.6.2 --out build/model.calib
   jetforge calibrate --check-cache model.calib --model model.onnx --trt 10.3
   jetforge calibrate model.onnx --data calib/ --eval heldout/ --labels heldout/labels.txt
@@ -37,9 +38,13 @@ class CalibrateCommand(Command):
         parser.add_argument("--trt", default=None, metavar="VERSION",
                             help="TensorRT version the cache is for: 10.3 (JetPack 6.1/6.2, default), 8.6.2 "
                                  "(JetPack 6.0), 8.5.2 (JetPack 5.1)")
-        parser.add_argument("--algorithm", default="entropy", choices=["entropy", "percentile", "mse", "max"],
-                            help="range selection (default: entropy, TensorRT's EntropyCalibration2)")
-        parser.add_argument("--percentile", type=float, default=99.99, help="for --algorithm percentile")
+        parser.add_argument("--algorithm", default="percentile", choices=["percentile", "entropy", "mse", "max", "auto"],
+                            help="range selection (default: percentile, the --percentile of |x|; entropy = "
+                                 "TensorRT's EntropyCalibration2 KL search; mse = the range with the least "
+                                 "quantization MSE; max; auto = per tensor, whichever of entropy/percentile "
+                                 "99.9-99.999/mse/max has the least MSE)")
+        parser.add_argument("--percentile", type=float, default=99.99,
+                            help="for --algorithm percentile (default 99.99)")
         parser.add_argument("--samples", type=int, default=500, help="number of samples to use (default 500)")
         parser.add_argument("--min-samples", type=int, default=16,
                             help="refuse to calibrate on fewer samples than this (default 16)")

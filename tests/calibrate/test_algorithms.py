@@ -172,3 +172,101 @@ def test_all_zero_and_empty():
     assert compute_amax(h, "entropy") == 0.0
     h.update(np.array([0.0, 1.0], np.float32))
     assert h.counts[0] == 101 and h.counts.sum() == 102
+
+
+# ----------------------------------------------------------------- fast paths
+def test_bincount_histogram_equals_numpy_histogram():
+    """The float32 bincount path gives np.histogram's counts on the same data and edges, values on edges included."""
+    rng = np.random.default_rng(11)
+    h = StreamingHistogram()
+    first = (rng.standard_normal(300_000) * 2).astype(np.float32)
+    h.update(first)
+    edges = h.edges()
+    on_edges = edges[rng.integers(0, len(edges), 5000)].astype(np.float32)  # many sit exactly on an edge
+    just_below = np.nextafter(on_edges, np.float32(0))
+    later = [rng.laplace(0, 0.5, 200_000).astype(np.float32), on_edges, -just_below,
+             np.abs(rng.standard_normal((4, 32, 17, 17))).astype(np.float32)]  # ReLU-like, not flat
+    for part in later:
+        h.update(part)
+    assert len(h.counts) == 2048 and np.array_equal(h.edges(), edges)  # no batch exceeded the first range
+    data = np.abs(np.concatenate([first] + [p.reshape(-1) for p in later])).astype(np.float64)
+    ref, _ = np.histogram(data, bins=edges)
+    assert np.array_equal(h.counts, ref)
+    assert h.count == data.size and h.amax == float(data.max())
+    assert h.mean == pytest.approx(float(np.concatenate([first] + [p.reshape(-1) for p in later]).astype(np.float64).mean()),
+                                   abs=1e-6)
+
+
+def test_float16_and_float64_inputs_use_the_same_bins():
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal(50_000) * 3).astype(np.float16)
+    h16, h64 = StreamingHistogram(), StreamingHistogram()
+    h16.update(x)
+    h64.update(x.astype(np.float64))
+    assert np.array_equal(h16.counts, h64.counts) and h16.width == h64.width
+
+
+def test_nonfinite_values_are_counted_and_ignored():
+    h = StreamingHistogram()
+    h.update(np.array([1.0, np.nan, -2.0, np.inf, 0.5], np.float32))
+    assert h.nonfinite == 2 and h.count == 3 and h.amax == 2.0 and h.min == -2.0 and h.counts.sum() == 3
+
+
+def _tied_histograms():
+    """Histograms where candidates tie exactly or nearly (flat, sparse, few distinct values)."""
+    rng = np.random.default_rng(21)
+    flat = np.full(2048, 1000, dtype=np.int64)
+    sparse = np.zeros(2048, dtype=np.int64)
+    sparse[rng.choice(2048, 60, replace=False)] = rng.integers(1, 50, 60)
+    sparse[:3] = 5000
+    few = np.zeros(2048, dtype=np.int64)
+    few[[0, 1, 256, 512, 1024, 2047]] = [9000, 9000, 300, 300, 300, 1]
+    return {"flat": flat, "sparse": sparse, "few_values": few}
+
+
+@pytest.mark.parametrize("name", sorted(_tied_histograms()))
+def test_vectorized_entropy_equals_reference_on_ties(name):
+    counts = _tied_histograms()[name]
+    edges = np.arange(len(counts) + 1, dtype=np.float64) * 0.01
+    assert amax_entropy(counts, edges) == reference_entropy_amax(counts, edges)
+
+
+@pytest.mark.parametrize("name", sorted(DATA))
+def test_vectorized_divergences_match_the_loop(name):
+    from jetforge.calibrate.algorithms import _EntropyTables, _entropy_bins, entropy_divergences
+
+    h = StreamingHistogram()
+    h.update(DATA[name].astype(np.float32))
+    loop = entropy_divergences(h.counts)
+    fast = _EntropyTables(_entropy_bins(h.counts), 128).fast(np.arange(128, len(h.counts) + 1))
+    assert np.array_equal(np.isinf(loop), np.isinf(fast))
+    finite = np.isfinite(loop)
+    assert np.allclose(fast[finite], loop[finite], rtol=1e-9, atol=1e-11)
+
+
+def _histogram_mse(h, amax):
+    """Brute force, written out: fake-quantize every bin centre with amax, weight by the counts."""
+    centers = h.centers()
+    s = 127.0 / amax
+    q = np.clip(np.round(centers * s), -127, 127) / s
+    return float(np.mean((q - centers) ** 2 * h.counts))
+
+
+@pytest.mark.parametrize("name", sorted(DATA))
+def test_auto_picks_the_mse_minimising_candidate(name):
+    from jetforge.calibrate.algorithms import AUTO_CANDIDATES, amax_auto, auto_candidates
+
+    h = StreamingHistogram()
+    h.update(DATA[name].astype(np.float32))
+    amaxes = [compute_amax(h, m, percentile=p or 99.99) for m, p in AUTO_CANDIDATES]
+    errors = [_histogram_mse(h, a) for a in amaxes]
+    best = int(np.argmin(errors))
+    label, amax = amax_auto(h)
+    assert amax == amaxes[best] and compute_amax(h, "auto") == amax
+    cands = auto_candidates(h)
+    assert [c[1] for c in cands] == amaxes
+    assert np.allclose([c[2] for c in cands], errors, rtol=1e-9)
+    assert label == cands[best][0]
+    # the choice is at least as good as every single algorithm on this tensor
+    for m in ("entropy", "percentile", "max"):
+        assert _histogram_mse(h, amax) <= _histogram_mse(h, compute_amax(h, m)) * (1 + 1e-12)

@@ -25,7 +25,7 @@ def test_full_calibrate_writes_three_outputs(tiny_model, image_dir, capsys):
     assert "input" in cache.scales and "logits" in cache.scales and len(cache) >= 10
     assert (base / "tiny.qdq.onnx").is_file() and (base / "tiny.qdq.onnx.json").is_file()
     report = json.loads((base / "tiny.calib.json").read_text())
-    assert report["calibration"]["samples"] == 24 and report["calibration"]["algorithm"] == "entropy"
+    assert report["calibration"]["samples"] == 24 and report["calibration"]["algorithm"] == "percentile"
     rows = {r["name"]: r for r in report["tensors"]}
     assert rows["input"]["amax"] == pytest.approx(cache.amax("input"), rel=1e-6)
     assert report["qdq"]["int32_dequantize"] == [] and report["qdq"]["zero_points_int8_zero"]
