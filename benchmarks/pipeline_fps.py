@@ -15,6 +15,11 @@ What it measures, each on the same frames of OpenCV's vtest.avi (768x576):
 4. overlapped: the same stages as the threaded pipeline with bounded queues, single stream;
 5. four streams of the clip batched into one session (batch 4).
 
+Each runs per configuration: ONNX Runtime at 1 thread and at every usable core (one inference thread), and
+``threads1x2w``: 1 ORT thread x 2 inference workers (``PipelineOptions.infer_workers=2``: two threads
+share the session, results put back in frame order), which keeps one core on the model while the other
+stages use the second.
+
 The bound: ``min(model-only FPS, cores / CPU seconds per frame of all stages)``, with the CPU time per
 frame taken from the sequential run (process CPU time: every thread, ONNX Runtime's pool included).
 On a CPU every stage competes for the same cores, so that is the most any schedule can reach.  The goal
@@ -67,7 +72,8 @@ def model_only(session: Any, x: np.ndarray, n: int) -> Dict[str, float]:
     return {"fps": n / wall, "ms": 1000.0 * wall / n, "cpu_ms": 1000.0 * cpu / n}
 
 
-def run_pipeline(session: Any, clip: Path, frames: int, streams: int, overlap: bool, out: Path) -> Dict[str, Any]:
+def run_pipeline(session: Any, clip: Path, frames: int, streams: int, overlap: bool, out: Path,
+                 infer_workers: int = 1) -> Dict[str, Any]:
     from jetforge.apps.pipeline import PipelineOptions, run_app
     from jetforge.apps.tasks.classify import ClassifyTask
     from jetforge.apps.video import open_source
@@ -76,7 +82,7 @@ def run_pipeline(session: Any, clip: Path, frames: int, streams: int, overlap: b
     try:
         task = ClassifyTask(session)
         opts = PipelineOptions(max_frames=frames, batch_size=streams, overlap=overlap, queue_size=2,
-                               batch_timeout_s=0.01)
+                               batch_timeout_s=0.01, infer_workers=infer_workers)
         result = run_app(task, sources, out, opts, plots=False, progress=False)
     finally:
         for s in sources:
@@ -134,14 +140,19 @@ def main(argv: Any = None) -> int:
                       "shared_apply": cpu_ms(lambda: pre.apply(image), 100),
                       "fused_opencv": cpu_ms(lambda: fused(image), 100)}
 
+    # (name, session, inference workers): each ORT thread count with one worker, and 1 thread x 2 workers.
+    configs = [("threads%s" % t if t else "session", session, 1) for t, session in sessions.items()]
+    if 1 in sessions:
+        configs.append(("threads1x2w", sessions[1], 2))
     runs: Dict[str, Any] = {}
-    for t, session in sessions.items():
-        name = "threads%s" % t if t else "session"
+    for name, session, workers in configs:
         print("sequential / overlapped / 4 streams, %s ..." % name, file=sys.stderr)
         runs[name] = {
+            "infer_workers": workers,
             "sequential": run_pipeline(session, clip, args.frames, 1, False, tmp / "seq"),
-            "overlapped": run_pipeline(session, clip, args.frames, 1, True, tmp / "ovl"),
-            "four_streams_batched": run_pipeline(session, clip, max(1, args.frames // 2), 4, True, tmp / "four"),
+            "overlapped": run_pipeline(session, clip, args.frames, 1, True, tmp / "ovl", workers),
+            "four_streams_batched": run_pipeline(session, clip, max(1, args.frames // 2), 4, True, tmp / "four",
+                                                 workers),
         }
     for s in sessions.values():
         s.close()
@@ -174,6 +185,8 @@ def main(argv: Any = None) -> int:
         "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "model_only": model_runs, "preprocess_cpu_ms": preprocess_cpu, "runs": runs, "best": best, "goals": goals,
         "notes": ["bound = min(model-only FPS, cores / process CPU time per frame of the sequential run)",
+                  "threads1x2w: 1 ORT thread x 2 inference workers (infer_workers=2), frames reordered before "
+                  "postprocess; its sequential run is the same work as threads1 (workers need overlap)",
                   "the machine is shared; load_average_at_end says how busy it was"],
     }
     out = ROOT / "results" / ("pipeline_fps_%s.json" % tag)

@@ -89,6 +89,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, default_out: str) ->
                    help="frames per model call across streams (default: the number of sources)")
     p.add_argument("--queue-size", metavar="N", type=int, default=2, help="frames between two stages (default: 2)")
     p.add_argument("--sequential", action="store_true", help="one frame at a time, stages not overlapped")
+    p.add_argument("--infer-workers", metavar="N", type=int, default=1,
+                   help="inference threads sharing the model, results kept in frame order (default: 1); "
+                        "on a CPU try 2 with --threads 1")
     p.add_argument("--on-error", choices=("skip", "stop"), default="skip",
                    help="a stage failing on one frame: skip the frame (default) or stop the run")
     p.add_argument("--max-consecutive-errors", metavar="N", type=int, default=10,
@@ -108,7 +111,8 @@ def run_app_command(app: App, args: argparse.Namespace, out_default: Optional[st
     from jetforge.apps.video import open_source
     from jetforge.apps.video.sources import SourceOptions
 
-    for flag, value in (("--max-frames", args.max_frames), ("--batch", args.batch), ("--queue-size", args.queue_size)):
+    for flag, value in (("--max-frames", args.max_frames), ("--batch", args.batch), ("--queue-size", args.queue_size),
+                        ("--infer-workers", args.infer_workers)):
         if value is not None and value < 1:
             raise ConfigError("%s must be at least 1, got %d" % (flag, value))
     out_dir = Path(args.out)
@@ -124,7 +128,8 @@ def run_app_command(app: App, args: argparse.Namespace, out_default: Optional[st
     source_options = SourceOptions(max_reconnects=args.max_reconnects, stall_timeout_s=args.stall_timeout)
     options = PipelineOptions(queue_size=args.queue_size, batch_size=args.batch or len(uris),
                               on_error=args.on_error, max_consecutive_errors=args.max_consecutive_errors,
-                              drop=args.drop, max_frames=args.max_frames, overlap=not args.sequential)
+                              drop=args.drop, max_frames=args.max_frames, overlap=not args.sequential,
+                              infer_workers=args.infer_workers)
     sources: List[Any] = []
     try:
         for uri in uris:  # open every source first: a bad path or URL fails before any model is loaded
@@ -168,6 +173,7 @@ class AppCommand(Command):
   jetforge app people --source rtsp://cam.local:8554/live --zone door=100,200,300,200,300,400,100,400
   jetforge app classify --source clip.mp4 --max-frames 100
   jetforge app classify --source a.mp4 --source b.mp4 --source c.mp4 --source d.mp4   # 4 streams, batch 4
+  jetforge app classify --threads 1 --infer-workers 2    # CPU: two model calls at once, events in order
   jetforge app people --help                             # an app's own options"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

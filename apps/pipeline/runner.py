@@ -17,6 +17,16 @@ stream gone after its reconnects) ends its stream and is reported in
 ``result.stream_errors``; the end of a file is the normal end.  ``overlap=False``
 runs the same stages one frame at a time on the calling thread (the baseline the
 benchmark compares against).
+
+``infer_workers=N`` runs N inference threads that take batches from the same queue
+and call ``task.infer`` concurrently (ONNX Runtime runs one session on several
+threads; :class:`~jetforge.apps.pipeline.stages.SessionModel` serialises backends that
+cannot).  On a CPU, N workers of one ORT thread each keep the model busy while the
+other stages run, where one worker of N ORT threads makes ORT's pool fight them.
+Every frame gets a sequence number when it leaves preprocessing and the postprocess
+stage puts frames back in that order (a reorder buffer, bounded by a limit on the
+frames in flight between the two), so postprocess and the sink still see every
+stream's frames in order, failed frames included.
 """
 
 import logging
@@ -53,7 +63,9 @@ class PipelineOptions:
     under ``skip``.  ``drop``: ``never`` (files: every frame is processed) or ``oldest``
     (drop the oldest waiting frame when the pipeline is behind, as a live source does).
     ``max_frames``: frames per stream (None: all).  ``overlap``: stages on threads (True)
-    or one frame at a time.
+    or one frame at a time.  ``infer_workers``: inference threads running ``task.infer``
+    concurrently (results are put back in frame order before postprocess); only used
+    with ``overlap``.
     """
 
     queue_size: int = 2
@@ -64,6 +76,7 @@ class PipelineOptions:
     drop: str = "never"
     max_frames: Optional[int] = None
     overlap: bool = True
+    infer_workers: int = 1
 
     def __post_init__(self) -> None:
         if self.queue_size < 1:
@@ -76,6 +89,10 @@ class PipelineOptions:
             raise ConfigError("drop policy must be one of %s, got %r" % (", ".join(DROP_POLICIES), self.drop))
         if self.max_consecutive_errors < 0:
             raise ConfigError("max_consecutive_errors must be 0 or more, got %d" % self.max_consecutive_errors)
+        if isinstance(self.infer_workers, bool) or not isinstance(self.infer_workers, int) \
+                or self.infer_workers < 1:
+            raise ConfigError("infer_workers must be a whole number of at least 1, got %r" % (self.infer_workers,),
+                              hint="e.g. --infer-workers 2 with an ONNX Runtime session of 1 thread")
         if self.max_frames is not None and self.max_frames < 1:
             raise ConfigError("max_frames must be at least 1, got %d" % self.max_frames)
 
@@ -332,6 +349,13 @@ class Pipeline:
                 continue
         return _EMPTY
 
+    def _acquire(self, slots: threading.BoundedSemaphore) -> bool:
+        """Take one slot, waiting while the pipeline runs; False when it was aborted."""
+        while not self._abort.is_set():
+            if slots.acquire(timeout=0.05):
+                return True
+        return False
+
     def _run_threads(self) -> None:
         size = self.options.queue_size
         q_pre: "queue.Queue[Any]" = queue.Queue(size)
@@ -339,6 +363,11 @@ class Pipeline:
         q_post: "queue.Queue[Any]" = queue.Queue(size)
         q_sink: "queue.Queue[Any]" = queue.Queue(size)
         n = len(self.sources)
+        n_infer = self.options.infer_workers
+        # Frames between preprocess (which numbers them) and the end of the reorder buffer: what the
+        # queues and the infer workers hold when they are full.  Preprocess waits for a free slot, so a
+        # worker that is slow on one frame cannot make the reorder buffer grow without bound.
+        in_flight = threading.BoundedSemaphore(q_inf.maxsize + n_infer * self.options.batch_size + q_post.maxsize + 1)
 
         def decode(stream: int) -> None:
             count = 0
@@ -353,6 +382,7 @@ class Pipeline:
 
         def preprocess() -> None:
             ended = 0
+            seq = 0
             while True:
                 item = self._get(q_pre)
                 if item is _EMPTY:
@@ -360,15 +390,20 @@ class Pipeline:
                 if isinstance(item, _End):
                     ended += 1
                     if ended == n:
-                        self._put(q_inf, _End(None))
+                        for _ in range(n_infer):  # one end marker for each infer worker
+                            if not self._put(q_inf, _End(None)):
+                                return
                         return
                     continue
                 if self._ok(item):
                     self._preprocess(item)
-                if not self._put(q_inf if self._ok(item) else q_post, item):
+                if not self._acquire(in_flight):
                     return
+                if not self._put(q_inf if self._ok(item) else q_post, _Seq(seq, item)):
+                    return
+                seq += 1
 
-        def infer() -> None:
+        def infer(worker: int) -> None:
             done = False
             while not done:
                 first = self._get(q_inf)
@@ -388,23 +423,40 @@ class Pipeline:
                     batch.append(nxt)
                 if self._abort.is_set():
                     return
-                self._infer(batch)
-                for item in batch:
-                    if not self._put(q_post, item):
+                self._infer([s.item for s in batch])
+                for s in batch:
+                    if not self._put(q_post, s):
                         return
             self._put(q_post, _End(None))
 
         def postprocess() -> None:
+            pending: Dict[int, Item] = {}  # the reorder buffer: sequence number -> frame back from infer
+            expected = 0
+            ended = 0
             while True:
-                item = self._get(q_post)
-                if item is _EMPTY:
+                got = self._get(q_post)
+                if got is _EMPTY:
                     return
-                if isinstance(item, _End):
-                    self._put(q_sink, item)
-                    return
-                if self._ok(item):
-                    self._postprocess(item)
-                if not self._put(q_sink, item):
+                if isinstance(got, _End):
+                    ended += 1
+                    if ended < n_infer:
+                        continue
+                    # Every worker has finished, so every frame has arrived; whatever is left goes out in order.
+                    ready = [pending.pop(k) for k in sorted(pending)]
+                else:
+                    pending[got.seq] = got.item
+                    ready = []
+                    while expected in pending:
+                        ready.append(pending.pop(expected))
+                        expected += 1
+                for item in ready:
+                    in_flight.release()
+                    if self._ok(item):
+                        self._postprocess(item)
+                    if not self._put(q_sink, item):
+                        return
+                if isinstance(got, _End):
+                    self._put(q_sink, got)
                     return
 
         def sink() -> None:
@@ -416,9 +468,11 @@ class Pipeline:
 
         workers = [threading.Thread(target=self._guard(decode), args=(i,), name="jetforge-decode-%d" % i,
                                     daemon=True) for i in range(n)]
-        for name, fn in (("preprocess", preprocess), ("infer", infer), ("postprocess", postprocess),
-                         ("sink", sink)):
+        for name, fn in (("preprocess", preprocess), ("postprocess", postprocess), ("sink", sink)):
             workers.append(threading.Thread(target=self._guard(fn), name="jetforge-" + name, daemon=True))
+        workers += [threading.Thread(target=self._guard(infer), args=(i,), daemon=True,
+                                     name="jetforge-infer" + ("-%d" % i if n_infer > 1 else ""))
+                    for i in range(n_infer)]
         for w in workers:
             w.start()
         try:
@@ -450,6 +504,16 @@ class _Marker:
 
     def __repr__(self) -> str:
         return self.name
+
+
+class _Seq:
+    """A frame with its place in the order frames left preprocessing (the key of the reorder buffer)."""
+
+    __slots__ = ("seq", "item")
+
+    def __init__(self, seq: int, item: Item) -> None:
+        self.seq = seq
+        self.item = item
 
 
 _FAILED = _Marker("FAILED")

@@ -19,6 +19,7 @@ Torch-free; OpenCV is imported inside the functions that use it.
 """
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -143,7 +144,14 @@ class SessionModel:
     ``inputs`` (tensors of one frame each) are stacked into one batch when the model's
     batch axis is dynamic, else run one by one; the outputs are split back per frame as
     ``{output name: array without batch axis}``.
+
+    Safe to call from several threads (the pipeline's ``infer_workers``): ONNX Runtime's
+    ``InferenceSession.run`` is thread-safe and runs concurrently; other backends hold one
+    execution context and device buffers per session, so their calls are serialised by a lock.
+    The session's ``last_timing`` is not per call when shared; the pipeline times each call itself.
     """
+
+    CONCURRENT_BACKENDS = ("onnxruntime",)
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -155,6 +163,8 @@ class SessionModel:
         self.input_name = session.inputs[0].name
         first = session.inputs[0].shape[0] if session.inputs[0].shape else 1
         self.max_batch = first if isinstance(first, int) and first > 0 else None  # None: dynamic
+        concurrent = getattr(session, "name", "") in self.CONCURRENT_BACKENDS
+        self._lock: Optional[Any] = None if concurrent else threading.Lock()
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> List[Dict[str, np.ndarray]]:
         if not inputs:
@@ -165,7 +175,11 @@ class SessionModel:
                 out += self(inputs[i:i + self.max_batch])
             return out
         batch = np.stack(inputs) if len(inputs) > 1 else np.asarray(inputs[0])[None]
-        outputs = self.session.infer({self.input_name: batch})
+        if self._lock is None:
+            outputs = self.session.infer({self.input_name: batch})
+        else:
+            with self._lock:
+                outputs = self.session.infer({self.input_name: batch})
         return [{name: value[i] for name, value in outputs.items()} for i in range(len(inputs))]
 
 

@@ -214,3 +214,100 @@ def test_a_lost_camera_keeps_the_events_so_far(tmp_path, bikes_frames):
     assert metrics["status"] == "finished with stream errors" and metrics["frames"] == 18
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "annotated.mp4", "events.jsonl", "fps.png", "latency.png", "metrics.json"]
+
+
+def test_two_infer_workers_keep_frame_order_and_results(bikes_clip, mobilenet_onnx):
+    """Two threads run one real ORT session at once; postprocess and the sink still see frames in order."""
+    from jetforge.apps.tasks.classify import ClassifyTask
+    from jetforge.runtime.session import open_session
+
+    def classify(workers, n=40):
+        events, threads = [], set()
+
+        def sink(item, status):
+            events.append((item.frame.index, item.event["top"][0]["label"], item.event["top"][0]["p"]))
+
+        class Recording(ClassifyTask):
+            def infer(self, inputs):
+                threads.add(threading.current_thread().name)
+                return super().infer(inputs)
+
+        with open_session(mobilenet_onnx, threads=1) as session, open_source(bikes_clip) as source:
+            # frames 60..99: the stretch of the clip where the top-1 class changes from frame to frame
+            for _ in range(60):
+                source.read()
+            result = Pipeline([source], Recording(session), sink,
+                              PipelineOptions(max_frames=n, infer_workers=workers, queue_size=4)).run()
+        return result, events, threads
+
+    result, two, threads = classify(2)
+    _, one, _ = classify(1)
+    frames = [e[0] for e in two]
+    assert len(two) == 40 and all(a < b for a, b in zip(frames, frames[1:]))
+    assert [e[1] for e in two] == [e[1] for e in one] and len({e[1] for e in one}) > 1
+    np.testing.assert_allclose([e[2] for e in two], [e[2] for e in one], atol=1e-4)
+    assert threads == {"jetforge-infer-0", "jetforge-infer-1"}
+    m = result.metrics.to_dict()
+    assert result.stopped == "max frames" and m["frames"] == 40 and m["errors"]["total"] == 0
+    for stage in ("decode", "preprocess", "infer", "postprocess", "sink"):
+        assert m["latency_ms"]["stages"][stage]["count"] == 40, stage
+    assert not [t for t in threading.enumerate() if t.name.startswith("jetforge-")]
+
+
+def test_two_infer_workers_reorder_and_follow_the_error_policy(bikes_clip):
+    ref, ev1 = run(bikes_clip, MeanColour(fail_on={3, 7}), n=30)
+    two, ev2 = run(bikes_clip, MeanColour(fail_on={3, 7}, infer_delay=0.003), n=30, infer_workers=2)
+    assert ev2 == ev1 and [e[1] for e in ev2] == list(range(30))
+    assert two.metrics.to_dict()["errors"]["by_stage"] == {"postprocess": 2} and two.metrics.frames == 28
+
+    # Failures in preprocess skip inference but still take their place in the order.
+    _, ev3 = run(bikes_clip, MeanColour(fail_on={2, 11}, fail_stage="preprocess", infer_delay=0.003), n=20,
+                 infer_workers=2)
+    assert [e[1] for e in ev3] == list(range(20))
+    assert [e[1] for e in ev3 if e[2].get("type") == "error"] == [2, 11]
+
+    class FailingInfer(MeanColour):
+        def infer(self, inputs):
+            time.sleep(0.002)
+            if len(self.batches) in (4, 9):
+                self.batches.append(len(inputs))
+                raise ValueError("model failed")
+            return super().infer(inputs)
+
+    task = FailingInfer()
+    result, ev4 = run(bikes_clip, task, n=24, infer_workers=2, batch_size=2, queue_size=4)
+    errors = [e for e in ev4 if e[2].get("type") == "error"]
+    assert [e[1] for e in ev4] == list(range(24)) and len(errors) == result.metrics.error_count >= 2
+    assert all(e[2] == {"type": "error", "stage": "infer", "error": "ValueError: model failed"} for e in errors)
+
+    with pytest.raises(PipelineError, match="stage infer failed on frame .*model failed; stopping: the error policy"):
+        run(bikes_clip, FailingInfer(), n=24, infer_workers=2, on_error="stop")
+    assert not [t for t in threading.enumerate() if t.name.startswith("jetforge-")]
+
+
+def test_two_infer_workers_shut_down_cleanly(bikes_clip):
+    # The end of a short stream, a stop request mid-run, and a worker that is much slower than the other.
+    result, events = run(bikes_clip, MeanColour(), n=3, infer_workers=3)
+    assert [e[1] for e in events] == [0, 1, 2] and result.stopped == "max frames"
+
+    seen = []
+    with open_source(bikes_clip) as source:
+        pipeline = Pipeline([source], MeanColour(infer_delay=0.002), None, PipelineOptions(infer_workers=2))
+        pipeline.on_done = lambda item: (seen.append(item.frame.index), len(seen) == 10 and pipeline.request_stop())
+        result = pipeline.run()
+    assert result.stopped == "stop requested" and seen == list(range(len(seen))) and len(seen) >= 10
+
+    class OneSlowFrame(MeanColour):
+        slept = False
+
+        def infer(self, inputs):
+            if threading.current_thread().name == "jetforge-infer-0" and not self.slept:
+                self.slept = True
+                time.sleep(0.3)  # the other worker runs ahead; the reorder buffer waits, bounded
+            return super().infer(inputs)
+
+    result, events = run(bikes_clip, OneSlowFrame(), n=40, infer_workers=2, queue_size=1)
+    assert [e[1] for e in events] == list(range(40)) and result.metrics.frames == 40
+    assert not [t for t in threading.enumerate() if t.name.startswith("jetforge-")]
+    with pytest.raises(ConfigError, match="infer_workers must be a whole number of at least 1"):
+        PipelineOptions(infer_workers=0)
