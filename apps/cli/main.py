@@ -18,7 +18,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import jetforge
 from jetforge.errors import JetforgeError
 
-log = logging.getLogger("jetforge")
 
 # name -> (module, class, one-line summary); order is the order of `jetforge --help`.
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
@@ -53,11 +52,15 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
 }
 
 EPILOG = """examples:
-  jetforge demo                      # classify a real video clip with MobileNetV2, print FPS and latency
+  jetforge demo                      # people counting on a real clip: video, events, FPS and latency
+  jetforge demo --app classify       # MobileNetV2 exported to ONNX, run with ONNX Runtime over a clip
   jetforge targets list              # every Jetson / GPU profile, with sources
-  jetforge targets show orin-nx-16gb
-  jetforge assets fetch              # download weights and sample media into the cache
   jetforge doctor --json             # what this machine can run
+  jetforge prune --model mobilenet_v2 --flops-reduction 2 --latency-aware --out work/
+  jetforge calibrate work/model.onnx --data frames/ --trt 10.3
+  jetforge dla-check work/model.onnx --target orin-nx-16gb
+  jetforge bundle create work/model.onnx --target orin-nx-16gb --calib work/model.calib --out bundles/cam
+  jetforge deploy bundles/cam nvidia@orin --run bench
 
 Run `jetforge COMMAND --help` for a command's options."""
 
