@@ -29,10 +29,11 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from jetforge.errors import ConfigError, DependencyError, ModelError
+from jetforge.errors import ConfigError, DependencyError
 from jetforge.fileio import PathLike, atomic_output
 from jetforge.optional import require
 from jetforge.runtime.measure import latency_stats, memory_info, reset_peak_rss
+from jetforge.runtime.sidecar import static_shape
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +45,12 @@ def make_inputs(session: Any, batch: int = 1, seed: int = 0) -> Dict[str, np.nda
     rng = np.random.default_rng(seed)
     feeds = {}
     for spec in session.inputs:
-        shape = []
-        for axis, d in enumerate(spec.shape):
-            static = isinstance(d, int) and d >= 0
-            if axis == 0:
-                if static and d != batch:
-                    raise ConfigError("input %r of %s has a fixed batch of %d; --batch %d does not fit"
-                                      % (spec.name, session.path.name, d, batch),
-                                      hint="use --batch %d, or export/build the model with a dynamic batch" % d)
-                shape.append(batch)
-            elif static:
-                shape.append(int(d))
-            else:
-                raise ModelError("input %r of %s has a dynamic axis %d (%r); the benchmark cannot choose its size"
-                                 % (spec.name, session.path.name, axis, d),
-                                 hint="export the model with static spatial dimensions")
+        fixed = spec.shape[0] if spec.shape else None
+        if isinstance(fixed, int) and fixed > 0 and fixed != batch:
+            raise ConfigError("input %r of %s has a fixed batch of %d; --batch %d does not fit"
+                              % (spec.name, session.path.name, fixed, batch),
+                              hint="use --batch %d, or export/build the model with a dynamic batch" % fixed)
+        shape = static_shape(spec, batch, "the benchmark")
         dtype = np.dtype(spec.dtype)
         if dtype.kind == "f":
             feeds[spec.name] = rng.random(shape, dtype=np.float64).astype(dtype)

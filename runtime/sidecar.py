@@ -97,6 +97,26 @@ class ModelSidecar:
             raise ModelError("%s is malformed: %s" % (where, err), hint="re-export the model to regenerate it") from err
 
 
+def static_shape(spec: TensorSpec, batch: int = 1, purpose: str = "this step") -> List[int]:
+    """``spec``'s shape with a dynamic leading (batch) axis set to ``batch``.
+
+    Exported models usually keep a dynamic batch axis; building for DLA, bundling and
+    benchmarking all need static shapes, and batch 1 is the only choice that needs no
+    user input.  Any other dynamic axis is a real choice, so it is an error naming it.
+    """
+    dims: List[int] = []
+    for axis, d in enumerate(spec.shape):
+        if isinstance(d, int) and d > 0:
+            dims.append(int(d))
+        elif axis == 0:
+            dims.append(int(batch))
+        else:
+            raise ModelError("input %s has a dynamic axis %d (%r) that %s cannot choose" % (spec.name, axis, d, purpose),
+                             hint="give --shape %s=%s" % (spec.name, "x".join(
+                                 str(x) if isinstance(x, int) and x > 0 else "N" for x in spec.shape)))
+    return dims
+
+
 def sidecar_path(model_path: PathLike) -> Path:
     """``model.onnx`` -> ``model.onnx.json``."""
     p = Path(model_path)

@@ -1,6 +1,7 @@
 """``jetforge dla-check``: predict which layers of an ONNX model a target's DLA runs, and why not."""
 
 import argparse
+from typing import List, Tuple
 
 from jetforge.apps.cli.base import Command, add_json_flag, add_target_flag, print_json
 from jetforge.errors import ConfigError, JetforgeError
@@ -50,6 +51,9 @@ class DlaCheckCommand(Command):
         if args.loadables_per_core is not None and args.loadables_per_core < 1:
             raise ConfigError("--loadables-per-core must be at least 1", hint="e.g. --loadables-per-core 16")
         shapes = dict(parse_shape(s) for s in args.shape)
+        assumed = [] if shapes else _batch_one_shapes(args.model)
+        if assumed:
+            shapes = dict(assumed)
         scales = None
         if args.calib:
             from jetforge.fileio import require_file
@@ -66,7 +70,31 @@ class DlaCheckCommand(Command):
             print_json(data)
         else:
             print(format_table(analysis, all_layers=args.all_layers))
+            for name, dims in assumed:
+                print("note: assumed %s=%s (the dynamic batch axis set to 1: DLA needs static shapes; "
+                      "pass --shape to choose)" % (name, "x".join(str(d) for d in dims)))
         if failures:
             raise DlaCheckError("--strict: %d problem(s), first: %s" % (len(failures), failures[0]),
                                 hint="apply the suggestions above, or drop --strict to allow GPU fallback")
         return 0
+
+
+def _batch_one_shapes(model: str) -> List[Tuple[str, List[int]]]:
+    """Inputs whose only dynamic axis is the batch: their shapes with batch 1 (from the sidecar, else the ONNX)."""
+    from jetforge.runtime.sidecar import TensorSpec, read_sidecar, sidecar_path, static_shape
+
+    try:
+        if sidecar_path(model).is_file():
+            specs = read_sidecar(model, verify_hash=False).inputs
+        else:
+            from jetforge.optional import require
+
+            onnx = require("onnx", "reading ONNX input shapes")
+            graph = onnx.load(model, load_external_data=False).graph
+            inits = {i.name for i in graph.initializer}
+            specs = [TensorSpec(i.name, [d.dim_value if d.HasField("dim_value") else -1
+                                         for d in i.type.tensor_type.shape.dim])
+                     for i in graph.input if i.name not in inits]
+        return [(s.name, static_shape(s, 1, "dla-check")) for s in specs if s.is_dynamic]
+    except (JetforgeError, OSError, ValueError):
+        return []  # other dynamic axes or an unreadable file: the analysis itself reports them

@@ -121,7 +121,7 @@ class PruneCommand(Command):
                                                                      lat["speedup"], lat["backend"]))
         for key in ("plan", "state_dict", "json", "table", "plot", "onnx"):
             if key in files:
-                lines.append("  %-9s%s" % (key, files[key]))
+                lines.append("  %-11s %s" % (key, files[key]))
         for p in result.report.protected:
             lines.append("  protected %s (%s): %s" % (p["where"], p["op"], p["reason"]))
         print("\n".join(lines))

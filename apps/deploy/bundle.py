@@ -34,8 +34,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import jetforge
-from jetforge.errors import EngineBuildError, InputFileError, JetforgeError
+from jetforge.errors import EngineBuildError, InputFileError, JetforgeError, ModelError
 from jetforge.fileio import PathLike, atomic_output, check_not_input, require_file, sha256_file, write_json_atomic
+from jetforge.runtime.sidecar import static_shape
 
 log = logging.getLogger(__name__)
 
@@ -508,23 +509,10 @@ def layer_precisions_from_file(path: PathLike) -> Dict[str, str]:
 
 def _default_input_shapes(sidecar: Any) -> Dict[str, List[int]]:
     """Static shapes for the build: a dynamic batch axis becomes 1; any other dynamic axis needs --shape."""
-    shapes: Dict[str, List[int]] = {}
-    for spec in sidecar.inputs:
-        if not spec.is_dynamic:
-            continue
-        dims = []
-        for axis, d in enumerate(spec.shape):
-            if isinstance(d, int) and d > 0:
-                dims.append(int(d))
-            elif axis == 0:
-                dims.append(1)
-            else:
-                raise BundleError("input %s has a dynamic axis %d (%r) that the bundle cannot choose"
-                                  % (spec.name, axis, d),
-                                  hint="give --shape %s=%s" % (spec.name, "x".join(
-                                      str(x) if isinstance(x, int) and x > 0 else "N" for x in spec.shape)))
-        shapes[spec.name] = dims
-    return shapes
+    try:
+        return {spec.name: static_shape(spec, 1, "the bundle") for spec in sidecar.inputs if spec.is_dynamic}
+    except ModelError as err:
+        raise BundleError(err.message, hint=err.hint) from err
 
 
 def create_bundle(model: PathLike, out: PathLike, targets: Sequence[str], *, calib: Sequence[PathLike] = (),

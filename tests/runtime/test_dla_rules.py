@@ -443,3 +443,28 @@ def test_cli_dla_check_table_json_and_strict(tmp_path, capsys):
     assert "--strict" in capsys.readouterr().err
     assert main(["dla-check", str(path), "--target", "orin-nano-8gb"]) == 1
     assert "has no DLA" in capsys.readouterr().err
+
+
+def test_cli_assumes_batch_one_for_a_dynamic_batch_axis_only(tmp_path, capsys):
+    """An exported model's dynamic batch axis is set to 1 (with a note); another dynamic axis is not guessed."""
+    from jetforge.apps.cli.main import main
+
+    batch_only = tmp_path / "batch.onnx"
+    onnx.save(_model([helper.make_node("Relu", ["x"], ["y"])], [("x", ["N", 4, 8, 8])]), str(batch_only))
+    assert main(["dla-check", str(batch_only), "--target", "agx-orin-64gb", "--strict"]) == 0
+    assert "assumed x=1x4x8x8" in capsys.readouterr().out
+    spatial = tmp_path / "spatial.onnx"
+    onnx.save(_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [1, 4, "H", 8])]), str(spatial))
+    assert main(["dla-check", str(spatial), "--target", "agx-orin-64gb", "--strict"]) == 1
+    assert "assumed" not in capsys.readouterr().out
+
+
+def test_static_shape_sets_only_the_batch_axis():
+    from jetforge.errors import ModelError
+    from jetforge.runtime.sidecar import TensorSpec, static_shape
+
+    assert static_shape(TensorSpec("x", ["batch", 3, 224, 224]), 4) == [4, 3, 224, 224]
+    assert static_shape(TensorSpec("x", [2, 3, 8, 8])) == [2, 3, 8, 8]
+    with pytest.raises(ModelError, match="dynamic axis 2") as info:
+        static_shape(TensorSpec("x", [1, 3, "H", 8]), purpose="the bundle")
+    assert "--shape x=1x3xNx8" in str(info.value)
