@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jetforge.optional import is_available
+from tests.hardware.trt_build import build_test_engine as build_engine
 
 pytestmark = [pytest.mark.tensorrt, pytest.mark.gpu,
               pytest.mark.skipif(not is_available("tensorrt"), reason="TensorRT is not installed"),
@@ -25,31 +26,6 @@ def _num_dla_cores():
     import tensorrt as trt
 
     return int(trt.Builder(trt.Logger(trt.Logger.ERROR)).num_DLA_cores)
-
-
-def build_engine(onnx_path, engine_path, fp16, max_batch=8, dla_core=None):
-    import tensorrt as trt
-
-    logger = trt.Logger(trt.Logger.WARNING)
-    builder = trt.Builder(logger)
-    major = int(trt.__version__.split(".")[0])
-    network = builder.create_network(0 if major >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH))
-    parser = trt.OnnxParser(network, logger)
-    assert parser.parse(onnx_path.read_bytes()), [str(parser.get_error(i)) for i in range(parser.num_errors)]
-    config = builder.create_builder_config()
-    if fp16:
-        config.set_flag(trt.BuilderFlag.FP16)
-    if dla_core is not None:
-        config.default_device_type = trt.DeviceType.DLA
-        config.DLA_core = dla_core
-        config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
-    profile = builder.create_optimization_profile()
-    profile.set_shape(network.get_input(0).name, (1, 3, 224, 224), (1, 3, 224, 224), (max_batch, 3, 224, 224))
-    config.add_optimization_profile(profile)
-    plan = builder.build_serialized_network(network, config)
-    assert plan is not None
-    engine_path.write_bytes(bytes(plan))
-    return engine_path
 
 
 @pytest.fixture(scope="module")

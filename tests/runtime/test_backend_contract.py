@@ -14,6 +14,7 @@ import pytest
 
 from jetforge.errors import BackendError, ModelError, UnknownNameError
 from jetforge.optional import is_available
+from tests.hardware.trt_build import build_test_engine
 
 # Relative tolerance: max |out - ref| / max |ref|.  FP32 on a GPU uses TF32 convolutions (cuDNN's default).
 TOLERANCE = {"fp32": 5e-3, "fp16": 3e-2}
@@ -33,33 +34,6 @@ def _torch_model(weights):
     from jetforge.compress.models import load_pretrained
 
     return load_pretrained("mobilenet_v2", weights)
-
-
-def build_test_engine(onnx_path, engine_path, fp16, max_batch=8, dla_core=None):
-    """A TensorRT engine from ``onnx_path`` with a batch profile 1..max_batch (documented TensorRT API)."""
-    import tensorrt as trt
-
-    logger = trt.Logger(trt.Logger.WARNING)
-    builder = trt.Builder(logger)
-    major = int(trt.__version__.split(".")[0])
-    network = builder.create_network(0 if major >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH))
-    parser = trt.OnnxParser(network, logger)
-    assert parser.parse(onnx_path.read_bytes()), [str(parser.get_error(i)) for i in range(parser.num_errors)]
-    config = builder.create_builder_config()
-    if fp16:
-        config.set_flag(trt.BuilderFlag.FP16)
-    if dla_core is not None:
-        config.default_device_type = trt.DeviceType.DLA
-        config.DLA_core = dla_core
-        config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
-    profile = builder.create_optimization_profile()
-    name = network.get_input(0).name
-    profile.set_shape(name, (1, 3, 224, 224), (1, 3, 224, 224), (max_batch, 3, 224, 224))
-    config.add_optimization_profile(profile)
-    plan = builder.build_serialized_network(network, config)
-    assert plan is not None, "TensorRT could not build the engine"
-    engine_path.write_bytes(bytes(plan))
-    return engine_path
 
 
 # name -> (precision, marks, factory(onnx_path, weights, tmp_path) -> session)
