@@ -90,7 +90,7 @@ def test_shape_outside_profile_is_refused(mobilenet_onnx, frames, tmp_path):
 
 @pytest.mark.dla
 @pytest.mark.jetson
-@pytest.mark.skipif(_num_dla_cores() == 0, reason="no DLA core (TensorRT reports 0)")
+@pytest.mark.skipif(_num_dla_cores() == 0, reason="no DLA core (TensorRT is missing, or it reports 0 DLA cores)")
 @pytest.mark.parametrize("core", [0, 1])
 def test_dla_engine_runs_on_the_chosen_core(mobilenet_onnx, frames, reference, tmp_path, core):
     import tensorrt as trt
