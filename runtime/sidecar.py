@@ -145,7 +145,7 @@ def read_sidecar(model_path: PathLike, verify_hash: bool = True) -> ModelSidecar
     if not path.is_file():
         raise InputFileError(
             "model %s has no sidecar %s (it records preprocessing, labels and task)" % (model_path, path.name),
-            hint="export the model with `jetforge export`, or write the sidecar by hand (see docs/sidecar.md)")
+            hint="export the model with `jetforge export`, or write the sidecar by hand (docs/sidecar.md in the jetforge repository)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:

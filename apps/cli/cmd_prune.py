@@ -3,10 +3,11 @@
 import argparse
 import logging
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Tuple
 
+from jetforge.apps.cli.app_models import load_torch_model
 from jetforge.apps.cli.base import Command, add_json_flag, add_target_flag, print_json
-from jetforge.errors import ConfigError, InputFileError
+from jetforge.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class PruneCommand(Command):
         from jetforge.compress.export import export_onnx
         from jetforge.compress.prune import prune
 
-        model, meta = _load_model(args.model)
+        model, meta = load_torch_model(args.model)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
@@ -126,46 +127,3 @@ class PruneCommand(Command):
             lines.append("  protected %s (%s): %s" % (p["where"], p["op"], p["reason"]))
         print("\n".join(lines))
         return 0
-
-
-def _load_model(spec: str) -> Tuple[Any, dict]:
-    """The model named or stored at ``spec`` (eval mode) and what is known about it (task, labels, preprocess)."""
-    from jetforge.compress.models import PRETRAINED, load_pretrained
-
-    if spec in PRETRAINED:
-        from jetforge.apps.assets import asset_path
-        from jetforge.apps.labels import load_labels
-
-        p = PRETRAINED[spec]
-        model = load_pretrained(spec, asset_path(p.asset, p.filename))
-        labels: List[str] = []
-        try:
-            labels = list(load_labels(p.labels))
-        except Exception as err:  # labels are a convenience for the sidecar, not needed to prune
-            log.warning("no labels for %s: %s", spec, err)
-        return model, {"task": "classify", "name": spec, "labels": labels, "preprocess": p.preprocess}
-    path = Path(spec)
-    if path.suffix in (".pt", ".pth"):
-        if not path.is_file():
-            raise InputFileError("model file %s does not exist" % path, hint="check the path")
-        import torch
-
-        # A whole pickled module (torch.save(model)): only load files you trust.
-        model = torch.load(str(path), map_location="cpu", weights_only=False)
-        if not isinstance(model, torch.nn.Module):
-            raise InputFileError("%s holds a %s, not a torch module" % (path, type(model).__name__),
-                                 hint="save the whole model with torch.save(model, path), not its state dict")
-        return model.eval(), {"name": path.stem}
-    from jetforge.optional import require
-
-    torchvision = require("torchvision", "building torchvision architectures to prune")
-    try:
-        model = torchvision.models.get_model(spec, weights=None)
-    except ValueError:
-        from jetforge.errors import UnknownNameError
-
-        raise UnknownNameError("model", spec, list(PRETRAINED) + list(torchvision.models.list_models()),
-                               hint="name mobilenet_v2, a torchvision architecture, or a .pt file") from None
-    log.warning("%s has random weights (no pretrained weights are available offline); the pruned structure "
-                "and speed are meaningful, its accuracy is not", spec)
-    return model.eval(), {"name": spec}

@@ -29,6 +29,8 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
                 "list or show Jetson / GPU target profiles"),
     "assets": ("jetforge.apps.cli.cmd_assets", "AssetsCommand",
                "fetch and verify pretrained weights and sample media"),
+    "export": ("jetforge.apps.cli.cmd_export", "ExportCommand",
+               "export a torch model to ONNX with its sidecar (task, labels, preprocessing, tensors, hash)"),
     "prune": ("jetforge.apps.cli.cmd_prune", "PruneCommand",
               "structured channel pruning: smaller tensors, replayable plan, report, ONNX export"),
     "distill": ("jetforge.apps.cli.cmd_distill", "DistillCommand",

@@ -87,7 +87,7 @@ class FileSource(VideoSource):
 
     def __init__(self, path: Union[str, "os.PathLike[str]"]) -> None:
         cv2 = require("cv2", "reading video files")
-        self.path = require_file(path, "video file", hint="check the path given to --video")
+        self.path = require_file(path, "video file", hint="check the path of the video (--video or --source)")
         self.uri = str(self.path)
         self._cv2 = cv2
         cap = cv2.VideoCapture(str(self.path))

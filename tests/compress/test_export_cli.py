@@ -1,0 +1,51 @@
+"""`jetforge export`: a real pretrained model to ONNX + sidecar, checked against PyTorch in ONNX Runtime."""
+
+import json
+
+from jetforge.apps.cli.main import main
+from jetforge.runtime.sidecar import read_sidecar
+
+
+def test_export_pretrained_mobilenet_writes_onnx_and_a_checked_sidecar(tmp_path, capsys):
+    out = tmp_path / "m.onnx"
+    assert main(["export", "--model", "mobilenet_v2", "--out", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    side = read_sidecar(out)  # verifies the content hash too
+    assert side.task == "classify" and len(side.labels) == 1000 and side.labels[0] == "tench"
+    assert side.inputs[0].shape == ["batch", 3, 224, 224] and side.preprocess.crop_fraction == 0.875
+    assert result["onnxruntime_vs_torch"]["max_abs_diff"] < 1e-4
+    assert result["sha256"] == side.content_sha256
+
+
+def test_export_user_module_with_labels_file_and_static_batch(tmp_path, capsys):
+    import torch
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                              torch.nn.Linear(4, 3))
+    model = tmp_path / "net.pt"
+    torch.save(net, str(model))
+    labels = tmp_path / "classes.txt"
+    labels.write_text("# my classes\ncat\ndog\n\nbird\n")
+    pre = tmp_path / "pre.yaml"
+    pre.write_text("height: 32\nwidth: 32\nresize: stretch\ncolor: gray\nmean: [0.5]\nstd: [0.25]\n")
+    out = tmp_path / "net.onnx"
+    assert main(["export", "--model", str(model), "--input-shape", "1x1x32x32", "--preprocess", str(pre),
+                 "--labels", str(labels), "--task", "classify", "--static-batch", "--out", str(out)]) == 0
+    side = read_sidecar(out)
+    assert side.labels == ["cat", "dog", "bird"] and side.inputs[0].shape == [1, 1, 32, 32]
+    assert side.preprocess.color == "gray" and side.preprocess.resize == "stretch"
+    assert "ONNX Runtime vs PyTorch" in capsys.readouterr().out
+
+
+def test_export_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "m.onnx"
+    assert main(["export", "--model", "mobilenet_v2", "--out", str(tmp_path / "m.txt")]) == 1
+    assert "--out must name an .onnx file" in capsys.readouterr().err
+    assert main(["export", "--model", "mobilenet_v2", "--labels", str(tmp_path / "none.txt"), "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "labels file" in err[0]
+    pre = tmp_path / "pre.yaml"
+    pre.write_text("height: 32\nwidht: 32\n")
+    assert main(["export", "--model", "mobilenet_v2", "--preprocess", str(pre), "--out", str(out)]) == 1
+    assert "did you mean 'width'" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "m.onnx.json").exists()
