@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from jetforge.compress.distill.losses import DistillModule, FeaturePair
-from jetforge.compress.train.dist import DistContext, cleanup, init_distributed
+from jetforge.compress.train.dist import DistContext, distributed
 from jetforge.compress.train.loop import Supervised, TrainConfig, Trainer, TrainResult, evaluate_accuracy
 from jetforge.compress.train.recipe import (CLASSES, INPUT_SHAPE, DataConfig, ModelConfig, build_from_config,
                                             load_data, write_resolved_config)
@@ -76,21 +76,13 @@ def distill(cfg: DistillConfig, student: Optional[torch.nn.Module] = None, teach
 
     ``student``/``teacher``/``train_set``/``val_set`` override the recipe's blocks (Python API).
     """
-    own_ctx = ctx is None
-    ctx = ctx or init_distributed(cfg.train.device)
-    try:
-        return _distill(cfg, student, teacher, train_set, val_set, ctx)
-    finally:
-        if own_ctx:
-            cleanup(ctx)
+    with distributed(cfg.train.device, ctx) as run_ctx:
+        return _distill(cfg, student, teacher, train_set, val_set, run_ctx)
 
 
 def _distill(cfg, student, teacher, train_set, val_set, ctx) -> DistillResult:
     out = Path(cfg.out_dir)
-    if train_set is None or val_set is None:
-        tr, va = load_data(cfg.data, seed=cfg.train.seed)
-        train_set = train_set if train_set is not None else tr
-        val_set = val_set if val_set is not None else va
+    train_set, val_set = load_data(cfg.data, seed=cfg.train.seed, train=train_set, val=val_set)
     notes: Dict[str, Any] = {}
     if student is None:
         student, notes = build_from_config(cfg.model, "model")

@@ -22,7 +22,7 @@ from jetforge.compress.distill.api import LossConfig, _preprocess
 from jetforge.compress.distill.losses import DistillModule
 from jetforge.compress.qat.export import export_qdq_onnx, onnx_accuracy, ort_kernels, qdq_for_ort
 from jetforge.compress.qat.prepare import QatSummary, calibrate_qat, prepare_qat
-from jetforge.compress.train.dist import DistContext, cleanup, init_distributed
+from jetforge.compress.train.dist import DistContext, distributed
 from jetforge.compress.train.loop import Supervised, TrainConfig, Trainer, TrainResult, evaluate_accuracy
 from jetforge.compress.train.recipe import (CLASSES, INPUT_SHAPE, DataConfig, ModelConfig, build_from_config,
                                             calibration_batches, load_data, write_resolved_config)
@@ -99,21 +99,13 @@ class QatResult:
 def qat(cfg: QatConfig, model: Optional[torch.nn.Module] = None, teacher: Optional[torch.nn.Module] = None,
         train_set: Any = None, val_set: Any = None, ctx: Optional[DistContext] = None) -> QatResult:
     """Run a QAT recipe (see the module docstring); ``model``/``teacher``/datasets override the recipe."""
-    own_ctx = ctx is None
-    ctx = ctx or init_distributed(cfg.train.device)
-    try:
-        return _qat(cfg, model, teacher, train_set, val_set, ctx)
-    finally:
-        if own_ctx:
-            cleanup(ctx)
+    with distributed(cfg.train.device, ctx) as run_ctx:
+        return _qat(cfg, model, teacher, train_set, val_set, run_ctx)
 
 
 def _qat(cfg, model, teacher, train_set, val_set, ctx) -> QatResult:
     out = Path(cfg.out_dir)
-    if train_set is None or val_set is None:
-        tr, va = load_data(cfg.data, seed=cfg.train.seed)
-        train_set = train_set if train_set is not None else tr
-        val_set = val_set if val_set is not None else va
+    train_set, val_set = load_data(cfg.data, seed=cfg.train.seed, train=train_set, val=val_set)
     if model is None:
         if not cfg.model.checkpoint:
             raise CompressError("QAT starts from a trained model, but model.checkpoint is not set",

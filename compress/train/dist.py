@@ -4,10 +4,11 @@ Without those variables everything here is a no-op for a single process, so the 
 code runs under ``python -m ...`` and ``torchrun --nproc_per_node=N -m ...``.
 """
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -78,6 +79,19 @@ def cleanup(ctx: DistContext) -> None:
         dist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def distributed(device: str = "auto", ctx: Optional[DistContext] = None) -> Iterator[DistContext]:
+    """``ctx`` if the caller already has one, else a new one that is torn down on exit (only if made here)."""
+    if ctx is not None:
+        yield ctx
+        return
+    own = init_distributed(device)
+    try:
+        yield own
+    finally:
+        cleanup(own)
+
+
 def barrier(ctx: DistContext) -> None:
     if ctx.distributed:
         dist.barrier()
@@ -103,5 +117,5 @@ def broadcast_flag(flag: bool, ctx: DistContext) -> bool:
     return bool(t.item())
 
 
-__all__ = ["DistContext", "all_reduce_sums", "barrier", "broadcast_flag", "cleanup", "init_distributed",
+__all__ = ["DistContext", "all_reduce_sums", "barrier", "broadcast_flag", "cleanup", "distributed", "init_distributed",
            "launched_by_torchrun"]

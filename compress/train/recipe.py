@@ -55,10 +55,15 @@ class ModelConfig:
             raise ValueError("prune_ratio must be in [0, 1), got %r" % self.prune_ratio)
 
 
-def load_data(cfg: DataConfig, seed: int = 0) -> Tuple[Any, Any]:
-    """``(train, val)`` datasets; val is the 10k test split (or ``val_limit`` of it)."""
-    train = fashion_mnist(cfg.root, "train", limit=cfg.train_limit, augment=cfg.augment, seed=seed)
-    val = fashion_mnist(cfg.root, "test", limit=cfg.val_limit, augment=False, seed=seed)
+def load_data(cfg: DataConfig, seed: int = 0, train: Any = None, val: Any = None) -> Tuple[Any, Any]:
+    """``(train, val)`` datasets; val is the 10k test split (or ``val_limit`` of it).
+
+    ``train``/``val`` given by a Python caller are used as they are; only the missing ones are read.
+    """
+    if train is None:
+        train = fashion_mnist(cfg.root, "train", limit=cfg.train_limit, augment=cfg.augment, seed=seed)
+    if val is None:
+        val = fashion_mnist(cfg.root, "test", limit=cfg.val_limit, augment=False, seed=seed)
     return train, val
 
 
