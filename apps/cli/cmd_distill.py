@@ -1,24 +1,32 @@
 """``jetforge distill``: knowledge distillation (or plain fine-tuning) from a YAML recipe."""
 
 import argparse
-from typing import Any, List
+from typing import Any, Optional
 
 from jetforge.apps.cli.base import Command, add_config_flags, add_json_flag, print_json
 
 
-def data_overrides(args: argparse.Namespace, cfg_cls: Any) -> List[str]:
-    """``--data DIR`` or, when the recipe names no folder, the Fashion-MNIST asset cache."""
+def load_recipe(args: argparse.Namespace, cfg_cls: Any) -> Optional[Any]:
+    """The recipe ``--config`` + ``--set`` describe, with the data folder resolved; None after ``--print-config``.
+
+    The data folder is ``--data DIR``, else the recipe's ``data.root``, else the Fashion-MNIST asset cache.
+    Shared by ``distill`` and ``qat``.
+    """
     from jetforge.config import load_config
 
     overrides = list(args.overrides)
+    if args.print_config:
+        print_config(load_config(cfg_cls, args.config, overrides))
+        return None
     if args.data:
-        return overrides + ["data.root=%s" % args.data]
+        return load_config(cfg_cls, args.config, overrides + ["data.root=%s" % args.data])
     cfg = load_config(cfg_cls, args.config, overrides)
-    if cfg.data.root is None:
-        from jetforge.apps.assets import asset_path
+    if cfg.data.root is not None:
+        return cfg
+    from jetforge.apps.assets import asset_path
 
-        overrides.append("data.root=%s" % asset_path("fashion_mnist", "train-images-idx3-ubyte.gz").parent)
-    return overrides
+    root = asset_path("fashion_mnist", "train-images-idx3-ubyte.gz").parent
+    return load_config(cfg_cls, args.config, overrides + ["data.root=%s" % root])
 
 
 def print_config(cfg: Any) -> None:
@@ -54,12 +62,10 @@ class DistillCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from jetforge.compress.distill import DistillConfig, distill
-        from jetforge.config import load_config
 
-        if args.print_config:
-            print_config(load_config(DistillConfig, args.config, args.overrides))
+        cfg = load_recipe(args, DistillConfig)
+        if cfg is None:
             return 0
-        cfg = load_config(DistillConfig, args.config, data_overrides(args, DistillConfig))
         res = distill(cfg)
         data = res.to_dict()
         if args.json:

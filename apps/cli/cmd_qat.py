@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from jetforge.apps.cli.base import Command, add_config_flags, add_json_flag, print_json
-from jetforge.apps.cli.cmd_distill import data_overrides, print_config
+from jetforge.apps.cli.cmd_distill import load_recipe
 
 
 class QatCommand(Command):
@@ -52,12 +52,10 @@ class QatCommand(Command):
                                                    for a in res.trtexec_args())[:400]))
             return 0
         from jetforge.compress.qat import QatConfig, qat
-        from jetforge.config import load_config
 
-        if args.print_config:
-            print_config(load_config(QatConfig, args.config, args.overrides))
+        cfg = load_recipe(args, QatConfig)
+        if cfg is None:
             return 0
-        cfg = load_config(QatConfig, args.config, data_overrides(args, QatConfig))
         res = qat(cfg)
         data = res.to_dict()
         if args.json:
