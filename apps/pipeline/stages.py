@@ -21,7 +21,7 @@ Torch-free; OpenCV is imported inside the functions that use it.
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -181,6 +181,22 @@ class SessionModel:
             with self._lock:
                 outputs = self.session.infer({self.input_name: batch})
         return [{name: value[i] for name, value in outputs.items()} for i in range(len(inputs))]
+
+
+def track_colour(track_id: int) -> Tuple[int, int, int]:
+    """A stable, bright colour per track id, so one person keeps one colour for the whole video."""
+    rng = np.random.default_rng(track_id * 7919 + 17)
+    c = rng.integers(60, 256, size=3)
+    return int(c[0]), int(c[1]), int(c[2])
+
+
+def draw_label(image: np.ndarray, text: str, org: Tuple[int, int], colour: Tuple[int, int, int],
+               scale: float = 0.45) -> None:
+    """Text with a dark outline, readable on any background; draws in place."""
+    import cv2
+
+    cv2.putText(image, text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0), 3, cv2.LINE_AA)
+    cv2.putText(image, text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, colour, 1, cv2.LINE_AA)
 
 
 def draw_status(image: np.ndarray, status: Status) -> None:

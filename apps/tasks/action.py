@@ -28,7 +28,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from jetforge.apps.pipeline.stages import Item, Status, Task, draw_status
+from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, draw_status
 from jetforge.apps.tasks.people import HogPeopleDetector, score_to_unit
 from jetforge.apps.tasks.tracking import Tracker, TrackerOptions
 from jetforge.runtime.clips import ClipContract
@@ -192,7 +192,7 @@ class ActionTask(Task):
             cv2.rectangle(image, (x1, y1), (x2, y2), colour, 2)
             text = "#%d %s" % (t["id"], ("%s %.0f%%" % (t["action"], 100 * t["top"][0]["p"])) if t.get("action")
                                else "...")
-            _label(image, text, (x1, max(12, y1 - 4)), colour)
+            draw_label(image, text, (x1, max(12, y1 - 4)), colour)
         head = "people %d  |  action: walking direction (model trained on derived labels)" % len(tracks)
         h, w = image.shape[:2]
         region = image[0:30, 0:min(w, 12 + 9 * len(head))]
@@ -254,13 +254,6 @@ _ACTION_COLOURS = {"walking left": (255, 160, 0), "walking right": (0, 200, 255)
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(np.asarray(x, np.float64) - np.max(x))
     return e / e.sum()
-
-
-def _label(image: np.ndarray, text: str, org: Tuple[int, int], colour: Tuple[int, int, int]) -> None:
-    import cv2
-
-    cv2.putText(image, text, org, cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 3, cv2.LINE_AA)
-    cv2.putText(image, text, org, cv2.FONT_HERSHEY_SIMPLEX, 0.45, colour, 1, cv2.LINE_AA)
 
 
 class ActionApp:

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from jetforge.apps.pipeline.stages import Item, Status, Task, draw_status
+from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, track_colour, draw_status
 from jetforge.apps.tasks.tracking import Tracker, TrackerOptions, iou_matrix
 from jetforge.errors import ConfigError, ModelError
 
@@ -438,10 +438,10 @@ class FacesTask(Task):
             blur_boxes(image, [d["box"] for d in dets] + [t["box"] for t in tracks])
         for d in dets:
             x1, y1, x2, y2 = [int(round(v)) for v in d["box"]]
-            colour = _colour(d["track"]) if d["track"] else (200, 200, 200)
+            colour = track_colour(d["track"]) if d["track"] else (200, 200, 200)
             cv2.rectangle(image, (x1, y1), (x2, y2), colour, 2)
             text = ("#%d " % d["track"] if d["track"] else "") + "%.2f" % d["score"]
-            _label(image, text, (x1, max(12, y1 - 4)), colour)
+            draw_label(image, text, (x1, max(12, y1 - 4)), colour)
             if self.draw_landmarks and not self.blur:
                 for x, y in d["landmarks"]:
                     cv2.circle(image, (int(round(x)), int(round(y))), 2, (0, 255, 255), -1, cv2.LINE_AA)
@@ -481,19 +481,6 @@ class FacesTask(Task):
                           st["max_faces_in_frame"]))
         out.append("detector  %s%s" % (self.model_label, ", faces blurred in the video" if self.blur else ""))
         return out
-
-
-def _colour(track_id: int) -> Tuple[int, int, int]:
-    rng = np.random.default_rng(track_id * 7919 + 17)
-    c = rng.integers(60, 256, size=3)
-    return int(c[0]), int(c[1]), int(c[2])
-
-
-def _label(image: np.ndarray, text: str, org: Tuple[int, int], colour: Tuple[int, int, int]) -> None:
-    import cv2
-
-    cv2.putText(image, text, org, cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 3, cv2.LINE_AA)
-    cv2.putText(image, text, org, cv2.FONT_HERSHEY_SIMPLEX, 0.45, colour, 1, cv2.LINE_AA)
 
 
 class FacesApp:

@@ -18,13 +18,13 @@ plus one ``line_cross`` event per crossing.
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from jetforge.errors import ConfigError
 from jetforge.optional import require
-from jetforge.apps.pipeline.stages import Item, Status, Task, draw_status
+from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, track_colour, draw_status
 from jetforge.apps.tasks.tracking import LineCounter, Tracker, TrackerOptions, Zone
 from jetforge.apps.video.source import Frame
 
@@ -169,23 +169,23 @@ class PeopleTask(Task):
             pts = np.array(zone.points, np.int32).reshape(-1, 1, 2)
             cv2.polylines(image, [pts], True, (255, 200, 0), 2, cv2.LINE_AA)
             x, y = int(zone.points[0][0]), int(zone.points[0][1])
-            _label(image, "%s: %d inside" % (zone.name, zone.occupancy), (x + 4, y + 18), (255, 200, 0))
+            draw_label(image, "%s: %d inside" % (zone.name, zone.occupancy), (x + 4, y + 18), (255, 200, 0), 0.5)
         for line in self.lines[s]:
             a = (int(line.a[0]), int(line.a[1]))
             b = (int(line.b[0]), int(line.b[1]))
             cv2.line(image, a, b, (0, 220, 255), 2, cv2.LINE_AA)
-            _label(image, "%s  fwd %d  back %d" % (line.name, line.forward, line.backward),
-                   (min(a[0], b[0]) + 4, min(a[1], b[1]) - 8), (0, 220, 255))
+            draw_label(image, "%s  fwd %d  back %d" % (line.name, line.forward, line.backward),
+                       (min(a[0], b[0]) + 4, min(a[1], b[1]) - 8), (0, 220, 255), 0.5)
         tracks = (item.event or {}).get("tracks", [])
         for t in tracks:
             x1, y1, x2, y2 = [int(round(v)) for v in t["box"]]
-            colour = _colour(t["id"])
+            colour = track_colour(t["id"])
             cv2.rectangle(image, (x1, y1), (x2, y2), colour, 2)
-            _label(image, "#%d" % t["id"], (x1, max(12, y1 - 4)), colour)
+            draw_label(image, "#%d" % t["id"], (x1, max(12, y1 - 4)), colour, 0.5)
         for tr in self._last_tracks.get(s, []):
             pts = np.array(tr.history[-20:], np.int32).reshape(-1, 1, 2)
             if len(pts) > 1:
-                cv2.polylines(image, [pts], False, _colour(tr.id), 1, cv2.LINE_AA)
+                cv2.polylines(image, [pts], False, track_colour(tr.id), 1, cv2.LINE_AA)
         head = "people %d" % len(tracks)
         if self.lines[s]:
             head += "  |  crossed %d" % sum(l.total for l in self.lines[s])
@@ -235,19 +235,6 @@ def _copy_line(line: LineCounter) -> LineCounter:
 
 def _copy_zone(zone: Zone) -> Zone:
     return Zone(zone.points, zone.name)
-
-
-def _colour(track_id: int) -> Tuple[int, int, int]:
-    rng = np.random.default_rng(track_id * 7919 + 17)
-    c = rng.integers(60, 256, size=3)
-    return int(c[0]), int(c[1]), int(c[2])
-
-
-def _label(image: np.ndarray, text: str, org: Tuple[int, int], colour: Tuple[int, int, int]) -> None:
-    import cv2
-
-    cv2.putText(image, text, org, cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 3, cv2.LINE_AA)
-    cv2.putText(image, text, org, cv2.FONT_HERSHEY_SIMPLEX, 0.5, colour, 1, cv2.LINE_AA)
 
 
 # The showcase geometry on OpenCV's vtest.avi (768x576): a line across the walkway between the
