@@ -43,7 +43,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from jetforge.runtime.boxes import iou_matrix
+from jetforge.runtime.boxes import greedy_match, iou_matrix
 
 from jetforge.errors import CompressError, InputFileError
 from jetforge.fileio import require_file, write_json_atomic
@@ -144,20 +144,12 @@ def link_tracks(detections: Sequence[np.ndarray], iou_min: float, max_age: int) 
         active = [t for t in active if f - max(tracks[t]) <= max_age]
         last = np.array([tracks[t][max(tracks[t])] for t in active]).reshape(-1, 4)
         iou = iou_matrix(last, boxes[:, :4])
-        used_tracks, used_dets = set(), set()
-        for flat in np.argsort(-iou, axis=None, kind="stable"):
-            i, j = (int(v) for v in np.unravel_index(flat, iou.shape))
-            if iou[i, j] < iou_min:
-                break
-            if i in used_tracks or j in used_dets:
-                continue
-            used_tracks.add(i)
-            used_dets.add(j)
+        pairs, _, new = greedy_match(iou, iou_min)
+        for i, j in pairs:
             tracks[active[i]][f] = boxes[j, :4].astype(np.float64)
-        for j in range(len(boxes)):
-            if j not in used_dets:
-                tracks.append({f: boxes[j, :4].astype(np.float64)})
-                active.append(len(tracks) - 1)
+        for j in new:
+            tracks.append({f: boxes[j, :4].astype(np.float64)})
+            active.append(len(tracks) - 1)
     return tracks
 
 

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from jetforge.runtime.boxes import iou_matrix
+from jetforge.runtime.boxes import greedy_match, iou_matrix
 
 from jetforge.errors import ConfigError
 
@@ -35,27 +35,6 @@ Point = Tuple[float, float]
 
 
 # -- boxes ---------------------------------------------------------------------------------------
-
-def greedy_match(iou: np.ndarray, threshold: float) -> Tuple[List[Tuple[int, int]], List[int], List[int]]:
-    """Pairs (row, col) by decreasing IoU, each at least ``threshold``; then unmatched rows and cols."""
-    rows, cols = iou.shape
-    pairs: List[Tuple[int, int]] = []
-    if rows and cols:
-        order = np.argsort(-iou, axis=None, kind="stable")
-        used_r, used_c = set(), set()
-        for flat in order:
-            r, c = divmod(int(flat), cols)
-            if iou[r, c] < threshold:
-                break
-            if r in used_r or c in used_c:
-                continue
-            used_r.add(r)
-            used_c.add(c)
-            pairs.append((r, c))
-    matched_r = {r for r, _ in pairs}
-    matched_c = {c for _, c in pairs}
-    return pairs, [r for r in range(rows) if r not in matched_r], [c for c in range(cols) if c not in matched_c]
-
 
 def _to_xyah(box: np.ndarray) -> np.ndarray:
     x1, y1, x2, y2 = [float(v) for v in box]
