@@ -8,7 +8,7 @@ model sees.  Images come in as OpenCV delivers them: HxWx3 uint8 BGR (or HxW gre
 """
 
 from dataclasses import dataclass, field
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -96,6 +96,29 @@ class Preprocess:
         nw, nh = max(self.width, int(round(w * s))), max(self.height, int(round(h * s)))
         return ResizePlan(nw / w, nh / h, -((nw - self.width) // 2), -((nh - self.height) // 2), (nw, nh))
 
+    def resize_crop(self, image: np.ndarray, plan: "Optional[ResizePlan]" = None) -> np.ndarray:
+        """The geometric half of preprocessing: resize, then centre-crop or letterbox (still uint8, input colours).
+
+        Every preprocessing path (``apply`` and the apps' fused OpenCV path) goes through here, so
+        what part of the frame the model sees is decided in one place.  ``plan`` lets a caller that
+        sees many frames of one size pass :meth:`geometry`'s result instead of recomputing it.
+        """
+        import cv2
+
+        plan = plan or self.geometry(image.shape[:2])
+        interp = {"linear": cv2.INTER_LINEAR, "area": cv2.INTER_AREA, "nearest": cv2.INTER_NEAREST,
+                  "cubic": cv2.INTER_CUBIC}[self.interpolation]
+        resized = cv2.resize(image, plan.resized_wh, interpolation=interp)
+        if self.resize == "short_side_crop":
+            y0, x0 = int(-plan.offset_y), int(-plan.offset_x)
+            return resized[y0:y0 + self.height, x0:x0 + self.width]
+        if self.resize == "letterbox":
+            canvas = np.full((self.height, self.width) + resized.shape[2:], 114, dtype=resized.dtype)
+            y0, x0 = int(plan.offset_y), int(plan.offset_x)
+            canvas[y0:y0 + resized.shape[0], x0:x0 + resized.shape[1]] = resized
+            return canvas
+        return resized
+
     def apply(self, image: np.ndarray) -> np.ndarray:
         """One image (HxWx3 uint8 BGR, or HxW grey) -> one input tensor of ``input_shape``."""
         import cv2
@@ -105,18 +128,7 @@ class Preprocess:
             image = cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
         elif image.ndim == 3 and image.shape[2] == 4:
             image = cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
-        plan = self.geometry(image.shape[:2])
-        interp = {"linear": cv2.INTER_LINEAR, "area": cv2.INTER_AREA, "nearest": cv2.INTER_NEAREST,
-                  "cubic": cv2.INTER_CUBIC}[self.interpolation]
-        resized = cv2.resize(image, plan.resized_wh, interpolation=interp)
-        if self.resize == "short_side_crop":
-            y0, x0 = int(-plan.offset_y), int(-plan.offset_x)
-            resized = resized[y0:y0 + self.height, x0:x0 + self.width]
-        elif self.resize == "letterbox":
-            canvas = np.full((self.height, self.width) + resized.shape[2:], 114, dtype=resized.dtype)
-            y0, x0 = int(plan.offset_y), int(plan.offset_x)
-            canvas[y0:y0 + resized.shape[0], x0:x0 + resized.shape[1]] = resized
-            resized = canvas
+        resized = self.resize_crop(image)
         if self.color == "rgb":
             resized = cv2.cvtColor(resized, cv2.COLOR_BGR2RGB)
         elif self.color == "gray" and resized.ndim == 3:

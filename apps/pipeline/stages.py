@@ -126,12 +126,7 @@ class FusedPreprocess:
         plan = self._plans.get(hw)
         if plan is None:
             plan = self._plans[hw] = p.geometry(hw)
-        interp = {"linear": cv2.INTER_LINEAR, "area": cv2.INTER_AREA, "nearest": cv2.INTER_NEAREST,
-                  "cubic": cv2.INTER_CUBIC}[p.interpolation]
-        resized = cv2.resize(image, plan.resized_wh, interpolation=interp)
-        if p.resize == "short_side_crop":
-            y0, x0 = int(-plan.offset_y), int(-plan.offset_x)
-            resized = resized[y0:y0 + p.height, x0:x0 + p.width]
+        resized = p.resize_crop(image, plan)
         if self._params is None:
             self._params = cv2.dnn.Image2BlobParams(scalefactor=self._scalefactor, size=(p.width, p.height),
                                                     mean=self._mean, swapRB=p.color == "rgb", ddepth=cv2.CV_32F)
