@@ -52,24 +52,14 @@ class BuildCommand(Command):
         from jetforge.config import to_dict
         from jetforge.fileio import check_not_input
         from jetforge.optional import is_available
-        from jetforge.runtime.build.plan import JETPACK_HINT, load_build_options, make_plan, parse_shape
+        from jetforge.runtime.build.plan import JETPACK_HINT, load_build_options, make_plan
         from jetforge.targets import get_target
 
-        base: Dict[str, Any] = {}
-        if args.precision:
-            base["precision"] = args.precision
-        if args.dla_core is not None:
-            base["dla_core"] = args.dla_core
-        if args.no_gpu_fallback:
-            base["gpu_fallback"] = False
+        base = build_flag_options(args)
         if args.calib:
             base["calibration_cache"] = args.calib
         if args.tensorrt:
             base["tensorrt_version"] = args.tensorrt
-        if args.shape:
-            base["input_shapes"] = dict(parse_shape(s) for s in args.shape)
-        if args.workspace_mib is not None:
-            base["workspace_mib"] = args.workspace_mib
         if args.timing_cache:
             base["timing_cache"] = args.timing_cache
         # command-line flags win over the YAML file and --set
@@ -132,3 +122,24 @@ class BuildCommand(Command):
             print("note: %s" % note)
         for name, path in files:
             print("wrote %-14s %s" % (name, path))
+
+
+def build_flag_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """BuildOptions fields set by the flags `build`, `bundle create` and a bundle build share.
+
+    Only flags the user gave appear, so they can override a YAML file or a bundle's manifest.
+    """
+    from jetforge.runtime.build.plan import parse_shape
+
+    options: Dict[str, Any] = {}
+    if getattr(args, "precision", None):
+        options["precision"] = args.precision
+    if getattr(args, "dla_core", None) is not None:
+        options["dla_core"] = args.dla_core
+    if getattr(args, "no_gpu_fallback", False):
+        options["gpu_fallback"] = False
+    if getattr(args, "shape", None):
+        options["input_shapes"] = dict(parse_shape(s) for s in args.shape)
+    if getattr(args, "workspace_mib", None) is not None:
+        options["workspace_mib"] = args.workspace_mib
+    return options

@@ -3,9 +3,10 @@
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 from jetforge.apps.cli.base import Command, add_json_flag, format_table, print_json
+from jetforge.apps.cli.cmd_build import build_flag_options
 
 
 class BundleCommand(Command):
@@ -71,7 +72,7 @@ class BundleCommand(Command):
 
     def _create(self, args: argparse.Namespace) -> int:
         from jetforge.apps.deploy.bundle import BundleError, create_bundle
-        from jetforge.runtime.build.plan import load_build_options, parse_shape
+        from jetforge.runtime.build.plan import load_build_options
 
         model = Path(args.model)
         stem = model.with_suffix("") if model.suffix.lower() == ".onnx" else model
@@ -86,17 +87,9 @@ class BundleCommand(Command):
         precisions = Path(args.precisions) if args.precisions else None
         if precisions is None and stem.with_name(stem.name + ".precisions.json").is_file():
             precisions = stem.with_name(stem.name + ".precisions.json")
-        base: Dict[str, Any] = {}
-        if args.precision:
-            base["precision"] = args.precision
-        elif args.calib or qdq is not None:
+        base = build_flag_options(args)
+        if not args.precision and (args.calib or qdq is not None):
             base["precision"] = "int8"
-        if args.dla_core is not None:
-            base["dla_core"] = args.dla_core
-        if args.shape:
-            base["input_shapes"] = dict(parse_shape(s) for s in args.shape)
-        if args.workspace_mib is not None:
-            base["workspace_mib"] = args.workspace_mib
         options = load_build_options(args.build_config)
         if base:
             options = dataclasses.replace(options, **base)
@@ -179,7 +172,7 @@ def run_bundle_build(args: argparse.Namespace) -> int:
 
     from jetforge.apps.deploy.onboard import EXIT_NO_TENSORRT, NO_TENSORRT, build_bundle
     from jetforge.errors import ConfigError
-    from jetforge.runtime.build.plan import JETPACK_HINT, parse_shape
+    from jetforge.runtime.build.plan import JETPACK_HINT
 
     for flag, value in (("--calib", args.calib), ("--timing-cache", args.timing_cache), ("--config", args.config),
                         ("--set", args.overrides), ("--print-config", args.print_config)):
@@ -187,17 +180,7 @@ def run_bundle_build(args: argparse.Namespace) -> int:
             raise ConfigError("%s does not apply to a bundle: its build options and caches travel in its manifest"
                               % flag, hint="re-create the bundle with `jetforge bundle create` (--calib, "
                                            "--build-config), or override with --precision/--dla-core/--shape")
-    overrides: Dict[str, Any] = {}
-    if args.precision:
-        overrides["precision"] = args.precision
-    if args.dla_core is not None:
-        overrides["dla_core"] = args.dla_core
-    if args.no_gpu_fallback:
-        overrides["gpu_fallback"] = False
-    if args.shape:
-        overrides["input_shapes"] = dict(parse_shape(s) for s in args.shape)
-    if args.workspace_mib is not None:
-        overrides["workspace_mib"] = args.workspace_mib
+    overrides = build_flag_options(args)
     result = build_bundle(args.model, target=args.target or "auto", tensorrt=args.tensorrt, overrides=overrides,
                           plan_only=args.plan_only, output=args.output)
     board = result["board"]
