@@ -3,7 +3,6 @@
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from jetforge.apps.cli.base import Command, add_json_flag, format_table, print_json
 from jetforge.apps.cli.cmd_build import build_flag_options
