@@ -1,8 +1,9 @@
-"""INT8 accuracy before deployment: the Q/DQ ONNX run with ONNX Runtime's INT8 kernels against FP32.
+"""INT8 accuracy before deployment: a Q/DQ ONNX against FP32, in simulated TensorRT INT8 arithmetic.
 
 :class:`Evaluator` holds a fixed set of preprocessed inputs and the FP32 model's outputs on them;
 :meth:`Evaluator.evaluate` runs any candidate (a Q/DQ model, a mixed-precision variant, another
-tool's quantized model) over the same inputs and compares:
+tool's quantized model) over the same inputs and compares its raw outputs with FP32's through the
+metrics registered in :mod:`jetforge.calibrate.metrics` (``classification`` by default):
 
 * **top-1 agreement** with FP32, over all samples and over the *confident* ones (FP32 top-1
   probability > ``confidence``, 0.5 by default: real frames are not ImageNet-like, and a low-confidence
@@ -11,172 +12,63 @@ tool's quantized model) over the same inputs and compares:
 * the **mean KL** divergence KL(P_fp32 || P_int8) of the softmax outputs, and the output SQNR (dB);
 * with labels: top-1/top-5 **accuracy** of both, and the drop.
 
-Sessions use ``ORT_ENABLE_ALL``, so ONNX Runtime fuses the Q/DQ pairs into its integer kernels
-(QLinearConv, QGemm, QLinearAdd, ...): the numbers are those of INT8 arithmetic, not of a float
-simulation.  ORT's integer kernels are not TensorRT's (rounding of the requantisation, the choice of
-fused layers), so treat small differences with care; the Q/DQ placement and the scales are the same.
+**Which arithmetic.**  By default (``arithmetic="simulated"``) the candidate runs as
+:mod:`jetforge.calibrate.int8sim` rewrites it: TensorRT's documented INT8 arithmetic (symmetric,
+round half to even, saturation only at Q nodes, exact integer accumulation, INT32 bias), computed
+on float kernels in a way that gives the same numbers on any CPU.  Results carry the label
+:data:`SIMULATED_LABEL`: *simulated INT8 arithmetic (TensorRT rules); TensorRT not run*.
+``arithmetic="ort-int8"`` runs the Q/DQ model through ONNX Runtime's own INT8 kernels instead
+(``ORT_ENABLE_ALL`` fuses Q/DQ into QLinearConv, QGemm, ...): a second measurement whose numbers
+depend on this CPU (16-bit saturating sums on x86 without VNNI), labelled with the CPU's flags
+(:func:`jetforge.runtime.cpu_features.ort_kernel_label`).  ``docs/int8_evaluation.md`` says how the
+simulation is checked and where it can differ from a real TensorRT engine.
 
-:func:`layer_sensitivity` ranks the quantized layers (nodes fed by DequantizeLinear) by how much
-INT8 hurts them, by either method:
-
-* ``"sqnr"`` -- one pass: every layer is also computed a second time from *FP32* inputs through its
-  own Q/DQ pairs (activation and weight), and the SQNR of that output against the FP32 output is the
-  layer's own quantization error, free of what earlier layers did;
-* ``"kl"`` -- quantize one layer at a time (every other layer FP32) and measure the mean KL and
-  agreement of the network output on a subset of the samples.
+Per-layer sensitivity lives in :mod:`jetforge.calibrate.sensitivity`, the Q/DQ graph surgery in
+:mod:`jetforge.calibrate.qdq_surgery`; both are re-exported here.
 """
 
 import logging
-import math
-from dataclasses import dataclass, field
+import time
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from jetforge.errors import CalibrationError, InputFileError, ModelError
-from jetforge.optional import require
+from jetforge.calibrate import ortrun
+from jetforge.calibrate.int8sim import SIMULATED_LABEL
+from jetforge.calibrate.metrics import (CONFIDENCE, METRICS, ClassificationMetric, EvalResult, compare_outputs,
+                                        make_metric, softmax)
+from jetforge.calibrate.qdq_surgery import (QuantizedLayer, dequantize_layers, load, only_layers,
+                                            quantized_layers)
+from jetforge.calibrate.sensitivity import SENSITIVITY_METHODS, LayerSensitivity, layer_sensitivity
+from jetforge.errors import CalibrationError, InputFileError, UnknownNameError
 
 log = logging.getLogger(__name__)
 
-CONFIDENCE = 0.5
-SENSITIVITY_METHODS = ("sqnr", "kl")
-_SUFFIX = "__jf_sens"
+ARITHMETICS = ("simulated", "ort-int8")
+DEFAULT_METRICS = ("classification",)
 
 
-def _onnx():
-    return require("onnx", "INT8 accuracy evaluation")
+def arithmetic_label(arithmetic: str) -> str:
+    """How reports name the numbers of ``arithmetic`` (``"ort-int8"`` names this CPU's flags)."""
+    if arithmetic == "simulated":
+        return SIMULATED_LABEL
+    if arithmetic == "ort-int8":
+        from jetforge.runtime.cpu_features import ort_kernel_label
+
+        return ort_kernel_label()
+    raise UnknownNameError("INT8 arithmetic", arithmetic, ARITHMETICS)
 
 
-def load(model):
-    from jetforge.calibrate.stats import load_model
-
-    return load_model(model)
-
-
-def session(model, optimize: bool = True, threads: int = 0):
-    """An ONNX Runtime CPU session; ``optimize`` fuses Q/DQ into ORT's INT8 kernels (ORT_ENABLE_ALL)."""
-    ort = require("onnxruntime", "INT8 accuracy evaluation")
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
-                                     else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    if threads:
-        opts.intra_op_num_threads = int(threads)
-    opts.log_severity_level = 3
-    model = load(model)
-    try:
-        return ort.InferenceSession(model.SerializeToString(), sess_options=opts,
-                                    providers=["CPUExecutionProvider"])
-    except Exception as err:
-        raise ModelError("ONNX Runtime cannot load the model for evaluation: %s" % " ".join(str(err).split())[:400],
-                         hint="check the model with `python -m onnx.checker`") from err
+def session(model, optimize: bool = False, threads: int = 0):
+    """An ONNX Runtime CPU session: simulated INT8 arithmetic, or ORT's INT8 kernels with ``optimize``."""
+    return ortrun.session(model, "ort-int8" if optimize else "simulated", threads)
 
 
-def run_model(model, batches: Sequence[np.ndarray], threads: int = 0, output: int = 0) -> np.ndarray:
+def run_model(model, batches: Sequence[np.ndarray], threads: int = 0, output: int = 0,
+              arithmetic: str = "simulated") -> np.ndarray:
     """Output ``output`` of ``model`` over ``batches``, concatenated along axis 0."""
-    sess = session(model, threads=threads)
-    name = sess.get_inputs()[0].name
-    out_name = sess.get_outputs()[output].name
-    return np.concatenate([np.asarray(sess.run([out_name], {name: b})[0]) for b in batches], axis=0)
-
-
-# --------------------------------------------------------------------------- metrics
-def softmax(x: np.ndarray) -> np.ndarray:
-    """Row softmax in float64; rows that already are probabilities (>= 0, sum 1) are kept."""
-    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
-    if x.size and x.min() >= 0 and np.allclose(x.sum(axis=1), 1.0, atol=1e-3):
-        return x
-    e = np.exp(x - x.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
-
-
-@dataclass
-class EvalResult:
-    """How a candidate model's outputs compare with FP32's on the same inputs."""
-
-    samples: int
-    agreement: float
-    confident_samples: int
-    agreement_confident: Optional[float]
-    top5_agreement: float
-    mean_kl: float
-    output_sqnr_db: float
-    fp32_mean_confidence: float
-    confidence: float = CONFIDENCE
-    labelled: int = 0
-    accuracy_fp32: Optional[float] = None
-    accuracy_int8: Optional[float] = None
-    top5_fp32: Optional[float] = None
-    top5_int8: Optional[float] = None
-    seconds: float = 0.0
-
-    @property
-    def accuracy_drop(self) -> Optional[float]:
-        if self.accuracy_fp32 is None or self.accuracy_int8 is None:
-            return None
-        return self.accuracy_fp32 - self.accuracy_int8
-
-    def to_dict(self) -> Dict[str, object]:
-        d: Dict[str, object] = {
-            "samples": self.samples, "agreement": _r(self.agreement),
-            "confident_samples": self.confident_samples, "agreement_confident": _r(self.agreement_confident),
-            "confidence_threshold": self.confidence, "top5_agreement": _r(self.top5_agreement),
-            "mean_kl": _r(self.mean_kl, 6), "output_sqnr_db": _r(self.output_sqnr_db, 2),
-            "fp32_mean_confidence": _r(self.fp32_mean_confidence)}
-        if self.labelled:
-            d.update({"labelled": self.labelled, "accuracy_fp32": _r(self.accuracy_fp32),
-                      "accuracy_int8": _r(self.accuracy_int8), "accuracy_drop": _r(self.accuracy_drop),
-                      "top5_fp32": _r(self.top5_fp32), "top5_int8": _r(self.top5_int8)})
-        return d
-
-
-def _r(v: Optional[float], digits: int = 4) -> Optional[float]:
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else round(float(v), digits)
-
-
-def _topk(p: np.ndarray, k: int) -> np.ndarray:
-    k = min(k, p.shape[1])
-    return np.argpartition(-p, k - 1, axis=1)[:, :k]
-
-
-def compare_outputs(reference: np.ndarray, candidate: np.ndarray, labels: Optional[np.ndarray] = None,
-                    confidence: float = CONFIDENCE) -> EvalResult:
-    """Metrics of ``candidate`` outputs (N, classes) against FP32 ``reference``; ``labels`` (N,), -1 = none."""
-    ref = np.asarray(reference, dtype=np.float64).reshape(len(reference), -1)
-    cand = np.asarray(candidate, dtype=np.float64).reshape(len(candidate), -1)
-    if ref.shape != cand.shape:
-        raise CalibrationError("the INT8 model's output has shape %s but FP32's has %s" % (cand.shape, ref.shape))
-    n = len(ref)
-    if n == 0:
-        raise CalibrationError("no evaluation samples", hint="give --eval a folder of images or a video")
-    p, q = softmax(ref), softmax(cand)
-    top_p, top_q = p.argmax(axis=1), q.argmax(axis=1)
-    agree = top_p == top_q
-    conf = p.max(axis=1)
-    confident = conf > confidence
-    top5_q = _topk(q, 5)
-    top5_agree = (top5_q == top_p[:, None]).any(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        kl = np.where(p > 0, p * (np.log(np.maximum(p, 1e-300)) - np.log(np.maximum(q, 1e-300))), 0.0).sum(axis=1)
-    err = float(np.sum((ref - cand) ** 2))
-    sqnr = 10.0 * math.log10(float(np.sum(ref ** 2)) / err) if err > 0 else float("inf")
-    res = EvalResult(samples=n, agreement=float(agree.mean()), confident_samples=int(confident.sum()),
-                     agreement_confident=float(agree[confident].mean()) if confident.any() else None,
-                     top5_agreement=float(top5_agree.mean()), mean_kl=float(np.mean(kl)), output_sqnr_db=sqnr,
-                     fp32_mean_confidence=float(conf.mean()), confidence=confidence)
-    if labels is not None:
-        y = np.asarray(labels).reshape(-1)
-        if len(y) != n:
-            raise CalibrationError("%d labels for %d evaluation samples" % (len(y), n))
-        known = y >= 0
-        if known.any():
-            yk = y[known]
-            res.labelled = int(known.sum())
-            res.accuracy_fp32 = float((top_p[known] == yk).mean())
-            res.accuracy_int8 = float((top_q[known] == yk).mean())
-            res.top5_fp32 = float((_topk(p[known], 5) == yk[:, None]).any(axis=1).mean())
-            res.top5_int8 = float((top5_q[known] == yk[:, None]).any(axis=1).mean())
-    return res
+    return ortrun.run(model, batches, arithmetic, threads)[output]
 
 
 # --------------------------------------------------------------------------- evaluator
@@ -185,12 +77,16 @@ class Evaluator:
 
     ``batches`` are preprocessed input batches (N, ...) of a single-input model; they are kept in
     memory (a 224x224 RGB image is 0.6 MB), so that every candidate sees exactly the same inputs.
+    ``labels`` (class indices, -1 = unknown) or, for other metrics, ``targets`` are the ground truth
+    handed to the metrics; ``metrics`` names registered metrics, ``metric_options`` their options by name.
     """
 
     def __init__(self, fp32_model, batches: Iterable[np.ndarray], labels: Optional[Sequence[int]] = None,
-                 confidence: float = CONFIDENCE, threads: int = 0) -> None:
-        import time
-
+                 confidence: float = CONFIDENCE, threads: int = 0, arithmetic: str = "simulated",
+                 metrics: Sequence[str] = DEFAULT_METRICS, targets: Optional[Any] = None,
+                 metric_options: Optional[Dict[str, Dict[str, Any]]] = None) -> None:
+        if arithmetic not in ARITHMETICS:
+            raise UnknownNameError("INT8 arithmetic", arithmetic, ARITHMETICS)
         self.fp32_model = load(fp32_model)
         self.batches = [np.ascontiguousarray(b) for b in batches]
         if not self.batches:
@@ -199,31 +95,84 @@ class Evaluator:
         self.labels = None if labels is None else np.asarray(labels, dtype=np.int64).reshape(-1)
         if self.labels is not None and len(self.labels) != self.samples:
             raise CalibrationError("%d labels for %d evaluation samples" % (len(self.labels), self.samples))
+        self.targets = targets
         self.confidence = confidence
         self.threads = threads
+        self.arithmetic = arithmetic
+        self.metric_names = tuple(metrics)
+        self.metric_options = dict(metric_options or {})
+        for name in self.metric_names:
+            METRICS.get(name)  # an unknown name fails here, before any model runs
         t0 = time.perf_counter()
-        self.reference = run_model(self.fp32_model, self.batches, threads)
+        self.references = ortrun.run(self.fp32_model, self.batches, "float", threads)
         self.fp32_seconds = time.perf_counter() - t0
 
+    @property
+    def reference(self) -> np.ndarray:
+        """FP32's first output (the logits of a classifier)."""
+        return self.references[0]
+
+    @property
+    def label(self) -> str:
+        return arithmetic_label(self.arithmetic)
+
+    def run(self, model) -> List[np.ndarray]:
+        """Every raw output of ``model`` over the evaluation inputs, in this evaluator's arithmetic."""
+        return ortrun.run(model, self.batches, self.arithmetic, self.threads)
+
     def outputs(self, model) -> np.ndarray:
-        return run_model(model, self.batches, self.threads)
+        return self.run(model)[0]
+
+    def measure(self, outputs: Sequence[np.ndarray]) -> EvalResult:
+        """The metrics of raw ``outputs`` (as :meth:`run` returns them) against FP32's."""
+        if len(outputs) != len(self.references):
+            raise CalibrationError("the candidate has %d outputs but FP32 has %d" % (len(outputs),
+                                                                                   len(self.references)))
+        classify = ClassificationMetric(confidence=self.confidence,
+                                        **self.metric_options.get("classification", {}))
+        targets = self.labels if self.labels is not None else None
+        if "classification" in self.metric_names:
+            res = classify.result(self.references, outputs, targets)
+        else:
+            nan = float("nan")
+            res = EvalResult(samples=self.samples, agreement=nan, confident_samples=0, agreement_confident=None,
+                             top5_agreement=nan, mean_kl=nan, output_sqnr_db=nan, fp32_mean_confidence=nan,
+                             confidence=self.confidence)
+        for name in self.metric_names:
+            if name == "classification":
+                res.metrics[name] = {k: v for k, v in res.to_dict().items() if k not in ("arithmetic", "metrics")}
+                continue
+            metric = make_metric(name, **self.metric_options.get(name, {}))
+            res.metrics[name] = metric.compute(self.references, outputs,
+                                               self.targets if self.targets is not None else targets)
+        res.arithmetic = self.label
+        return res
 
     def evaluate(self, model) -> EvalResult:
-        import time
-
         t0 = time.perf_counter()
-        out = self.outputs(model)
-        res = compare_outputs(self.reference, out, self.labels, self.confidence)
+        res = self.measure(self.run(model))
         res.seconds = time.perf_counter() - t0
         return res
+
+    def with_arithmetic(self, arithmetic: str) -> "Evaluator":
+        """The same inputs and FP32 outputs, measuring candidates with another arithmetic."""
+        if arithmetic not in ARITHMETICS:
+            raise UnknownNameError("INT8 arithmetic", arithmetic, ARITHMETICS)
+        other = self._copy()
+        other.arithmetic = arithmetic
+        return other
+
+    def _copy(self) -> "Evaluator":
+        other = Evaluator.__new__(Evaluator)
+        other.__dict__.update(self.__dict__)
+        return other
 
     def subset(self, max_samples: int) -> "Evaluator":
         """An evaluator over the first ``max_samples`` samples (the FP32 outputs are reused)."""
         if max_samples >= self.samples:
             return self
-        sub = Evaluator.__new__(Evaluator)
-        sub.fp32_model, sub.confidence, sub.threads, sub.fp32_seconds = (self.fp32_model, self.confidence,
-                                                                         self.threads, 0.0)
+        sub = self._copy()
+        sub.fp32_seconds = 0.0
         batches, left = [], max_samples
         for b in self.batches:
             if left <= 0:
@@ -231,8 +180,10 @@ class Evaluator:
             batches.append(b[:left])
             left -= len(batches[-1])
         sub.batches, sub.samples = batches, max_samples
-        sub.reference = self.reference[:max_samples]
+        sub.references = [r[:max_samples] for r in self.references]
         sub.labels = None if self.labels is None else self.labels[:max_samples]
+        if self.targets is not None and hasattr(self.targets, "__getitem__"):
+            sub.targets = self.targets[:max_samples]
         return sub
 
 
@@ -260,7 +211,6 @@ def preprocess_samples(samples: Iterable[Tuple[str, np.ndarray]], preprocess, ba
     return batches, names
 
 
-# --------------------------------------------------------------------------- labels
 def read_labels(path: Union[str, Path], names: Sequence[str], class_names: Sequence[str] = ()) -> np.ndarray:
     """Labels for ``names`` (sample names: image paths, ``clip.mp4#frame``) from a text file.
 
@@ -331,240 +281,7 @@ def read_labels(path: Union[str, Path], names: Sequence[str], class_names: Seque
     return out
 
 
-# --------------------------------------------------------------------------- Q/DQ graph surgery
-@dataclass
-class QuantizedLayer:
-    """A node of a Q/DQ model that reads dequantized inputs: one INT8 layer for TensorRT."""
-
-    name: str
-    op: str
-    output: str
-    inputs: List[int]  # input positions fed by DequantizeLinear
-
-
-def _producers(model) -> Dict[str, object]:
-    return {o: n for n in model.graph.node for o in n.output if o}
-
-
-def _layer_name(node, index: int) -> str:
-    return node.name or "%s_%d" % (node.op_type, index)
-
-
-def quantized_layers(model) -> List[QuantizedLayer]:
-    """Nodes (other than Q/DQ) with at least one input produced by DequantizeLinear, in graph order."""
-    prod = _producers(model)
-    out: List[QuantizedLayer] = []
-    for i, node in enumerate(model.graph.node):
-        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
-            continue
-        idx = [k for k, t in enumerate(node.input) if t in prod and prod[t].op_type == "DequantizeLinear"]
-        if idx:
-            out.append(QuantizedLayer(_layer_name(node, i), node.op_type, node.output[0], idx))
-    return out
-
-
-def _qdq_source(prod: Dict[str, object], tensor: str) -> Optional[str]:
-    """The float tensor a DequantizeLinear(QuantizeLinear(x)) chain starts from (None if not such a chain)."""
-    dq = prod.get(tensor)
-    if dq is None or dq.op_type != "DequantizeLinear":
-        return None
-    q = prod.get(dq.input[0])
-    if q is None or q.op_type != "QuantizeLinear":
-        return None
-    return q.input[0]
-
-
-def dequantize_layers(model, layers: Iterable[str]):
-    """A copy of the Q/DQ ``model`` in which ``layers`` (node names) read float inputs again.
-
-    Their activation and weight Q/DQ pairs are bypassed (a pair still feeding another INT8 layer stays);
-    in TensorRT such a layer runs in FP16/FP32.  Q/DQ nodes and initializers left unused are removed.
-    """
-    onnx = _onnx()
-    m = onnx.ModelProto()
-    m.CopyFrom(load(model))
-    wanted = set(layers)
-    prod = _producers(m)
-    known = set()
-    for i, node in enumerate(m.graph.node):
-        name = _layer_name(node, i)
-        if name not in wanted:
-            continue
-        known.add(name)
-        for k, t in enumerate(node.input):
-            src = _qdq_source(prod, t)
-            if src is not None:
-                node.input[k] = src
-    unknown = wanted - known
-    if unknown:
-        raise CalibrationError("%d layer names are not nodes of the model, e.g. %r" % (len(unknown), sorted(unknown)[0]),
-                               hint="use node names of the Q/DQ ONNX (see the report's sensitivity table)")
-    _prune(m)
-    return m
-
-
-def _prune(m) -> None:
-    """Remove nodes whose outputs nobody reads (repeatedly) and initializers nobody reads."""
-    outputs = {o.name for o in m.graph.output}
-    changed = True
-    while changed:
-        used = set(outputs)
-        for n in m.graph.node:
-            used.update(n.input)
-        keep = [n for n in m.graph.node if any(o in used for o in n.output) or not n.output]
-        changed = len(keep) != len(m.graph.node)
-        if changed:
-            del m.graph.node[:]
-            m.graph.node.extend(keep)
-    used = set(outputs)
-    for n in m.graph.node:
-        used.update(n.input)
-    inits = [i for i in m.graph.initializer if i.name in used]
-    if len(inits) != len(m.graph.initializer):
-        del m.graph.initializer[:]
-        m.graph.initializer.extend(inits)
-
-
-def only_layers(model, layers: Iterable[str]):
-    """A copy of the Q/DQ ``model`` where only ``layers`` stay INT8."""
-    keep = set(layers)
-    return dequantize_layers(model, [q.name for q in quantized_layers(model) if q.name not in keep])
-
-
-# --------------------------------------------------------------------------- sensitivity
-@dataclass
-class LayerSensitivity:
-    name: str
-    op: str
-    sqnr_db: Optional[float] = None       # local: this layer alone, FP32 inputs
-    kl: Optional[float] = None            # network output, only this layer INT8
-    agreement: Optional[float] = None     # network output, only this layer INT8
-
-    def to_dict(self) -> Dict[str, object]:
-        return {"name": self.name, "op": self.op, "sqnr_db": _r(self.sqnr_db, 2), "kl": _r(self.kl, 6),
-                "agreement": _r(self.agreement)}
-
-
-def _sensitivity_model(fp32_model, qdq_model, layers: Sequence[QuantizedLayer]):
-    """The FP32 model plus, for every layer, a copy fed through its own Q/DQ pairs from FP32 tensors."""
-    onnx = _onnx()
-    m = onnx.ModelProto()
-    m.CopyFrom(fp32_model)
-    qprod = _producers(qdq_model)
-    qinits = {i.name: i for i in qdq_model.graph.initializer}
-    have_inits = {i.name for i in m.graph.initializer}
-    fp_tensors = set(_producers(m)) | {i.name for i in m.graph.input} | have_inits
-    qnodes = {_layer_name(n, i): n for i, n in enumerate(qdq_model.graph.node)}
-    made: Dict[str, str] = {}
-    pairs: List[Tuple[str, str, str]] = []  # (layer name, fp32 output, int8 output)
-
-    def need_init(name: str) -> None:
-        if name and name not in have_inits and name in qinits:
-            m.graph.initializer.append(qinits[name])
-            have_inits.add(name)
-
-    def requantize(tensor: str) -> Optional[str]:
-        dq = qprod[tensor]
-        q = qprod.get(dq.input[0])
-        if q is None or q.op_type != "QuantizeLinear":
-            return None
-        src = q.input[0]
-        if src in made:
-            return made[src]
-        need_init(src)
-        if src not in fp_tensors and src not in have_inits:
-            return None
-        for t in list(q.input[1:]) + list(dq.input[1:]):
-            need_init(t)
-        qo, do = src + _SUFFIX + "_q", src + _SUFFIX + "_dq"
-        m.graph.node.extend([
-            onnx.helper.make_node("QuantizeLinear", [src] + list(q.input[1:]), [qo], name=qo, domain=q.domain),
-            onnx.helper.make_node("DequantizeLinear", [qo] + list(dq.input[1:]), [do], name=do, domain=dq.domain)])
-        for dst, srcn in ((m.graph.node[-2], q), (m.graph.node[-1], dq)):
-            dst.attribute.extend(srcn.attribute)
-        made[src] = do
-        return do
-
-    for layer in layers:
-        node = qnodes.get(layer.name)
-        if node is None or layer.output not in fp_tensors:
-            continue
-        inputs = list(node.input)
-        ok = True
-        for k, t in enumerate(inputs):
-            if t in qprod and qprod[t].op_type == "DequantizeLinear":
-                r = requantize(t)
-                if r is None:
-                    ok = False
-                    break
-                inputs[k] = r
-            elif t:
-                need_init(t)
-                if t not in fp_tensors and t not in have_inits:
-                    ok = False
-                    break
-        if not ok:
-            continue
-        out = layer.output + _SUFFIX
-        dup = onnx.helper.make_node(node.op_type, inputs, [out] + [o + _SUFFIX for o in node.output[1:]],
-                                    name=layer.name + _SUFFIX, domain=node.domain)
-        dup.attribute.extend(node.attribute)
-        m.graph.node.append(dup)
-        pairs.append((layer.name, layer.output, out))
-    from jetforge.calibrate.stats import with_outputs
-
-    names = [t for _, a, b in pairs for t in (a, b)]
-    m = with_outputs(m, [n for n in names if not n.endswith(_SUFFIX)])
-    for _, _, b in pairs:
-        m.graph.output.append(onnx.helper.make_tensor_value_info(b, onnx.TensorProto.FLOAT, None))
-    return m, pairs
-
-
-def layer_sensitivity(fp32_model, qdq_model, batches: Sequence[np.ndarray], method: str = "sqnr",
-                      evaluator: Optional[Evaluator] = None, max_samples: int = 64, threads: int = 0,
-                      progress: Optional[Callable[[int, int], None]] = None) -> List[LayerSensitivity]:
-    """Per-layer sensitivity of the quantized layers of ``qdq_model``, most sensitive first (module doc)."""
-    if method not in SENSITIVITY_METHODS:
-        from jetforge.errors import UnknownNameError
-
-        raise UnknownNameError("sensitivity method", method, SENSITIVITY_METHODS)
-    fp32_model, qdq_model = load(fp32_model), load(qdq_model)
-    layers = quantized_layers(qdq_model)
-    if method == "kl":
-        ev = evaluator if evaluator is not None else Evaluator(fp32_model, batches, threads=threads)
-        ev = ev.subset(max_samples)
-        out: List[LayerSensitivity] = []
-        for i, layer in enumerate(layers):
-            res = ev.evaluate(only_layers(qdq_model, [layer.name]))
-            out.append(LayerSensitivity(layer.name, layer.op, kl=res.mean_kl, agreement=res.agreement))
-            if progress is not None:
-                progress(i + 1, len(layers))
-        return sorted(out, key=lambda s: (-(s.kl or 0.0), s.agreement or 0.0))
-    model, pairs = _sensitivity_model(fp32_model, qdq_model, layers)
-    sess = session(model, threads=threads)
-    in_name = sess.get_inputs()[0].name
-    fetch = [t for _, a, b in pairs for t in (a, b)]
-    signal = np.zeros(len(pairs))
-    noise = np.zeros(len(pairs))
-    seen = 0
-    for b in batches:
-        if seen >= max_samples:
-            break
-        b = b[:max_samples - seen]
-        # small chunks: every layer's output is fetched twice
-        for start in range(0, len(b), 4):
-            res = sess.run(fetch, {in_name: b[start:start + 4]})
-            for k in range(len(pairs)):
-                ref = res[2 * k].astype(np.float64)
-                signal[k] += float(np.sum(ref * ref))
-                noise[k] += float(np.sum((ref - res[2 * k + 1]) ** 2))
-        seen += len(b)
-    ops = {q.name: q.op for q in layers}
-    result = []
-    for k, (name, _, _) in enumerate(pairs):
-        sqnr = 10.0 * math.log10(signal[k] / noise[k]) if noise[k] > 0 and signal[k] > 0 else float("inf")
-        result.append(LayerSensitivity(name, ops[name], sqnr_db=sqnr))
-    skipped = [q.name for q in layers if q.name not in {p[0] for p in pairs}]
-    if skipped:
-        log.info("%d quantized layers could not be isolated for SQNR, e.g. %s", len(skipped), skipped[0])
-    return sorted(result, key=lambda s: s.sqnr_db if s.sqnr_db is not None else float("inf"))
+__all__ = ["ARITHMETICS", "CONFIDENCE", "DEFAULT_METRICS", "EvalResult", "Evaluator", "LayerSensitivity",
+           "QuantizedLayer", "SENSITIVITY_METHODS", "SIMULATED_LABEL", "arithmetic_label", "compare_outputs",
+           "dequantize_layers", "layer_sensitivity", "load", "only_layers", "preprocess_samples", "quantized_layers",
+           "read_labels", "run_model", "session", "softmax"]

@@ -1,4 +1,4 @@
-"""Export a QAT model to an explicit-quantization (Q/DQ) ONNX, and run such a model in ONNX Runtime INT8.
+"""Export a QAT model to an explicit-quantization (Q/DQ) ONNX, and run such a model in ONNX Runtime.
 
 :func:`export_qdq_onnx` freezes the weight ranges, exports with :func:`jetforge.compress.export.export_onnx`
 (TorchScript exporter, opset 17, sidecar), where every fake-quantizer becomes a
@@ -16,13 +16,13 @@ quantizing twice with one scale equals quantizing once, so the outputs are ident
 """
 
 import logging
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from jetforge.calibrate.ortrun import INT8_KERNELS  # noqa: F401  (re-exported)
 from jetforge.errors import ModelError
 from jetforge.fileio import PathLike, atomic_output
 from jetforge.optional import require
@@ -30,8 +30,6 @@ from jetforge.optional import require
 log = logging.getLogger(__name__)
 
 MIN_OPSET = 13
-INT8_KERNELS = ("QLinearConv", "QLinearMatMul", "QLinearAdd", "QGemm", "MatMulIntegerToFloat", "ConvInteger",
-                "QLinearGlobalAveragePool", "QLinearAveragePool", "DynamicQuantizeMatMul")
 
 
 @dataclass
@@ -333,44 +331,44 @@ def _zero_floor_activation(node, inits, g) -> bool:
     return value.size == 1 and float(value.reshape(-1)[0]) == 0.0
 
 
-def _ort():
-    return require("onnxruntime", "running Q/DQ models")
+def ort_session(model: Union[PathLike, Any], threads: int = 0, arithmetic: str = "simulated"):
+    """A CPU session for a Q/DQ model: simulated TensorRT INT8 arithmetic (default) or ``"ort-int8"`` kernels.
+
+    Sessions are made by :func:`jetforge.calibrate.ortrun.session`, the one place INT8 evaluation
+    creates them; ``"ort-int8"`` numbers depend on this CPU (see :mod:`jetforge.runtime.cpu_features`).
+    """
+    from jetforge.calibrate import ortrun
+
+    return ortrun.session(model, arithmetic, threads)
 
 
-def ort_session(model: Union[PathLike, Any], threads: int = 0, optimized_path: Optional[PathLike] = None):
-    """A CPU session with all graph optimisations (QDQ -> INT8 kernel fusion) on."""
-    ort = _ort()
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    if threads:
-        so.intra_op_num_threads = threads
-    if optimized_path is not None:
-        so.optimized_model_filepath = str(optimized_path)
-    src = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
-    return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+def ort_kernels(model: Any, folder: Optional[PathLike] = None) -> Dict[str, int]:
+    """Op counts of the graph ONNX Runtime runs with its INT8 kernels (after its optimisations).
+
+    ``folder`` is kept for compatibility; the optimised graph goes to a temporary file.
+    """
+    from jetforge.calibrate import ortrun
+
+    return ortrun.executed_ops(model, "ort-int8")
 
 
-def ort_kernels(model: Any, folder: PathLike) -> Dict[str, int]:
-    """Op counts of the graph ONNX Runtime actually runs (after its optimisations)."""
-    onnx = require("onnx", "inspecting ONNX")
-    out = Path(folder) / "ort_optimized.onnx"
-    ort_session(model, optimized_path=out)
-    counts = Counter(n.op_type for n in onnx.load(str(out)).graph.node)
-    out.unlink()
-    return dict(counts)
-
-
-def onnx_logits(model: Any, x: np.ndarray, batch_size: int = 1000, threads: int = 0) -> np.ndarray:
-    sess = model if hasattr(model, "run") and hasattr(model, "get_inputs") else ort_session(model, threads)
+def onnx_logits(model: Any, x: np.ndarray, batch_size: int = 1000, threads: int = 0,
+                arithmetic: str = "simulated") -> np.ndarray:
+    sess = (model if hasattr(model, "run") and hasattr(model, "get_inputs")
+            else ort_session(model, threads, arithmetic))
     name = sess.get_inputs()[0].name
     return np.concatenate([sess.run(None, {name: x[i:i + batch_size].astype(np.float32)})[0]
                            for i in range(0, len(x), batch_size)])
 
 
-def onnx_accuracy(model: Any, x: np.ndarray, y: np.ndarray, batch_size: int = 1000, threads: int = 0) -> float:
-    """Top-1 accuracy of an ONNX model (path, ModelProto or session) in ONNX Runtime CPU."""
-    logits = onnx_logits(model, x, batch_size, threads)
+def onnx_accuracy(model: Any, x: np.ndarray, y: np.ndarray, batch_size: int = 1000, threads: int = 0,
+                  arithmetic: str = "simulated") -> float:
+    """Top-1 accuracy of a Q/DQ ONNX model (path, ModelProto or session) in ONNX Runtime on the CPU.
+
+    ``arithmetic="simulated"`` (default) gives TensorRT's INT8 arithmetic on any CPU; ``"ort-int8"``
+    ONNX Runtime's INT8 kernels (CPU-dependent; give it :func:`qdq_for_ort`'s rewrite so they fuse).
+    """
+    logits = onnx_logits(model, x, batch_size, threads, arithmetic)
     return float((logits.argmax(1) == y).mean())
 
 

@@ -1,0 +1,217 @@
+"""Metrics of an INT8 candidate's raw outputs against FP32's, pluggable through one registry.
+
+:class:`~jetforge.calibrate.evaluate.Evaluator` runs the FP32 model and every candidate over the same
+inputs and keeps their *raw outputs* (one array per model output, samples along axis 0).  A metric
+turns the two into numbers.  Metrics are classes registered in :data:`METRICS`
+(a :class:`jetforge.registry.Registry`); the evaluator instantiates the ones it is asked for by name.
+
+Adding one (detection AP, clip accuracy, ...) is one class::
+
+    from jetforge.calibrate.metrics import METRICS, Metric
+
+    @METRICS.register("detection_ap")
+    class DetectionAP(Metric):
+        \"\"\"mAP@0.5 of the candidate's boxes against the ground truth, and against FP32's boxes.\"\"\"
+
+        def __init__(self, decode, iou: float = 0.5) -> None:   # options come from Evaluator(metric_options=)
+            self.decode, self.iou = decode, iou
+
+        def compute(self, reference, candidate, targets=None):
+            ref_boxes = self.decode(reference)     # reference/candidate: List[np.ndarray], one per output
+            cand_boxes = self.decode(candidate)
+            return {"map_vs_fp32": ..., "map": ... if targets is not None else None}
+
+The contract of :meth:`Metric.compute`:
+
+* ``reference`` and ``candidate`` are lists with one array per model output, in the model's output
+  order, each with the samples along axis 0 (the evaluator concatenates batches); they have the
+  same shapes;
+* ``targets`` is whatever ground truth the caller gave the evaluator (class indices for
+  classification, -1 where unknown; per-sample box lists for detection; ...) or None;
+* it returns a flat ``{name: number or None}`` dict (JSON-ready; round nothing), which lands in
+  ``EvalResult.metrics[metric_name]`` and in reports;
+* it must not depend on batch boundaries, and must be deterministic.
+
+Registered here: ``classification`` (top-1/top-5 agreement with FP32 overall and on confident
+samples, mean KL of the softmax outputs, output SQNR, labelled accuracy -- the fields of
+:class:`EvalResult`) and ``output_sqnr`` (SQNR of every output, for any task).
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from jetforge.errors import CalibrationError
+from jetforge.registry import Registry
+
+CONFIDENCE = 0.5
+
+
+class Metric:
+    """Base of INT8 evaluation metrics (module doc); subclasses set nothing else but ``compute``."""
+
+    def __init__(self, **options: Any) -> None:
+        if options:
+            raise CalibrationError("metric %s takes no options, got %s" % (type(self).__name__, sorted(options)))
+
+    def compute(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
+                targets: Optional[Any] = None) -> Dict[str, Optional[float]]:
+        raise NotImplementedError
+
+
+METRICS: "Registry[type]" = Registry("INT8 evaluation metric")
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Row softmax in float64; rows that already are probabilities (>= 0, sum 1) are kept."""
+    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+    if x.size and x.min() >= 0 and np.allclose(x.sum(axis=1), 1.0, atol=1e-3):
+        return x
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def sqnr_db(reference: np.ndarray, candidate: np.ndarray) -> float:
+    """10 log10(sum ref^2 / sum (ref - cand)^2), in float64; inf when they are equal."""
+    ref = np.asarray(reference, dtype=np.float64)
+    err = float(np.sum((ref - np.asarray(candidate, dtype=np.float64)) ** 2))
+    signal = float(np.sum(ref ** 2))
+    if err == 0:
+        return float("inf")
+    return 10.0 * math.log10(signal / err) if signal > 0 else float("-inf")
+
+
+@dataclass
+class EvalResult:
+    """How a candidate model's outputs compare with FP32's on the same inputs (classification fields)."""
+
+    samples: int
+    agreement: float
+    confident_samples: int
+    agreement_confident: Optional[float]
+    top5_agreement: float
+    mean_kl: float
+    output_sqnr_db: float
+    fp32_mean_confidence: float
+    confidence: float = CONFIDENCE
+    labelled: int = 0
+    accuracy_fp32: Optional[float] = None
+    accuracy_int8: Optional[float] = None
+    top5_fp32: Optional[float] = None
+    top5_int8: Optional[float] = None
+    seconds: float = 0.0
+    arithmetic: str = ""                                             # which evaluator produced the numbers
+    metrics: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # every registered metric asked for
+
+    @property
+    def accuracy_drop(self) -> Optional[float]:
+        if self.accuracy_fp32 is None or self.accuracy_int8 is None:
+            return None
+        return self.accuracy_fp32 - self.accuracy_int8
+
+    def to_dict(self) -> Dict[str, object]:
+        d: Dict[str, object] = {
+            "samples": self.samples, "agreement": _r(self.agreement),
+            "confident_samples": self.confident_samples, "agreement_confident": _r(self.agreement_confident),
+            "confidence_threshold": self.confidence, "top5_agreement": _r(self.top5_agreement),
+            "mean_kl": _r(self.mean_kl, 6), "output_sqnr_db": _r(self.output_sqnr_db, 2),
+            "fp32_mean_confidence": _r(self.fp32_mean_confidence)}
+        if self.labelled:
+            d.update({"labelled": self.labelled, "accuracy_fp32": _r(self.accuracy_fp32),
+                      "accuracy_int8": _r(self.accuracy_int8), "accuracy_drop": _r(self.accuracy_drop),
+                      "top5_fp32": _r(self.top5_fp32), "top5_int8": _r(self.top5_int8)})
+        if self.arithmetic:
+            d["arithmetic"] = self.arithmetic
+        others = {k: v for k, v in self.metrics.items() if k != "classification"}
+        if others:
+            d["metrics"] = {k: {n: (_r(x, 6) if isinstance(x, float) else x) for n, x in v.items()}
+                            for k, v in others.items()}
+        return d
+
+
+def _r(v: Optional[float], digits: int = 4) -> Optional[float]:
+    return None if v is None or (isinstance(v, float) and (math.isnan(v))) else round(float(v), digits)
+
+
+def _topk(p: np.ndarray, k: int) -> np.ndarray:
+    k = min(k, p.shape[1])
+    return np.argpartition(-p, k - 1, axis=1)[:, :k]
+
+
+def compare_outputs(reference: np.ndarray, candidate: np.ndarray, labels: Optional[np.ndarray] = None,
+                    confidence: float = CONFIDENCE) -> EvalResult:
+    """Metrics of ``candidate`` outputs (N, classes) against FP32 ``reference``; ``labels`` (N,), -1 = none."""
+    ref = np.asarray(reference, dtype=np.float64).reshape(len(reference), -1)
+    cand = np.asarray(candidate, dtype=np.float64).reshape(len(candidate), -1)
+    if ref.shape != cand.shape:
+        raise CalibrationError("the INT8 model's output has shape %s but FP32's has %s" % (cand.shape, ref.shape))
+    n = len(ref)
+    if n == 0:
+        raise CalibrationError("no evaluation samples", hint="give --eval a folder of images or a video")
+    p, q = softmax(ref), softmax(cand)
+    top_p, top_q = p.argmax(axis=1), q.argmax(axis=1)
+    agree = top_p == top_q
+    conf = p.max(axis=1)
+    confident = conf > confidence
+    top5_q = _topk(q, 5)
+    top5_agree = (top5_q == top_p[:, None]).any(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl = np.where(p > 0, p * (np.log(np.maximum(p, 1e-300)) - np.log(np.maximum(q, 1e-300))), 0.0).sum(axis=1)
+    res = EvalResult(samples=n, agreement=float(agree.mean()), confident_samples=int(confident.sum()),
+                     agreement_confident=float(agree[confident].mean()) if confident.any() else None,
+                     top5_agreement=float(top5_agree.mean()), mean_kl=float(np.mean(kl)),
+                     output_sqnr_db=sqnr_db(ref, cand), fp32_mean_confidence=float(conf.mean()),
+                     confidence=confidence)
+    if labels is not None:
+        y = np.asarray(labels).reshape(-1)
+        if len(y) != n:
+            raise CalibrationError("%d labels for %d evaluation samples" % (len(y), n))
+        known = y >= 0
+        if known.any():
+            yk = y[known]
+            res.labelled = int(known.sum())
+            res.accuracy_fp32 = float((top_p[known] == yk).mean())
+            res.accuracy_int8 = float((top_q[known] == yk).mean())
+            res.top5_fp32 = float((_topk(p[known], 5) == yk[:, None]).any(axis=1).mean())
+            res.top5_int8 = float((top5_q[known] == yk[:, None]).any(axis=1).mean())
+    return res
+
+
+@METRICS.register("classification")
+class ClassificationMetric(Metric):
+    """Top-1/top-5 agreement, confident agreement, mean KL, SQNR and labelled accuracy of output ``output``."""
+
+    def __init__(self, confidence: float = CONFIDENCE, output: int = 0) -> None:
+        self.confidence = float(confidence)
+        self.output = int(output)
+
+    def result(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
+               targets: Optional[Any] = None) -> EvalResult:
+        labels = None if targets is None else np.asarray(targets, dtype=np.int64).reshape(-1)
+        return compare_outputs(reference[self.output], candidate[self.output], labels, self.confidence)
+
+    def compute(self, reference, candidate, targets=None):
+        d = self.result(reference, candidate, targets).to_dict()
+        return {k: v for k, v in d.items() if k not in ("arithmetic", "metrics")}
+
+
+@METRICS.register("output_sqnr")
+class OutputSqnrMetric(Metric):
+    """SQNR (dB) of every model output against FP32, and the worst of them: meaningful for any task."""
+
+    def compute(self, reference, candidate, targets=None):
+        values = [sqnr_db(r, c) for r, c in zip(reference, candidate)]
+        out: Dict[str, Optional[float]] = {"output_%d_sqnr_db" % i: v for i, v in enumerate(values)}
+        out["min_sqnr_db"] = min(values) if values else None
+        return out
+
+
+def make_metric(name: str, **options: Any) -> Metric:
+    """An instance of the metric registered as ``name`` (UnknownNameError with close matches otherwise)."""
+    return METRICS.get(name)(**options)
+
+
+__all__ = ["CONFIDENCE", "ClassificationMetric", "EvalResult", "METRICS", "Metric", "OutputSqnrMetric",
+           "compare_outputs", "make_metric", "softmax", "sqnr_db"]

@@ -1,0 +1,100 @@
+"""The one place INT8 evaluation creates ONNX Runtime sessions, for each kind of arithmetic.
+
+* ``"simulated"`` (the default for every INT8 number jetforge prints): the Q/DQ model rewritten by
+  :func:`jetforge.calibrate.int8sim.simulation_model` and run with ``ORT_DISABLE_ALL``, so no Q/DQ
+  pair is fused into an integer kernel and the numbers follow TensorRT's rules on any CPU;
+* ``"ort-int8"``: the Q/DQ model as it is with ``ORT_ENABLE_ALL``: ONNX Runtime fuses Q/DQ into its
+  own INT8 kernels (QLinearConv, QGemm, ...), whose results depend on the CPU (see
+  :mod:`jetforge.runtime.cpu_features`) -- a second, labelled measurement;
+* ``"float"``: a float model (the FP32 reference) with all optimisations.
+
+Sessions are built from in-memory models (candidates are made by graph surgery, never written), so
+this does not go through :func:`jetforge.runtime.session.open_session`, which opens files.
+"""
+
+import logging
+from collections import Counter
+from typing import Dict, Sequence
+
+import numpy as np
+
+from jetforge.errors import ModelError, UnknownNameError
+from jetforge.optional import require
+
+log = logging.getLogger(__name__)
+
+ARITHMETICS = ("simulated", "ort-int8", "float")
+# ONNX Runtime's integer kernels: none may run in a simulated session.
+INT8_KERNELS = ("QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QGemm", "MatMulIntegerToFloat",
+                "ConvInteger", "MatMulInteger", "QLinearGlobalAveragePool", "QLinearAveragePool",
+                "DynamicQuantizeMatMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearSoftmax",
+                "QLinearReduceMean", "QAttention", "DynamicQuantizeLSTM")
+
+
+def _load(model):
+    from jetforge.calibrate.stats import load_model
+
+    return load_model(model)
+
+
+def prepare(model, arithmetic: str = "simulated"):
+    """The ModelProto that a session of ``arithmetic`` runs (the simulated rewrite for ``"simulated"``)."""
+    if arithmetic not in ARITHMETICS:
+        raise UnknownNameError("INT8 arithmetic", arithmetic, ARITHMETICS)
+    model = _load(model)
+    if arithmetic == "simulated":
+        from jetforge.calibrate.int8sim import simulation_model
+
+        return simulation_model(model)
+    return model
+
+
+def session(model, arithmetic: str = "simulated", threads: int = 0, optimized_path=None):
+    """An ONNX Runtime CPU session running ``model`` with ``arithmetic`` (module doc)."""
+    ort = require("onnxruntime", "INT8 accuracy evaluation")
+    prepared = prepare(model, arithmetic)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL if arithmetic == "simulated"
+                                     else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    if threads:
+        opts.intra_op_num_threads = int(threads)
+    if optimized_path is not None:
+        opts.optimized_model_filepath = str(optimized_path)
+    opts.log_severity_level = 3
+    try:
+        return ort.InferenceSession(prepared.SerializeToString(), sess_options=opts,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as err:
+        raise ModelError("ONNX Runtime cannot load the model for evaluation: %s" % " ".join(str(err).split())[:400],
+                         hint="check the model with `python -m onnx.checker`") from err
+
+
+def executed_ops(model, arithmetic: str = "simulated") -> Dict[str, int]:
+    """Op counts of the graph ONNX Runtime runs for ``arithmetic`` (after its optimisations, if any)."""
+    import os
+    import tempfile
+
+    onnx = require("onnx", "inspecting ONNX")
+    fd, path = tempfile.mkstemp(suffix=".onnx", prefix="jf_ort_")
+    os.close(fd)
+    try:
+        session(model, arithmetic, optimized_path=path)
+        return dict(Counter(n.op_type for n in onnx.load(path).graph.node))
+    finally:
+        os.unlink(path)
+
+
+def integer_kernels(ops: Dict[str, int]) -> Dict[str, int]:
+    """The ONNX Runtime integer kernels among ``ops`` (empty for a simulated session)."""
+    return {k: v for k, v in ops.items() if k in INT8_KERNELS}
+
+
+def run(model, batches: Sequence[np.ndarray], arithmetic: str = "simulated", threads: int = 0):
+    """Every output of ``model`` over ``batches``, each concatenated along axis 0."""
+    sess = session(model, arithmetic, threads)
+    name = sess.get_inputs()[0].name
+    outs = [sess.run(None, {name: b}) for b in batches]
+    return [np.concatenate([np.asarray(o[k]) for o in outs], axis=0) for k in range(len(outs[0]))]
+
+
+__all__ = ["ARITHMETICS", "INT8_KERNELS", "executed_ops", "integer_kernels", "prepare", "run", "session"]
