@@ -4,19 +4,100 @@ Every artifact jetforge writes (ONNX, sidecars, caches, engines, reports, videos
 goes through :func:`atomic_output`, so an interrupted run never leaves a file that
 looks complete, and :func:`check_not_input` refuses an output path that is one of
 the inputs of the same command.
+
+A run killed outright (SIGKILL, power loss) cannot remove its temporary file.  Those
+are hidden (``.NAME.PID.HOST.RANDOM.part.EXT``) and name the process that wrote them,
+so the next write to the same target removes the ones whose writer is gone
+(:func:`remove_stale_parts`).
 """
 
 import contextlib
+import errno
 import hashlib
 import json
+import logging
 import os
+import re
+import socket
+import stat
 import tempfile
+import time
+import zlib
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Union
+from typing import Any, Iterable, Iterator, List, Union
 
 from jetforge.errors import InputFileError
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+log = logging.getLogger(__name__)
+
+# A temporary file whose writer cannot be identified (another machine, or a name from before the
+# PID was recorded) is removed only when nobody has touched it for this long: every jetforge
+# writer appends to its file as it goes, so a day without a write means the writer is gone.
+STALE_PART_AGE_S = 24 * 3600.0
+
+
+def _host_tag() -> str:
+    """Eight hex digits naming this machine (and container): a PID is only meaningful on its own host."""
+    return "%08x" % (zlib.crc32(socket.gethostname().encode("utf-8", "replace")) & 0xFFFFFFFF)
+
+
+def _part_pattern(target_name: str) -> "re.Pattern[str]":
+    """Temporary files of :func:`atomic_output` for ``target_name``, with or without writer PID and host."""
+    return re.compile(r"^\.%s\.(?:(?P<pid>\d+)\.(?P<host>[0-9a-f]{8})\.)?[A-Za-z0-9_]{6,}\.part(?:\.[^./]+)?$"
+                      % re.escape(target_name))
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError as err:
+        return err.errno != errno.ESRCH  # EPERM: it exists, owned by someone else
+    return True
+
+
+def remove_stale_parts(path: PathLike, max_age_s: float = STALE_PART_AGE_S) -> List[Path]:
+    """Remove temporary files left next to ``path`` by earlier writers that are gone; the removed paths.
+
+    Only files of :func:`atomic_output`'s own pattern for this target name are considered.  One
+    is removed when its writer was a process of this host that no longer runs, or, when the
+    writer cannot be checked (another host, an old-style name), when it was not modified for
+    ``max_age_s``.  A writer that is still running keeps its file.
+    """
+    target = Path(path)
+    folder = target.parent
+    pattern = _part_pattern(target.name)
+    try:
+        names = [n for n in os.listdir(str(folder)) if pattern.match(n)]
+    except OSError:
+        return []
+    removed: List[Path] = []
+    host = _host_tag()
+    now = time.time()
+    for name in names:
+        m = pattern.match(name)
+        p = folder / name
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        if m is None or not stat.S_ISREG(st.st_mode):  # a link or a folder of that name is not ours
+            continue
+        if m.group("pid") is not None and m.group("host") == host:
+            pid = int(m.group("pid"))
+            stale = pid != os.getpid() and not _pid_alive(pid)
+        else:
+            stale = now - st.st_mtime > max_age_s
+        if stale:
+            with contextlib.suppress(OSError):
+                p.unlink()
+                removed.append(p)
+    if removed:
+        log.info("removed %d temporary file(s) left by an interrupted run next to %s", len(removed), target)
+    return removed
 
 
 @contextlib.contextmanager
@@ -25,14 +106,17 @@ def atomic_output(path: PathLike, suffix: str = "") -> Iterator[Path]:
 
     On an exception the temporary file is removed and ``path`` is left as it was.
     ``suffix`` lets writers that infer the format from the extension (OpenCV's
-    VideoWriter, onnx.save) see the right one.
+    VideoWriter, onnx.save) see the right one.  Temporary files of earlier writers of
+    ``path`` that were killed are removed first (:func:`remove_stale_parts`).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_parts(target)
     # The temporary name ends with the real extension: writers such as OpenCV's
-    # VideoWriter choose the container from it.
-    fd, tmp_name = tempfile.mkstemp(prefix="." + target.name + ".", suffix=".part" + (suffix or target.suffix),
-                                    dir=str(target.parent))
+    # VideoWriter choose the container from it.  It names the writer (PID and host) so
+    # that a later run can tell a file left by a killed writer from one still being written.
+    fd, tmp_name = tempfile.mkstemp(prefix=".%s.%d.%s." % (target.name, os.getpid(), _host_tag()),
+                                    suffix=".part" + (suffix or target.suffix), dir=str(target.parent))
     os.close(fd)
     tmp = Path(tmp_name)
     # mkstemp creates 0600; give the result the permissions a plain open() would have.
@@ -83,10 +167,28 @@ def check_not_input(output: PathLike, inputs: Iterable[PathLike]) -> None:
 
 
 def require_file(path: PathLike, what: str = "file", hint: str = "") -> Path:
-    """Return ``path`` as a Path if it is an existing file, else raise a clear InputFileError."""
+    """Return ``path`` as a Path if it is an existing file, else raise a clear InputFileError.
+
+    A folder (or a device, a socket) where a file is expected is named as what it is, so the
+    user is not sent looking for a file that is there.
+    """
     p = Path(path)
+    if p.is_file():
+        return p
+    if p.is_dir():
+        raise InputFileError("%s %s is a folder, not a file" % (what, p),
+                             hint="name the file itself, not the folder that holds it")
     if not p.exists():
         raise InputFileError("%s %s does not exist" % (what, p), hint=hint or "check the path")
-    if not p.is_file():
-        raise InputFileError("%s %s is not a file" % (what, p), hint=hint or "give the path of a file")
-    return p
+    raise InputFileError("%s %s is not a regular file" % (what, p), hint=hint or "give the path of a file")
+
+
+def require_dir(path: PathLike, what: str = "folder", hint: str = "") -> Path:
+    """Return ``path`` as a Path if it is an existing folder, else raise a clear InputFileError."""
+    p = Path(path)
+    if p.is_dir():
+        return p
+    if p.exists():
+        raise InputFileError("%s %s is a file, not a folder" % (what, p), hint=hint or "give the path of a folder")
+    raise InputFileError("%s %s does not exist" % (what, p), hint=hint or "check the path")
+

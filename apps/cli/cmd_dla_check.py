@@ -87,14 +87,13 @@ def _batch_one_shapes(model: str) -> List[Tuple[str, List[int]]]:
         if sidecar_path(model).is_file():
             specs = read_sidecar(model, verify_hash=False).inputs
         else:
-            from jetforge.optional import require
+            from jetforge.runtime.onnx_file import read_onnx
 
-            onnx = require("onnx", "reading ONNX input shapes")
-            graph = onnx.load(model, load_external_data=False).graph
+            graph = read_onnx(model, load_external_data=False, purpose="reading ONNX input shapes").graph
             inits = {i.name for i in graph.initializer}
             specs = [TensorSpec(i.name, [d.dim_value if d.HasField("dim_value") else -1
                                          for d in i.type.tensor_type.shape.dim])
                      for i in graph.input if i.name not in inits]
         return [(s.name, static_shape(s, 1, "dla-check")) for s in specs if s.is_dynamic]
     except (JetforgeError, OSError, ValueError):
-        return []  # other dynamic axes or an unreadable file: the analysis itself reports them
+        return []  # other dynamic axes or an unreadable file: the analysis itself reports them (read_onnx)

@@ -5,19 +5,31 @@ costs no heavy import; a command's module (and whatever it needs: torch,
 onnxruntime, TensorRT) is imported only when that command runs.  Errors the user
 can fix (:class:`JetforgeError`) print as one line and exit 1; anything else is a
 bug, exits 2 and says to rerun with ``--debug`` for the traceback.
+
+Stopping: Ctrl-C (SIGINT) and SIGTERM (how ``systemctl stop``, ``docker stop`` and
+``kill`` end a process) end every command the same way: a :class:`Terminated`
+(a ``KeyboardInterrupt``) is raised in the main thread, so whatever a command does on
+Ctrl-C - close its outputs, write ``metrics.json`` with status "interrupted" - it also
+does on SIGTERM.  Both exit with :data:`EXIT_INTERRUPTED` (130).
 """
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
+import signal
 import sys
 import traceback
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import jetforge
 from jetforge.errors import JetforgeError
 
+
+EXIT_ERROR = 1  # an error the user can fix (one line on stderr)
+EXIT_BUG = 2  # an internal error
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: outputs closed, what was finished kept (128 + SIGINT, the shell's code)
 
 # name -> (module, class, one-line summary); order is the order of `jetforge --help`.
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
@@ -120,7 +132,43 @@ def _find_command(argv: Sequence[str]) -> Optional[str]:
     return None
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: raised like Ctrl-C's KeyboardInterrupt so every command stops the same way."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    # Later SIGTERMs (systemd and docker send one, impatient users several) must not interrupt the
+    # cleanup the first one started; a Python handler (not SIG_IGN) so child processes get the default.
+    signal.signal(signal.SIGTERM, _while_stopping)
+    raise Terminated("SIGTERM")
+
+
+def _while_stopping(signum: int, frame: Any) -> None:
+    # os.write, not print: the main thread may be inside a print to stderr when this runs.
+    with contextlib.suppress(OSError):
+        os.write(2, b"jetforge: already stopping, closing outputs (SIGKILL would lose them)\n")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM raises :class:`Terminated` in the main thread; the previous handler is restored."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (an embedding program): signals are its business
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    with sigterm_as_interrupt():
+        return _main(argv)
+
+
+def _main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
@@ -139,10 +187,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if debug:
             traceback.print_exc(file=sys.stderr)
         print("jetforge: error: %s" % err.one_line(), file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("jetforge: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_ERROR
+    except KeyboardInterrupt as err:
+        print("jetforge: interrupted%s" % (" (SIGTERM)" if isinstance(err, Terminated) else ""), file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `jetforge ... | head`: the reader left; not an error of ours
         _silence_stdout()
         return 141
@@ -155,7 +203,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             print("jetforge: internal error: %s: %s (rerun with --debug for the traceback, and please report it)"
                   % (type(err).__name__, err), file=sys.stderr)
-        return 2
+        return EXIT_BUG
 
 
 def _silence_stdout() -> None:

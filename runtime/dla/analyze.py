@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from jetforge.errors import InputFileError, ModelError, TargetError
+from jetforge.errors import TargetError
 from jetforge.runtime.dla.rules import (GPU, INFO, OP_SUGGESTIONS, UNCERTAIN_KINDS, WARN, Rule, dla_generation,
                                         rules_for, version_tuple)
 
@@ -612,21 +612,18 @@ def _slice_facts(node: Any, attrs: Mapping[str, Any], g: _Graph, xs: Optional[Li
 def _load_model(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]]) -> Tuple[Any, str]:
     from jetforge.optional import require
 
-    onnx = require("onnx", "DLA placement analysis (jetforge dla-check)")
+    from jetforge.runtime.onnx_file import check_model_structure, read_onnx
+
+    purpose = "DLA placement analysis (jetforge dla-check)"
+    onnx = require("onnx", purpose)
     if isinstance(model, (str, Path)):
-        path = Path(model)
-        if not path.is_file():
-            raise InputFileError("ONNX model %s does not exist" % path, hint="check the path")
-        try:
-            proto = onnx.load(str(path))
-        except Exception as err:  # onnx raises DecodeError and friends
-            raise ModelError("%s is not a readable ONNX model: %s" % (path, err),
-                             hint="re-export the model") from err
-        name = str(path)
+        proto = read_onnx(model, purpose=purpose)  # refuses empty, truncated, foreign and hollow files
+        name = str(model)
     else:
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
         name = proto.graph.name or "model"
+        check_model_structure(proto, "model %s" % name)
     if input_shapes:
         known = {vi.name: vi for vi in proto.graph.input}
         for iname, dims in input_shapes.items():

@@ -13,6 +13,7 @@ import numpy as np
 
 from jetforge.errors import BackendError, ConfigError, ModelError, UnknownNameError
 from jetforge.optional import require
+from jetforge.runtime.onnx_file import REEXPORT_HINT, check_onnx_file
 from jetforge.runtime.session.base import (BACKENDS, Session, check_positive_int, default_threads,
                                            load_sidecar_if_present)
 from jetforge.runtime.sidecar import TensorSpec
@@ -76,10 +77,14 @@ class OrtSession(Session):
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[optimization]
         opts.log_severity_level = 3  # errors only: ORT's warnings would interleave with progress bars
+        check_onnx_file(path, parse=False)  # empty or text files; ORT's own parser reports damaged ones
         try:
             sess = ort.InferenceSession(str(path), sess_options=opts, providers=chosen)
         except Exception as err:  # ORT raises its own pybind exception types
             raise _load_error(path, err) from err
+        if not sess.get_inputs() or not sess.get_outputs():
+            raise ModelError("%s is not a complete ONNX model: it has no %s" % (
+                path, "inputs" if not sess.get_inputs() else "outputs"), hint=REEXPORT_HINT)
         session = cls(path, sess, threads, sidecar)
         log.debug("opened %r", session)
         return session
@@ -163,8 +168,7 @@ def _load_error(path: Path, err: BaseException) -> Exception:
     if " failed:" in detail and detail.startswith("Load model from"):
         detail = detail.split(" failed:", 1)[1].strip()
     if kind in ("InvalidProtobuf", "InvalidArgument", "InvalidGraph", "NoModel") or "protobuf" in detail.lower():
-        return ModelError("%s is not a valid ONNX model: %s" % (path, detail),
-                          hint="re-export it, or check that the file was copied completely")
+        return ModelError("ONNX model %s is not a readable ONNX model: %s" % (path, detail), hint=REEXPORT_HINT)
     return ModelError("ONNX Runtime cannot load %s: %s" % (path, detail),
                       hint="check the model's opset and operators against ONNX Runtime %s"
                            % require("onnxruntime").__version__)

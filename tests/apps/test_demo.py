@@ -142,7 +142,7 @@ def test_corrupt_onnx_is_one_line_and_exit_1(capsys, tmp_path, bikes_clip):
     bad.write_text("I am a text file renamed to .onnx\n")
     code, out, err = run_demo(capsys, "--app", "classify", "--model", bad, "--video", bikes_clip, "--out", tmp_path / "o")
     assert code == 1 and out == ""
-    assert "model.onnx is not a valid ONNX model: Protobuf parsing failed" in one_error_line(err)
+    assert "model.onnx is a text file, not an ONNX model" in one_error_line(err)
     assert not (tmp_path / "o").exists()
 
 
