@@ -81,15 +81,9 @@ def _load(model: Union[PathLike, Any]):
         m = onnx.ModelProto()
         m.CopyFrom(model)
         return m
-    p = Path(model)
-    if not p.is_file():
-        from jetforge.errors import InputFileError
+    from jetforge.runtime.onnx_file import read_onnx
 
-        raise InputFileError("Q/DQ model %s does not exist" % p, hint="export one with `jetforge qat`")
-    try:
-        return onnx.load(str(p))
-    except Exception as err:
-        raise ModelError("cannot read %s as ONNX: %s" % (p, err), hint="give a .onnx file") from err
+    return read_onnx(model, "Q/DQ model", purpose="translating a Q/DQ model")  # refuses empty, damaged, hollow
 
 
 def _constants(g) -> Dict[str, np.ndarray]:

@@ -40,13 +40,10 @@ def _onnx():
 
 def load_model(model: Union[str, Path, "object"]):
     """An ``onnx.ModelProto`` from a path (external data included) or as given."""
-    onnx = _onnx()
     if isinstance(model, (str, Path)):
-        try:
-            return onnx.load(str(model))
-        except Exception as err:  # onnx raises DecodeError, OSError, ...
-            raise ModelError("cannot load ONNX model %s: %s" % (model, err),
-                             hint="check that the file is a complete ONNX model") from err
+        from jetforge.runtime.onnx_file import read_onnx
+
+        return read_onnx(model, purpose="INT8 calibration")  # refuses empty, damaged and hollow models
     return model
 
 
