@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from jetforge.errors import DependencyError, EngineBuildError, InputFileError, ModelError
+from jetforge.errors import DependencyError, EngineBuildError, ModelError
 from jetforge.optional import INSTALL_HINTS
 
 log = logging.getLogger(__name__)
@@ -133,9 +133,9 @@ def check_onnx_builds(onnx_path, prefer: str = "tensorrt", input_shapes: Optiona
 
     Dynamic dimensions get a profile with ``input_shapes[name]`` (min = opt = max) or 1.
     """
-    path = Path(onnx_path)
-    if not path.is_file():
-        raise InputFileError("ONNX model %s does not exist" % path, hint="check the path")
+    from jetforge.runtime.onnx_file import check_onnx_file
+
+    path = check_onnx_file(onnx_path)  # empty, damaged or hollow files get our message, not the parser's
     trt, module = import_tensorrt(prefer)
     label = "%s %s" % (LIBRARY_NAMES[module], trt.__version__)
     logger = _make_logger(trt)
