@@ -6,7 +6,8 @@ images with ``qat.calibration`` (jetforge's entropy/percentile/mse/max) -> measu
 point -> train with quantization in the loop (optionally distilling from ``teacher``) -> export
 ``model.qdq.onnx`` (TensorRT >= 10 GPU, TensorRT 11) -> translate it for DLA: ``model.plain.onnx``,
 ``model.calib`` (the trained scales), ``model.fp16_layers.txt`` and ``model.dla.json`` -> evaluate the
-Q/DQ ONNX in ONNX Runtime with INT8 kernels.  Files land in ``out_dir`` with ``config.yaml``,
+Q/DQ ONNX in simulated TensorRT INT8 arithmetic (the same on any CPU), with ONNX Runtime's INT8
+kernels on this CPU beside it as a labelled second number.  Files land in ``out_dir`` with ``config.yaml``,
 ``metrics.jsonl``, checkpoints and ``result.json``.
 """
 
@@ -18,6 +19,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
+from jetforge.calibrate.int8sim import SIMULATED_LABEL
 from jetforge.compress.distill.api import LossConfig, _preprocess
 from jetforge.compress.distill.losses import DistillModule
 from jetforge.compress.qat.export import export_qdq_onnx, onnx_accuracy, ort_kernels, qdq_for_ort
@@ -28,6 +30,7 @@ from jetforge.compress.train.recipe import (CLASSES, INPUT_SHAPE, DataConfig, Mo
                                             calibration_batches, load_data, write_resolved_config)
 from jetforge.errors import CompressError
 from jetforge.fileio import write_json_atomic
+from jetforge.runtime.cpu_features import SATURATION_WARNING, int8_kernels_can_saturate, ort_kernel_label
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ class ExportConfig:
     opset: int = 17
     trt_version: str = "10.3"  # the cache header: JetPack 6.1/6.2; 8.6.2 for JetPack 6.0, 8.5.2 for 5.1
     dla: bool = True  # write the plain ONNX + calibration cache + FP16 layer list
-    ort_eval: bool = True  # accuracy of the Q/DQ ONNX in ONNX Runtime (INT8 kernels) on the validation set
+    ort_eval: bool = True  # accuracy of the Q/DQ ONNX (simulated TensorRT INT8; ORT's kernels beside) on validation
 
 
 def _qat_train_defaults() -> TrainConfig:
@@ -78,7 +81,9 @@ class QatResult:
     fp32_accuracy: Optional[float] = None
     ptq_accuracy: Optional[float] = None  # fake-quantized in torch, calibrated ranges, before training
     qat_accuracy: Optional[float] = None  # fake-quantized in torch after training
-    onnx_int8_accuracy: Optional[float] = None  # the Q/DQ ONNX in ONNX Runtime
+    onnx_int8_accuracy: Optional[float] = None  # the Q/DQ ONNX in simulated TensorRT INT8 arithmetic
+    ort_kernels_accuracy: Optional[float] = None  # the same in ONNX Runtime's INT8 kernels (CPU-dependent)
+    ort_kernels_label: str = ""
     ort_kernels: Dict[str, int] = field(default_factory=dict)
     summary: Dict[str, Any] = field(default_factory=dict)
     files: Dict[str, str] = field(default_factory=dict)
@@ -87,6 +92,8 @@ class QatResult:
     def to_dict(self) -> Dict[str, Any]:
         d = {"out_dir": str(self.out_dir), "fp32_accuracy": self.fp32_accuracy, "ptq_accuracy": self.ptq_accuracy,
              "qat_accuracy": self.qat_accuracy, "onnx_int8_accuracy": self.onnx_int8_accuracy,
+             "onnx_int8_arithmetic": SIMULATED_LABEL, "ort_kernels_accuracy": self.ort_kernels_accuracy,
+             "ort_kernels_label": self.ort_kernels_label,
              "ort_int8_kernels": {k: v for k, v in self.ort_kernels.items() if k.startswith(("QLinear", "QGemm"))},
              "quantized": self.summary, "files": dict(self.files),
              "dla": {k: self.translation.get(k) for k in ("trained_scales", "fp16_layers", "weight_scale_mismatch")}
@@ -165,11 +172,15 @@ def _qat(cfg, model, teacher, train_set, val_set, ctx) -> QatResult:
             x = normalize(images)
             y = val_set.labels.numpy()
             ort_model = qdq_for_ort(onnx.load(str(qdq_path)))
-            res.onnx_int8_accuracy = onnx_accuracy(ort_model, x, y)
+            res.onnx_int8_accuracy = onnx_accuracy(ort_model, x, y)  # simulated TensorRT arithmetic
+            res.ort_kernels_accuracy = onnx_accuracy(ort_model, x, y, arithmetic="ort-int8")
+            res.ort_kernels_label = ort_kernel_label()
+            if int8_kernels_can_saturate():
+                log.warning("%s", SATURATION_WARNING)
             res.ort_kernels = ort_kernels(ort_model, out)
         res.files.update({"config": str(out / "config.yaml"), "metrics": str(out / "metrics.jsonl")})
         write_json_atomic(out / "result.json", res.to_dict())
-        log.info("%s: FP32 %.4f, PTQ %.4f, QAT %.4f (torch), Q/DQ ONNX in ORT %s", cfg.name, fp32, ptq,
+        log.info("%s: FP32 %.4f, PTQ %.4f, QAT %.4f (torch), Q/DQ ONNX %s (simulated INT8)", cfg.name, fp32, ptq,
                  res.qat_accuracy, "%.4f" % res.onnx_int8_accuracy if res.onnx_int8_accuracy is not None else "-")
     return res
 

@@ -1,5 +1,7 @@
-"""QAT: TensorRT's fake-quantization rules, BN folding, placement, real-data calibration, Q/DQ export that ONNX
-Runtime runs with INT8 kernels and TensorRT(-RTX) builds, translation to a DLA cache, the recipe and CLI."""
+"""QAT: TensorRT's fake-quantization rules, BN folding, placement, real-data calibration, Q/DQ export whose
+simulated TensorRT INT8 arithmetic matches an int32 reference (and ONNX Runtime fuses into INT8 kernels) and
+TensorRT(-RTX) builds, translation to a DLA cache, the recipe and CLI.  No assertion reads a value that only
+one CPU's INT8 kernels produce."""
 
 import copy
 import json
@@ -15,9 +17,12 @@ from torch import nn  # noqa: E402
 from jetforge.compress.qat import (QatSummary, QuantAdd, calibrate_qat, export_qdq_onnx,  # noqa: E402
                                    fake_quantize, onnx_accuracy, ort_kernels, prepare_qat, qdq_for_ort, quantizers,
                                    set_quantization)
+from jetforge.calibrate.int8sim import SIMULATED_LABEL, simulation_model  # noqa: E402
+from jetforge.calibrate.ortrun import executed_ops, integer_kernels  # noqa: E402
 from jetforge.compress.qat.export import onnx_logits  # noqa: E402
 from jetforge.compress.train import build_model  # noqa: E402
 from jetforge.errors import CompressError  # noqa: E402
+from tests.calibrate import int8_reference  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -162,12 +167,23 @@ def test_qdq_export_follows_tensorrt_rules_and_matches_torch_in_onnx_runtime(exp
     x = torch.cat(batches[4:6])
     with torch.no_grad():
         ref = q(x).numpy()
-    plain = onnx_logits(m, x.numpy())
-    int8 = onnx_logits(qdq_for_ort(m), x.numpy())
-    # "within rounding": float accumulation order can move a value across a rounding boundary
+    # What TensorRT computes, by two independent implementations: the simulated evaluator (float kernels on
+    # exact integers, INT32 bias) and the numpy int32 reference.  Both are exact integer arithmetic with the
+    # same rescale, so they agree to float32 rounding of the float64 pooling (1e-6 of the output scale).
+    int8 = onnx_logits(m, x.numpy())
     scale = np.abs(ref).max()
-    assert np.abs(plain - ref).max() < 0.02 * scale and np.abs(int8 - ref).max() < 0.02 * scale
-    assert (plain.argmax(1) == ref.argmax(1)).mean() >= 0.99 and (int8.argmax(1) == ref.argmax(1)).mean() >= 0.99
+    integer = int8_reference.run(m, x.numpy())[0]
+    assert np.abs(int8 - integer).max() <= 1e-6 * scale
+    # torch's fake quantization is the same arithmetic with a float bias and float32 sums in oneDNN's order:
+    # against the simulation with a float bias only the sum order differs, which moves a value across a
+    # rounding boundary (1 LSB) at a few quantize points; measured max |diff| 0.005 of the output scale on
+    # this AVX2 machine, with INT32 bias 0.010.  0.02 bounds a handful of 1-LSB flips reaching the logits,
+    # whatever the CPU's sum order, and the top-1 answers must stay the same on >= 99%.
+    float_bias = onnx_logits(simulation_model(m, quantize_bias=False), x.numpy())
+    for got in (float_bias, int8):
+        assert np.abs(got - ref).max() < 0.02 * scale and (got.argmax(1) == ref.argmax(1)).mean() >= 0.99
+    # the simulated session runs no integer kernel; the ORT-kernel rewrite fuses into QLinearConv/QLinearAdd
+    assert not integer_kernels(executed_ops(m, "simulated"))
     kernels = ort_kernels(qdq_for_ort(m), tmp_path)
     assert kernels.get("QLinearConv", 0) >= 4 and kernels.get("QLinearAdd", 0) == 1  # INT8 kernels, not float
 
@@ -220,8 +236,14 @@ def test_qat_recipe_end_to_end_from_yaml_through_the_cli(fmnist_root, trained_cn
     for name in ("config.yaml", "metrics.jsonl", "last.pt", "model.qdq.onnx", "model.plain.onnx", "model.calib",
                  "model.fp16_layers.txt", "model.dla.json", "result.json"):
         assert (run / name).is_file(), name
-    assert out["onnx_int8_accuracy"] == pytest.approx(out["qat_accuracy"], abs=0.01)  # ORT INT8 == torch
-    assert out["ort_int8_kernels"]["QLinearConv"] >= 4
+    # the Q/DQ ONNX in simulated TensorRT arithmetic against torch's fake quantization of the same model: the
+    # same arithmetic up to the INT32 bias and float sum order, which flip under 1% of top-1 answers (0.4%
+    # measured on the export test above), so 0.01 of 500 validation images
+    assert out["onnx_int8_arithmetic"] == SIMULATED_LABEL
+    assert out["onnx_int8_accuracy"] == pytest.approx(out["qat_accuracy"], abs=0.01)
+    # ONNX Runtime's INT8 kernels are reported beside it, labelled with this CPU's flags, never asserted on
+    assert out["ort_int8_kernels"]["QLinearConv"] >= 4 and out["ort_kernels_label"].startswith("ORT INT8 kernels")
+    assert 0.0 <= out["ort_kernels_accuracy"] <= 1.0
     assert 0.0 < out["fp32_accuracy"] <= 1.0 and out["dla"]["trained_scales"] == 7
     # a missing checkpoint is a clear error, not a traceback
     assert main(["qat", "--config", str(recipe), "--set", "model.checkpoint=null"]) == 1
@@ -234,7 +256,13 @@ def test_onnx_accuracy_on_real_labels(exported, fmnist_root):
     q, _, path, _, _ = exported
     test = fashion_mnist(fmnist_root, "test", limit=300)
     x, y = normalize(test.images.numpy()), test.labels.numpy()
+    m = onnx.load(str(path))
+    simulated = onnx_accuracy(m, x, y)
+    # TensorRT's arithmetic computed independently in int32 numpy gives the very same answers on every image
+    integer = int8_reference.run(m, x)[0]
+    assert simulated == float((integer.argmax(1) == y).mean())
+    # and torch's fake quantization is within the rounding flips bounded in the recipe test (1% of images)
     with torch.no_grad():
         torch_acc = float((q(torch.from_numpy(x)).argmax(1).numpy() == y).mean())
-    assert onnx_accuracy(qdq_for_ort(onnx.load(str(path))), x, y) == pytest.approx(torch_acc, abs=0.01)
+    assert simulated == pytest.approx(torch_acc, abs=0.01)
 
