@@ -62,9 +62,12 @@ class QatCommand(Command):
             print_json(data)
             return 0
         f = lambda v: "-" if v is None else "%.4f" % v  # noqa: E731
-        print("%s: FP32 %s, PTQ (calibrated, before QAT) %s, QAT %s, Q/DQ ONNX in ONNX Runtime %s (INT8 kernels: %s)"
+        print("%s: FP32 %s, PTQ (calibrated, before QAT) %s, QAT %s, Q/DQ ONNX %s [%s]"
               % (cfg.name, f(res.fp32_accuracy), f(res.ptq_accuracy), f(res.qat_accuracy),
-                 f(res.onnx_int8_accuracy), ", ".join("%s x%d" % kv for kv in data["ort_int8_kernels"].items())))
+                 f(res.onnx_int8_accuracy), data["onnx_int8_arithmetic"]))
+        if res.ort_kernels_accuracy is not None:
+            print("  %s: %s (kernels: %s)" % (res.ort_kernels_label, f(res.ort_kernels_accuracy),
+                                           ", ".join("%s x%d" % kv for kv in data["ort_int8_kernels"].items())))
         for k, v in data["files"].items():
             print("  %-11s%s" % (k, Path(v)))
         return 0
