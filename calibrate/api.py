@@ -5,7 +5,8 @@ Outputs for ``model.onnx`` (or next to ``out``, a named cache path ``X.calib``):
 * ``model.calib`` -- TensorRT calibration cache stamped for ``trt_version`` (DLA, TensorRT <= 10);
 * ``model.qdq.onnx`` (+ ``model.qdq.onnx.json`` sidecar) -- explicit Q/DQ (TensorRT >= 10 GPU, 11);
 * ``model.calib.json`` -- the report; ``model.calib.plots/`` -- histogram plots;
-* with ``eval_data``: the report's ``evaluation`` block (INT8 vs FP32 in ONNX Runtime's INT8 kernels);
+* with ``eval_data``: the report's ``evaluation`` block (INT8 vs FP32 in simulated TensorRT INT8 arithmetic,
+  the same on any CPU; with ``int8_kernels`` also in ONNX Runtime's INT8 kernels on this CPU, labelled);
 * with ``mixed_precision``: ``model.precisions.json`` / ``model.precisions.txt`` (the layers kept in
   FP16, for TensorRT's ``--layerPrecisions``) and ``model.mixed.qdq.onnx`` (+ sidecar).
 
@@ -93,7 +94,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
               check_build: bool = False, eval_data: Optional[DataArg] = None,
               labels: Optional[PathLike] = None, eval_samples: int = EVAL_SAMPLES,
               mixed_precision: Optional[float] = None, mixed_metric: str = "agreement_confident",
-              sensitivity: Optional[str] = None) -> CalibrationResult:
+              sensitivity: Optional[str] = None, int8_kernels: bool = False) -> CalibrationResult:
     """Calibrate ``model_path`` (ONNX with a sidecar) on ``data`` and write the outputs (see module doc).
 
     ``algorithm`` picks each tensor's range (:mod:`jetforge.calibrate.algorithms`): ``percentile``
@@ -103,8 +104,9 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     The cache header stays ``cache_algorithm`` (``EntropyCalibration2``) whatever the algorithm: it names
     the calibrator class that reads the cache.
 
-    With ``eval_data`` the Q/DQ model is evaluated against FP32 in ONNX Runtime (agreement, KL, accuracy
-    with ``labels``; see :mod:`jetforge.calibrate.evaluate`) into the report's ``evaluation`` block.
+    With ``eval_data`` the Q/DQ model is evaluated against FP32 in simulated TensorRT INT8 arithmetic
+    (agreement, KL, accuracy with ``labels``; see :mod:`jetforge.calibrate.evaluate`) into the report's
+    ``evaluation`` block; ``int8_kernels`` adds the same measured with ONNX Runtime's INT8 kernels.
     With ``mixed_precision`` (a bound on ``mixed_metric``) the most sensitive layers are kept in FP16
     until the bound holds on the evaluation data (the calibration data when none is given), and the
     layer-precision list and the mixed Q/DQ ONNX are written (see :mod:`jetforge.calibrate.mixed`).
@@ -174,7 +176,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
         result.evaluation = _evaluate(model, result, paths, sidecar, model_file,
                                       eval_items or data_items, labels, eval_samples, video_sampling,
                                       mixed_precision, mixed_metric, sensitivity, _held_out(data_items, eval_items),
-                                      progress)
+                                      progress, int8_kernels)
     result.seconds = time.perf_counter() - t0
     if report:
         result.report = _report(result, stats, quality, source, model_file, qdq_info, batch_size, percentile)
@@ -240,7 +242,8 @@ def evaluation_batches(data: DataArg, preprocess, model=None, samples: int = EVA
 
 def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar, model_file: Path, items: List,
               labels, samples: int, video_sampling: str, mixed_precision: Optional[float], mixed_metric: str,
-              sensitivity: Optional[str], held_out: bool, progress: bool) -> Dict[str, object]:
+              sensitivity: Optional[str], held_out: bool, progress: bool,
+              int8_kernels: bool = False) -> Dict[str, object]:
     from jetforge.calibrate import evaluate as ev
 
     batches, names = evaluation_batches(items, sidecar.preprocess, model, samples, video_sampling)
@@ -249,10 +252,13 @@ def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar,
     qdq_model = ev.load(result.qdq_path)
     int8 = evaluator.evaluate(qdq_model)
     out: Dict[str, object] = {"data": [str(i) for i in items], "held_out": held_out,
-                              "int8": int8.to_dict(), "runtime": "onnxruntime %s CPU, INT8 kernels (ORT_ENABLE_ALL)"
+                              "int8": int8.to_dict(), "arithmetic": evaluator.label,
+                              "runtime": "onnxruntime %s CPU, float kernels on exact integers (ORT_DISABLE_ALL)"
                               % require("onnxruntime").__version__}
     for line in _eval_lines("INT8", int8):
         log.info("%s", line)
+    if int8_kernels:
+        out["int8_ort_kernels"] = _ort_kernel_evaluation(evaluator, qdq_model, result)
     if mixed_precision is not None:
         from jetforge.calibrate import mixed
 
@@ -275,6 +281,22 @@ def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar,
     return out
 
 
+def _ort_kernel_evaluation(evaluator, qdq_model, result: CalibrationResult) -> Dict[str, object]:
+    """The second, labelled measurement: ONNX Runtime's INT8 kernels on this CPU (warned where they saturate)."""
+    from jetforge.runtime.cpu_features import SATURATION_WARNING, cpu_features, int8_kernels_can_saturate
+
+    kernels = evaluator.with_arithmetic("ort-int8")
+    res = kernels.evaluate(qdq_model)
+    block: Dict[str, object] = dict(res.to_dict())
+    block["label"] = kernels.label
+    block["cpu"] = cpu_features().to_dict()
+    if int8_kernels_can_saturate():
+        block["warning"] = SATURATION_WARNING
+        result.warnings.append(SATURATION_WARNING)
+        log.warning("%s", SATURATION_WARNING)
+    return block
+
+
 def _eval_lines(label: str, res) -> List[str]:
     d = res.to_dict()
     line = ("%s vs FP32 on %d samples: top-1 agreement %.3f, on %d confident %s, top-5 %.3f, mean KL %.4f"
@@ -292,7 +314,12 @@ def evaluation_summary(evaluation: Dict[str, object]) -> List[str]:
     """Printable lines for a report's ``evaluation`` block."""
     lines: List[str] = []
     if evaluation.get("int8"):
+        lines.append("INT8 numbers: %s" % evaluation.get("arithmetic", "ONNX Runtime"))
         lines.extend(_eval_lines("INT8", _from_dict(evaluation["int8"])))
+    kernels = evaluation.get("int8_ort_kernels")
+    if kernels:
+        lines.append("%s (second measurement; CPU-dependent):" % kernels["label"])
+        lines.extend("  " + line for line in _eval_lines("ORT INT8", _from_dict(kernels)))
     mp = evaluation.get("mixed_precision")
     if mp:
         lines.extend(_eval_lines("mixed", _from_dict(mp["achieved"])))

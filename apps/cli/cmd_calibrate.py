@@ -59,9 +59,13 @@ class CalibrateCommand(Command):
         parser.add_argument("--check-build", action="store_true",
                             help="parse and build the Q/DQ ONNX with TensorRT (or TensorRT-RTX on any machine)")
         parser.add_argument("--eval", action="append", default=[], metavar="DIR_OR_VIDEO",
-                            help="held-out images/video: run the Q/DQ ONNX with ONNX Runtime's INT8 kernels against "
-                                 "FP32 and report top-1/top-5 agreement (all and confident samples), mean KL and, "
-                                 "with --labels, accuracy (repeatable)")
+                            help="held-out images/video: run the Q/DQ ONNX in simulated TensorRT INT8 arithmetic "
+                                 "(the same numbers on any CPU; TensorRT not run) against FP32 and report top-1/top-5 "
+                                 "agreement (all and confident samples), mean KL and, with --labels, accuracy "
+                                 "(repeatable)")
+        parser.add_argument("--int8-kernels", action="store_true",
+                            help="with --eval: also measure with ONNX Runtime's INT8 kernels on this CPU, a second "
+                                 "number labelled with the CPU's flags (x86 without VNNI saturates 16-bit sums)")
         parser.add_argument("--labels", metavar="FILE",
                             help="labels of the --eval images: one `image_path<TAB>class` per line (class index or "
                                  "sidecar label name; paths relative to FILE or bare file names)")
@@ -103,6 +107,8 @@ class CalibrateCommand(Command):
         if args.labels and not args.eval:
             raise ConfigError("--labels needs --eval (the labelled images to evaluate on)",
                               hint="add --eval DIR_OR_VIDEO")
+        if args.int8_kernels and not args.eval:
+            raise ConfigError("--int8-kernels needs --eval (the images to measure on)", hint="add --eval DIR_OR_VIDEO")
         if args.eval_samples < 1:
             raise ConfigError("--eval-samples must be at least 1, got %d" % args.eval_samples)
         from jetforge.calibrate.api import calibrate, evaluation_summary
@@ -113,7 +119,7 @@ class CalibrateCommand(Command):
                            min_samples=args.min_samples, progress=not args.json, check_build=args.check_build,
                            eval_data=args.eval or None, labels=args.labels, eval_samples=args.eval_samples,
                            mixed_precision=args.mixed_precision, mixed_metric=args.mixed_metric,
-                           sensitivity=args.sensitivity)
+                           sensitivity=args.sensitivity, int8_kernels=args.int8_kernels)
         if args.json:
             data = result.to_dict()
             if args.check_build:
