@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.errors import InputFileError
-from jetforge.fileio import PathLike
+from jetforge.fileio import PathLike, require_file
 from jetforge.optional import require
 
 log = logging.getLogger(__name__)
@@ -43,9 +43,7 @@ _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f
 
 def read_idx(path: PathLike) -> np.ndarray:
     """An IDX file (gzip or plain) as a numpy array; a damaged or foreign file gives a clear error."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputFileError("IDX file %s does not exist" % p, hint=FETCH_HINT)
+    p = require_file(path, "IDX file", hint=FETCH_HINT)
     opener = gzip.open if p.suffix == ".gz" else open
     try:
         with opener(str(p), "rb") as f:

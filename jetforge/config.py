@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Type, TypeVar
 
 from jetforge.errors import ConfigError, InputFileError, UnknownNameError
+from jetforge.fileio import require_file
 
 T = TypeVar("T")
 
@@ -168,9 +169,7 @@ def read_yaml(path: "str | os.PathLike[str]") -> Dict[str, Any]:
     """Read a YAML mapping, turning every way a file can be wrong into one clear error."""
     import yaml
 
-    p = Path(path)
-    if not p.is_file():
-        raise InputFileError("configuration file %s does not exist" % p, hint="check the path given to --config")
+    p = require_file(path, "configuration file", hint="check the path given to --config")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
