@@ -12,6 +12,11 @@ TensorRT 8.x and earlier (8.5.2 -> 8502), ``10000*major + 100*minor + patch`` fr
 **scale** ``amax / 127``.  TensorRT ignores (and recalibrates over) a cache whose header is
 not its own, so a cache is stamped for one TensorRT version and this module refuses to hand
 one over to another version unless the caller explicitly retargets it.
+
+Parsing (and the rules a cache must meet) is the one reader's,
+:mod:`jetforge.runtime.tensorrt.calib_cache`, which the build planner and bundles use too; this
+module adds what calibration needs on top: amax <-> scale, version checks, retargeting, and the
+comparison with a model's tensors.
 """
 
 import logging
@@ -23,8 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple, Union
 
-from jetforge.errors import CalibrationError, InputFileError
+from jetforge.errors import CalibrationError
 from jetforge.fileio import PathLike, write_text_atomic
+from jetforge.runtime.tensorrt import calib_cache
+from jetforge.runtime.tensorrt.calib_cache import hex_to_scale, scale_to_hex  # noqa: F401  (public here too)
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +48,6 @@ DEFAULT_TOKEN = "EntropyCalibration2"
 
 #: The TensorRT versions each JetPack ships (for messages).
 JETPACK_TRT = {(8, 5, 2): "JetPack 5.1.x", (8, 6, 2): "JetPack 6.0", (10, 3, 0): "JetPack 6.1/6.2"}
-
-_HEADER_RE = re.compile(r"^TRT-(\d+)-([A-Za-z0-9_]+)$")
-_HEX_RE = re.compile(r"^(?:0[xX])?([0-9a-fA-F]{1,8})$")
 
 Version = Tuple[int, int, int]
 
@@ -75,31 +79,12 @@ def version_string(version: Version) -> str:
 
 def header_number(version: Union[str, Version]) -> int:
     """The number in ``TRT-<N>-...``: 8.5.2 -> 8502, 8.6.2 -> 8602, 10.3.0 -> 100300."""
-    major, minor, patch = parse_trt_version(version)
-    if major >= 10:
-        return major * 10000 + minor * 100 + patch
-    return major * 1000 + minor * 100 + patch
+    return calib_cache.header_number(parse_trt_version(version))
 
 
 def version_from_header_number(number: int) -> Version:
     """Inverse of :func:`header_number` (8602 -> (8, 6, 2), 100300 -> (10, 3, 0))."""
-    n = int(number)
-    if n >= 100000:
-        return (n // 10000, (n // 100) % 100, n % 100)
-    return (n // 1000, (n // 100) % 10, n % 100)
-
-
-def scale_to_hex(scale: float) -> str:
-    """A positive float32 scale -> 8 lowercase hex digits of its big-endian bit pattern."""
-    return struct.pack(">f", float(scale)).hex()
-
-
-def hex_to_scale(text: str) -> float:
-    """8 (or fewer, as NVIDIA's qdq-translator writes) hex digits -> the float32 scale."""
-    m = _HEX_RE.match(text.strip())
-    if not m:
-        raise ValueError("%r is not 1-8 hex digits" % text)
-    return struct.unpack(">f", bytes.fromhex(m.group(1).rjust(8, "0")))[0]
+    return calib_cache.version_from_header_number(number)
 
 
 def float32(value: float) -> float:
@@ -140,25 +125,27 @@ class CalibrationCache:
             log.warning("calibration cache algorithm %r is not one TensorRT is known to write (%s)",
                         self.algorithm, ", ".join(ALGORITHM_TOKENS))
         self.scales = OrderedDict((str(k), float32(v)) for k, v in self.scales.items())
-        for name, s in self.scales.items():
-            if not (s > 0 and math.isfinite(s)):
-                raise CalibrationError("scale of tensor %r is %r; TensorRT needs finite positive scales"
-                                       % (name, s), hint="recalibrate; a tensor that is always zero gets a "
-                                                         "placeholder scale")
+        calib_cache.check_scales(self.scales, self.source or "calibration cache")
 
     # ----------------------------------------------------------------- building
     @classmethod
     def from_amax(cls, amax: Dict[str, float], trt_version: Union[str, Version] = "10.3",
                   algorithm: str = DEFAULT_TOKEN) -> "CalibrationCache":
-        """Scales from per-tensor amax; an amax of 0 (a tensor that is always 0) gets scale 1/127."""
+        """Scales from per-tensor amax; a tensor that is always 0 gets the placeholder scale 1/127.
+
+        "Always 0" includes an amax so small that ``amax / 127`` is no normal float32 (below about
+        1.5e-36): such a scale would be refused by every cache reader, and no activation that small is
+        distinguishable from zero in INT8 anyway.
+        """
         scales = OrderedDict()
         for name, a in amax.items():
             a = float(a)
-            if not math.isfinite(a) or a < 0:
+            if not math.isfinite(a) or a < 0 or a / INT8_BOUND > calib_cache.FLOAT32_MAX:
                 raise CalibrationError("amax of tensor %r is %r" % (name, a),
                                        hint="the model produced inf/NaN on the calibration data; check the data "
                                             "and preprocessing")
-            scales[name] = (a if a > 0 else 1.0) / INT8_BOUND
+            scale = float32(a / INT8_BOUND)
+            scales[name] = scale if scale >= calib_cache.FLOAT32_MIN_NORMAL else 1.0 / INT8_BOUND
         return cls(scales=scales, trt_version=parse_trt_version(trt_version), algorithm=algorithm)
 
     @property
@@ -180,60 +167,24 @@ class CalibrationCache:
 
     # ----------------------------------------------------------------- text
     def to_text(self) -> str:
-        lines = [self.header]
-        lines.extend("%s: %s" % (name, scale_to_hex(s)) for name, s in self.scales.items())
-        return "\n".join(lines) + "\n"
+        return calib_cache.format_calibration_cache(self.header_number, self.algorithm, self.scales)
 
     @classmethod
     def from_text(cls, text: str, source: str = "calibration cache") -> "CalibrationCache":
-        """Parse a cache, including ones TensorRT wrote (CRLF, names with ``:``, short hex)."""
-        lines = [ln.strip() for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
-        lines = [ln for ln in lines if ln]
-        if not lines:
-            raise CalibrationError("%s is empty" % source, hint="recalibrate with `jetforge calibrate`")
-        m = _HEADER_RE.match(lines[0])
-        if not m:
-            raise CalibrationError("%s does not start with a TensorRT header like TRT-100300-EntropyCalibration2 "
-                                   "(first line: %r)" % (source, lines[0][:80]),
-                                   hint="give a cache written by TensorRT or `jetforge calibrate`")
-        version = version_from_header_number(int(m.group(1)))
-        scales = OrderedDict()
-        for number, line in enumerate(lines[1:], start=2):
-            name, sep, value = line.rpartition(":")
-            name = name.strip()
-            if not sep or not name:
-                raise CalibrationError("%s line %d is not `tensor: hexscale`: %r" % (source, number, line[:80]),
-                                       hint="the file is damaged; recalibrate")
-            try:
-                scale = hex_to_scale(value)
-            except ValueError:
-                raise CalibrationError("%s line %d: %r is not a hex float32 scale" % (source, number, value.strip()),
-                                       hint="the file is damaged; recalibrate") from None
-            if name in scales:
-                log.warning("%s: tensor %r appears twice; the last value is used", source, name)
-            if not (scale > 0 and math.isfinite(scale)):
-                raise CalibrationError("%s line %d: scale of %r is %r; TensorRT needs finite positive scales"
-                                       % (source, number, name, scale), hint="recalibrate")
-            scales[name] = scale
-        return cls(scales=scales, trt_version=version, algorithm=m.group(2), source=source)
+        """Parse a cache, including ones TensorRT wrote (CRLF, names with ``:``, short hex), by the one reader."""
+        return cls._from_info(calib_cache.parse_calibration_cache(text, source), source)
+
+    @classmethod
+    def _from_info(cls, info: "calib_cache.CacheInfo", source: str) -> "CalibrationCache":
+        return cls(scales=OrderedDict(info.scales), trt_version=info.version, algorithm=info.algorithm,
+                   source=source)
 
     def write(self, path: PathLike) -> Path:
         return write_text_atomic(path, self.to_text())
 
     @classmethod
     def read(cls, path: PathLike) -> "CalibrationCache":
-        p = Path(path)
-        if not p.is_file():
-            raise InputFileError("calibration cache %s does not exist" % p,
-                                 hint="write one with `jetforge calibrate MODEL --data DIR`")
-        raw = p.read_bytes()
-        try:
-            text = raw.decode("ascii")
-        except UnicodeDecodeError:
-            raise CalibrationError("%s is not a text calibration cache (it holds non-ASCII bytes)" % p,
-                                   hint="give the cache TensorRT's calibrator wrote, not an engine or timing "
-                                        "cache") from None
-        return cls.from_text(text, source=str(p))
+        return cls._from_info(calib_cache.read_calibration_cache_file(path), str(path))
 
     # ----------------------------------------------------------------- checks
     def check_version(self, trt_version: Union[str, Version]) -> None:

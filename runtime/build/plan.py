@@ -17,21 +17,22 @@ one-line message and the fix.  Every rule here comes from ``shared/reference/dla
 * A cache's header ``TRT-<N>-<algo>`` must carry the building TensorRT's version number, else
   TensorRT ignores the cache (§4.1, §4.2).
 
-The runtime never imports ``jetforge.calibrate``: the cache arrives as a path or bytes and its
-header is read by the tiny parser below.
+The runtime never imports ``jetforge.calibrate``: the cache arrives as a path or bytes and is read
+by the one cache reader, :mod:`jetforge.runtime.tensorrt.calib_cache`, with the rules every reader shares.
 """
 
 import dataclasses
 import datetime
 import json
 import re
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from jetforge.errors import EngineBuildError, InputFileError
 from jetforge.fileio import PathLike, sha256_file, write_json_atomic
+from jetforge.runtime.tensorrt.calib_cache import (CacheInfo, header_number, parse_calibration_cache,
+                                                  read_calibration_cache_file)
 
 PRECISIONS = ("fp32", "fp16", "int8", "best")
 LAYER_PRECISIONS = ("fp32", "fp16", "int8")
@@ -118,44 +119,12 @@ def trt_version_tuple(text: str) -> Tuple[int, int, int]:
 
 def cache_header_number(version: Union[str, Sequence[int]]) -> int:
     """``getInferLibVersion()``: 1000*major+100*minor+patch in 8.x, 10000*major+100*minor+patch from 10 (§4.1)."""
-    major, minor, patch = trt_version_tuple(version) if isinstance(version, str) else tuple(version)[:3]
-    return (1000 if major < 10 else 10000) * major + 100 * minor + patch
-
-
-@dataclass(frozen=True)
-class CacheInfo:
-    """What a calibration cache says about itself."""
-
-    header: str
-    version_number: int
-    algorithm: str
-    scales: Dict[str, float]
-
-
-_HEADER_RE = re.compile(r"^TRT-(\d+)-([A-Za-z0-9_]+)$")
+    return header_number(trt_version_tuple(version) if isinstance(version, str) else tuple(version)[:3])
 
 
 def read_calibration_cache(data: Union[bytes, str], source: str = "calibration cache") -> CacheInfo:
-    """Parse a TensorRT calibration cache (header + ``tensor: <hex float32 scale>`` lines)."""
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
-    if not lines:
-        raise EngineBuildError("%s is empty" % source, hint="run `jetforge calibrate` to produce a cache")
-    match = _HEADER_RE.match(lines[0])
-    if not match:
-        raise EngineBuildError("%s does not start with a TRT-<version>-<algorithm> header (found %r)"
-                               % (source, lines[0][:60]), hint="give the cache file written by `jetforge calibrate`")
-    scales: Dict[str, float] = {}
-    for line in lines[1:]:
-        name, sep, value = line.rpartition(":")
-        value = value.strip().lower()
-        if value.startswith("0x"):
-            value = value[2:]
-        if not sep or not re.match(r"^[0-9a-f]{1,8}$", value):
-            raise EngineBuildError("%s has a malformed line %r" % (source, line[:80]),
-                                   hint="regenerate the cache with `jetforge calibrate`")
-        scales[name.strip()] = struct.unpack(">f", bytes.fromhex(value.rjust(8, "0")))[0]
-    return CacheInfo(lines[0], int(match.group(1)), match.group(2), scales)
+    """Parse a TensorRT calibration cache with the one reader and its rules (``runtime/tensorrt/calib_cache.py``)."""
+    return parse_calibration_cache(data, source)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -181,12 +150,9 @@ def read_model_info(onnx_path: PathLike) -> Optional[ModelInfo]:
         import onnx  # noqa: F401  (optional on a Jetson: TensorRT's parser then checks the inputs)
     except ImportError:
         return None
-    from jetforge.errors import ModelError
+    from jetforge.runtime.onnx_file import read_onnx
 
-    try:
-        model = onnx.load(str(onnx_path), load_external_data=False)
-    except Exception as err:
-        raise ModelError("%s is not a readable ONNX model: %s" % (onnx_path, err), hint="re-export the model") from err
+    model = read_onnx(onnx_path, load_external_data=False)  # refuses empty, damaged and hollow models
     inits = {i.name for i in model.graph.initializer}
 
     def spec(vi: Any) -> Dict[str, Any]:
@@ -291,10 +257,11 @@ def make_plan(onnx_path: PathLike, target: Any, options: Optional[BuildOptions] 
     may replace reading ``options.calibration_cache``.  ``installed_tensorrt`` is used for targets
     that accept any TensorRT (desktop GPUs) when no version is given.
     """
+    from jetforge.runtime.onnx_file import check_onnx_file
+
     opts = options or BuildOptions()
     onnx_file = Path(onnx_path)
-    if not onnx_file.is_file():
-        raise InputFileError("ONNX model %s does not exist" % onnx_file, hint="check the path")
+    check_onnx_file(onnx_file, parse=False)  # a folder, an empty or a text file; read_model_info parses it
     notes: List[str] = []
     precision = opts.precision
 
@@ -391,14 +358,10 @@ def make_plan(onnx_path: PathLike, target: Any, options: Optional[BuildOptions] 
                 _fail("INT8 needs scales: neither a calibration cache nor Q/DQ nodes were given",
                       "pass --calib model.calib, build the Q/DQ ONNX, or use --precision fp16")
         if cache_path:
-            data = cache_bytes
-            if data is None:
-                p = Path(cache_path)
-                if not p.is_file():
-                    raise InputFileError("calibration cache %s does not exist" % p,
-                                         hint="run `jetforge calibrate` to produce it")
-                data = p.read_bytes()
-            cache = read_calibration_cache(data, "calibration cache %s" % cache_path)
+            if cache_bytes is None:
+                cache = read_calibration_cache_file(cache_path)
+            else:
+                cache = read_calibration_cache(cache_bytes, "calibration cache %s" % cache_path)
             expected = cache_header_number(trt)
             if cache.version_number != expected:
                 _fail("calibration cache %s is stamped for TensorRT %d (%s) but the plan builds with TensorRT %s "

@@ -89,3 +89,26 @@ def test_validate_against_model_names():
 def test_bad_caches_are_clear_errors(text, fragment):
     with pytest.raises(CalibrationError, match=fragment):
         CalibrationCache.from_text(text)
+
+
+@pytest.mark.parametrize("body", [b"logits: 2db8\n", b"x: 7fc00000\n", b"x: 0\n", b"x: bf800000\n",
+                                  b"x: 3c010a14\nx: 3c010a14\n", b"caf\xc3\xa9: 3c010a14\n"])
+def test_calibrate_and_the_build_side_read_with_one_set_of_rules(tmp_path, body):
+    """`calibrate --check-cache` (CalibrationCache.read) and the build planner refuse alike, word for word."""
+    from jetforge.runtime.build.plan import read_calibration_cache
+
+    path = tmp_path / "m.calib"
+    path.write_bytes(b"TRT-100300-EntropyCalibration2\n" + body)
+    with pytest.raises(CalibrationError) as calibrate_side:
+        CalibrationCache.read(path)
+    with pytest.raises(CalibrationError) as build_side:
+        read_calibration_cache(path.read_bytes(), "calibration cache %s" % path)
+    assert calibrate_side.value.one_line() == build_side.value.one_line()
+
+
+def test_an_amax_too_small_for_a_normal_scale_gets_the_placeholder():
+    # amax / 127 below 2**-126 would be a subnormal scale, which every reader refuses
+    cache = CalibrationCache.from_amax({"quiet": 1e-37, "zero": 0.0, "ok": 2.0 ** -100})
+    assert cache.scales["quiet"] == cache.scales["zero"] == float(np.float32(1.0 / 127))
+    assert cache.scales["ok"] == float(np.float32(2.0 ** -100 / 127))
+    assert CalibrationCache.from_text(cache.to_text()).scales == cache.scales

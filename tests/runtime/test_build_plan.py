@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from jetforge.apps.cli.main import main  # noqa: E402
 from jetforge.config import load_config  # noqa: E402
-from jetforge.errors import ConfigError, EngineBuildError, InputFileError  # noqa: E402
+from jetforge.errors import CalibrationError, ConfigError, EngineBuildError, InputFileError  # noqa: E402
 from jetforge.runtime.build.plan import (BuildOptions, BuildPlan, ShapeRange, cache_header_number,  # noqa: E402
                                          load_build_options, make_plan, parse_shape, read_calibration_cache)
 from jetforge.runtime.build.sidecar import (EngineSidecar, read_engine_sidecar,  # noqa: E402
@@ -111,10 +111,30 @@ def test_cache_header_numbers_and_parser():
     assert info.version_number == 8600 and info.algorithm == "EntropyCalibration2"
     assert info.scales["images"] == pytest.approx(0.0078721, rel=1e-4)     # cuDLA-samples value, §4.1
     assert info.scales["prob"] == pytest.approx(1 / 127.0, rel=1e-3)
-    with pytest.raises(EngineBuildError):
+    # the planner reads caches with the one reader (tests/runtime/test_calib_cache.py has its rules)
+    with pytest.raises(CalibrationError):
         read_calibration_cache(b"not a cache\n")
-    with pytest.raises(EngineBuildError):
+    with pytest.raises(CalibrationError):
         read_calibration_cache(b"TRT-8502-EntropyCalibration2\nx: zz\n")
+
+
+@pytest.mark.parametrize("body,fragment", [
+    (b"x: 3c010a14\nlogits: 2db8\n", "line 3: the scale is subnormal"),      # the last value cut short
+    (b"x: 7fc00000\n", "line 2: the scale is not a number"),
+    (b"x: 7f800000\n", "line 2: the scale is infinite"),
+    (b"x: 0\n", "line 2: the scale is zero"),
+    (b"x: bf800000\n", "line 2: the scale is negative"),
+    (b"x: 3c010a14\nx: 3d000000\n", "line 3 names the tensor of line 2 again"),
+    (b"\xff\xfe: 3c010a14\n", "is not ASCII"),
+])
+def test_plan_refuses_caches_no_calibration_writes(static_onnx, tmp_path, body, fragment):
+    """The build side used to accept NaN, Inf, zero, negative and cut scales, non-ASCII and duplicates."""
+    cache = tmp_path / "bad.calib"
+    cache.write_bytes(b"TRT-100300-EntropyCalibration2\n" + body)
+    with pytest.raises(CalibrationError) as err:
+        make_plan(static_onnx, get_target(ORIN), BuildOptions(precision="int8", dla_core=0,
+                                                              calibration_cache=str(cache)))
+    assert fragment in err.value.one_line() and str(cache) in err.value.one_line()
 
 
 # ---------------------------------------------------------------- impossible combinations
