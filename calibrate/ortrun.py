@@ -49,10 +49,16 @@ def prepare(model, arithmetic: str = "simulated"):
     return model
 
 
-def session(model, arithmetic: str = "simulated", threads: int = 0, optimized_path=None):
-    """An ONNX Runtime CPU session running ``model`` with ``arithmetic`` (module doc)."""
+def session(model, arithmetic: str = "simulated", threads: int = 0, optimized_path=None, prepared: bool = False):
+    """An ONNX Runtime CPU session running ``model`` with ``arithmetic`` (module doc).
+
+    ``prepared=True``: ``model`` already is what :func:`prepare` returns (e.g. a simulation model built with
+    non-default options); it is run as ``arithmetic`` runs, without rewriting it again.
+    """
     ort = require("onnxruntime", "INT8 accuracy evaluation")
-    prepared = prepare(model, arithmetic)
+    if arithmetic not in ARITHMETICS:
+        raise UnknownNameError("INT8 arithmetic", arithmetic, ARITHMETICS)
+    prepared = _load(model) if prepared else prepare(model, arithmetic)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL if arithmetic == "simulated"
                                      else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
@@ -89,9 +95,10 @@ def integer_kernels(ops: Dict[str, int]) -> Dict[str, int]:
     return {k: v for k, v in ops.items() if k in INT8_KERNELS}
 
 
-def run(model, batches: Sequence[np.ndarray], arithmetic: str = "simulated", threads: int = 0):
+def run(model, batches: Sequence[np.ndarray], arithmetic: str = "simulated", threads: int = 0,
+        prepared: bool = False):
     """Every output of ``model`` over ``batches``, each concatenated along axis 0."""
-    sess = session(model, arithmetic, threads)
+    sess = session(model, arithmetic, threads, prepared=prepared)
     name = sess.get_inputs()[0].name
     outs = [sess.run(None, {name: b}) for b in batches]
     return [np.concatenate([np.asarray(o[k]) for o in outs], axis=0) for k in range(len(outs[0]))]

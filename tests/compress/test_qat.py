@@ -18,7 +18,7 @@ from jetforge.compress.qat import (QatSummary, QuantAdd, calibrate_qat, export_q
                                    fake_quantize, onnx_accuracy, ort_kernels, prepare_qat, qdq_for_ort, quantizers,
                                    set_quantization)
 from jetforge.calibrate.int8sim import SIMULATED_LABEL, simulation_model  # noqa: E402
-from jetforge.calibrate.ortrun import executed_ops, integer_kernels  # noqa: E402
+from jetforge.calibrate.ortrun import executed_ops, integer_kernels, run  # noqa: E402
 from jetforge.compress.qat.export import onnx_logits  # noqa: E402
 from jetforge.compress.train import build_model  # noqa: E402
 from jetforge.errors import CompressError  # noqa: E402
@@ -179,7 +179,7 @@ def test_qdq_export_follows_tensorrt_rules_and_matches_torch_in_onnx_runtime(exp
     # rounding boundary (1 LSB) at a few quantize points; measured max |diff| 0.005 of the output scale on
     # this AVX2 machine, with INT32 bias 0.010.  0.02 bounds a handful of 1-LSB flips reaching the logits,
     # whatever the CPU's sum order, and the top-1 answers must stay the same on >= 99%.
-    float_bias = onnx_logits(simulation_model(m, quantize_bias=False), x.numpy())
+    float_bias = run(simulation_model(m, quantize_bias=False), [x.numpy()], "simulated", prepared=True)[0]
     for got in (float_bias, int8):
         assert np.abs(got - ref).max() < 0.02 * scale and (got.argmax(1) == ref.argmax(1)).mean() >= 0.99
     # the simulated session runs no integer kernel; the ORT-kernel rewrite fuses into QLinearConv/QLinearAdd
