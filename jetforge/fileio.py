@@ -100,6 +100,23 @@ def remove_stale_parts(path: PathLike, max_age_s: float = STALE_PART_AGE_S) -> L
     return removed
 
 
+def check_output_path(path: PathLike) -> Path:
+    """Refuse, before any work is done, an output path that cannot be a file: a folder, or below a file.
+
+    Commands call it on their outputs up front, so that a typo costs a second, not a whole run;
+    :func:`atomic_output` calls it again when it writes.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise InputFileError("cannot write %s: it is a folder" % target,
+                             hint="give a file name (inside it, e.g. %s)" % (target / "NAME"))
+    blocker = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise InputFileError("cannot write %s: %s is a file, not a folder" % (target, blocker),
+                             hint="choose another output path")
+    return target
+
+
 @contextlib.contextmanager
 def atomic_output(path: PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success it replaces ``path`` atomically.
@@ -109,7 +126,7 @@ def atomic_output(path: PathLike, suffix: str = "") -> Iterator[Path]:
     VideoWriter, onnx.save) see the right one.  Temporary files of earlier writers of
     ``path`` that were killed are removed first (:func:`remove_stale_parts`).
     """
-    target = Path(path)
+    target = check_output_path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_parts(target)
     # The temporary name ends with the real extension: writers such as OpenCV's

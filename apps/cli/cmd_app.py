@@ -38,6 +38,16 @@ APPS: Dict[str, Tuple[str, str]] = {
 }
 
 
+RUN_POLICY = """frames and stopping:
+  Every frame is processed and gets one record in events.jsonl (with "image", the file name, for a
+  folder). Frames of another size than the first (a folder of photos) are letterboxed into the video;
+  the model and the events see each at its own size. An image that cannot be decoded is skipped with a
+  warning naming it (a "skipped" record, counted in metrics.json); a folder is refused only if none of
+  its images can be read. Ctrl-C or SIGTERM (systemctl stop, docker stop) closes the video and events,
+  writes metrics.json with status "interrupted" and exits 130; exit 1 when a source was lost or a
+  stage error stopped the run."""
+
+
 class App:
     """One ``jetforge app NAME``: its options, and how it builds its task from them."""
 
@@ -166,7 +176,7 @@ class AppCommand(Command):
         "bounded queues. Writes annotated.mp4, events.jsonl (per-frame results and events with frame numbers\n"
         "and timestamps), metrics.json (FPS, per-stage latency p50/p95/p99, frame-to-result latency, drops,\n"
         "errors, CPU and memory), fps.png and latency.png into --out, and prints the summary table.\n\n"
-        "apps:\n" + "\n".join("  %-10s %s" % (n, s) for n, (_, s) in APPS.items()))
+        + RUN_POLICY + "\n\napps:\n" + "\n".join("  %-10s %s" % (n, s) for n, (_, s) in APPS.items()))
     examples = """examples:
   jetforge app people                                    # OpenCV's vtest.avi: tracks, line counts, zone
   jetforge app people --source v4l2:///dev/video0 --line 0,300,640,300 --display
@@ -186,7 +196,7 @@ class AppCommand(Command):
             app = load_app(name)
             p = sub.add_parser(name, help=summary, description=app.description or summary,
                                epilog=(app.examples + "\n\n" if app.examples else "") + SOURCE_USAGE + "\n\n"
-                               + SINK_USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
+                               + SINK_USAGE + "\n\n" + RUN_POLICY, formatter_class=argparse.RawDescriptionHelpFormatter)
             p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
             p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
             app.add_arguments(p)
@@ -315,5 +325,5 @@ class ClassifyApp(App):
             self._session = None
 
 
-__all__ = ["APPS", "App", "AppCommand", "ClassifyApp", "PeopleApp", "add_pipeline_arguments", "load_app",
+__all__ = ["APPS", "App", "AppCommand", "ClassifyApp", "PeopleApp", "RUN_POLICY", "add_pipeline_arguments", "load_app",
            "run_app_command"]

@@ -6,7 +6,7 @@ from typing import Any, Dict, List
 
 from jetforge.apps.cli.base import Command, add_json_flag, format_table, print_json
 from jetforge.errors import ConfigError
-from jetforge.fileio import check_not_input, write_json_atomic
+from jetforge.fileio import check_not_input, check_output_path, write_json_atomic
 
 
 class BenchCommand(Command):
@@ -56,6 +56,7 @@ class BenchCommand(Command):
             outputs += [Path(args.out) / "bench.json", Path(args.out) / "latency.png"]
         for path in outputs:
             check_not_input(path, [args.model])
+            check_output_path(path)  # before the benchmark runs, not after
         if args.plot and not args.plot.lower().endswith(".png"):
             raise ConfigError("--plot writes a PNG file; got %r" % args.plot, hint="e.g. --plot latency.png")
         with open_session(args.model, backend=args.backend, dla_core=args.dla_core, cuda_graph=args.cuda_graph,

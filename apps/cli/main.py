@@ -76,6 +76,10 @@ EPILOG = """examples:
   jetforge bundle create work/model.onnx --target orin-nx-16gb --calib work/model.calib --out bundles/cam
   jetforge deploy bundles/cam nvidia@orin --run bench
 
+exit status: 0 done; 1 an error you can fix (one line on stderr, with the fix); 2 an internal error
+(a bug: rerun with --debug); 130 stopped by Ctrl-C or SIGTERM (systemctl/docker stop), outputs closed
+and what was finished kept.
+
 Run `jetforge COMMAND --help` for a command's options."""
 
 

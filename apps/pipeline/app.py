@@ -12,8 +12,17 @@ task.  It writes into ``out_dir``:
 - ``fps.png`` and ``latency.png`` (when matplotlib is installed).
 
 Outputs are kept when the run ends early (a lost camera, a truncated file, a stage
-error, Ctrl-C): the video and events hold every frame finished so far and
-``metrics.json`` says why the run ended.
+error, Ctrl-C or SIGTERM): the video and events hold every frame finished so far and
+``metrics.json`` says why the run ended (``status``: "finished", "interrupted", ...).
+
+Frames, stated once: every frame the source delivers is processed and gets one
+per-frame record in ``events.jsonl`` (with ``"image"``, the file name, for an image
+folder).  Frames of another size than the video's first are letterboxed into the
+video (``metrics.json`` ``video[].letterboxed``); the model and the events see them
+at their own size.  An input frame that cannot be decoded (an unreadable image in a
+folder) is skipped: a warning naming the file, a ``{"type": "skipped"}`` record, and
+``metrics.json`` ``skipped``; it never ends the run, and a folder is refused only
+when none of its images can be read.
 """
 
 import datetime
@@ -26,12 +35,13 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import jetforge
 from jetforge.errors import StreamError
-from jetforge.fileio import check_not_input, write_json_atomic
+from jetforge.fileio import check_not_input, check_output_path, write_json_atomic
 from jetforge.apps.pipeline.metrics import format_metrics, plot_metrics
-from jetforge.apps.pipeline.runner import Pipeline, PipelineOptions
+from jetforge.apps.pipeline.runner import NOT_PROCESSED, Pipeline, PipelineOptions
 from jetforge.apps.pipeline.stages import Item, Status, Task
 from jetforge.apps.video.sink import JsonLinesSink, Mp4Sink
 from jetforge.apps.video.source import VideoSource
+from jetforge.apps.video.sources import FrameDecodeError
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +128,7 @@ def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: O
     all_inputs = [getattr(s, "path", None) for s in sources] + list(inputs)
     for target in [files["events"], files["metrics"]] + files["video"] + files["plots"]:
         check_not_input(target, [p for p in all_inputs if p is not None])
+        check_output_path(target)
 
     # Live outputs first: a --display without a display fails before any frame is read.
     window = open_video_sink("display://0", 0.0, title="jetforge %s" % task.name) if display else None
@@ -125,11 +136,20 @@ def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: O
     if stream_to:
         streamer = open_video_sink(stream_to, sources[0].fps or 25.0, (sources[0].width, sources[0].height))
 
-    first = sources[0].read()  # warm-up frame: the model's lazy initialisation stays out of the numbers
-    if first is None:
-        raise StreamError("source %s delivered no frame" % sources[0].uri)
+    # Warm-up on the first frame (the model's lazy initialisation stays out of the numbers); frames
+    # skipped before it are put back too, so that the pipeline reports them in order like any other.
+    replay: List[Any] = []
+    first = None
+    while first is None:
+        try:
+            first = sources[0].read()
+        except FrameDecodeError as err:
+            replay.append(err)
+            continue
+        if first is None:
+            raise StreamError("source %s delivered no frame" % sources[0].uri)
     task.warmup(first)
-    pushed = _Pushback(sources[0], first)
+    pushed = _Pushback(sources[0], replay + [first])
     run_sources: List[VideoSource] = [pushed] + list(sources[1:])
 
     videos: List[Optional[Mp4Sink]] = [Mp4Sink(p, s.fps or 25.0) for p, s in zip(files["video"], sources)]
@@ -140,9 +160,12 @@ def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: O
     def sink(item: Item, status: Status) -> None:
         frame = item.frame
         record = {"type": task.name, "stream": item.stream, "frame": frame.index, "t": round(frame.timestamp, 4)}
+        name = getattr(frame, "name", "")
+        if name:
+            record["image"] = name
         event = dict(item.event or {})
         extra = event.pop("events", [])
-        if event.get("type") == "error":
+        if event.get("type") in NOT_PROCESSED:
             record.update(event)
         else:
             record["latency_ms"] = round((time.perf_counter() - item.t_start) * 1000.0, 3)
@@ -153,7 +176,7 @@ def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: O
         image = frame.image
         if image is None:
             return
-        if event.get("type") != "error":
+        if event.get("type") not in NOT_PROCESSED:
             task.annotate(image, item, status)
         if videos and videos[item.stream] is not None:
             videos[item.stream].write(image)  # type: ignore[union-attr]
@@ -214,6 +237,8 @@ def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: O
     report["machine"] = machine_info()
     report["outputs"] = {"video": [str(p) for p in files["video"] if p.exists()], "events": str(files["events"]),
                          "metrics": str(files["metrics"]), "plots": []}
+    report["video"] = [{"path": str(p), "frames": v.frames, "letterboxed": v.letterboxed, "size": list(v.size or ())}
+                       for p, v in zip(files["video"], videos) if v is not None and p.exists()]
     report["notes"] = list(notes)
     if plots and metrics["frames"] > 0:
         try:
@@ -251,11 +276,11 @@ def format_report(m: Dict[str, Any], task_lines: Sequence[str] = ()) -> str:
 
 
 class _Pushback(VideoSource):
-    """A source with one frame already read put back in front of it."""
+    """A source with what was already read from it (frames, and decode errors to raise again) put back in front."""
 
-    def __init__(self, source: VideoSource, frame: Any) -> None:
+    def __init__(self, source: VideoSource, replay: List[Any]) -> None:
         self._source = source
-        self._frame = frame
+        self._replay = list(replay)
         self.uri = source.uri
         self.width, self.height, self.fps = source.width, source.height, source.fps
         self.frame_count = source.frame_count
@@ -270,9 +295,11 @@ class _Pushback(VideoSource):
         return getattr(self._source, "truncated", None)
 
     def read(self) -> Any:
-        if self._frame is not None:
-            frame, self._frame = self._frame, None
-            return frame
+        if self._replay:
+            head = self._replay.pop(0)
+            if isinstance(head, BaseException):
+                raise head
+            return head
         return self._source.read()
 
     def close(self) -> None:

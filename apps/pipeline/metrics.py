@@ -31,6 +31,8 @@ class PipelineMetrics:
         self.frames_per_stream: Dict[int, int] = {}
         self.errors: Dict[str, int] = {}
         self.error_samples: List[Dict[str, Any]] = []
+        self.skipped = 0  # input frames the source could not decode (unreadable images), skipped by policy
+        self.skipped_samples: List[Dict[str, Any]] = []
         self.dropped_pipeline = 0  # frames discarded by the pipeline's own drop policy
         self.dropped_sources: Dict[int, int] = {}
         self.rss_samples: List[Tuple[float, int]] = []
@@ -60,11 +62,23 @@ class PipelineMetrics:
         with self._lock:
             self.batch_sizes.append(size)
 
-    def add_error(self, stage: str, stream: int, frame: int, message: str) -> None:
+    def add_error(self, stage: str, stream: int, frame: int, message: str, name: str = "") -> None:
         with self._lock:
             self.errors[stage] = self.errors.get(stage, 0) + 1
             if len(self.error_samples) < 20:
-                self.error_samples.append({"stage": stage, "stream": stream, "frame": frame, "error": message})
+                sample = {"stage": stage, "stream": stream, "frame": frame, "error": message}
+                if name:
+                    sample["image"] = name
+                self.error_samples.append(sample)
+
+    def add_skipped(self, stream: int, frame: int, reason: str, name: str = "") -> None:
+        with self._lock:
+            self.skipped += 1
+            if len(self.skipped_samples) < 20:
+                sample: Dict[str, Any] = {"stream": stream, "frame": frame, "reason": reason}
+                if name:
+                    sample["image"] = name
+                self.skipped_samples.append(sample)
 
     def add_done(self, stream: int, t_start: float, t_decoded: float, t_result: float, t_done: float) -> None:
         with self._lock:
@@ -153,6 +167,7 @@ class PipelineMetrics:
             "dropped": {"total": self.dropped, "pipeline": self.dropped_pipeline,
                         "sources": {str(k): v for k, v in sorted(self.dropped_sources.items())}},
             "errors": {"total": self.error_count, "by_stage": dict(self.errors), "samples": list(self.error_samples)},
+            "skipped": {"total": self.skipped, "samples": list(self.skipped_samples)},
             "cpu": {"process_cpu_s": cpu_s, "load_cores": cpu_s / wall if wall > 0 else 0.0,
                     "stage_cpu_ms_per_frame": 1000.0 * cpu_per_frame},
             "memory": memory,
@@ -187,6 +202,11 @@ def format_metrics(m: Dict[str, Any]) -> str:
             mem["peak_rss_mib"], mem["rss_mib"],
             (", GPU %.0f MiB" % mem["gpu_mib"]) if mem.get("gpu_mib") is not None else ""),
     ]
+    skipped = m.get("skipped") or {}
+    if skipped.get("total"):
+        names = [s.get("image") or "frame %d" % s["frame"] for s in skipped["samples"]]
+        lines.append("skipped   %d unreadable input frame(s): %s%s" % (
+            skipped["total"], ", ".join(names[:5]), ", ..." if skipped["total"] > 5 else ""))
     if m["batch"]["batches"] and m["batch"]["max_size"] > 1:
         lines.append("batches   %d, mean size %.2f, max %d" % (m["batch"]["batches"], m["batch"]["mean_size"],
                                                                m["batch"]["max_size"]))

@@ -27,6 +27,12 @@ Every frame gets a sequence number when it leaves preprocessing and the postproc
 stage puts frames back in that order (a reorder buffer, bounded by a limit on the
 frames in flight between the two), so postprocess and the sink still see every
 stream's frames in order, failed frames included.
+
+A frame the source could not decode (an unreadable file in an image folder,
+:class:`~jetforge.apps.video.sources.FrameDecodeError`) is *skipped*, whatever the
+error policy: it is a bad input, not a failing stage.  It reaches the sink as a
+``{"type": "skipped", ...}`` event naming the file, is counted in
+``metrics.skipped``, logged as a warning, and never ends the run.
 """
 
 import logging
@@ -45,6 +51,7 @@ from jetforge.apps.video.sources import FrameDecodeError
 log = logging.getLogger(__name__)
 
 ERROR_POLICIES = ("skip", "stop")
+NOT_PROCESSED = ("error", "skipped")  # event types of frames that reach the sink without a result
 DROP_POLICIES = ("never", "oldest")
 
 
@@ -174,11 +181,11 @@ class Pipeline:
     def _failed(self, stage: str, items: Sequence[Item], err: BaseException) -> None:
         message = err.one_line() if isinstance(err, JetforgeError) else "%s: %s" % (type(err).__name__, err)
         for item in items:
-            self.metrics.add_error(stage, item.stream, item.frame.index, message)
+            self.metrics.add_error(stage, item.stream, item.frame.index, message, name=_name(item))
             item.event = {"type": "error", "stage": stage, "error": message}
             item.output = None
         first = items[0]
-        log.warning("stage %s failed on frame %d of stream %d: %s", stage, first.frame.index, first.stream, message)
+        log.warning("stage %s failed on %s: %s", stage, _where(first), message)
         with self._lock:
             n = self._consecutive.get(stage, 0) + len(items)
             self._consecutive[stage] = n
@@ -188,8 +195,7 @@ class Pipeline:
                 why = ("the error policy is 'stop'" if policy == "stop"
                        else "%d failures in a row (more than --max-consecutive-errors %d)" % (n, limit))
                 self._failure = PipelineError(
-                    "stage %s failed on frame %d of stream %d: %s; stopping: %s"
-                    % (stage, first.frame.index, first.stream, message, why),
+                    "stage %s failed on %s: %s; stopping: %s" % (stage, _where(first), message, why),
                     hint="rerun with --debug for the traceback; --on-error skip keeps going past bad frames")
                 self._failure.__cause__ = err
                 self._abort.set()
@@ -224,8 +230,9 @@ class Pipeline:
         try:
             frame = source.read()
         except FrameDecodeError as err:
-            placeholder = Item(frame=_NoFrame(count), stream=stream, t_start=t0)  # type: ignore[arg-type]
-            self._failed("decode", [placeholder], err)
+            index = err.index if err.index is not None else count
+            placeholder = Item(frame=_NoFrame(index, err.name), stream=stream, t_start=t0)  # type: ignore[arg-type]
+            self._skipped(placeholder, err)
             return placeholder
         except StreamError as err:
             self._stream_error(stream, err.one_line())
@@ -243,6 +250,12 @@ class Pipeline:
         self.metrics.add_stage("decode", wall, cpu)
         return item
 
+    def _skipped(self, item: Item, err: FrameDecodeError) -> None:
+        """An undecodable input frame: recorded and reported, never counted against the error policy."""
+        self.metrics.add_skipped(item.stream, item.frame.index, err.message, name=_name(item))
+        item.event = {"type": "skipped", "reason": err.message}
+        log.warning("skipped %s: %s", _where(item), err.message)
+
     def _stream_error(self, stream: int, message: str) -> None:
         text = "stream %d (%s): %s" % (stream, self.sources[stream].uri, message) if len(self.sources) > 1 else message
         log.error("%s", text)
@@ -255,7 +268,7 @@ class Pipeline:
             status = self.status()
             if self._call("sink", item, lambda: self.sink(item, status)) is _FAILED:  # type: ignore[misc]
                 return
-        if item.event is not None and item.event.get("type") == "error":
+        if not self._ok(item):
             return
         self.metrics.add_done(item.stream, item.t_start, item.t_decoded, item.t_result or time.perf_counter(),
                               time.perf_counter())
@@ -295,7 +308,8 @@ class Pipeline:
 
     @staticmethod
     def _ok(item: Item) -> bool:
-        return not (item.event is not None and item.event.get("type") == "error")
+        """Whether the frame is still being processed (not failed in a stage, not skipped by its source)."""
+        return item.event is None or item.event.get("type") not in NOT_PROCESSED
 
     def _run_sequential(self) -> None:
         counts = [0] * len(self.sources)
@@ -521,13 +535,24 @@ _EMPTY = _Marker("EMPTY")
 
 
 class _NoFrame:
-    """Stands in for a frame that could not be decoded (only its index is known)."""
+    """Stands in for a frame that could not be decoded (only its index and file name are known)."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, name: str = "") -> None:
         self.index = index
+        self.name = name
         self.timestamp = 0.0
         self.image = None
         self.captured = 0.0
 
 
-__all__ = ["ERROR_POLICIES", "Pipeline", "PipelineError", "PipelineOptions", "PipelineResult"]
+def _name(item: Item) -> str:
+    return str(getattr(item.frame, "name", "") or "")
+
+
+def _where(item: Item) -> str:
+    """``frame 3 (IMG_0004.jpg) of stream 0``: the frame as the user can find it."""
+    name = _name(item)
+    return "frame %d%s of stream %d" % (item.frame.index, " (%s)" % name if name else "", item.stream)
+
+
+__all__ = ["ERROR_POLICIES", "NOT_PROCESSED", "Pipeline", "PipelineError", "PipelineOptions", "PipelineResult"]

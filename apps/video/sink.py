@@ -3,6 +3,11 @@
 Frames and events go to a temporary file next to the target, which replaces the
 target only when the sink is closed normally; an exception or Ctrl-C while
 writing leaves the previous file (or nothing), never half a video.
+
+A video has one frame size, fixed by its first frame (or given up front); sources
+need not (a folder of photos).  A frame of another size is letterboxed into the
+video's size by :func:`fit_frame` (scaled to fit, aspect kept, grey bars) and
+counted in ``letterboxed``: every frame reaches the video, none is refused.
 """
 
 import contextlib
@@ -18,6 +23,20 @@ from jetforge.fileio import PathLike, atomic_output
 from jetforge.optional import require
 
 log = logging.getLogger(__name__)
+
+
+def fit_frame(image: np.ndarray, size: Tuple[int, int]) -> np.ndarray:
+    """``image`` as a frame of ``size`` (width, height): itself if it fits, else letterboxed into it.
+
+    The geometry is preprocessing's letterbox (:meth:`~jetforge.runtime.preprocess.Preprocess.resize_crop`),
+    so the picture is scaled to fit whole, its aspect kept, and centred on grey bars.
+    """
+    width, height = int(size[0]), int(size[1])
+    if image.shape[1] == width and image.shape[0] == height:
+        return image
+    from jetforge.runtime.preprocess import Preprocess
+
+    return Preprocess(height=height, width=width, resize="letterbox", interpolation="area").resize_crop(image)
 
 
 class _AtomicSink:
@@ -65,9 +84,10 @@ class _AtomicSink:
 
 
 class Mp4Sink(_AtomicSink):
-    """Frames (HxWx3 uint8 BGR, all the same size) -> an MP4 file with the ``mp4v`` codec.
+    """Frames (HxWx3 uint8 BGR) -> an MP4 file with the ``mp4v`` codec.
 
-    The writer opens on the first frame when ``size`` (width, height) is not given.
+    The writer opens on the first frame when ``size`` (width, height) is not given; later
+    frames of another size are letterboxed into it (:func:`fit_frame`, counted in ``letterboxed``).
     """
 
     def __init__(self, path: PathLike, fps: float, size: Optional[Tuple[int, int]] = None,
@@ -81,6 +101,7 @@ class Mp4Sink(_AtomicSink):
         self.fourcc = fourcc
         self.size: Optional[Tuple[int, int]] = None
         self.frames = 0
+        self.letterboxed = 0  # frames of another size fitted into the video's
         self._writer: Any = None
         super().__init__(path, suffix=".mp4")
         if size is not None:
@@ -110,8 +131,8 @@ class Mp4Sink(_AtomicSink):
         if self._writer is None:
             self._open(wh)
         elif wh != self.size:
-            raise StreamError("frame %d is %dx%d but %s was opened at %dx%d" % (
-                self.frames, wh[0], wh[1], self.path.name, self.size[0], self.size[1]))  # type: ignore[index]
+            image = fit_frame(image, self.size)  # type: ignore[arg-type]
+            self.letterboxed += 1
         self._writer.write(image)
         self.frames += 1
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from jetforge.errors import ConfigError, StreamError
 from jetforge.optional import require
-from jetforge.apps.video.sink import JsonLinesSink, Mp4Sink
+from jetforge.apps.video.sink import JsonLinesSink, Mp4Sink, fit_frame
 from jetforge.apps.video.source import uri_to_path
 from jetforge.apps.video.sources import is_jetson, opencv_has_gstreamer
 
@@ -129,6 +129,7 @@ class GstStreamSink:
             raise StreamError("cannot stream to %s: this OpenCV (%s) has no GStreamer" % (uri, cv2.__version__),
                               hint="on a Jetson use JetPack's OpenCV (python3-opencv); elsewhere write an MP4")
         self.frames = 0
+        self.letterboxed = 0
         self.size = (int(size[0]), int(size[1]))
         self._writer = cv2.VideoWriter(self.pipeline, cv2.CAP_GSTREAMER, 0, float(fps or 30.0), self.size, True)
         if not self._writer.isOpened():
@@ -138,6 +139,9 @@ class GstStreamSink:
                                                          "videotestsrc"))
 
     def write(self, image: np.ndarray) -> None:
+        if (int(image.shape[1]), int(image.shape[0])) != self.size:
+            image = fit_frame(image, self.size)  # the stream's size is fixed when it starts
+            self.letterboxed += 1
         self._writer.write(image)
         self.frames += 1
 

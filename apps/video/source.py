@@ -35,6 +35,7 @@ class Frame:
     timestamp: float  # seconds since the start of the stream (presentation time)
     image: np.ndarray
     captured: float = 0.0  # time.perf_counter() when the frame was decoded/captured (0.0: not recorded)
+    name: str = ""  # the file it came from, where each frame has one (an image folder); "" otherwise
 
     @property
     def size(self) -> "tuple[int, int]":

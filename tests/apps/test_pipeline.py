@@ -216,6 +216,64 @@ def test_a_lost_camera_keeps_the_events_so_far(tmp_path, bikes_frames):
         "annotated.mp4", "events.jsonl", "fps.png", "latency.png", "metrics.json"]
 
 
+def _mixed_folder(folder, bikes_frames):
+    """Six real frames at six sizes, with an unreadable file first and another in the middle (names sort so)."""
+    import cv2
+
+    folder.mkdir()
+    sizes = [(640, 272), (320, 320), (200, 400), (800, 200), (96, 64), (640, 272)]
+    names = []
+    for i, (index, size) in enumerate(zip(sorted(bikes_frames), sizes)):
+        name = "img_%d%s.png" % (i, "a" if i == 3 else "")
+        cv2.imwrite(str(folder / name), cv2.resize(bikes_frames[index], size))
+        names.append(name)
+    (folder / "img_0_broken.jpg").write_bytes(b"\xff\xd8\xff not really a jpeg")  # sorts right after img_0.png
+    (folder / "img_3_broken.png").write_bytes(b"")  # sorts right before img_3a.png
+    return sorted(names + ["img_0_broken.jpg", "img_3_broken.png"])
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_image_folder_of_mixed_sizes_and_unreadable_files_processes_every_readable_frame(
+        tmp_path, bikes_frames, overlap):
+    order = _mixed_folder(tmp_path / "photos", bikes_frames)
+    with open_source(tmp_path / "photos") as source:
+        # The strictest error policy: skipping an unreadable input is not a stage failure, so it ends nothing.
+        options = PipelineOptions(on_error="stop", max_consecutive_errors=0, overlap=overlap)
+        result = run_app(MeanColour(), [source], tmp_path / "out", options, plots=False, progress=False)
+    m = result.metrics
+    assert m["status"] == "finished" and m["frames"] == 6 and m["errors"]["total"] == 0
+    assert m["skipped"]["total"] == 2
+    assert order[1] == "img_0_broken.jpg" and order[4] == "img_3_broken.png"  # name order: "." < "_" < "a"
+    assert [(x["frame"], x["image"]) for x in m["skipped"]["samples"]] == [(1, "img_0_broken.jpg"),
+                                                                           (4, "img_3_broken.png")]
+    events = [json.loads(x) for x in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    assert [(e["type"], e["frame"], e["image"]) for e in events] == [
+        ("skipped" if "broken" in name else "mean", i, name) for i, name in enumerate(order)]
+    assert "cannot be decoded" in events[1]["reason"]
+    assert m["video"][0]["frames"] == 6 and m["video"][0]["size"] == [640, 272]
+    assert m["video"][0]["letterboxed"] == 4  # the four frames whose size differs from the first
+    assert m["sources"][0]["skipped"] == ["img_0_broken.jpg", "img_3_broken.png"]
+    import cv2
+
+    cap = cv2.VideoCapture(str(tmp_path / "out" / "annotated.mp4"))
+    count = 0
+    while cap.read()[0]:
+        count += 1
+    cap.release()
+    assert count == 6
+    assert "skipped   2 unreadable input frame(s): img_0_broken.jpg, img_3_broken.png" in format_metrics(m)
+
+
+def test_a_failing_frame_of_an_image_folder_is_named_by_its_file(tmp_path, bikes_frames):
+    order = _mixed_folder(tmp_path / "photos", bikes_frames)
+    with open_source(tmp_path / "photos") as source:
+        with pytest.raises(PipelineError) as err:
+            Pipeline([source], MeanColour(fail_on={5}, fail_stage="preprocess"), None,
+                     PipelineOptions(on_error="stop")).run()
+    assert order[5] == "img_3a.png"
+    assert err.value.one_line().startswith("stage preprocess failed on frame 5 (img_3a.png) of stream 0: ")
+
+
 def test_two_infer_workers_keep_frame_order_and_results(bikes_clip, mobilenet_onnx):
     """Two threads run one real ORT session at once; postprocess and the sink still see frames in order."""
     from jetforge.apps.tasks.classify import ClassifyTask

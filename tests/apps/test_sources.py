@@ -82,6 +82,47 @@ def test_image_folder_in_name_order_with_a_bad_image(tmp_path, bikes_frames):
         open_source(empty)
 
 
+def test_image_folder_whose_first_image_is_unreadable_is_read_like_any_other(tmp_path, bikes_frames):
+    """Unreadable images are skipped wherever they are: the first one no longer refuses the whole folder."""
+    import cv2
+
+    (tmp_path / "a_broken.jpg").write_bytes(b"\xff\xd8 truncated jpeg")
+    cv2.imwrite(str(tmp_path / "b.png"), cv2.resize(bikes_frames[5], (320, 136)))
+    (tmp_path / "c_broken.png").write_bytes(b"")
+    cv2.imwrite(str(tmp_path / "d.png"), bikes_frames[30])
+    with open_source(tmp_path) as source:
+        assert (source.frame_count, source.width, source.height) == (4, 320, 136)  # the first readable image
+        outcomes = []
+        while True:
+            try:
+                frame = source.read()
+            except FrameDecodeError as err:
+                outcomes.append(("skipped", err.index, err.name))
+                continue
+            if frame is None:
+                break
+            outcomes.append(("frame", frame.index, frame.name, frame.size))
+        info = source.info()
+    assert outcomes == [("skipped", 0, "a_broken.jpg"), ("frame", 1, "b.png", (320, 136)),
+                        ("skipped", 2, "c_broken.png"), ("frame", 3, "d.png", (640, 272))]
+    assert info["skipped"] == ["a_broken.jpg", "c_broken.png"] and info["images"] == 4
+
+
+def test_image_folder_with_no_readable_image_is_refused_at_open(tmp_path):
+    (tmp_path / "a.jpg").write_bytes(b"not a jpeg")
+    (tmp_path / "b.png").write_text("not a png either")
+    with pytest.raises(StreamError, match=r"none of the 2 images in .* can be decoded \(a.jpg, b.png") as err:
+        open_source(tmp_path)
+    assert "\n" not in err.value.one_line()
+
+
+def test_a_file_given_as_image_folder_is_named_as_a_file(tmp_path):
+    image = tmp_path / "one.png"
+    image.write_bytes(b"x")
+    with pytest.raises(InputFileError, match="image folder .*one.png is a file, not a folder"):
+        ImageFolderSource(image)
+
+
 class FakeCamera:
     """Stands in for a camera driver: delivers ``frames`` frames every ``period`` s, then vanishes."""
 

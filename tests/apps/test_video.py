@@ -89,11 +89,51 @@ def test_interrupted_mp4_leaves_nothing_and_keeps_an_old_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["clip.mp4"]
 
 
+def test_mp4_sink_letterboxes_frames_of_another_size_instead_of_losing_them(tmp_path):
+    """A folder of photos has many sizes; the video keeps every frame, fitted into the first one's size."""
+    import cv2
+
+    out = tmp_path / "mixed.mp4"
+    tall = np.zeros((96, 80, 3), np.uint8)
+    tall[:, :] = (255, 255, 255)  # white, 80 wide: scaled by min(160/80, 96/96) = 1, 40 px bars each side
+    wide = np.zeros((48, 320, 3), np.uint8)
+    wide[:, :] = (0, 0, 255)  # red, 320x48: scaled by 0.5 to 160x24, 36 px bars above and below
+    with Mp4Sink(out, fps=10) as sink:
+        sink.write(_pattern(0))
+        sink.write(tall)
+        sink.write(wide)
+        sink.write(_pattern(3))
+    assert (sink.frames, sink.letterboxed, sink.size) == (4, 2, (160, 96))
+    cap = cv2.VideoCapture(str(out))
+    decoded = []
+    while True:
+        ok, img = cap.read()
+        if not ok:
+            break
+        decoded.append(img)
+    cap.release()
+    assert len(decoded) == 4 and {d.shape for d in decoded} == {(96, 160, 3)}
+    # mp4v is lossy: compare region means with a margin of 25 grey levels (codec error on flat areas is < 10),
+    # 4 px away from the edges where the encoder's 8x8 blocks blur across.
+    white, grey = decoded[1], 114  # preprocessing's letterbox colour
+    assert abs(white[:, :36].mean() - grey) < 25 and abs(white[:, 124:].mean() - grey) < 25
+    assert white[4:92, 44:116].mean() > 230
+    red = decoded[2]
+    assert abs(red[:32].mean() - grey) < 25 and abs(red[64:].mean() - grey) < 25
+    assert red[40:56, 4:156, 2].mean() > 200 and red[40:56, 4:156, :2].mean() < 40
+
+
+def test_fit_frame_keeps_the_aspect_and_centres_the_picture():
+    from jetforge.apps.video.sink import fit_frame
+
+    frame = np.full((50, 100, 3), 7, np.uint8)
+    assert fit_frame(frame, (100, 50)) is frame  # the right size is passed through untouched
+    fitted = fit_frame(frame, (200, 200))  # scale min(2, 4) = 2 -> 200x100, bars of 50 above and below
+    assert fitted.shape == (200, 200, 3)
+    assert (fitted[50:150] == 7).all() and (fitted[:50] == 114).all() and (fitted[150:] == 114).all()
+
+
 def test_mp4_sink_rejects_bad_frames(tmp_path):
-    with pytest.raises(StreamError, match="is 80x96 but"):
-        with Mp4Sink(tmp_path / "a.mp4", fps=10) as sink:
-            sink.write(_pattern(0))
-            sink.write(_pattern(0, size=(80, 96)))
     with pytest.raises(StreamError, match="HxWx3 uint8"):
         with Mp4Sink(tmp_path / "b.mp4", fps=10) as sink:
             sink.write(np.zeros((10, 10), np.float32))
