@@ -61,6 +61,7 @@ class DeployCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from jetforge.apps.deploy.remote import SshTarget
+        from jetforge.apps.deploy.safety import check_env_key
         from jetforge.apps.deploy.workflow import DEFAULT_APP, Console, DeployOptions, deploy
         from jetforge.errors import ConfigError
 
@@ -69,7 +70,7 @@ class DeployCommand(Command):
             key, sep, value = item.partition("=")
             if not sep or not key:
                 raise ConfigError("--remote-env %r is not KEY=VALUE" % item, hint="e.g. --remote-env JETFORGE_CACHE=/data")
-            env[key] = value
+            env[check_env_key(key, item)] = value
         ssh = SshTarget.parse(args.destination, port=args.port, key=args.key, jump=args.jump,
                               known_hosts=args.known_hosts, options=list(args.ssh_option),
                               connect_timeout=args.connect_timeout)
@@ -77,6 +78,7 @@ class DeployCommand(Command):
                                 runs=list(args.run), results_root=args.results, fetch_video=args.fetch_video,
                                 transfer=args.transfer, bwlimit=args.bwlimit, target=args.target,
                                 bench_args=list(args.bench_arg), app_command=args.app_command or DEFAULT_APP)
+        options.check()  # before anything is opened or sent
         console = Console(ssh.host, quiet=bool(getattr(args, "quiet", False)))
         summary = deploy(args.bundle, ssh, options, console)
         if args.json:

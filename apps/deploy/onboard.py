@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from jetforge.apps.deploy.bundle import (PRECISIONS, Bundle, BundleNotPreparedError, choose_int8_source,
-                                         layer_precisions_from_file, open_bundle, trt_version_string)
+from jetforge.apps.deploy.bundle import (PATH_OPTIONS, PRECISIONS, Bundle, BundleError, BundleNotPreparedError,
+                                         choose_int8_source, layer_precisions_from_file, open_bundle,
+                                         trt_version_string)
 from jetforge.errors import TargetError
 from jetforge.fileio import PathLike, atomic_output
 
@@ -137,6 +138,10 @@ def select(bundle: Bundle, target: Any, tensorrt: str, overrides: Optional[Dict[
     from jetforge.runtime.build.plan import load_build_options, make_plan
 
     base = dict(bundle.manifest.build_options)
+    named = [key for key in PATH_OPTIONS if base.get(key) is not None]
+    if named:  # verify_bundle refuses these too; never let a manifest choose where the builder reads or writes
+        raise BundleError("bundle %s sets the build option %s, which names a path: options from a bundle may not"
+                          % (bundle.manifest.name, named[0]), hint="re-create the bundle with `jetforge bundle create`")
     base.update(overrides or {})
     options = load_build_options(base=base)
     device = "dla" if options.dla_core is not None else "gpu"

@@ -14,6 +14,12 @@ interrupted file on the board, so the next copy resumes from it (the partial fil
 rsync's delta transfer).  Where rsync is missing on either side, a chunked copy over ssh appends to
 ``FILE.jetforge-part`` from the size already on the board, checks the SHA-256 and renames.
 The manifest is always sent last and removed first, so a half-copied bundle never verifies.
+
+Values from the command line are checked before ssh sees them: a user or host that could be read
+as an option (``-oProxyCommand=...``) or holds shell characters is refused, and ``--`` ends ssh's and
+rsync's options before the destination and the paths.  Every remote command is built from quoted
+words.  ``rsync --delete-after`` runs only in a folder that is empty, already a bundle, or marked
+by an earlier deploy (:data:`MARKER`), so a mistyped ``--remote-dir`` cannot wipe a folder.
 """
 
 import os
@@ -29,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from jetforge.apps.deploy.bundle import REMOTE_MARKER as MARKER
+from jetforge.apps.deploy.safety import check_bundle_path, check_ssh_host, check_ssh_user, remote_child
 from jetforge.errors import JetforgeError
 from jetforge.fileio import PathLike
 
@@ -80,10 +88,12 @@ def default_known_hosts() -> Path:
     return (Path(base).expanduser() if base else Path.home() / ".config") / "jetforge" / "known_hosts"
 
 
-def split_destination(spec: str) -> Tuple[Optional[str], str, Optional[int]]:
-    """``user@host:port`` -> (user, host, port); user and port are optional."""
+def split_destination(spec: str, flag: str = "destination") -> Tuple[Optional[str], str, Optional[int]]:
+    """``user@host:port`` -> (user, host, port); user and port are optional; both are checked (see the module)."""
     user: Optional[str] = None
     rest = spec.strip()
+    if rest.startswith("-"):
+        check_ssh_host(rest, spec, flag)  # raises: ssh would read it as an option
     if "@" in rest:
         user, rest = rest.rsplit("@", 1)
     port: Optional[int] = None
@@ -98,7 +108,9 @@ def split_destination(spec: str) -> Tuple[Optional[str], str, Optional[int]]:
         host = rest
     if not host:
         raise DeployError("%r names no host" % spec, hint="write user@host (e.g. nvidia@192.168.55.1)")
-    return user or None, host, port
+    if user:
+        check_ssh_user(user, spec, flag)
+    return user or None, check_ssh_host(host, spec, flag), port
 
 
 @dataclass
@@ -113,6 +125,14 @@ class SshTarget:
     known_hosts: Optional[str] = None
     options: List[str] = field(default_factory=list)   # extra `-o` options, e.g. for tests
     connect_timeout: int = 10
+
+    def __post_init__(self) -> None:
+        spec = self.destination
+        check_ssh_host(self.host, spec)
+        if self.user:
+            check_ssh_user(self.user, spec)
+        if self.jump:
+            split_destination(self.jump, "--jump")
 
     @classmethod
     def parse(cls, spec: str, **kwargs: Any) -> "SshTarget":
@@ -151,18 +171,29 @@ class SshTarget:
         if self.jump:
             juser, jhost, jport = split_destination(self.jump)
             jdest = "%s@%s" % (juser, jhost) if juser else jhost
-            proxy = ["ssh"] + self._base(jport or 22) + ["-W", "%h:%p", jdest]
+            proxy = ["ssh"] + self._base(jport or 22) + ["-W", "%h:%p", "--", jdest]
             args += ["-o", "ProxyCommand=%s" % " ".join(shlex.quote(a) for a in proxy)]
         return args
 
     def ssh_argv(self, command: Optional[str] = None) -> List[str]:
-        argv = ["ssh"] + self.ssh_options() + [self.destination]
+        argv = ["ssh"] + self.ssh_options() + ["--", self.destination]
         if command is not None:
             argv.append(command)
         return argv
 
     def rsync_shell(self) -> str:
         return " ".join(shlex.quote(a) for a in ["ssh"] + self.ssh_options())
+
+    def rsync_spec(self, remote_path: str) -> str:
+        """``user@host:/abs/path`` for rsync (an IPv6 host in brackets); the path must be absolute.
+
+        An absolute path keeps rsync from reading ``host::path`` as a daemon module.
+        """
+        if not remote_path.startswith("/"):
+            raise DeployError("remote path %r for rsync is not absolute" % remote_path[:80],
+                              hint="give --remote-dir as an absolute path or one starting with ~/")
+        host = "[%s]" % self.host if ":" in self.host else self.host
+        return "%s:%s" % ("%s@%s" % (self.user, host) if self.user else host, remote_path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -220,7 +251,7 @@ def classify(returncode: int, stderr: str, target: SshTarget, doing: str = "conn
         last = (stderr.strip().splitlines() or ["ssh exited with status 255"])[-1]
         return DeployError("ssh to %s failed: %s" % (target.label, " ".join(last.split())),
                            hint="run `%s true` to see ssh's own messages" % " ".join(
-                               shlex.quote(a) for a in ["ssh", "-p", str(target.port), target.destination]))
+                               shlex.quote(a) for a in ["ssh", "-p", str(target.port), "--", target.destination]))
     return None
 
 
@@ -375,7 +406,10 @@ echo "model=$(tr -d '\000' < /proc/device-tree/model 2>/dev/null)"
 echo "compatible=$(tr '\000' ',' < /proc/device-tree/compatible 2>/dev/null)"
 echo "memtotal=$(grep MemTotal /proc/meminfo 2>/dev/null)"
 echo "arch=$(uname -m)"
-if mkdir -p "$DIR" 2>/dev/null; then echo "dir=$(cd "$DIR" && pwd)"; echo "df=$(df -Pk "$DIR" | tail -n 1)";
+echo "home=$HOME"
+if mkdir -p -- "$DIR" 2>/dev/null; then echo "dir=$(cd -- "$DIR" && pwd)"; echo "df=$(df -Pk -- "$DIR" | tail -n 1)";
+  if [ -e "$DIR"/{marker} ] || [ -e "$DIR"/manifest.json ] || [ -z "$(ls -A -- "$DIR")" ]; then echo "owned=yes";
+  else echo "owned=no"; fi
 else echo "dir=UNWRITABLE"; fi
 """
 
@@ -385,7 +419,7 @@ def probe(target: SshTarget, remote_jetforge: str, remote_dir: str) -> RemoteInf
     from jetforge.targets.detect import (match_jetson, parse_meminfo_gb, parse_nv_tegra_release, release_for_l4t,
                                          split_device_tree_strings)
 
-    script = PROBE.format(jf=rquote(remote_jetforge), dir=rquote(remote_dir))
+    script = PROBE.format(jf=rquote(remote_jetforge), dir=rquote(remote_dir), marker=shlex.quote(MARKER))
     result = ssh_run(target, script, doing="probe the board", check=False)
     values: Dict[str, str] = {}
     for line in result.stdout.splitlines():
@@ -399,6 +433,7 @@ def probe(target: SshTarget, remote_jetforge: str, remote_dir: str) -> RemoteInf
     if values.get("dir") in (None, "", "UNWRITABLE"):
         raise DeployError("cannot create %s on %s" % (remote_dir, target.label),
                           hint="choose a writable --remote-dir (the default is ~/jetforge/bundles/NAME)")
+    check_remote_dir(values["dir"], values.get("home", ""), values.get("owned") == "yes", target)
     jf = values.get("jetforge", "MISSING")
     version = None
     if jf != "MISSING":
@@ -423,6 +458,25 @@ def probe(target: SshTarget, remote_jetforge: str, remote_dir: str) -> RemoteInf
         t, how, _ = match_jetson(model, compatible, mem)
         info.model, info.target, info.how = model, (t.name if t is not None else None), how
     return info
+
+
+def check_remote_dir(folder: str, home: str, owned: bool, target: SshTarget) -> None:
+    """Refuse a remote bundle folder where the copy's deletions could hit the user's files.
+
+    The copy makes the folder an exact image of the bundle (rsync ``--delete-after``), so it must be a
+    folder jetforge owns: empty, already a bundle, or marked by an earlier deploy; never ``/``, the
+    remote home or a folder above it.
+    """
+    top = folder.rstrip("/") or "/"
+    if top == "/" or (home and (home.rstrip("/") == top or home.startswith(top + "/"))):
+        raise DeployError("--remote-dir %s is %s on %s: the copy deletes what the bundle does not hold there"
+                          % (folder, "the root folder" if top == "/" else "the remote home or above it",
+                             target.label),
+                          hint="give a folder of its own, e.g. --remote-dir ~/jetforge/bundles/NAME (the default)")
+    if not owned:
+        raise DeployError("%s on %s already holds files and is not a bundle folder: the copy would delete them"
+                          % (folder, target.label),
+                          hint="choose an empty or new --remote-dir (the default is ~/jetforge/bundles/NAME)")
 
 
 def install_instructions(local_version: str, remote_jetforge: str, target: SshTarget) -> str:
@@ -486,14 +540,14 @@ def push_rsync(target: SshTarget, local_dir: PathLike, remote_dir: str, *, manif
     from jetforge.apps.deploy.bundle import PARTIAL_DIR
 
     started = time.perf_counter()
-    ssh_run(target, "mkdir -p %s && rm -f %s" % (rquote(remote_dir), rquote(remote_dir + "/" + manifest_name)),
-            doing="prepare %s" % remote_dir, remote_dir=remote_dir)
+    _prepare(target, remote_dir, manifest_name)
     base = ["rsync", "-rt", "-s", "--checksum", "--partial-dir=%s" % PARTIAL_DIR, "--stats", "--info=progress2",
             "-e", target.rsync_shell()]
     if bwlimit:
         base.append("--bwlimit=%d" % int(bwlimit))
-    dest = "%s:%s" % (target.destination, remote_dir)
-    first = base + ["--delete-after", "--exclude=/%s" % manifest_name, str(Path(local_dir)) + "/", dest + "/"]
+    local = os.path.abspath(str(local_dir))  # absolute: never read as an option or a host:path
+    first = base + ["--delete-after", "--exclude=/%s" % manifest_name, "--exclude=/%s" % MARKER, "--",
+                    local + "/", target.rsync_spec(remote_dir) + "/"]
     def progress(text: str) -> None:  # rsync's progress2 lines; its --stats block is parsed, not shown
         if on_progress is not None and re.search(r"\d%", text):
             on_progress(text)
@@ -505,10 +559,18 @@ def push_rsync(target: SshTarget, local_dir: PathLike, remote_dir: str, *, manif
                           bytes_total=_stat(result.stdout, "Total file size"),
                           literal_bytes=_stat(result.stdout, "Literal data"),
                           matched_bytes=_stat(result.stdout, "Matched data"))
-    last = run_process(base + [str(Path(local_dir) / manifest_name), "%s/%s" % (dest, manifest_name)])
+    last = run_process(base + ["--", os.path.join(local, manifest_name),
+                               target.rsync_spec(remote_child(remote_dir, manifest_name))])
     _check_rsync(last, target, remote_dir)
     stats.seconds = time.perf_counter() - started
     return stats
+
+
+def _prepare(target: SshTarget, remote_dir: str, manifest_name: str) -> None:
+    """Create and mark the remote folder, and remove its manifest (sent again last)."""
+    ssh_run(target, "mkdir -p -- %s && touch -- %s && rm -f -- %s" % (
+        rquote(remote_dir), rquote(remote_child(remote_dir, MARKER)), rquote(remote_child(remote_dir, manifest_name))),
+        doing="prepare %s" % remote_dir, remote_dir=remote_dir)
 
 
 def _check_rsync(result: Result, target: SshTarget, remote_dir: str) -> None:
@@ -527,11 +589,12 @@ def push_ssh(target: SshTarget, local_dir: PathLike, files: Sequence[Tuple[str, 
     started = time.perf_counter()
     local = Path(local_dir)
     rd = rquote(remote_dir)
-    names = [f for f, _ in files]
-    listing = ("cd %s && rm -f %s && for f in %s; do if [ -f \"$f\" ]; then sha256sum -- \"$f\"; fi; "
+    names = [check_bundle_path(f, "bundle file") for f, _ in files]  # relative: the commands run in remote_dir
+    _prepare(target, remote_dir, manifest_name)
+    listing = ("cd -- %s && for f in %s; do if [ -f \"$f\" ]; then sha256sum -- \"$f\"; fi; "
                "if [ -f \"$f%s\" ]; then echo \"PART $(wc -c < \"$f%s\") $f\"; fi; done"
-               % (rd, shlex.quote(manifest_name), " ".join(shlex.quote(n) for n in names), PART_SUFFIX, PART_SUFFIX))
-    result = ssh_run(target, "mkdir -p %s && %s" % (rd, listing), doing="list %s" % remote_dir, remote_dir=remote_dir)
+               % (rd, " ".join(shlex.quote(n) for n in names), PART_SUFFIX, PART_SUFFIX))
+    result = ssh_run(target, listing, doing="list %s" % remote_dir, remote_dir=remote_dir)
     have: Dict[str, str] = {}
     parts: Dict[str, int] = {}
     for line in result.stdout.splitlines():
@@ -553,9 +616,9 @@ def push_ssh(target: SshTarget, local_dir: PathLike, files: Sequence[Tuple[str, 
         if offset:
             stats.resumed_files.append(name)
         remote_part = name + PART_SUFFIX
-        prep = "cd %s && mkdir -p %s && %s" % (rd, shlex.quote(os.path.dirname(name) or "."),
-                                                 "touch %s" % shlex.quote(remote_part) if offset
-                                                 else ": > %s" % shlex.quote(remote_part))
+        prep = "cd -- %s && mkdir -p -- %s && %s" % (rd, shlex.quote(os.path.dirname(name) or "."),
+                                                       "touch -- %s" % shlex.quote(remote_part) if offset
+                                                       else ": > %s" % shlex.quote(remote_part))
         with open(str(path), "rb") as f:
             f.seek(offset)
             if on_progress is not None:
@@ -570,7 +633,7 @@ def push_ssh(target: SshTarget, local_dir: PathLike, files: Sequence[Tuple[str, 
         from jetforge.fileio import sha256_file
 
         want = digest or sha256_file(path)
-        check = ("cd %s && if echo %s | sha256sum -c --status; then mv -f %s %s; else rm -f %s; exit 7; fi"
+        check = ("cd -- %s && if echo %s | sha256sum -c --status; then mv -f -- %s %s; else rm -f -- %s; exit 7; fi"
                  % (rd, shlex.quote("%s  %s" % (want, remote_part)), shlex.quote(remote_part), shlex.quote(name),
                     shlex.quote(remote_part)))
         done = ssh_run(target, check, doing="check %s" % name, check=False, remote_dir=remote_dir)

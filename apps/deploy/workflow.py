@@ -14,6 +14,11 @@ Steps, each with one clear error when it fails:
 5. fetch the results (metrics JSON, plots, the annotated video with ``fetch_video``) into
    ``results/<host>-<YYYYmmdd-HHMMSS>/`` with ``deploy.json`` (what ran, where, with which
    versions) and ``remote.log``.
+
+Before anything is sent, the options are checked (:meth:`DeployOptions.check`): ``--remote-env`` keys
+are identifiers, ``--app-command`` names only its known fields, ``--remote-dir`` is absolute or under
+``~/``.  The board's folder defaults to ``~/jetforge/bundles/<name>`` with the bundle's checked name,
+and every command sent to the board is a list of quoted words.
 """
 
 import datetime
@@ -33,11 +38,14 @@ from jetforge.apps.deploy.remote import (DeployError, RemoteCommandError, Remote
                                          SshTarget, check_free_space, fetch_dir, install_instructions,
                                          last_line, probe, push_rsync, push_ssh, rquote, rsync_available_locally,
                                          ssh_run)
+from jetforge.apps.deploy.safety import check_app_command, check_bundle_name, check_env_key, expand_app_command
+from jetforge.errors import ConfigError
 from jetforge.fileio import PathLike, write_json_atomic
 
 STEPS = ("doctor", "build", "bench", "app")
 VIDEO_PATTERNS = ("*.mp4", "*.avi", "*.mkv", "*.mov")
 DEFAULT_APP = "demo --model {model} --out {out}"
+REMOTE_BASE = "~/jetforge/bundles"
 
 
 @dataclass
@@ -55,6 +63,20 @@ class DeployOptions:
     target: str = "auto"                        # --target for the remote build
     bench_args: List[str] = field(default_factory=list)
     app_command: str = DEFAULT_APP
+
+    def check(self) -> None:
+        """Refuse options that could run code on the board or point the copy elsewhere (one clear error)."""
+        for step in self.runs:
+            if step not in STEPS:
+                raise DeployError("unknown --run step %r" % step, hint="use one of: %s" % ", ".join(STEPS))
+        for key in self.remote_env:
+            check_env_key(key)
+        if "app" in self.runs:
+            check_app_command(self.app_command)
+        rd = self.remote_dir
+        if rd is not None and not (rd.startswith("/") or rd == "~" or rd.startswith("~/")):
+            raise ConfigError("--remote-dir %r is neither absolute nor under ~/" % rd[:80],
+                              hint="give e.g. --remote-dir ~/jetforge/bundles/cam or /data/jetforge/cam")
 
 
 class Console:
@@ -126,12 +148,18 @@ class Deployment:
 
     # -- helpers ------------------------------------------------------------------------------------
     def _env(self) -> str:
-        pairs = ["%s=%s" % (k, shlex.quote(v)) for k, v in sorted(self.opts.remote_env.items())]
+        """``env 'K=V' ... `` before a command (keys checked as identifiers; each pair one quoted word)."""
+        pairs = [shlex.quote("%s=%s" % (check_env_key(k), v)) for k, v in sorted(self.opts.remote_env.items())]
         return ("env %s " % " ".join(pairs)) if pairs else ""
 
-    def _jf(self, args: List[str], cwd: str) -> str:
-        return "cd %s && %s%s %s" % (rquote(cwd), self._env(), rquote(self.info.jetforge_path),
-                                      " ".join(args))
+    def _command(self, program: str, args: List[str], cwd: str, stdout_to: Optional[str] = None) -> str:
+        """``cd CWD && env ... PROGRAM ARGS [> FILE]`` with every word quoted (``args`` are plain words)."""
+        line = "cd -- %s && %s%s %s" % (rquote(cwd), self._env(), rquote(program),
+                                         " ".join(shlex.quote(a) for a in args))
+        return line + (" > %s" % shlex.quote(stdout_to) if stdout_to else "")
+
+    def _jf(self, args: List[str], cwd: str, stdout_to: Optional[str] = None) -> str:
+        return self._command(self.info.jetforge_path, args, cwd, stdout_to)
 
     def _remote(self, what: str, command: str, check: bool = False) -> Any:
         self.console.say("%s on the board" % what)
@@ -160,15 +188,13 @@ class Deployment:
     # -- the run ------------------------------------------------------------------------------------
     def run(self) -> Dict[str, Any]:
         opts = self.opts
-        for step in opts.runs:
-            if step not in STEPS:
-                raise DeployError("unknown --run step %r" % step, hint="use one of: %s" % ", ".join(STEPS))
+        opts.check()
         bundle = open_bundle(self.bundle_path)
         manifest = bundle.manifest
         self.console.say("bundle %s (%d files, %.1f MiB, hash %s) verified here"
                          % (manifest.name, len(manifest.files), manifest.total_bytes / 1048576.0,
                             manifest.bundle_hash[:12]))
-        self.remote_dir = opts.remote_dir or "~/jetforge/bundles/%s" % manifest.name
+        self.remote_dir = opts.remote_dir or "%s/%s" % (REMOTE_BASE, check_bundle_name(manifest.name))
         self.steps: List[Dict[str, Any]] = []
         stamp = _stamp()
 
@@ -220,7 +246,7 @@ class Deployment:
             return self.summary
 
         # verify on the board
-        verify = self._remote("bundle verify", self._jf(["bundle", "verify", rquote(info.remote_dir), "--json"],
+        verify = self._remote("bundle verify", self._jf(["bundle", "verify", info.remote_dir, "--json"],
                                                         info.remote_dir))
         if verify.returncode != 0:
             raise DeployError("the bundle on the board does not verify: %s" % last_line(verify.stderr),
@@ -228,7 +254,7 @@ class Deployment:
 
         # 4. steps
         remote_results = "%s-results/%s" % (info.remote_dir, stamp)
-        ssh_run(self.ssh, "mkdir -p %s" % rquote(remote_results), doing="create the results folder",
+        ssh_run(self.ssh, "mkdir -p -- %s" % rquote(remote_results), doing="create the results folder",
                 remote_dir=remote_results)
         self.summary["remote_results"] = remote_results
         engine: Optional[str] = None
@@ -236,13 +262,13 @@ class Deployment:
         runs = list(opts.runs)
         for step in [s for s in STEPS if s in runs]:
             if step == "doctor":
-                res = self._remote("doctor", self._jf(["doctor", "--json", ">", rquote(remote_results + "/doctor.json")],
-                                                      info.remote_dir), check=True)
+                res = self._remote("doctor", self._jf(["doctor", "--json"], info.remote_dir,
+                                                      stdout_to=remote_results + "/doctor.json"), check=True)
             elif step == "build" or (step == "bench" and build_info is None):
-                res = self._remote("build", self._jf(["build", rquote(info.remote_dir), "--target",
-                                                      shlex.quote(opts.target), "--json"], info.remote_dir))
+                res = self._remote("build", self._jf(["build", info.remote_dir, "--target", opts.target, "--json"],
+                                                     info.remote_dir))
                 build_info = self._json(res.stdout) or {}
-                write_remote = "cat > %s" % rquote(remote_results + "/build.json")
+                write_remote = "cat > %s" % shlex.quote(remote_results + "/build.json")
                 _put_text(self.ssh, write_remote, json.dumps(build_info, indent=2))
                 if res.returncode == 0:
                     engine = build_info.get("engine")
@@ -262,23 +288,23 @@ class Deployment:
                 self._bench(engine, remote_results, info)
             elif step == "app":
                 model = engine or "%s/%s" % (info.remote_dir, ONNX)
-                words = [w.format(model=model, out=remote_results + "/app", bundle=info.remote_dir,
-                                  config="%s/app.yaml" % info.remote_dir) for w in shlex.split(opts.app_command)]
-                self._remote("app", self._jf([shlex.quote(w) for w in words], info.remote_dir), check=True)
+                words = expand_app_command(opts.app_command, {
+                    "model": model, "out": remote_results + "/app", "bundle": info.remote_dir,
+                    "config": "%s/app.yaml" % info.remote_dir})
+                self._remote("app", self._jf(words, info.remote_dir), check=True)
         return self.summary
 
     def _bench(self, engine: Optional[str], remote_results: str, info: RemoteInfo) -> None:
         model = engine or "%s/%s" % (info.remote_dir, ONNX)
         out = remote_results + "/bench"
-        args = ["bench", rquote(model), "--json", "--out", rquote(out)] + [shlex.quote(a) for a in self.opts.bench_args]
+        args = ["bench", model, "--json", "--out", out] + list(self.opts.bench_args)
         res = self._remote("bench", self._jf(args, info.remote_dir))
         if res.returncode == 2 and "invalid choice" in res.stderr:
             # this board's jetforge predates `jetforge bench`: time ONNX Runtime with the deploy module's fallback
             py = info.python or "python3"
-            fargs = ["-m", "jetforge.apps.deploy.remote_bench", rquote(model), "--json", "--out", rquote(out)]
-            fargs += [shlex.quote(a) for a in self.opts.bench_args]
-            res = self._remote("bench (fallback module)", "cd %s && %s%s %s" % (
-                rquote(info.remote_dir), self._env(), rquote(py), " ".join(fargs)))
+            fargs = ["-m", "jetforge.apps.deploy.remote_bench", model, "--json", "--out", out]
+            res = self._remote("bench (fallback module)",
+                               self._command(py, fargs + list(self.opts.bench_args), info.remote_dir))
         if res.returncode != 0:
             raise RemoteCommandError("bench on %s failed (exit %d): %s" % (self.ssh.label, res.returncode,
                                                                            last_line(res.stderr)),

@@ -161,11 +161,14 @@ def test_interrupted_create_leaves_nothing_that_looks_complete(inputs, tmp_path,
 
 
 def test_same_content_same_hash(inputs, tmp_path):
-    a = create_bundle(inputs["model"], tmp_path / "a", [NX], calib=[inputs["cache"]]).manifest
-    b = create_bundle(inputs["model"], tmp_path / "b", [NX], calib=[inputs["cache"]]).manifest
-    c = create_bundle(inputs["model"], tmp_path / "c", [NX], calib=[inputs["cache"]],
+    a = create_bundle(inputs["model"], tmp_path / "a" / "cam", [NX], calib=[inputs["cache"]]).manifest
+    b = create_bundle(inputs["model"], tmp_path / "b" / "cam", [NX], calib=[inputs["cache"]]).manifest
+    c = create_bundle(inputs["model"], tmp_path / "c" / "cam", [NX], calib=[inputs["cache"]],
                       options=BuildOptions(precision="int8", workspace_mib=512)).manifest
     assert a.bundle_hash == b.bundle_hash != c.bundle_hash
+    # the name is content too: it names the bundle's folder on the board
+    d = create_bundle(inputs["model"], tmp_path / "d" / "door", [NX], calib=[inputs["cache"]]).manifest
+    assert d.name == "door" and d.bundle_hash != a.bundle_hash
 
 
 def test_tar_is_extracted_once_and_unsafe_tars_are_refused(inputs, tmp_path, monkeypatch):

@@ -1,7 +1,9 @@
 """`jetforge deploy` against a real OpenSSH server on 127.0.0.1 standing in for the board.
 
 The sshd (Debian's openssh-server) runs with a throw-away host key and user key in the test's
-temporary folder; the "board's" jetforge is this checkout's venv (``--remote-jetforge``).  It has no
+temporary folder, and gives the login a home folder there too (``SetEnv HOME``), so the attacks
+below aim at a fake ``~/.ssh`` whose sentinel must survive; the "board's" jetforge is this
+checkout's venv (``--remote-jetforge``).  It has no
 TensorRT and is no Jetson, so the remote ``build`` reports that TensorRT is absent and ``bench``
 runs the bundle's ONNX model on ONNX Runtime, labelled as the fallback.  Real transfers (rsync and
 the chunked ssh copy), a copy killed midway and resumed, and the one-line errors for an unreachable
@@ -90,6 +92,8 @@ class Board:
         self.other_key = _keygen(root / "other_key")
         (root / "authorized_keys").write_text((root / "user_key.pub").read_text())
         os.chmod(str(root / "authorized_keys"), 0o600)
+        self.home = root / "home"  # the login's $HOME on the "board": ~ there never touches the real home
+        self.home.mkdir()
         self.user = os.environ.get("USER") or __import__("getpass").getuser()
         config = root / "sshd_config"
         config.write_text("\n".join([
@@ -97,7 +101,7 @@ class Board:
             "AuthorizedKeysFile %s" % (root / "authorized_keys"), "PidFile %s" % (root / "sshd.pid"),
             "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
             "PermitRootLogin prohibit-password", "PubkeyAuthentication yes", "LogLevel ERROR", "MaxStartups 50",
-            "Subsystem sftp internal-sftp", ""]))
+            "Subsystem sftp internal-sftp", "SetEnv HOME=%s" % self.home, ""]))
         if os.geteuid() == 0 and not os.path.isdir("/run/sshd"):
             os.makedirs("/run/sshd", mode=0o755)  # sshd's privilege-separation folder (made by the service normally)
         self.log = open(str(root / "sshd.log"), "wb")
@@ -114,11 +118,13 @@ class Board:
         self.cache = root / "board-cache"
         self.bundles = root / "board"
 
-    def args(self, bundle: Path, *extra: str, key: str = "", remote_dir: str = "", results: str = "") -> list:
+    def args(self, bundle, *extra: str, key: str = "", remote_dir: str = "", results: str = "",
+             default_remote_dir: bool = False) -> list:
+        where = [] if default_remote_dir else ["--remote-dir", remote_dir or str(self.bundles / bundle.name)]
         return ["deploy", str(bundle), "%s@%s" % (self.user, HOST), "--port", str(self.port),
                 "--key", key or str(self.user_key), "--known-hosts", str(self.root / "known_hosts"),
                 "--remote-jetforge", JETFORGE, "--remote-env", "JETFORGE_CACHE=%s" % self.cache,
-                "--remote-env", "JETFORGE_OFFLINE=1", "--remote-dir", remote_dir or str(self.bundles / bundle.name),
+                "--remote-env", "JETFORGE_OFFLINE=1"] + where + [
                 "--results", results or str(self.root / "results")] + list(extra)
 
     def stop(self) -> None:
@@ -239,9 +245,12 @@ def kept_size_floor(partial: int) -> int:
 
 
 def test_chunked_ssh_copy_resumes_and_checks(board, tmp_path):
+    from jetforge.apps.deploy.bundle import REMOTE_MARKER
+
     bundle = make_bundle(tmp_path, "chunked", pad_bytes=2 << 20)
     remote = board.bundles / "chunked"
     remote.mkdir(parents=True)
+    (remote / REMOTE_MARKER).touch()  # the folder an earlier deploy made (and marked) before it was cut
     data = (bundle / "model.onnx").read_bytes()
     (remote / "model.onnx.jetforge-part").write_bytes(data[: len(data) // 2])  # an earlier copy, cut in half
     res = jf(board.args(bundle, "--transfer", "ssh", "--json"))
@@ -306,3 +315,144 @@ def test_fallback_bench_module_prints_bench_keys(tmp_path):
     data = json.loads(res.stdout)
     assert data["latency_ms"]["count"] == 5 and data["memory"]["process"]["rss_mib"] > 0
     assert json.loads((tmp_path / "r" / "bench.json").read_text())["iterations"] == 5
+
+
+# ---- security: hostile bundles and options never reach outside their folder --------------------------
+def _retamper(bundle: Path, edit) -> None:
+    """Edit the manifest and recompute its hash, as an attacker can (the hash detects accidents only)."""
+    from jetforge.apps.deploy.bundle import Manifest
+
+    data = json.loads((bundle / "manifest.json").read_text())
+    edit(data)
+    data["bundle_hash"] = Manifest.from_dict(data).compute_hash()
+    (bundle / "manifest.json").write_text(json.dumps(data))
+
+
+@pytest.fixture
+def fake_ssh(board):
+    """The board login's ~/.ssh with a sentinel authorized_keys; yields a function that says it is untouched."""
+    folder = board.home / ".ssh"
+    folder.mkdir(exist_ok=True)
+    (folder / "authorized_keys").write_text("ssh-ed25519 SENTINEL the board owner's key\n")
+    before = sorted(os.listdir(str(folder)))
+
+    def untouched() -> bool:
+        return (sorted(os.listdir(str(folder))) == before
+                and (folder / "authorized_keys").read_text() == "ssh-ed25519 SENTINEL the board owner's key\n")
+    yield untouched
+    shutil.rmtree(str(folder))
+
+
+def test_bundle_name_cannot_move_the_copy_out_of_the_remote_base(board, tmp_path, fake_ssh):
+    # the attack of the issue: name "../../.ssh" made the default remote folder ~/jetforge/bundles/../../.ssh,
+    # and rsync --delete-after deleted authorized_keys there
+    bundle = make_bundle(tmp_path, "evil")
+    _retamper(bundle, lambda d: d.__setitem__("name", "../../.ssh"))
+    res = jf(board.args(bundle, default_remote_dir=True))
+    line = _one_line_error(res.stderr)
+    assert res.returncode == 1 and "the bundle name '../../.ssh'" in line
+    assert fake_ssh() and not (board.home / "jetforge").exists()  # nothing was sent anywhere
+    # a plain name lands in ~/jetforge/bundles/<name> of the board login
+    good = make_bundle(tmp_path, "plain")
+    res = jf(board.args(good, "--json", default_remote_dir=True))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["remote_dir"] == str(board.home / "jetforge" / "bundles" / "plain")
+    assert fake_ssh()
+
+
+def test_remote_dir_that_is_home_or_not_a_bundle_folder_is_never_cleared(board, tmp_path, fake_ssh):
+    bundle = make_bundle(tmp_path, "clear")
+    res = jf(board.args(bundle, remote_dir=str(board.home)))
+    line = _one_line_error(res.stderr)
+    assert res.returncode == 1 and "the remote home or above it" in line and fake_ssh()
+    res = jf(board.args(bundle, remote_dir=str(board.home / ".ssh")))  # a folder with files, not a bundle
+    line = _one_line_error(res.stderr)
+    assert res.returncode == 1 and "is not a bundle folder: the copy would delete them" in line and fake_ssh()
+
+
+@pytest.mark.parametrize("attack", ["symlink", "hardlink", "absolute_calibration", "timing_cache"])
+def test_deploy_refuses_hostile_bundles_before_sending(board, tmp_path, attack):
+    bundle = make_bundle(tmp_path, "hostile")
+    private = tmp_path / "private"
+    private.mkdir()
+    secret = private / "secret.txt"
+    secret.write_text("SECRET-TOKEN private first line\n")
+    if attack in ("symlink", "hardlink"):
+        moved = private / "model.onnx"
+        os.replace(str(bundle / "model.onnx"), str(moved))
+        (os.symlink if attack == "symlink" else os.link)(str(moved), str(bundle / "model.onnx"))
+    elif attack == "absolute_calibration":
+        _retamper(bundle, lambda d: d["calibration"][0].__setitem__("file", str(secret)))
+    else:
+        _retamper(bundle, lambda d: d["build_options"].__setitem__("timing_cache", str(secret)))
+    res = jf(board.args(bundle, "--run", "build"))
+    line = _one_line_error(res.stderr)
+    why = {"symlink": "model.onnx is a symbolic link", "hardlink": "model.onnx is a hard link",
+           "absolute_calibration": "calibration file '%s' is absolute" % secret,
+           "timing_cache": "build option timing_cache names a path"}[attack]
+    assert res.returncode == 1 and why in line and "SECRET-TOKEN" not in res.stdout + res.stderr
+    assert not (board.bundles / "hostile").exists()  # refused here, before anything was sent
+    assert secret.read_text() == "SECRET-TOKEN private first line\n"
+
+
+def test_remote_env_keys_cannot_inject_commands(board, tmp_path):
+    bundle = make_bundle(tmp_path, "env")
+    pwned = tmp_path / "pwned"
+    # the attack of the issue: the key was pasted into the remote command line unquoted
+    res = jf(board.args(bundle, "--run", "doctor", "--remote-env", "X;touch %s;Y=1" % pwned))
+    line = _one_line_error(res.stderr)
+    assert res.returncode == 1 and "is not an environment variable name" in line
+    assert not pwned.exists() and not (board.bundles / "env").exists()
+    # values reach the board's command verbatim, whatever shell characters they hold
+    from jetforge.apps.deploy.remote import SshTarget, ssh_run
+    from jetforge.apps.deploy.workflow import Deployment, DeployOptions
+
+    value = "a b;touch %s;$(touch %s)`touch %s`'\"" % (pwned, pwned, pwned)
+    ssh = SshTarget(host=HOST, user=board.user, port=board.port, key=str(board.user_key),
+                    known_hosts=str(board.root / "known_hosts"))
+    d = Deployment(bundle, ssh, DeployOptions(remote_env={"JF_NOTE": value}))
+    out = ssh_run(ssh, d._command("printenv", ["JF_NOTE"], str(tmp_path)), doing="print the environment")
+    assert out.stdout == value + "\n" and not pwned.exists()
+
+
+def test_ssh_destinations_that_are_options_are_refused(board, tmp_path):
+    bundle = make_bundle(tmp_path, "opt")
+    pwned = tmp_path / "pwned"
+    for flag, value in (("destination", "-oProxyCommand=touch %s" % pwned),
+                        ("destination", "-oProxyCommand=touch@%s" % HOST),
+                        ("--jump", "-oProxyCommand=touch %s" % pwned),
+                        ("destination", "nvidia@host;touch %s" % pwned)):
+        args = board.args(bundle)
+        if flag == "destination":  # after `--`, as a value starting with '-' reaches the command
+            args = [args[0]] + args[3:] + ["--", str(bundle), value]
+        else:
+            args += ["--jump", value]
+        res = jf(args)
+        line = _one_line_error(res.stderr)
+        assert res.returncode == 1 and ("starts with '-'" in line or "is not a host name" in line), line
+    assert not pwned.exists() and not (board.bundles / "opt").exists()
+    # `--` ends ssh's options before the destination (and the jump host's in its ProxyCommand)
+    from jetforge.apps.deploy.remote import SshTarget
+
+    argv = SshTarget(host="board", user="nvidia", jump="me@gw:2222").ssh_argv("true")
+    assert argv[-3:] == ["--", "nvidia@board", "true"] and "-W %h:%p -- me@gw" in " ".join(argv)
+
+
+def test_rsync_never_reads_a_local_path_as_an_option_or_a_host(board, tmp_path):
+    # a bundle folder named like an option and a host:path spec; given relative, as a user types it
+    bundle = make_bundle(tmp_path, "-cam:v2")
+    res = jf(board.args("./-cam:v2", "--json", remote_dir=str(board.bundles / "colon")), cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["transfer"]["files_transferred"] == 3
+    assert (board.bundles / "colon" / "model.onnx").read_bytes() == (bundle / "model.onnx").read_bytes()
+
+
+def test_app_command_with_unknown_fields_is_one_clear_error(board, tmp_path):
+    bundle = make_bundle(tmp_path, "app")
+    for template, why in (("{0}", "uses the field {0} (a positional field)"),
+                          ("demo --model {model.__class__}", "uses the field {model.__class__}"),
+                          ("demo --model {", "Single '{' encountered"), ('demo "x', "No closing quotation")):
+        res = jf(board.args(bundle, "--run", "app", "--app-command", template))
+        line = _one_line_error(res.stderr)
+        assert res.returncode == 1 and why in line and "--app-command" in line, line
+    assert not (board.bundles / "app").exists()  # refused before anything was sent
