@@ -10,6 +10,8 @@
   a stale or foreign entry is never loaded.
 * :mod:`.remote` and :mod:`.workflow` — ``jetforge deploy BUNDLE user@host``: ssh/rsync through
   subprocess, one-line errors, resumable copies, remote doctor/build/bench, results fetched back.
+* :mod:`.safety` — the checks on values from outside (manifest paths and names, links, SSH
+  destinations, ``--remote-env`` keys, ``--app-command`` fields) that every module above applies.
 
 Everything here is torch-free, Python 3.8, and imports only ``runtime``, ``targets`` and the root package.
 """

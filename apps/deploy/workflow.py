@@ -271,7 +271,8 @@ class Deployment:
                 write_remote = "cat > %s" % shlex.quote(remote_results + "/build.json")
                 _put_text(self.ssh, write_remote, json.dumps(build_info, indent=2))
                 if res.returncode == 0:
-                    engine = build_info.get("engine")
+                    found = build_info.get("engine")
+                    engine = found if isinstance(found, str) and found.startswith("/") else None
                     self.console.say("engine %s (%s)" % (engine, "loaded from the engine cache"
                                                           if build_info.get("cache") == "hit" else "built"))
                 elif res.returncode == EXIT_NO_TENSORRT:

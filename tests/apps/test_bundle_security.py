@@ -272,3 +272,14 @@ def test_bundle_name_is_sanitised_hashed_and_checked(tmp_path, capsys):
         tamper(res.path, lambda d: d.__setitem__("name", name))
         rc, _, line = run_cli(capsys, "bundle", "verify", str(res.path))
         assert rc == 1 and "the bundle name" in line, name
+
+
+def test_every_build_option_that_names_a_file_is_kept_out_of_bundles():
+    """A new path-valued BuildOptions field must join PATH_OPTIONS, or a manifest could aim the builder at it."""
+    import dataclasses
+
+    from jetforge.apps.deploy.bundle import PATH_OPTIONS
+    from jetforge.runtime.build.plan import BuildOptions
+
+    named = {f.name for f in dataclasses.fields(BuildOptions) if f.name.endswith(("_cache", "_path", "_file", "_dir"))}
+    assert named == {"calibration_cache", "timing_cache"} and named <= set(PATH_OPTIONS)
