@@ -5,7 +5,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from jetforge.apps.cli.app_models import load_torch_model
+from jetforge.apps.cli.app_models import add_model_flags, load_model_from_args, model_input_paths
 from jetforge.apps.cli.base import Command, add_json_flag, print_json
 from jetforge.apps.cli.cmd_prune import parse_shape
 from jetforge.errors import ConfigError
@@ -19,21 +19,28 @@ class ExportCommand(Command):
     name = "export"
     summary = "export a torch model to ONNX with its sidecar (task, labels, preprocessing, tensors, hash)"
     description = (
-        "Export a pretrained model, a torchvision architecture or a pickled torch module (.pt) to ONNX (opset 17,\n"
+        "Export a pretrained model or a torchvision architecture, with your weights (--weights, a state dict read\n"
+        "weights-only; --prune-plan for a model pruned by jetforge prune), to ONNX (opset 17,\n"
         "dynamic batch axis by default), written atomically, and write MODEL.onnx.json: the sidecar that\n"
         "calibrate, build, bench and the apps read (task, labels, preprocessing, input/output tensors, what\n"
         "produced the file and its content hash). The ONNX output is checked against PyTorch with ONNX Runtime\n"
-        "when it is installed, and --check-trt parses and builds it with TensorRT (or TensorRT-RTX).")
+        "when it is installed, and --check-trt parses and builds it with TensorRT (or TensorRT-RTX).\n"
+        "A whole pickled module (.pt) or a torch.export archive (.pt2) can run code when loaded: jetforge opens\n"
+        "those only with --trust-pickle, for files you made yourself.")
     examples = """examples:
   jetforge export --model mobilenet_v2 --out work/model.onnx
   jetforge export --model efficientnet_lite0 --out lite0.onnx --check-trt
-  jetforge export --model my_net.pt --input-shape 1x3x256x256 --preprocess preprocess.yaml --labels classes.txt --out my.onnx
+  jetforge export --model resnet50 --weights my_state_dict.pt --preprocess preprocess.yaml --labels classes.txt --out my.onnx
+  jetforge export --model resnet50 --prune-plan pruned/model.prune.json --weights pruned/pruned.pt --out small.onnx
+  jetforge export --model my_net.pt2 --trust-pickle --out my.onnx      # a torch.export archive you made yourself
   jetforge export --model resnet18 --static-batch --out r18.onnx     # torchvision architecture, random weights"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--model", required=True,
                             help="mobilenet_v2 or efficientnet_lite0 (pretrained, from the asset cache), a torchvision "
-                                 "architecture name (random weights), or a .pt file holding a whole torch module")
+                                 "architecture name (random weights unless --weights), or, with --trust-pickle, a .pt "
+                                 "file holding a whole torch module or a torch.export .pt2 archive")
+        add_model_flags(parser)
         parser.add_argument("--out", required=True, metavar="FILE.onnx", help="the ONNX file to write")
         parser.add_argument("--input-shape", help="input shape with the batch axis, e.g. 1x3x224x224 "
                                                   "(default: the pretrained model's, else 1x3x224x224)")
@@ -56,14 +63,18 @@ class ExportCommand(Command):
         out = Path(args.out)
         if out.suffix != ".onnx":
             raise ConfigError("--out must name an .onnx file, got %s" % out, hint="e.g. --out work/model.onnx")
-        check_not_input(out, [args.model])
-        model, meta = load_torch_model(args.model)
+        check_not_input(out, model_input_paths(args))
+        model, meta = load_model_from_args(args)
         shape = parse_shape(args.input_shape) if args.input_shape else tuple(meta.get("input_shape") or (1, 3, 224, 224))
         preprocess = _preprocess(args.preprocess, meta)
         labels = _labels(args.labels, meta)
         task = args.task or meta.get("task") or "other"
+        dynamic_batch = not args.static_batch
+        if dynamic_batch and meta.get("dynamic_batch") is False:  # a .pt2: traced at one batch size
+            log.warning("%s is a torch.export program: its ONNX has a fixed batch of %d", args.model, shape[0])
+            dynamic_batch = False
         sidecar = export_onnx(model, out, shape, task=task, model_name=str(meta.get("name", out.stem)), labels=labels,
-                              preprocess=preprocess, dynamic_batch=not args.static_batch, opset=args.opset,
+                              preprocess=preprocess, dynamic_batch=dynamic_batch, opset=args.opset,
                               provenance={"source_model": args.model})
         result: Dict[str, Any] = {"onnx": str(out), "sidecar": str(out) + ".json", "task": sidecar.task,
                                   "inputs": [t.to_dict() for t in sidecar.inputs],

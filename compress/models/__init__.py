@@ -8,15 +8,23 @@ caller resolves the file and passes it in::
     from jetforge.compress.models import PRETRAINED, load_pretrained
     spec = PRETRAINED["mobilenet_v2"]
     model = load_pretrained("mobilenet_v2", asset_path(spec.asset, spec.filename))
+
+Weights of your own (a state dict, possibly of a model pruned by ``jetforge prune``) load onto an
+architecture named here or in torchvision with :func:`model_from_weights`; every file is read
+weights-only through :mod:`jetforge.compress.checkpoint`.
 """
 
+import inspect
+import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from jetforge.errors import CompressError, ModelError, UnknownNameError
+from jetforge.errors import CompressError, DependencyError, ModelError, UnknownNameError
 from jetforge.fileio import PathLike, require_file, sha256_file
 from jetforge.optional import require
 from jetforge.runtime.preprocess import IMAGENET_TFLITE, IMAGENET_TORCHVISION, Preprocess
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,17 +81,16 @@ def load_pretrained(name: str, weights: PathLike, verify_hash: bool = True) -> A
     The state dict is loaded with ``weights_only=True`` and ``strict=True``: a file
     that is not these weights (or a truncated copy) is refused, never half-loaded.
     """
-    torch = require("torch", "loading pretrained weights")
     spec = get_pretrained_spec(name)
     path = require_file(weights, "weights file for %s" % name,
                         hint="fetch it with `jetforge assets fetch %s`" % spec.asset)
     if verify_hash and sha256_file(path) != spec.sha256:
         raise ModelError("%s is not the expected %s weights (sha256 differs from %s...)" % (path, name, spec.sha256[:12]),
                          hint="re-fetch with `jetforge assets fetch %s --force`" % spec.asset)
-    try:
-        state = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise ModelError("cannot read weights %s: %s" % (path, err), hint="re-fetch the asset") from err
+    from jetforge.compress.checkpoint import read_weights
+
+    state = read_weights(path, "weights file for %s" % name, safe_route="re-fetch the asset with "
+                         "`jetforge assets fetch %s --force`" % spec.asset)
     model = build(name)
     try:
         model.load_state_dict(state, strict=True)
@@ -92,4 +99,86 @@ def load_pretrained(name: str, weights: PathLike, verify_hash: bool = True) -> A
     return model.eval()
 
 
-__all__ = ["PRETRAINED", "PretrainedSpec", "build", "get_pretrained_spec", "load_pretrained"]
+def architecture_names() -> List[str]:
+    """Every name :func:`build_architecture` accepts: jetforge's models, then torchvision's (if installed)."""
+    names = list(PRETRAINED)
+    try:
+        names += [n for n in require("torchvision", "torchvision architectures").models.list_models() if n not in PRETRAINED]
+    except DependencyError:  # without torchvision the list is jetforge's own
+        pass
+    return names
+
+
+def build_architecture(name: str, num_classes: Optional[int] = None) -> Any:
+    """A freshly initialised model of architecture ``name``: jetforge's (:data:`PRETRAINED`) or torchvision's.
+
+    Nothing is downloaded: torchvision builders get ``weights=None`` and, where they take one,
+    ``weights_backbone=None`` (detection models otherwise fetch an ImageNet backbone).
+    """
+    kwargs: Dict[str, Any] = {} if num_classes is None else {"num_classes": int(num_classes)}
+    if name in PRETRAINED:
+        return build(name, **kwargs)
+    torchvision = require("torchvision", "building torchvision architectures")
+    try:
+        builder = torchvision.models.get_model_builder(name)
+    except ValueError:
+        raise UnknownNameError("model architecture", name, architecture_names(),
+                               hint="name %s, a torchvision architecture (torchvision.models.list_models()), or a "
+                                    "model file" % " or ".join(PRETRAINED)) from None
+    if "weights_backbone" in inspect.signature(builder).parameters:
+        kwargs["weights_backbone"] = None
+    return builder(weights=None, **kwargs)
+
+
+def classes_in(state: Mapping[str, Any], model: Any) -> Optional[int]:
+    """The class count of ``state`` when its last Linear layer's rows differ from ``model``'s, else None.
+
+    A model fine-tuned on your own classes has a head of another size; reading the count from
+    the weights spares a flag that would have to match them anyway.
+    """
+    nn = require("torch", "loading weights").nn
+    last = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if not last:
+        return None
+    weight = state.get(last[-1] + ".weight")
+    if weight is None or weight.dim() != 2:
+        return None
+    rows = int(weight.shape[0])
+    return rows if rows != model.get_submodule(last[-1]).out_features else None
+
+
+def model_from_weights(arch: str, weights: Optional[PathLike] = None, prune_plan: Optional[PathLike] = None,
+                       trusted: bool = False, opt_in: str = "--trust-pickle") -> Any:
+    """Architecture ``arch`` with the state dict at ``weights`` (strict), in eval mode.
+
+    With ``prune_plan`` (the ``model.prune.json`` jetforge prune wrote) the plan is replayed on
+    the fresh model first, so the smaller tensors of a pruned model fit.  The weights are read
+    weights-only unless ``trusted`` (see :mod:`jetforge.compress.checkpoint`).
+    """
+    from jetforge.compress.checkpoint import load_into, load_state_dict
+
+    state = load_state_dict(weights, "weights file", trusted, opt_in) if weights is not None else None
+    model = build_architecture(arch)
+    classes = classes_in(state, model) if state is not None else None
+    if classes is not None:
+        try:
+            model = build_architecture(arch, num_classes=classes)
+            log.info("%s: %d classes, as in %s", arch, classes, weights)
+        except TypeError:  # the builder takes no num_classes: the strict load below names the mismatch
+            pass
+    if prune_plan is not None:
+        apply_prune_plan(model, prune_plan)
+    if state is not None:
+        load_into(model, state, weights, arch)
+    return model.eval()
+
+
+def apply_prune_plan(model: Any, prune_plan: PathLike) -> Any:
+    """Replay the ``model.prune.json`` at ``prune_plan`` on ``model`` (an unpruned instance of its architecture)."""
+    from jetforge.compress.prune.plan import PrunePlan, apply_plan
+
+    return apply_plan(model, PrunePlan.load(prune_plan))
+
+
+__all__ = ["PRETRAINED", "PretrainedSpec", "apply_prune_plan", "architecture_names", "build", "build_architecture",
+           "classes_in", "get_pretrained_spec", "load_pretrained", "model_from_weights"]

@@ -11,7 +11,10 @@ adapters) -- and validates the *student* after every epoch.  It provides:
   ``lr * min_lr_ratio``;
 * checkpoints written atomically (``last.pt`` every epoch, ``best.pt`` on the best validation
   accuracy) holding model, adapters, optimizer, schedule, scaler, RNG state and the metrics so
-  far; ``resume`` continues an interrupted run from ``last.pt`` at the next epoch;
+  far; ``resume`` continues an interrupted run from ``last.pt`` at the next epoch.  They hold only
+  tensors, dicts, lists, strings and numbers, are checked for that before they replace the old
+  file, and are read back weights-only (:mod:`jetforge.compress.checkpoint`): resuming never
+  unpickles code;
 * a tqdm bar per epoch (rate, ETA, running loss, learning rate) and ``metrics.jsonl`` (one JSON
   record per epoch) next to the checkpoints;
 * DistributedDataParallel when launched by ``torchrun``: a DistributedSampler shards training,
@@ -34,6 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from jetforge.compress.checkpoint import TRAINING_FORMAT, check_weights_only_loadable, load_state_dict, read_weights
 from jetforge.compress.data import make_loader, shard_indices
 from jetforge.compress.train.dist import DistContext, all_reduce_sums, barrier, init_distributed
 from jetforge.errors import CompressError, ModelError
@@ -41,7 +45,7 @@ from jetforge.fileio import PathLike, atomic_output, write_text_atomic
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FORMAT = "jetforge-train-1"
+CHECKPOINT_FORMAT = TRAINING_FORMAT
 OPTIMIZERS = ("sgd", "adamw")
 AMP_MODES = ("auto", "off", "fp16", "bf16")
 
@@ -158,34 +162,36 @@ def evaluate_accuracy(model: nn.Module, dataset: Any, batch_size: int = 512, dev
 
 
 def save_checkpoint(path: PathLike, state: Dict[str, Any]) -> Path:
-    """``torch.save`` through a temporary file renamed over ``path``: a crash never leaves half a checkpoint."""
+    """``torch.save`` through a temporary file renamed over ``path``: a crash never leaves half a checkpoint.
+
+    The temporary file is scanned before the rename: a state holding anything weights-only
+    reading refuses (a numpy scalar, a Path, an object) fails now, not at resume time.
+    """
     with atomic_output(path, suffix=".pt") as tmp:
         torch.save(state, str(tmp))
+        check_weights_only_loadable(tmp, "checkpoint %s" % Path(path).name)
     return Path(path)
 
 
 def load_checkpoint(path: PathLike) -> Dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise ModelError("checkpoint %s does not exist" % p, hint="check the path, or train first")
-    try:
-        state = torch.load(str(p), map_location="cpu", weights_only=False)
-    except Exception as err:
-        raise ModelError("cannot read checkpoint %s: %s" % (p, err), hint="the file is damaged; retrain") from err
+    """A training checkpoint, read weights-only (jetforge writes nothing else into one)."""
+    state = read_weights(path, "checkpoint", opt_in=None, safe_route="resume only from checkpoints jetforge wrote: "
+                         "use a new out_dir, or resume: false")
     if not isinstance(state, dict):
-        raise ModelError("%s is not a checkpoint (it holds a %s)" % (p, type(state).__name__))
+        raise ModelError("%s is not a checkpoint (it holds a %s)" % (path, type(state).__name__),
+                         hint="use a new out_dir, or resume: false")
     return state
 
 
-def model_state_from(path: PathLike) -> Dict[str, Any]:
-    """The student's state dict from a jetforge checkpoint, or a plain state dict file."""
-    state = load_checkpoint(path)
-    if state.get("format") == CHECKPOINT_FORMAT:
-        return state["model"]
-    if all(isinstance(v, torch.Tensor) for v in state.values()):
-        return state
-    raise ModelError("%s holds neither a jetforge checkpoint nor a state dict" % path,
-                     hint="give last.pt/best.pt of a jetforge run, or a file written with torch.save(model.state_dict())")
+def model_state_from(path: PathLike, trusted: bool = False, block: str = "model") -> Dict[str, Any]:
+    """The student's state dict from a jetforge checkpoint, or a plain state dict file (weights-only unless ``trusted``).
+
+    ``block`` is the recipe block naming the file (``model``, ``teacher``), for the fix in errors.
+    """
+    route = ("save the weights with torch.save(model.state_dict(), PATH) and set %s.checkpoint to PATH (with %s.arch "
+             "and, for a pruned model, %s.prune_plan)" % (block, block, block))
+    return load_state_dict(path, "%s checkpoint" % block, trusted=trusted, opt_in="%s.trust_pickle: true" % block,
+                           safe_route=route)
 
 
 class Trainer:

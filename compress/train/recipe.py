@@ -1,7 +1,9 @@
 """Recipe blocks shared by ``jetforge distill`` and ``jetforge qat``: data, models, the run folder.
 
 A model block names an architecture (:mod:`jetforge.compress.train.models`) and optionally a
-checkpoint (a jetforge ``last.pt``/``best.pt``/``student.pt`` or a plain state dict) and pruning:
+checkpoint (a jetforge ``last.pt``/``best.pt``/``student.pt`` or a plain state dict, read
+weights-only: a checkpoint holding other pickled objects is refused unless the block says
+``trust_pickle: true``, for files you made yourself) and pruning:
 ``prune_plan`` replays a saved ``model.prune.json`` before the weights are loaded, ``prune_ratio``
 prunes the loaded model with :func:`jetforge.compress.prune.prune` (L1, uniform) -- the usual way to
 make a student from a trained teacher.
@@ -49,6 +51,7 @@ class ModelConfig:
     checkpoint: Optional[str] = None
     prune_plan: Optional[str] = None
     prune_ratio: Optional[float] = None
+    trust_pickle: bool = False  # unpickle a checkpoint that holds more than weights (runs code stored in it)
 
     def __post_init__(self) -> None:
         if self.prune_ratio is not None and not 0 <= self.prune_ratio < 1:
@@ -80,7 +83,7 @@ def build_from_config(cfg: ModelConfig, what: str = "model") -> Tuple[nn.Module,
     except UnknownNameError as err:
         raise UnknownNameError("%s architecture" % what, cfg.arch, err.known) from None
     notes: Dict[str, Any] = {}
-    state = model_state_from(cfg.checkpoint) if cfg.checkpoint else None
+    state = model_state_from(cfg.checkpoint, trusted=cfg.trust_pickle, block=what) if cfg.checkpoint else None
     if cfg.prune_plan:
         from jetforge.compress.prune import PrunePlan, load_pruned
 
