@@ -126,7 +126,7 @@ def main() -> int:
     t0 = time.perf_counter()
     cached = (cache / key).is_file()
     if cached:
-        teacher.load_state_dict(torch.load(str(cache / key), map_location="cpu"))
+        teacher.load_state_dict(torch.load(str(cache / key), map_location="cpu", weights_only=True))
         print("teacher: cached %s" % (cache / key), flush=True)
     else:
         print("teacher: training fashion_cnn w0.5 on %d images, %d epochs" % (len(t_ix), args.teacher_epochs),

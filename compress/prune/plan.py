@@ -9,7 +9,7 @@ replays on a fresh instance of the same architecture, so a pruned checkpoint loa
 
     model = build_the_architecture()
     apply_plan(model, PrunePlan.load("model.prune.json"))
-    model.load_state_dict(torch.load("pruned.pt"))
+    model.load_state_dict(torch.load("pruned.pt", weights_only=True))
 """
 
 from __future__ import annotations
