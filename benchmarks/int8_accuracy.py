@@ -9,9 +9,13 @@ with ``jetforge.compress.export.export_onnx``.  Real data only:
 * smoke set: hand-labelled opencv-doc/matplotlib photos (8 of the 13 of reference §1; the skimage/sklearn ones
   are not assets of this project), never used for calibration.
 
-Every method is evaluated identically with :class:`jetforge.calibrate.evaluate.Evaluator` (ONNX Runtime CPU,
-ORT_ENABLE_ALL: INT8 kernels): top-1 agreement with FP32 over all held-out samples and on the confident ones
-(FP32 top-1 > 0.5), top-5 agreement, mean KL, smoke-set top-1.  Calibration runs in a fresh subprocess per
+Every method is evaluated identically with :class:`jetforge.calibrate.evaluate.Evaluator` in *simulated INT8
+arithmetic (TensorRT rules); TensorRT not run* -- the same numbers on any CPU: top-1 agreement with FP32 over all
+held-out samples and on the confident ones (FP32 top-1 > 0.5), top-5 agreement, mean KL, output SQNR, smoke-set
+top-1.  Beside each row, ``ort_int8_kernels`` holds the same metrics measured with ONNX Runtime's INT8 kernels on
+this CPU (ORT_ENABLE_ALL), whose values depend on the CPU (``machine.cpu_flags`` says which one produced them).
+ORT's asymmetric (uint8) models cannot be simulated as TensorRT (it is symmetric only): their simulated row runs
+their Q/DQ graph in float.  Calibration runs in a fresh subprocess per
 method, which reports its own peak RSS (``VmHWM``) and seconds.
 
 Fashion-MNIST: a small CNN trained for 2 epochs on the real 60k training images, exported, calibrated
@@ -200,10 +204,23 @@ def smoke_top1(model, smoke_inputs: np.ndarray, smoke: list, labels: List[str]) 
     return float(np.mean(hits))
 
 
+KERNEL_FIELDS = ("agreement", "agreement_confident", "top5_agreement", "mean_kl", "output_sqnr_db", "accuracy_int8",
+                 "accuracy_drop")
+
+
+def with_kernels(evaluator, model, res):
+    """``res`` (simulated) plus the same metrics from ONNX Runtime's INT8 kernels on this CPU."""
+    kernels = evaluator.with_arithmetic("ort-int8").evaluate(model).to_dict()
+    res.kernel_numbers = {k: kernels[k] for k in KERNEL_FIELDS if k in kernels}
+    return res
+
+
 def row(method: str, res, smoke: float, seconds=None, rss=None, samples=None, note: str = "") -> Dict[str, object]:
     d = {"method": method, "calibration_samples": samples, "calibration_seconds": None if seconds is None
          else round(seconds, 2), "peak_rss_mb": None if rss is None else round(rss, 1), "smoke_top1": round(smoke, 4)}
     d.update(res.to_dict())
+    if getattr(res, "kernel_numbers", None):
+        d["ort_int8_kernels"] = res.kernel_numbers
     if note:
         d["note"] = note
     return d
@@ -244,7 +261,7 @@ def run_imagenet(name: str, folder: Path, calib, held, smoke) -> Dict[str, objec
     for m in methods:
         q = insert_qdq(model, jf["methods"][m]["amax"])
         qdq_models[m] = q
-        res = evaluator.evaluate(q)
+        res = with_kernels(evaluator, q, evaluator.evaluate(q))
         label = "jetforge %s%s" % (m, " 99.99" if m == "percentile" else "")
         rows.append(row(label, res, smoke_top1(q, xs, smoke, labels),
                         jf["stats_seconds"] + jf["methods"][m]["algorithm_seconds"], jf["peak_rss_mb"], jf["samples"],
@@ -262,7 +279,7 @@ def run_imagenet(name: str, folder: Path, calib, held, smoke) -> Dict[str, objec
         mp = mixed.search(model, qdq_models[DEFAULT], tune, bound, "agreement_confident", method="kl",
                           sensitivity_samples=64)
         secs = time.perf_counter() - t0
-        res = evaluator.evaluate(mp.model)
+        res = with_kernels(evaluator, mp.model, evaluator.evaluate(mp.model))
         r = row("jetforge %s + mixed (>= %.2f conf. agreement on calib pool)" % (DEFAULT, bound), res,
                 smoke_top1(mp.model, xs, smoke, labels), note="search %.1f s, %d trials" % (secs, len(mp.trials)))
         r["fp16_layers"] = list(mp.fp16_layers)
@@ -285,7 +302,7 @@ def run_imagenet(name: str, folder: Path, calib, held, smoke) -> Dict[str, objec
                              "error": str(err)[:300]})
                 continue
             info = json.loads(Path(str(q_path) + ".json").read_text())
-            res = evaluator.evaluate(q_path)
+            res = with_kernels(evaluator, q_path, evaluator.evaluate(q_path))
             note = ("activations symmetric int8 (TensorRT-compatible)" if sym
                     else "activations asymmetric uint8 (not usable by TensorRT)")
             if n < CALIB:
@@ -384,7 +401,7 @@ def run_fashion(folder: Path) -> Dict[str, object]:
         amax = algorithms.compute_all(st.histograms, m)
         q = insert_qdq(model, amax)
         qdq[m] = q
-        res = evaluator.evaluate(q)
+        res = with_kernels(evaluator, q, evaluator.evaluate(q))
         r = row("jetforge %s" % m, res, float("nan"), t_stats + time.perf_counter() - t1, None, len(xcal))
         del r["smoke_top1"]
         out["rows"].append(r)
@@ -394,7 +411,7 @@ def run_fashion(folder: Path) -> Dict[str, object]:
     xtune = norm(xtr[tune_idx])
     tune = ev.Evaluator(path, [xtune[i:i + 500] for i in range(0, len(xtune), 500)], labels=ytr[tune_idx])
     mp = mixed.search(model, qdq[DEFAULT], tune, 0.001, "accuracy_drop", method="kl", sensitivity_samples=500)
-    res = evaluator.evaluate(mp.model)
+    res = with_kernels(evaluator, mp.model, evaluator.evaluate(mp.model))
     r = row("jetforge %s + mixed (drop <= 0.1 pt on 5000 train images)" % DEFAULT, res, float("nan"))
     del r["smoke_top1"]
     r["fp16_layers"] = list(mp.fp16_layers)
@@ -418,8 +435,14 @@ def machine() -> Dict[str, object]:
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "onnxruntime": onnxruntime.__version__, "torch": torch.__version__, "numpy": np.__version__,
-            "platform": platform.platform(),
+            "platform": platform.platform(), "cpu_flags": _cpu_flags(),
             "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30, 1)}
+
+
+def _cpu_flags() -> Dict[str, object]:
+    from jetforge.runtime.cpu_features import cpu_features
+
+    return cpu_features().to_dict()
 
 
 def table(results: Dict[str, object]) -> str:
@@ -430,25 +453,30 @@ def table(results: Dict[str, object]) -> str:
             continue
         lines.append("\n%s  (held-out %d, %d confident; FP32 smoke top-1 %.2f)" % (
             name, r["held_out_samples"], r["held_out_confident"], r["fp32_smoke_top1"]))
-        lines.append("%-62s %6s %6s %6s %8s %6s %7s %8s" % ("method", "agree", "conf", "top5", "KL", "smoke",
-                                                            "calib s", "RSS MB"))
+        lines.append("%-62s %6s %6s %6s %8s %6s %7s %8s | %7s %7s" % ("method", "agree", "conf", "top5", "KL", "smoke",
+                                                                       "calib s", "RSS MB", "ORT-k ag", "conf"))
         for row_ in r["rows"]:
             if "error" in row_:
                 lines.append("%-62s error: %s" % (row_["method"], row_["error"][:60]))
                 continue
-            lines.append("%-62s %6.3f %6s %6.3f %8.4f %6.2f %7s %8s" % (
+            k = row_.get("ort_int8_kernels") or {}
+            lines.append("%-62s %6.3f %6s %6.3f %8.4f %6.2f %7s %8s | %7s %7s" % (
                 row_["method"][:62], row_["agreement"],
                 "%.3f" % row_["agreement_confident"] if row_["agreement_confident"] is not None else "-",
                 row_["top5_agreement"], row_["mean_kl"], row_["smoke_top1"],
                 "%.1f" % row_["calibration_seconds"] if row_["calibration_seconds"] is not None else "-",
-                "%.0f" % row_["peak_rss_mb"] if row_["peak_rss_mb"] is not None else "-"))
+                "%.0f" % row_["peak_rss_mb"] if row_["peak_rss_mb"] is not None else "-",
+                "%.3f" % k["agreement"] if k.get("agreement") is not None else "-",
+                "%.3f" % k["agreement_confident"] if k.get("agreement_confident") is not None else "-"))
     f = results.get("fashion_mnist")
     if f:
         lines.append("\nfashion-mnist small CNN (%d epochs), %d test images, FP32 %.4f" % (
             f["epochs"], f["test_samples"], f["fp32_accuracy"]))
         for row_ in f["rows"]:
-            lines.append("%-62s int8 %.4f  drop %.2f pt" % (row_["method"][:62], row_["accuracy_int8"],
-                                                           100 * row_["accuracy_drop"]))
+            k = row_.get("ort_int8_kernels") or {}
+            lines.append("%-62s int8 %.4f  drop %.2f pt | ORT kernels %s" % (
+                row_["method"][:62], row_["accuracy_int8"], 100 * row_["accuracy_drop"],
+                "%.4f" % k["accuracy_int8"] if k.get("accuracy_int8") is not None else "-"))
     return "\n".join(lines)
 
 
@@ -477,8 +505,12 @@ def main() -> int:
         raise SystemExit("DEFAULT here (%s) is not the library's default (%s)" % (DEFAULT, DEFAULT_ALGORITHM))
     logging.basicConfig(level=logging.WARNING)
     t0 = time.perf_counter()
+    from jetforge.calibrate.int8sim import SIMULATED_LABEL
+    from jetforge.runtime.cpu_features import ort_kernel_label
+
     results: Dict[str, object] = {"benchmark": "int8_accuracy", "date": datetime.datetime.now().isoformat(
-        timespec="seconds"), "machine": machine()}
+        timespec="seconds"), "machine": machine(),
+        "evaluators": {"rows": SIMULATED_LABEL, "ort_int8_kernels": ort_kernel_label()}}
     with tempfile.TemporaryDirectory(prefix="jf-int8-") as tmp:
         folder = Path(tmp)
         calib, held, smoke = pools()
@@ -497,6 +529,7 @@ def main() -> int:
     results["seconds"] = round(time.perf_counter() - t0, 1)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1))
+    print("rows: %s; right columns: %s" % (results["evaluators"]["rows"], results["evaluators"]["ort_int8_kernels"]))
     print(table(results))
     print("\nwritten %s (%.0f s)" % (RESULTS, results["seconds"]))
     return 0
