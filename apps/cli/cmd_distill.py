@@ -46,9 +46,14 @@ class DistillCommand(Command):
         "adapters). Without a teacher it is plain fine-tuning. AMP on CUDA, gradient clipping, cosine schedule with "
         "warm-up, atomic checkpoints with resume, validation every epoch. The run folder (out_dir) receives "
         "config.yaml, metrics.jsonl, last.pt/best.pt, student.pt, model.onnx and result.json. For several GPUs "
-        "launch `torchrun --nproc_per_node=N -m jetforge.compress.distill RECIPE`.")
+        "launch `torchrun --nproc_per_node=N -m jetforge.compress.distill RECIPE`. Checkpoints (model.checkpoint, "
+        "teacher.checkpoint: a state dict or a jetforge last.pt/best.pt; model.prune_plan for one pruned by jetforge "
+        "prune) are read weights-only; one holding other pickled objects runs code when loaded and needs "
+        "model.trust_pickle: true (teacher.trust_pickle), for files you made yourself.")
     examples = """examples:
   jetforge distill --config recipes/distill_fashion_mnist.yaml
+  jetforge distill --config recipes/distill_fashion_mnist.yaml --set model.checkpoint=pruned/pruned.pt \\
+      --set model.prune_plan=pruned/model.prune.json --set model.prune_ratio=null
   jetforge distill --config recipes/distill_fashion_mnist.yaml --set train.epochs=10 --set loss.temperature=2
   jetforge distill --config recipes/distill_fashion_mnist.yaml --set teacher=null --set out_dir=runs/finetune
   jetforge distill --config recipes/distill_fashion_mnist.yaml --print-config

@@ -16,7 +16,9 @@ class QatCommand(Command):
         "from ranges calibrated with jetforge's algorithms. Exports model.qdq.onnx and translates it for DLA "
         "(TensorRT <= 10 takes INT8 on DLA only from a cache): model.plain.onnx + model.calib holding the trained "
         "scales + model.fp16_layers.txt + model.dla.json (with the trtexec arguments). With --translate, only "
-        "translate an existing Q/DQ ONNX (from jetforge, ModelOpt or pytorch-quantization).")
+        "translate an existing Q/DQ ONNX (from jetforge, ModelOpt or pytorch-quantization). model.checkpoint (with "
+        "model.prune_plan for a model pruned by jetforge prune) is read weights-only; a checkpoint holding other "
+        "pickled objects runs code when loaded and needs model.trust_pickle: true, for files you made yourself.")
     examples = """examples:
   jetforge qat --config recipes/qat_fashion_mnist.yaml
   jetforge qat --config recipes/qat_fashion_mnist.yaml --set qat.calibration=percentile --set export.trt_version=8.6.2

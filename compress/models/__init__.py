@@ -101,7 +101,9 @@ def load_pretrained(name: str, weights: PathLike, verify_hash: bool = True) -> A
 
 def architecture_names() -> List[str]:
     """Every name :func:`build_architecture` accepts: jetforge's models, then torchvision's (if installed)."""
-    names = list(PRETRAINED)
+    from jetforge.compress.train.models import ARCHS
+
+    names = list(PRETRAINED) + list(ARCHS)
     try:
         names += [n for n in require("torchvision", "torchvision architectures").models.list_models() if n not in PRETRAINED]
     except DependencyError:  # without torchvision the list is jetforge's own
@@ -110,14 +112,19 @@ def architecture_names() -> List[str]:
 
 
 def build_architecture(name: str, num_classes: Optional[int] = None) -> Any:
-    """A freshly initialised model of architecture ``name``: jetforge's (:data:`PRETRAINED`) or torchvision's.
+    """A freshly initialised model of architecture ``name``: jetforge's (:data:`PRETRAINED`, the recipes'
+    ``fashion_*`` models at their default width) or torchvision's.
 
     Nothing is downloaded: torchvision builders get ``weights=None`` and, where they take one,
     ``weights_backbone=None`` (detection models otherwise fetch an ImageNet backbone).
     """
+    from jetforge.compress.train.models import ARCHS
+
     kwargs: Dict[str, Any] = {} if num_classes is None else {"num_classes": int(num_classes)}
     if name in PRETRAINED:
         return build(name, **kwargs)
+    if name in ARCHS:
+        return ARCHS[name](**kwargs)
     torchvision = require("torchvision", "building torchvision architectures")
     try:
         builder = torchvision.models.get_model_builder(name)
