@@ -5,7 +5,7 @@ import logging
 from pathlib import Path
 from typing import Tuple
 
-from jetforge.apps.cli.app_models import load_torch_model
+from jetforge.apps.cli.app_models import add_model_flags, load_model_from_args, model_input_paths
 from jetforge.apps.cli.base import Command, add_json_flag, add_target_flag, print_json
 from jetforge.errors import ConfigError
 
@@ -30,18 +30,24 @@ class PruneCommand(Command):
         "consistent (residuals, concat, split, depthwise/grouped conv, SE, flatten->Linear). Kept channel counts "
         "are rounded to the target's channel multiple. Writes into --out: pruned.pt (state dict), "
         "model.prune.json (the plan: replay it on a fresh model to load pruned.pt), prune_report.{json,txt,png} "
-        "and model.onnx with its sidecar. Operations the pruner cannot follow are protected and listed.")
+        "and model.onnx with its sidecar. Operations the pruner cannot follow are protected and listed. Your own "
+        "weights load onto the named architecture with --weights (a state dict, read weights-only); to load "
+        "pruned.pt later: --model ARCH --prune-plan model.prune.json --weights pruned.pt (export, prune). A whole "
+        "pickled module (.pt) runs code when loaded: jetforge opens it only with --trust-pickle.")
     examples = """examples:
   jetforge prune --model mobilenet_v2 --flops-reduction 2.0 --target orin-nx-16gb --out pruned/
   jetforge prune --model resnet50 --ratio 0.5 --importance l2 --round-to 16 --out r50/
-  jetforge prune --model my_model.pt --input-shape 1,3,8,112,112 --ratio 0.3 --global --out out/
+  jetforge prune --model r3d_18 --weights my_r3d.pt --input-shape 1,3,8,112,112 --ratio 0.3 --global --out out/
+  jetforge export --model resnet50 --prune-plan r50/model.prune.json --weights r50/pruned.pt --out r50.onnx
   jetforge prune --model mobilenet_v2 --latency-reduction 1.5 --measure-latency --out fast/
   jetforge prune --model resnet50 --flops-reduction 2.0 --latency-aware --input-shape 1,3,224,224 --out la/"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--model", required=True, metavar="NAME|PATH.pt",
                             help="mobilenet_v2 (pretrained, from the asset cache), a torchvision architecture name "
-                                 "(random weights), or a file saved with torch.save(model)")
+                                 "(random weights unless --weights), or, with --trust-pickle, a file saved with "
+                                 "torch.save(model)")
+        add_model_flags(parser)
         goal = parser.add_mutually_exclusive_group(required=True)
         goal.add_argument("--ratio", type=float, help="fraction of coupled channels to remove, in [0, 1)")
         goal.add_argument("--flops-reduction", type=float, metavar="FACTOR", help="e.g. 2.0 = half the MACs")
@@ -83,8 +89,20 @@ class PruneCommand(Command):
         from jetforge.compress.export import export_onnx
         from jetforge.compress.prune import prune
 
-        model, meta = load_torch_model(args.model)
+        if args.prune_plan:
+            raise ConfigError("jetforge prune does not prune an already pruned model yet: its new plan would only "
+                              "replay on the pruned model, not on %s" % args.model,
+                              hint="prune the unpruned weights to the combined goal: --model %s --weights FILE"
+                                   % args.model)
+        if Path(args.model).suffix.lower() == ".pt2":
+            raise ConfigError("%s is a torch.export program, whose graph is fixed: it cannot be pruned" % args.model,
+                              hint="prune the model it was exported from: --model ARCH --weights STATE_DICT.pt")
+        model, meta = load_model_from_args(args)
         out = Path(args.out)
+        from jetforge.fileio import check_not_input
+
+        for written in ("pruned.pt", "model.prune.json"):
+            check_not_input(out / written, model_input_paths(args))
         out.mkdir(parents=True, exist_ok=True)
         x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
         result = prune(model, x, ratio=args.ratio, flops_reduction=args.flops_reduction,
