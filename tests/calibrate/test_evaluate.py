@@ -367,3 +367,25 @@ def test_metrics_come_from_the_registry(small_qdq_models):
     assert evaluator.subset(8).evaluate(q).metrics["test_max_abs_error"]["targets"] == 8
     with pytest.raises(Exception, match="did you mean|unknown|not"):
         ev.Evaluator(fp32, [x], metrics=("clasification",))
+
+
+def test_cli_labels_the_evaluator_and_adds_ort_kernels(tiny_model, image_dir, bikes_video, capsys):
+    import json
+
+    from jetforge.apps.cli.main import main
+    from jetforge.runtime.cpu_features import int8_kernel_summary, int8_kernels_can_saturate
+
+    argv = ["calibrate", str(tiny_model), "--data", str(image_dir), "--eval", str(bikes_video), "--eval-samples", "16",
+            "--samples", "16", "--no-plots"]
+    assert main(argv + ["--int8-kernels", "--json"]) == 0
+    block = json.loads(capsys.readouterr().out)["evaluation"]
+    assert block["arithmetic"] == ev.SIMULATED_LABEL and block["int8"]["arithmetic"] == ev.SIMULATED_LABEL
+    kernels = block["int8_ort_kernels"]
+    assert kernels["label"] == "ORT INT8 kernels on this CPU: %s" % int8_kernel_summary()
+    assert kernels["samples"] == 16 and ("warning" in kernels) == bool(int8_kernels_can_saturate())
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "INT8 numbers: simulated INT8 arithmetic (TensorRT rules); TensorRT not run" in text
+    assert "ORT INT8 kernels" not in text  # only when asked for
+    assert main(["calibrate", str(tiny_model), "--data", str(image_dir), "--int8-kernels"]) == 1
+    assert "--int8-kernels needs --eval" in capsys.readouterr().err
