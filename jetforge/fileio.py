@@ -108,8 +108,7 @@ def check_output_path(path: PathLike) -> Path:
     """
     target = Path(path)
     if target.is_dir():
-        raise InputFileError("cannot write %s: it is a folder" % target,
-                             hint="give a file name (inside it, e.g. %s)" % (target / "NAME"))
+        raise InputFileError("cannot write %s: it is a folder" % target, hint="name a file, not a folder")
     blocker = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise InputFileError("cannot write %s: %s is a file, not a folder" % (target, blocker),

@@ -468,3 +468,17 @@ def test_static_shape_sets_only_the_batch_axis():
     with pytest.raises(ModelError, match="dynamic axis 2") as info:
         static_shape(TensorSpec("x", [1, 3, "H", 8]), purpose="the bundle")
     assert "--shape x=1x3xNx8" in str(info.value)
+
+
+# ------------------------------------------------------------------ loading
+def test_an_empty_or_hollow_model_is_refused_not_reported_as_an_empty_table(tmp_path):
+    """An empty .onnx used to give an empty table that passed --strict; in memory or on disk it is an error."""
+    from jetforge.errors import ModelError
+
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(ModelError, match="empty.onnx is empty"):
+        analyze_onnx(empty, **ORIN)
+    hollow = _model([], [("x", [1, 4, 8, 8])], output="x")  # inputs and outputs, but no layer at all
+    with pytest.raises(ModelError, match="its graph has no nodes"):
+        analyze_onnx(hollow, **ORIN)
