@@ -10,8 +10,9 @@ adapters) -- and validates the *student* after every epoch.  It provides:
 * a per-step schedule: linear warm-up to ``lr`` over ``warmup_epochs``, then cosine down to
   ``lr * min_lr_ratio``;
 * checkpoints written atomically (``last.pt`` every epoch, ``best.pt`` on the best validation
-  accuracy) holding model, adapters, optimizer, schedule, scaler, RNG state and the metrics so
-  far; ``resume`` continues an interrupted run from ``last.pt`` at the next epoch.  They hold only
+  accuracy) holding model, adapters, optimizer, schedule, scaler, RNG states (torch's, the shuffle's
+  and the dataset's augmentation generators) and the metrics so far; ``resume`` continues an
+  interrupted run from ``last.pt`` at the next epoch exactly as it would have gone on.  They hold only
   tensors, dicts, lists, strings and numbers, are checked for that before they replace the old
   file, and are read back weights-only (:mod:`jetforge.compress.checkpoint`): resuming never
   unpickles code;
@@ -276,6 +277,7 @@ class Trainer:
             rng = state.get("rng") or {}
             if "torch" in rng and ctx.world_size == state.get("world_size", 1):
                 torch.set_rng_state(rng["torch"])
+                set_generator_states(loader, self.train_set, rng.get("generators") or {})
             if ctx.is_main:
                 log.info("resuming %s from epoch %d of %d", last, start_epoch, cfg.epochs)
         if ctx.is_main:
@@ -355,7 +357,9 @@ class Trainer:
                          "train_module": self._module_state(), "optimizer": opt.state_dict(),
                          "scheduler": sched.state_dict(), "scaler": scaler.state_dict(),
                          "best_accuracy": result.best_accuracy, "best_epoch": result.best_epoch,
-                         "history": result.history, "rng": {"torch": torch.get_rng_state()},
+                         "history": result.history,
+                         "rng": {"torch": torch.get_rng_state(),
+                                 "generators": generator_states(loader, self.train_set)},
                          "world_size": ctx.world_size, "config": self.run_config}
                 save_checkpoint(last, state)
                 if improved:
@@ -371,6 +375,30 @@ class Trainer:
         result.rank_stats = {"rank": ctx.rank, "samples": rank_totals["samples"], "steps": rank_totals["steps"],
                              "mean_loss": rank_totals["loss_sum"] / max(rank_totals["samples"], 1.0)}
         return result
+
+
+def _generators(loader: Any, dataset: Any) -> Dict[str, torch.Generator]:
+    """The random generators that decide the next epoch: the sampler's shuffle and the dataset's own
+    (augmentation), found by type so a user's dataset is covered too."""
+    found: Dict[str, torch.Generator] = {}
+    if isinstance(getattr(loader.sampler, "generator", None), torch.Generator):
+        found["sampler"] = loader.sampler.generator
+    for name, value in sorted(vars(dataset).items()) if hasattr(dataset, "__dict__") else ():
+        if isinstance(value, torch.Generator):
+            found["dataset." + name] = value
+    return found
+
+
+def generator_states(loader: Any, dataset: Any) -> Dict[str, torch.Tensor]:
+    """States of :func:`_generators`, saved in checkpoints so a resumed run shuffles and augments
+    exactly as the uninterrupted run would have (with ``workers: 0``; worker processes hold copies)."""
+    return {name: g.get_state() for name, g in _generators(loader, dataset).items()}
+
+
+def set_generator_states(loader: Any, dataset: Any, states: Dict[str, Any]) -> None:
+    for name, g in _generators(loader, dataset).items():
+        if isinstance(states.get(name), torch.Tensor):
+            g.set_state(states[name])
 
 
 def write_metrics(path: PathLike, history: List[Dict[str, Any]]) -> Path:
