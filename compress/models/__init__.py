@@ -105,7 +105,8 @@ def architecture_names() -> List[str]:
 
     names = list(PRETRAINED) + list(ARCHS)
     try:
-        names += [n for n in require("torchvision", "torchvision architectures").models.list_models() if n not in PRETRAINED]
+        torchvision = require("torchvision", "torchvision architectures")
+        names += [n for n in torchvision.models.list_models() if n not in names]
     except DependencyError:  # without torchvision the list is jetforge's own
         pass
     return names
@@ -129,7 +130,7 @@ def build_architecture(name: str, num_classes: Optional[int] = None) -> Any:
     try:
         builder = torchvision.models.get_model_builder(name)
     except ValueError:
-        raise UnknownNameError("model architecture", name, architecture_names(),
+        raise UnknownNameError("model", name, architecture_names(),
                                hint="name %s, a torchvision architecture (torchvision.models.list_models()), or a "
                                     "model file" % " or ".join(PRETRAINED)) from None
     if "weights_backbone" in inspect.signature(builder).parameters:

@@ -185,7 +185,7 @@ def load_checkpoint(path: PathLike) -> Dict[str, Any]:
 
 
 def model_state_from(path: PathLike, trusted: bool = False, block: str = "model") -> Dict[str, Any]:
-    """The student's state dict from a jetforge checkpoint, or a plain state dict file (weights-only unless ``trusted``).
+    """The student's state dict from a jetforge checkpoint or a plain state dict file, weights-only unless ``trusted``.
 
     ``block`` is the recipe block naming the file (``model``, ``teacher``), for the fix in errors.
     """

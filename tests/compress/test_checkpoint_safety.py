@@ -256,8 +256,8 @@ def test_malformed_checkpoint_library_errors_are_model_errors(tmp_path, marker):
 def test_the_installed_command_prints_one_line_and_exits_1(tmp_path, marker):
     """The real process (logging and warnings as a user sees them), not main() in-process."""
     evil = malicious_checkpoint(tmp_path / "evil.pt", marker)
-    proc = subprocess.run([sys.executable, "-c", "import sys; from jetforge.apps.cli.main import main; sys.exit(main())",
-                           "export", "--model", str(evil), "--out", str(tmp_path / "m.onnx")],
-                          capture_output=True, text=True, timeout=300)
+    launcher = "import sys; from jetforge.apps.cli.main import main; sys.exit(main())"
+    argv = ["export", "--model", str(evil), "--out", str(tmp_path / "m.onnx")]
+    proc = subprocess.run([sys.executable, "-c", launcher] + argv, capture_output=True, text=True, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1 and "--trust-pickle" in lines[0], (proc.returncode, proc.stderr)

@@ -29,8 +29,9 @@ def test_export_user_module_with_labels_file_and_static_batch(tmp_path, capsys):
     pre = tmp_path / "pre.yaml"
     pre.write_text("height: 32\nwidth: 32\nresize: stretch\ncolor: gray\nmean: [0.5]\nstd: [0.25]\n")
     out = tmp_path / "net.onnx"
-    assert main(["export", "--model", str(model), "--input-shape", "1x1x32x32", "--preprocess", str(pre),
-                 "--labels", str(labels), "--task", "classify", "--static-batch", "--out", str(out)]) == 0
+    assert main(["export", "--model", str(model), "--trust-pickle", "--input-shape", "1x1x32x32",  # a whole module
+                 "--preprocess", str(pre), "--labels", str(labels), "--task", "classify", "--static-batch",
+                 "--out", str(out)]) == 0
     side = read_sidecar(out)
     assert side.labels == ["cat", "dog", "bird"] and side.inputs[0].shape == [1, 1, 32, 32]
     assert side.preprocess.color == "gray" and side.preprocess.resize == "stretch"
