@@ -33,17 +33,6 @@ def conv_widths(onnx_path):
     return [list(inits[n.input[1]].dims)[0] for n in model.graph.node if n.op_type == "Conv" and n.input[1] in inits]
 
 
-@pytest.fixture(scope="module")
-def fmnist_root():
-    from jetforge.apps.assets import asset_path
-    from jetforge.errors import AssetError
-
-    try:
-        return asset_path("fashion_mnist", "train-images-idx3-ubyte.gz").parent
-    except AssetError as err:
-        pytest.skip("Fashion-MNIST not available: %s" % err)
-
-
 def test_state_dict_with_a_torchvision_architecture_exports_like_the_model(tmp_path, capsys):
     """--model resnet18 --weights: 7 classes read from the weights, outputs equal the original model's."""
     import torchvision

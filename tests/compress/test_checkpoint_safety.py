@@ -104,17 +104,6 @@ def test_weights_flag_reads_weights_only(tmp_path, marker, capsys):
     assert_one_line_error(code, lines, "weights.pt", "builtins.exec")
 
 
-@pytest.fixture(scope="module")
-def fmnist_root():
-    from jetforge.apps.assets import asset_path
-    from jetforge.errors import AssetError
-
-    try:
-        return asset_path("fashion_mnist", "train-images-idx3-ubyte.gz").parent
-    except AssetError as err:
-        pytest.skip("Fashion-MNIST not available: %s" % err)
-
-
 def test_distill_and_qat_recipes_never_unpickle_their_checkpoints(tmp_path, marker, fmnist_root, capsys):
     """model.checkpoint and teacher.checkpoint are read weights-only; the fix names the recipe key."""
     from jetforge.compress.train.models import build_model
