@@ -33,7 +33,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.errors import ModelError
-from jetforge.runtime.boxes import iou_matrix
 from jetforge.runtime.preprocess import ResizePlan
 
 SSD_EXTRA_KEY = "ssd"
@@ -63,10 +62,13 @@ class AnchorLayer:
 
 
 def ssd_anchor_layers(grid_sizes: Sequence[Tuple[int, int]], min_scale: float = 0.2, max_scale: float = 0.95,
-                      aspect_ratios: Sequence[float] = (1.0, 2.0, 0.5, 3.0, 1.0 / 3),
+                      aspect_ratios: Sequence[float] = (1.0, 2.0, 0.5, 3.0, 0.3333),
                       interpolated_scale_aspect_ratio: float = 1.0,
                       reduce_boxes_in_lowest_layer: bool = True) -> List[AnchorLayer]:
     """The per-layer (scale, aspect ratio) lists of TF's ``ssd_anchor_generator`` (``create_ssd_anchors``).
+
+    The defaults are the ``ssdlite_mobilenet_v2_coco`` config's, which writes the last ratio as 0.3333
+    (not 1/3): the frozen person detector holds exactly that value.
 
     Scales are spaced linearly from ``min_scale`` to ``max_scale`` over the layers; each layer
     adds one box of scale ``sqrt(s_i * s_{i+1})`` (1.0 after the last) at the interpolated aspect
@@ -270,22 +272,30 @@ def convert_scores(logits: np.ndarray, converter: str = "sigmoid", logit_scale: 
 
 def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_threshold: float,
         max_output: int) -> np.ndarray:
-    """Indices kept by greedy NMS, best first (TensorFlow's ``non_max_suppression`` rules, see the module doc)."""
+    """Indices kept by greedy NMS, best first (TensorFlow's ``non_max_suppression`` rules, see the module doc).
+
+    IoU is computed as TensorFlow's kernel does, in float32 with each box's corners sorted and 0 for
+    an empty box; candidates are sorted once and the suppressed ones dropped after each kept box, so
+    each step works on what is left.
+    """
     candidates = np.flatnonzero(scores > score_threshold)
     order = candidates[np.argsort(-scores[candidates], kind="stable")]
+    b = np.asarray(boxes, dtype=np.float32)[order]
+    y1, x1 = np.minimum(b[:, 0], b[:, 2]), np.minimum(b[:, 1], b[:, 3])
+    y2, x2 = np.maximum(b[:, 0], b[:, 2]), np.maximum(b[:, 1], b[:, 3])
+    area = (y2 - y1) * (x2 - x1)
     keep: List[int] = []
-    alive = np.ones(len(order), dtype=bool)
-    for pos in range(len(order)):
-        if not alive[pos]:
-            continue
-        idx = int(order[pos])
-        keep.append(idx)
-        if len(keep) >= max_output:
-            break
-        rest = pos + 1 + np.flatnonzero(alive[pos + 1:])
-        if len(rest):
-            overlap = iou_matrix(boxes[idx][None, :], boxes[order[rest]])[0]
-            alive[rest[overlap > iou_threshold]] = False
+    zero = np.float32(0)
+    while len(order) and len(keep) < max_output:
+        keep.append(int(order[0]))
+        ih = np.maximum(np.minimum(y2[0], y2[1:]) - np.maximum(y1[0], y1[1:]), zero)
+        iw = np.maximum(np.minimum(x2[0], x2[1:]) - np.maximum(x1[0], x1[1:]), zero)
+        inter = ih * iw
+        with np.errstate(invalid="ignore", divide="ignore"):
+            iou = inter / (area[0] + area[1:] - inter)
+        # survivors: IoU not above the threshold, or either box empty (TF: IoU 0); NaN IoU never suppresses
+        survive = ~(iou > iou_threshold) | (area[1:] <= 0) | (area[0] <= 0)
+        order, y1, x1, y2, x2, area = (a[1:][survive] for a in (order, y1, x1, y2, x2, area))
     return np.asarray(keep, dtype=np.int64)
 
 
@@ -356,5 +366,48 @@ def _select(boxes: np.ndarray, scores: np.ndarray, spec: SSDSpec, threshold: flo
     return Detections(b[:n], s[:n], k[:n], tuple(spec.labels))
 
 
-__all__ = ["AnchorLayer", "Detections", "SSDSpec", "SSD_EXTRA_KEY", "convert_scores", "decode_boxes",
+class SSDDetector:
+    """An exported SSD body in a jetforge session, with its preprocessing and the host postprocess: frames in, boxes out.
+
+    >>> det = SSDDetector("det.onnx")                          # doctest: +SKIP
+    >>> boxes, scores = det.detect(frame_bgr, score_threshold=0.5)  # x1, y1, x2, y2 frame pixels
+    """
+
+    def __init__(self, model_path: Any, backend: str = "auto", **session_options: Any) -> None:
+        from jetforge.runtime.session import open_session
+
+        self.session = open_session(model_path, backend=backend, **session_options)
+        sidecar = self.session.sidecar
+        if sidecar is None or sidecar.preprocess is None:
+            self.session.close()
+            raise ModelError("%s has no sidecar with its preprocessing" % model_path,
+                             hint="export the detector with `jetforge export --model ssdlite_mobilenet_v2_person`")
+        self.spec = spec_from_sidecar(sidecar)
+        self.preprocess = sidecar.preprocess
+        self.anchors = self.spec.anchors()
+        self.input_name = self.session.inputs[0].name
+
+    def detect_batch(self, frames: Sequence[np.ndarray], score_threshold: float = 0.5) -> List[Detections]:
+        x = self.preprocess.batch(frames)
+        out = self.session.infer({self.input_name: x})
+        enc, logits = (out[t.name] for t in self.session.outputs[:2])
+        return postprocess(enc, logits, self.spec, score_threshold=score_threshold, anchors=self.anchors)
+
+    def detect(self, frame: np.ndarray, score_threshold: float = 0.5) -> Tuple[np.ndarray, np.ndarray]:
+        """(boxes ``(K, 4)`` x1, y1, x2, y2 in ``frame`` pixels, scores ``(K,)``), best first."""
+        det = self.detect_batch([frame], score_threshold)[0]
+        plan = self.preprocess.geometry(frame.shape[:2])
+        return det.xyxy(plan, (self.preprocess.height, self.preprocess.width)), det.scores
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> "SSDDetector":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+__all__ = ["AnchorLayer", "Detections", "SSDDetector", "SSDSpec", "SSD_EXTRA_KEY", "convert_scores", "decode_boxes",
            "generate_anchors", "nms", "postprocess", "spec_from_sidecar", "ssd_anchor_layers"]

@@ -26,7 +26,7 @@ def test_documented_anchor_generator_layers():
         nxt = [0.2, 0.35, 0.5, 0.65, 0.8, 0.95, 1.0][i + 1]
         assert layers[i].scales[:5] == pytest.approx([s] * 5)
         assert layers[i].scales[5] == pytest.approx(math.sqrt(s * nxt))
-        assert layers[i].aspect_ratios == pytest.approx((1.0, 2.0, 0.5, 3.0, 1 / 3, 1.0))
+        assert layers[i].aspect_ratios == pytest.approx((1.0, 2.0, 0.5, 3.0, 0.3333, 1.0))  # as the config writes it
     assert spec_300().num_anchors == 19 * 19 * 3 + (100 + 25 + 9 + 4 + 1) * 6 == 1917
 
 
