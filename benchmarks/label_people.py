@@ -27,6 +27,9 @@ Edit file lines (``#`` starts a comment; ids are the numbers drawn next to the b
     vtest 150 add 455,100,470,140 | reason          a missed person (``add!`` adds it as difficult)
     vtest 150 del 4 | reason                        not a person / duplicate
     vtest 150 split 2 388,185,428,280 432,180,475,277 | reason
+    vtest 150 splitx 2 430 | reason                 cut a blob at column 430, each part fitted to the foreground
+    vtest 150 splity 2 250 | reason                 the same at row 250 (people one behind the other)
+    vtest 150 fit 2 385,183,421,283 | reason        box 2 = bounds of the foreground inside this region
     vtest 150 difficult 5 | reason                  (``easy 5`` clears the flag)
     vtest ok 150 152 154 | reason                   frames looked at and accepted as they are now
 """
@@ -351,7 +354,7 @@ def apply_edits(prelabels: Dict[str, object], edit_lines: Sequence[str],
             return b
 
         entry = {"clip": clip, "frame": frame, "action": action, "reason": reason}
-        if action in ("fit", "addfit", "splitx"):
+        if action in ("fit", "addfit", "splitx", "splity"):
             if mask_of is None or not CLIPS[clip]["fixed_camera"]:
                 raise SystemExit("edit line %d: %s needs the foreground mask of a fixed-camera clip" % (number, action))
             mask = mask_of(clip, frame)
@@ -372,6 +375,16 @@ def apply_edits(prelabels: Dict[str, object], edit_lines: Sequence[str],
             made = [new_box(p) for p in parts]
             entry.update(action="split", id=b["id"], old_box=b["box"], new_box=[p["box"] for p in made],
                          new_ids=[p["id"] for p in made], cut_columns=cuts)
+        elif action == "splity":  # people stacked in depth: cut the blob at rows
+            b = take(args[0])
+            cuts = [int(v) for v in args[1:]]
+            edges = [b["box"][1]] + cuts + [b["box"][3]]
+            parts = [fit_to_mask(mask, [b["box"][0], edges[k], b["box"][2], edges[k + 1]], number)
+                     for k in range(len(edges) - 1)]
+            boxes.remove(b)
+            made = [new_box(p) for p in parts]
+            entry.update(action="split", id=b["id"], old_box=b["box"], new_box=[p["box"] for p in made],
+                         new_ids=[p["id"] for p in made], cut_rows=cuts)
         elif action == "set":
             b = take(args[0])
             entry.update(id=b["id"], old_box=list(b["box"]), new_box=parse_box(args[1]))
