@@ -142,10 +142,10 @@ def _pretrained_meta(spec: str) -> Dict[str, Any]:
     p = PRETRAINED[spec]
     labels: List[str] = []
     try:
-        labels = list(load_labels(p.labels))
+        labels = list(load_labels(p.labels)) if p.labels else []
     except Exception as err:  # labels are a convenience for the sidecar, not needed to prune
         log.warning("no labels for %s: %s", spec, err)
-    return {"task": "classify", "name": spec, "labels": labels, "preprocess": p.preprocess,
+    return {"task": getattr(p, "task", "classify"), "name": spec, "labels": labels, "preprocess": p.preprocess,
             "input_shape": tuple(p.input_shape)}
 
 
