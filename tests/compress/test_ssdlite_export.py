@@ -13,8 +13,8 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from jetforge.compress.models.ssdlite_export import (center_size_anchors, export_detector,  # noqa: E402
-                                                     fold_pads_into_convs, write_efficient_nms_variant)
+from jetforge.compress.models.ssdlite_export import (center_size_anchors, fold_pads_into_convs,  # noqa: E402
+                                                     write_efficient_nms_variant)
 from jetforge.compress.models.ssdlite_mobilenet_v2 import load_from_graphdef  # noqa: E402
 from jetforge.compress.models.tf_graphdef import load_graphdef  # noqa: E402
 from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess, read_spec  # noqa: E402
@@ -23,7 +23,7 @@ from jetforge.runtime.detection import postprocess, spec_from_sidecar  # noqa: E
 from jetforge.runtime.sidecar import read_sidecar  # noqa: E402
 
 torch.set_num_threads(1)
-pytestmark = pytest.mark.slow  # one export of a 1917-anchor detector (~10-25 s on 2 shared cores)
+pytestmark = pytest.mark.slow  # one CLI export of a 1917-anchor detector (~15-30 s on 2 shared cores)
 VTEST_FRAMES = (40, 400, 760)
 
 
@@ -37,11 +37,44 @@ def ported():
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory, ported):
-    model, spec, pre = ported
+def cli_export(tmp_path_factory):
+    """`jetforge export --model ssdlite_mobilenet_v2_person --efficient-nms --json`, once: (body path, printed JSON)."""
+    import contextlib
+    import io
+    import json
+
+    from jetforge.apps.cli.main import main
+
     path = tmp_path_factory.mktemp("ssd") / "det.onnx"
-    export_detector(model, spec, pre, path)
-    return path
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["export", "--model", "ssdlite_mobilenet_v2_person", "--out", str(path), "--efficient-nms",
+                     "--json"])
+    assert code == 0
+    return path, json.loads(printed.getvalue())
+
+
+@pytest.fixture(scope="module")
+def exported(cli_export):
+    return cli_export[0]
+
+
+def test_cli_route(cli_export):
+    path, result = cli_export
+    assert result["task"] == "detect" and result["labels"] == ["person"] and result["anchors"] == 1917
+    assert [o["name"] for o in result["outputs"]] == ["box_encodings", "class_logits"]
+    # the CLI's own ONNX Runtime check on a random input: same float32 network, ~1e-5 at output scale ~30
+    assert result["onnxruntime_vs_torch"]["max_abs_diff"] <= 1e-4 * result["onnxruntime_vs_torch"]["output_scale"]
+    assert Path(result["efficient_nms_onnx"]) == path.with_name("det.nms.onnx") and path.with_name("det.nms.onnx").is_file()
+
+
+def test_cli_refuses_options_that_do_not_apply(tmp_path, capsys):
+    from jetforge.apps.cli.main import main
+
+    code = main(["export", "--model", "ssdlite_mobilenet_v2_person", "--out", str(tmp_path / "d.onnx"),
+                 "--input-shape", "1x3x320x320"])
+    assert code == 1 and "--input-shape cannot be used with ssdlite_mobilenet_v2_person" in capsys.readouterr().err
+    assert not (tmp_path / "d.onnx").exists()
 
 
 @pytest.fixture(scope="module")
