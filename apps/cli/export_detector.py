@@ -47,8 +47,7 @@ def run_detector_export(args: argparse.Namespace, out: Path) -> int:
     if args.check_trt:
         from jetforge.runtime.tensorrt.onnx_check import check_onnx_builds
 
-        check = check_onnx_builds(out)
-        result["tensorrt_check"] = {"library": check.library, "version": check.version, "layers": check.num_layers}
+        result["tensorrt_check"] = check_onnx_builds(out).to_dict()
     if args.json:
         print_json(result)
         return 0

@@ -421,38 +421,25 @@ def _list(buf: memoryview, where: str, budget: _Budget, depth: int) -> AttrList:
 def _attr_value(buf: memoryview, where: str, budget: _Budget, depth: int) -> AttrValue:
     if depth > MAX_DEPTH:
         raise _error(where, "attributes nested deeper than %d levels" % MAX_DEPTH)
+    # AttrValue's oneof: field number -> (wire type, member name, decoder); the last member given wins
+    members: Dict[int, Tuple[int, str, Callable[[Any], Any]]] = {
+        1: (WIRE_LEN, "list", lambda raw: _list(raw, where + ".list", budget, depth)),
+        2: (WIRE_LEN, "s", bytes),
+        3: (WIRE_VARINT, "i", _signed64),
+        4: (WIRE_I32, "f", lambda raw: struct.unpack("<f", raw)[0]),
+        5: (WIRE_VARINT, "b", bool),
+        6: (WIRE_VARINT, "type", _signed32),
+        7: (WIRE_LEN, "shape", lambda raw: _shape(raw, where + ".shape")),
+        8: (WIRE_LEN, "tensor", lambda raw: _tensor(raw, where + ".tensor", budget)),
+        9: (WIRE_LEN, "placeholder", lambda raw: _text(raw, where + ".placeholder")),
+        10: (WIRE_LEN, "func", lambda raw: _name_attr_list(raw, where + ".func", budget, depth + 1)),
+    }
     kind, value = "", None
     for number, wire, raw in _fields(buf, 0, len(buf), where):
-        if number == 1:
-            _expect(wire, WIRE_LEN, number, where)
-            kind, value = "list", _list(raw, where + ".list", budget, depth)
-        elif number == 2:
-            _expect(wire, WIRE_LEN, number, where)
-            kind, value = "s", bytes(raw)
-        elif number == 3:
-            _expect(wire, WIRE_VARINT, number, where)
-            kind, value = "i", _signed64(raw)
-        elif number == 4:
-            _expect(wire, WIRE_I32, number, where)
-            kind, value = "f", struct.unpack("<f", raw)[0]
-        elif number == 5:
-            _expect(wire, WIRE_VARINT, number, where)
-            kind, value = "b", bool(raw)
-        elif number == 6:
-            _expect(wire, WIRE_VARINT, number, where)
-            kind, value = "type", _signed32(raw)
-        elif number == 7:
-            _expect(wire, WIRE_LEN, number, where)
-            kind, value = "shape", _shape(raw, where + ".shape")
-        elif number == 8:
-            _expect(wire, WIRE_LEN, number, where)
-            kind, value = "tensor", _tensor(raw, where + ".tensor", budget)
-        elif number == 9:
-            _expect(wire, WIRE_LEN, number, where)
-            kind, value = "placeholder", _text(raw, where + ".placeholder")
-        elif number == 10:
-            _expect(wire, WIRE_LEN, number, where)
-            kind, value = "func", _name_attr_list(raw, where + ".func", budget, depth + 1)
+        if number in members:
+            wanted, name, decode = members[number]
+            _expect(wire, wanted, number, where)
+            kind, value = name, decode(raw)
     return AttrValue(kind, value)
 
 
