@@ -106,14 +106,19 @@ class ExportCommand(Command):
             print("  output  %s %s %s" % (t.name, t.shape, t.dtype))
         print("  task    %s, %d labels, preprocessing %s" % (sidecar.task, len(sidecar.labels),
                                                             "recorded" if sidecar.preprocess else "none"))
-        cmp = result["onnxruntime_vs_torch"]
-        if cmp is not None:
-            print("  check   ONNX Runtime vs PyTorch on a random input: max |diff| %.2e (output scale %.2e)"
-                  % (cmp["max_abs_diff"], cmp["output_scale"]))
-        if "tensorrt_check" in result:
-            c = result["tensorrt_check"]
-            print("  TensorRT %s %s parsed and built it (%s layers)" % (c["library"], c["version"], c["layers"]))
+        print_checks(result)
         return 0
+
+
+def print_checks(result: Dict[str, Any]) -> None:
+    """The ONNX Runtime vs PyTorch and TensorRT lines of an export's result (shared with the detector route)."""
+    cmp = result["onnxruntime_vs_torch"]
+    if cmp is not None:
+        print("  check   ONNX Runtime vs PyTorch on a random input: max |diff| %.2e (output scale %.2e)"
+              % (cmp["max_abs_diff"], cmp["output_scale"]))
+    if "tensorrt_check" in result:
+        c = result["tensorrt_check"]
+        print("  TensorRT %s %s parsed and built it (%s layers)" % (c["library"], c["version"], c["layers"]))
 
 
 def _preprocess(spec: Optional[str], meta: Dict[str, Any]) -> Any:

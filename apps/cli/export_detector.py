@@ -71,13 +71,9 @@ def _print(model: str, out: Path, result: Dict[str, Any], ssd: Any) -> None:
     if "efficient_nms_onnx" in result:
         print("  also    %s: the body + TensorRT's EfficientNMS_TRT plugin (TensorRT only; not runnable in ONNX "
               "Runtime)" % result["efficient_nms_onnx"])
-    cmp = result["onnxruntime_vs_torch"]
-    if cmp is not None:
-        print("  check   ONNX Runtime vs PyTorch on a random input: max |diff| %.2e (output scale %.2e)"
-              % (cmp["max_abs_diff"], cmp["output_scale"]))
-    if "tensorrt_check" in result:
-        c = result["tensorrt_check"]
-        print("  TensorRT %s %s parsed and built it (%s layers)" % (c["library"], c["version"], c["layers"]))
+    from jetforge.apps.cli.cmd_export import print_checks
+
+    print_checks(result)
 
 
 __all__ = ["run_detector_export"]
