@@ -4,11 +4,15 @@ Outputs for ``model.onnx`` (or next to ``out``, a named cache path ``X.calib``):
 
 * ``model.calib`` -- TensorRT calibration cache stamped for ``trt_version`` (DLA, TensorRT <= 10);
 * ``model.qdq.onnx`` (+ ``model.qdq.onnx.json`` sidecar) -- explicit Q/DQ (TensorRT >= 10 GPU, 11);
-* ``model.calib.json`` -- the report; ``model.calib.plots/`` -- histogram plots;
+* ``model.calib.json`` -- the report; ``model.calib.plots/`` -- an overview of every tensor's range and
+  histogram pages of the most clipped tensors (every tensor with ``plots="all"``);
 * with ``eval_data``: the report's ``evaluation`` block (INT8 vs FP32 in simulated TensorRT INT8 arithmetic,
-  the same on any CPU; with ``int8_kernels`` also in ONNX Runtime's INT8 kernels on this CPU, labelled);
+  the same on any CPU; with ``int8_kernels`` also in ONNX Runtime's INT8 kernels on this CPU, labelled), on
+  every evaluation sample by default (:mod:`jetforge.calibrate.eval_data`), with a near-duplicate check
+  against the calibration samples;
 * with ``mixed_precision``: ``model.precisions.json`` / ``model.precisions.txt`` (the layers kept in
-  FP16, for TensorRT's ``--layerPrecisions``) and ``model.mixed.qdq.onnx`` (+ sidecar).
+  FP16, for TensorRT's ``--layerPrecisions``), ``model.precisions.png`` (the metric against the number of
+  FP16 layers on the selection and report splits) and ``model.mixed.qdq.onnx`` (+ sidecar).
 
 :func:`check_cache` reads an existing cache (one of ours or TensorRT's), refuses one for another
 TensorRT version unless ``retarget`` is set (the retargeted copy goes to ``model.trt<version>.calib``,
@@ -34,7 +38,7 @@ from jetforge.optional import require
 log = logging.getLogger(__name__)
 
 DataArg = Union[str, Path, Sequence[Union[str, Path]]]
-EVAL_SAMPLES = 300
+EVAL_SAMPLES: Optional[int] = None  # every evaluation sample (memory permitting; see calibrate.eval_data)
 
 
 @dataclass
@@ -82,17 +86,18 @@ def output_paths(model_path: PathLike, out: Optional[PathLike] = None) -> Dict[s
             "report": cache.with_name(cache.name + ".json"), "plots": cache.with_name(cache.name + ".plots"),
             "mixed_qdq": stem.with_name(stem.name + ".mixed.qdq.onnx"),
             "precisions": stem.with_name(stem.name + ".precisions.json"),
-            "precisions_txt": stem.with_name(stem.name + ".precisions.txt")}
+            "precisions_txt": stem.with_name(stem.name + ".precisions.txt"),
+            "precisions_plot": stem.with_name(stem.name + ".precisions.png")}
 
 
 def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
               algorithm: str = algorithms.DEFAULT_ALGORITHM,
               samples: int = RECOMMENDED_SAMPLES, batch_size: int = 8, out: Optional[PathLike] = None,
-              qdq: bool = True, report: bool = True, plots: bool = True, video_sampling: str = "uniform",
+              qdq: bool = True, report: bool = True, plots: Union[bool, str] = True, video_sampling: str = "uniform",
               percentile: float = 99.99, cache_algorithm: str = DEFAULT_TOKEN, min_samples: int = 16,
               providers: Optional[Sequence[str]] = None, progress: bool = True,
               check_build: bool = False, eval_data: Optional[DataArg] = None,
-              labels: Optional[PathLike] = None, eval_samples: int = EVAL_SAMPLES,
+              labels: Optional[PathLike] = None, eval_samples: Optional[int] = EVAL_SAMPLES,
               mixed_precision: Optional[float] = None, mixed_metric: str = "agreement_confident",
               sensitivity: Optional[str] = None, int8_kernels: bool = False) -> CalibrationResult:
     """Calibrate ``model_path`` (ONNX with a sidecar) on ``data`` and write the outputs (see module doc).
@@ -107,9 +112,12 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     With ``eval_data`` the Q/DQ model is evaluated against FP32 in simulated TensorRT INT8 arithmetic
     (agreement, KL, accuracy with ``labels``; see :mod:`jetforge.calibrate.evaluate`) into the report's
     ``evaluation`` block; ``int8_kernels`` adds the same measured with ONNX Runtime's INT8 kernels.
+    ``eval_samples`` (default: all) caps the evaluation samples.
     With ``mixed_precision`` (a bound on ``mixed_metric``) the most sensitive layers are kept in FP16
-    until the bound holds on the evaluation data (the calibration data when none is given), and the
-    layer-precision list and the mixed Q/DQ ONNX are written (see :mod:`jetforge.calibrate.mixed`).
+    until the bound holds on the selection half of the evaluation data (the calibration data when none
+    is given); the numbers to quote are on the disjoint report half, never used to choose; the
+    layer-precision list, the curve and the mixed Q/DQ ONNX are written (see :mod:`jetforge.calibrate.mixed`).
+    ``plots``: True (an overview and the most clipped tensors), ``"all"`` (every tensor) or False.
     """
     t0 = time.perf_counter()
     if algorithm not in algorithms.ALGORITHMS:
@@ -129,9 +137,10 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
                                hint="add a \"preprocess\" block (size, colour, mean/std) to %s.json" % model_file.name)
     paths = output_paths(model_file, out)
     data_items = [data] if isinstance(data, (str, Path)) else list(data)
-    eval_items = _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items)
+    eval_items = _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items,
+                                  eval_samples)
     inputs = [model_file] + [Path(d) for d in data_items + eval_items] + ([Path(labels)] if labels else [])
-    for key in ("cache", "qdq", "report") + (("mixed_qdq", "precisions", "precisions_txt")
+    for key in ("cache", "qdq", "report") + (("mixed_qdq", "precisions", "precisions_txt", "precisions_plot")
                                              if mixed_precision is not None else ()):
         check_not_input(paths[key], inputs)
 
@@ -166,7 +175,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
             qdq_info["build_check"] = check_onnx_builds(paths["qdq"]).to_dict()
     if plots:
         try:
-            result.plots = _plots(stats, amax, paths["plots"], algorithm)
+            result.plots = _plots(stats, amax, paths["plots"], algorithm, every=plots == "all")
         except Exception as err:  # plots are a convenience: never lose the calibration for them
             if isinstance(err, CalibrationError):
                 raise
@@ -176,7 +185,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
         result.evaluation = _evaluate(model, result, paths, sidecar, model_file,
                                       eval_items or data_items, labels, eval_samples, video_sampling,
                                       mixed_precision, mixed_metric, sensitivity, _held_out(data_items, eval_items),
-                                      progress, int8_kernels)
+                                      progress, int8_kernels, plots=bool(plots), calibration_hashes=tracker.hashes)
     result.seconds = time.perf_counter() - t0
     if report:
         result.report = _report(result, stats, quality, source, model_file, qdq_info, batch_size, percentile)
@@ -188,12 +197,16 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     return result
 
 
-def _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items) -> List:
+def _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items,
+                     eval_samples: Optional[int] = None) -> List:
     """The ``eval_data`` items, after refusing combinations that cannot work (before any slow step)."""
     from jetforge.calibrate.evaluate import SENSITIVITY_METHODS
     from jetforge.calibrate.mixed import METRICS
 
     items = [] if eval_data is None else ([eval_data] if isinstance(eval_data, (str, Path)) else list(eval_data))
+    if eval_samples is not None and eval_samples < 1:
+        raise CalibrationError("the number of evaluation samples must be at least 1, got %d" % eval_samples,
+                               hint="leave --eval-samples out to use every sample")
     if labels is not None:
         if not items:
             raise CalibrationError("labels were given but no evaluation data",
@@ -228,31 +241,40 @@ def _held_out(data_items: List, eval_items: List) -> bool:
     return bool(eval_items) and not resolved(data_items) & resolved(eval_items)
 
 
-def evaluation_batches(data: DataArg, preprocess, model=None, samples: int = EVAL_SAMPLES,
+def evaluation_batches(data: DataArg, preprocess, model=None, samples: Optional[int] = EVAL_SAMPLES,
                        video_sampling: str = "uniform", batch_size: int = 16):
-    """Preprocessed evaluation batches and sample names from images/videos (as for calibration)."""
-    from jetforge.calibrate.evaluate import preprocess_samples
+    """Preprocessed evaluation batches and sample names from images/videos (every sample unless ``samples``)."""
+    from jetforge.calibrate.eval_data import gather
     from jetforge.calibrate.stats import fixed_batch
 
     items = [data] if isinstance(data, (str, Path)) else list(data)
-    source = collect_sources(items, max_samples=samples, sampling=video_sampling)
-    return preprocess_samples(source, preprocess, batch_size=batch_size,
-                              fixed_batch=fixed_batch(model) if model is not None else None)
+    ev = gather(items, preprocess, fixed_batch(model) if model is not None else None, samples, video_sampling,
+                batch_size)
+    return ev.batches, ev.names
 
 
 def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar, model_file: Path, items: List,
               labels, samples: int, video_sampling: str, mixed_precision: Optional[float], mixed_metric: str,
               sensitivity: Optional[str], held_out: bool, progress: bool,
-              int8_kernels: bool = False) -> Dict[str, object]:
+              int8_kernels: bool = False, plots: bool = True,
+              calibration_hashes: Sequence = ()) -> Dict[str, object]:
+    from jetforge.calibrate import eval_data
     from jetforge.calibrate import evaluate as ev
+    from jetforge.calibrate.stats import fixed_batch
 
-    batches, names = evaluation_batches(items, sidecar.preprocess, model, samples, video_sampling)
+    data = eval_data.gather(items, sidecar.preprocess, fixed_batch(model), samples, video_sampling)
+    names = data.names
     y = ev.read_labels(labels, names, sidecar.labels) if labels is not None else None
-    evaluator = ev.Evaluator(model, batches, labels=y)
+    evaluator = ev.Evaluator(model, data.batches, labels=y)
+    held = {"paths_disjoint": held_out}
+    if held_out:
+        held["near_duplicates"] = eval_data.check_held_out(data, calibration_hashes)
+        held_out = not held["near_duplicates"]["with_near_duplicate"]
+    result.warnings.extend(data.warnings)
     qdq_model = ev.load(result.qdq_path)
     int8 = evaluator.evaluate(qdq_model)
-    out: Dict[str, object] = {"data": [str(i) for i in items], "held_out": held_out,
-                              "int8": int8.to_dict(), "arithmetic": evaluator.label,
+    out: Dict[str, object] = {"data": [str(i) for i in items], "samples": data.describe(), "held_out": held_out,
+                              "held_out_check": held, "int8": int8.to_dict(), "arithmetic": evaluator.label,
                               "runtime": "onnxruntime %s CPU, float kernels on exact integers (ORT_DISABLE_ALL)"
                               % require("onnxruntime").__version__}
     for line in _eval_lines("INT8", int8):
@@ -260,25 +282,47 @@ def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar,
     if int8_kernels:
         out["int8_ort_kernels"] = _ort_kernel_evaluation(evaluator, qdq_model, result)
     if mixed_precision is not None:
-        from jetforge.calibrate import mixed
-
-        say = (lambda m: log.info("mixed precision: %s", m)) if progress else None
-        mp = mixed.search(model, qdq_model, evaluator, mixed_precision, mixed_metric, method=sensitivity or "sqnr",
-                          progress=say)
-        written = mixed.write_outputs(mp, paths["precisions"], paths["mixed_qdq"], paths["precisions_txt"])
-        _write_mixed_sidecar(paths["mixed_qdq"], sidecar, model_file, mp)
-        result.mixed_qdq_path, result.precisions_path = written["qdq"], written["json"]
-        out["mixed_precision"] = {k: v for k, v in mp.to_dict().items() if k not in ("sensitivity", "format")}
-        out["mixed_precision"]["outputs"] = {k: str(v) for k, v in written.items()}
-        out["sensitivity"] = [s.to_dict() for s in mp.sensitivity]
-        if not mp.met:
-            result.warnings.append("mixed precision: the %s bound %.4g was not met (best %.4f with %d FP16 layers)"
-                                   % (mixed_metric, mixed_precision, mixed.metric_value(mp.result, mixed_metric),
-                                      len(mp.fp16_layers)))
+        out.update(_mixed_precision(model, qdq_model, evaluator, data, result, paths, sidecar, model_file,
+                                    mixed_precision, mixed_metric, sensitivity, progress, plots))
     elif sensitivity:
         sens = ev.layer_sensitivity(model, qdq_model, evaluator.batches, sensitivity, evaluator=evaluator)
         out["sensitivity"] = [s.to_dict() for s in sens]
     return out
+
+
+def _mixed_precision(model, qdq_model, evaluator, data, result: CalibrationResult, paths: Dict[str, Path], sidecar,
+                     model_file: Path, bound: float, metric: str, sensitivity: Optional[str], progress: bool,
+                     plots: bool) -> Dict[str, object]:
+    """Choose the FP16 layers on the selection split, measure on the report split, write the outputs."""
+    from jetforge.calibrate import mixed, phash
+
+    split = mixed.split_samples(evaluator.samples)
+    selection, report_split = mixed.split_evaluator(evaluator, split)
+    split.near_duplicates = phash.near_duplicates([data.hashes[i] for i in split.report],
+                                                  [data.hashes[i] for i in split.selection],
+                                                  query_set="report", reference_set="selection")
+    say = (lambda m: log.info("mixed precision: %s", m)) if progress else None
+    mp = mixed.search(model, qdq_model, selection, bound, metric, method=sensitivity or "sqnr", progress=say,
+                      report_evaluator=report_split)
+    mp.split = split
+    written = mixed.write_outputs(mp, paths["precisions"], paths["mixed_qdq"], paths["precisions_txt"],
+                                  paths["precisions_plot"] if plots else None)
+    _write_mixed_sidecar(paths["mixed_qdq"], sidecar, model_file, mp)
+    result.mixed_qdq_path, result.precisions_path = written["qdq"], written["json"]
+    block = {k: v for k, v in mp.to_dict().items() if k not in ("sensitivity", "format")}
+    block["outputs"] = {k: str(v) for k, v in written.items()}
+    line = phash.describe(split.near_duplicates, "report-split", "selection-split")
+    if line:
+        log.info("mixed precision: %s", line)
+    if not mp.met:
+        result.warnings.append("mixed precision: the %s bound %.4g was not met on the selection split (best %.4f "
+                               "with %d FP16 layers)" % (metric, bound, mixed.metric_value(mp.result, metric),
+                                                         len(mp.fp16_layers)))
+    elif mp.report_met is False:
+        result.warnings.append("mixed precision: %d FP16 layers meet %s >= %.4g on the selection split but give "
+                               "%.4f on the report split (not used to choose)"
+                               % (len(mp.fp16_layers), metric, bound, mixed.metric_value(mp.report_result, metric)))
+    return {"mixed_precision": block, "sensitivity": [s.to_dict() for s in mp.sensitivity]}
 
 
 def _ort_kernel_evaluation(evaluator, qdq_model, result: CalibrationResult) -> Dict[str, object]:
@@ -313,6 +357,14 @@ def _eval_lines(label: str, res) -> List[str]:
 def evaluation_summary(evaluation: Dict[str, object]) -> List[str]:
     """Printable lines for a report's ``evaluation`` block."""
     lines: List[str] = []
+    used = evaluation.get("samples")
+    if used:
+        lines.append("evaluation samples: %d of %d available (%s)" % (used["used"], used["available"], used["limit"]))
+    dup = (evaluation.get("held_out_check") or {}).get("near_duplicates")
+    if dup and dup.get("with_near_duplicate"):
+        lines.append("NOT held out: %d of %d evaluation samples have a near-duplicate among the calibration samples "
+                     "(perceptual hash within %d bits)" % (dup["with_near_duplicate"], dup["compared"],
+                                                            dup["threshold_bits"]))
     if evaluation.get("int8"):
         lines.append("INT8 numbers: %s" % evaluation.get("arithmetic", "ONNX Runtime"))
         lines.extend(_eval_lines("INT8", _from_dict(evaluation["int8"])))
@@ -322,12 +374,33 @@ def evaluation_summary(evaluation: Dict[str, object]) -> List[str]:
         lines.extend("  " + line for line in _eval_lines("ORT INT8", _from_dict(kernels)))
     mp = evaluation.get("mixed_precision")
     if mp:
-        lines.extend(_eval_lines("mixed", _from_dict(mp["achieved"])))
-        lines.append("mixed precision: %s bound %s %s with %d FP16 layers%s"
-                     % (mp["metric"], mp["bound"], "met" if mp["met"] else "NOT met", len(mp["fp16_layers"]),
-                        (": " + ", ".join(mp["fp16_layers"][:6]) + (" ..." if len(mp["fp16_layers"]) > 6 else ""))
-                        if mp["fp16_layers"] else ""))
+        lines.extend(_mixed_lines(mp))
     return lines
+
+
+def _mixed_lines(mp: Dict[str, object]) -> List[str]:
+    """Mixed-precision lines that say which split every number is on."""
+    sel, rep_ = mp.get("selection") or {}, mp.get("report")
+    fp16 = mp["fp16_layers"]
+    verb = "<=" if mp["metric"] == "accuracy_drop" else ">="
+    lines = ["mixed precision: %d FP16 layers (%s %s %s %s on the selection split)%s"
+             % (len(fp16), mp["metric"], verb, mp["bound"], "met" if mp["met"] else "NOT met",
+                (": " + ", ".join(fp16[:6]) + (" ..." if len(fp16) > 6 else "")) if fp16 else "")]
+    if sel:
+        lines.append("  selection split (%d samples, chose the layers): %s %.4f (all INT8 %.4f)"
+                     % (sel["samples"], mp["metric"], sel["value"], _metric_of(sel["all_int8"], mp["metric"])))
+    if rep_:
+        lines.append("  report split (%d other samples, not used to choose): %s %.4f (all INT8 %.4f)%s"
+                     % (rep_["samples"], mp["metric"], rep_["value"], _metric_of(rep_["all_int8"], mp["metric"]),
+                        "" if rep_["meets_bound"] else ", below the bound"))
+        lines.extend("  " + line for line in _eval_lines("mixed, report split", _from_dict(rep_["chosen"])))
+    return lines
+
+
+def _metric_of(d: Dict[str, object], metric: str) -> float:
+    from jetforge.calibrate.mixed import metric_value
+
+    return metric_value(_from_dict(d), metric)
 
 
 def _from_dict(d: Dict[str, object]):
@@ -374,10 +447,19 @@ def _write_qdq(model, amax, path: Path, model_file: Path, sidecar, algorithm: st
     return info
 
 
-def _plots(stats: ActivationStats, amax: Dict[str, float], folder: Path, algorithm: str) -> List[Path]:
-    from jetforge.calibrate.report import plot_histograms
+def _plots(stats: ActivationStats, amax: Dict[str, float], folder: Path, algorithm: str,
+           every: bool = False) -> List[Path]:
+    from jetforge.calibrate.report import most_clipped, plot_histograms, plot_overview
 
-    return plot_histograms(stats.histograms, amax, folder, title="%s calibration (red: chosen amax)" % algorithm)
+    hists = stats.histograms
+    overview = plot_overview(hists, amax, folder / "overview.png",
+                             title="%s calibration: %d tensors, |x| distribution and chosen range" % (algorithm,
+                                                                                                    len(hists)))
+    names = list(hists) if every else most_clipped(hists, amax)
+    what = "" if every else ", the %d whose range cuts the most" % len(names)
+    return [overview] + plot_histograms(hists, amax, folder, names=names,
+                                        title="%s calibration%s (red: chosen amax, grey: observed max)" % (algorithm,
+                                                                                                           what))
 
 
 def _report(result: CalibrationResult, stats: ActivationStats, quality: QualityReport, source, model_file: Path,

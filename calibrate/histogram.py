@@ -52,6 +52,8 @@ class StreamingHistogram:
         a = a.reshape(-1)
         if a.dtype != np.float32 and a.dtype != np.float64:
             a = a.astype(np.float32)  # float16 (and small ints) convert exactly
+        if a.dtype == np.float32 and self.width >= _MIN_FAST_WIDTH and self._update_f32_in_range(a):
+            return
         lo, hi = float(a.min()), float(a.max())  # NaN propagates into both; inf shows in one
         if not (math.isfinite(lo) and math.isfinite(hi)):
             finite = np.isfinite(a)
@@ -101,34 +103,45 @@ class StreamingHistogram:
         the last bin (closed, as numpy's).
         """
         n = len(self.counts)
-        inv, upper = self._f32_grid(n)
-        counts = np.zeros(n + 1, dtype=np.int64)
-        size = min(a.size, _FAST_CHUNK)
-        ab = np.empty(size, dtype=np.float32)
-        qb = np.empty(size, dtype=np.float32)
-        ib = np.empty(size, dtype=np.intp)
-        mb = np.empty(size, dtype=bool)
-        total, total_sq = 0.0, 0.0
+        binner = _ChunkBinner(*self._f32_grid(n), n, min(a.size, _FAST_CHUNK))
+        for start in range(0, a.size, _FAST_CHUNK):
+            binner.add(a[start:start + _FAST_CHUNK], nonnegative=False)
+        self._commit(binner, n)
+
+    def _update_f32_in_range(self, a: np.ndarray) -> bool:
+        """The common case in one pass over memory: a float32 batch, all finite, within the current bins.
+
+        Each chunk's min and max are taken while it is in cache, before it is binned; the first chunk
+        that is not finite or would need more bins abandons the pass (nothing is kept) and :meth:`update`
+        takes its general path, so the result is always the same.  A chunk with no negative value skips
+        ``abs``.
+        """
+        n = len(self.counts)
+        limit = n * self.width
+        binner = _ChunkBinner(*self._f32_grid(n), n, min(a.size, _FAST_CHUNK))
+        lo, hi = math.inf, -math.inf
         for start in range(0, a.size, _FAST_CHUNK):
             part = a[start:start + _FAST_CHUNK]
-            k = part.size
-            av, qv, iv, mv = ab[:k], qb[:k], ib[:k], mb[:k]
-            total += float(part.sum())                     # float32 pairwise within a chunk
-            np.abs(part, out=av)
-            total_sq += float(np.dot(av, av))
-            np.multiply(av, inv, out=qv)
-            iv[...] = qv                                   # floor: q >= 0
-            np.take(upper, iv, out=qv, mode="clip")       # upper edge of the bin found (float32, rounded up)
-            np.greater_equal(av, qv, out=mv)
-            np.add(iv, mv, out=iv)
-            c = np.bincount(iv, minlength=n + 1)
-            if len(c) > n + 1:  # pragma: no cover - only past the last edge, which batch_max rules out
-                c[n] += c[n + 1:].sum()
-            counts += c[:n + 1]
+            plo, phi = float(part.min()), float(part.max())
+            if not (math.isfinite(plo) and math.isfinite(phi)):
+                return False
+            if max(-plo, phi) > limit or math.ceil(max(-plo, phi) / self.width) > n:
+                return False
+            lo, hi = min(lo, plo), max(hi, phi)
+            binner.add(part, nonnegative=plo >= 0.0)
+        self.count += int(a.size)
+        self.min = min(self.min, lo)
+        self.max = max(self.max, hi)
+        self.amax = max(self.amax, max(-lo, hi))
+        self._commit(binner, n)
+        return True
+
+    def _commit(self, binner: "_ChunkBinner", n: int) -> None:
+        counts = binner.counts
         counts[n - 1] += counts[n]
         self.counts += counts[:n]
-        self._sum += total
-        self._sumsq += total_sq
+        self._sum += binner.total
+        self._sumsq += binner.total_sq
 
     def _f32_grid(self, n: int):
         key = (self.width, n)
@@ -217,6 +230,45 @@ class StreamingHistogram:
 
     def nbytes(self) -> int:
         return int(self.counts.nbytes)
+
+
+class _ChunkBinner:
+    """Bin counts of ``|x|`` for cache-sized float32 chunks on a fixed grid (see ``_update_f32``).
+
+    Buffers are reused across chunks; the float32 -> int conversion goes through int32 (a vector
+    instruction on x86 and ARM) before widening to the index type ``np.take`` and ``np.bincount`` use.
+    """
+
+    def __init__(self, inv, upper: np.ndarray, n: int, size: int) -> None:
+        self.inv, self.upper, self.n = inv, upper, n
+        self.counts = np.zeros(n + 1, dtype=np.int64)
+        self.total, self.total_sq = 0.0, 0.0
+        self._abs = np.empty(size, dtype=np.float32)
+        self._q = np.empty(size, dtype=np.float32)
+        self._i32 = np.empty(size, dtype=np.int32)
+        self._idx = np.empty(size, dtype=np.intp)
+        self._mask = np.empty(size, dtype=bool)
+
+    def add(self, part: np.ndarray, nonnegative: bool) -> None:
+        k = part.size
+        qv, i32, iv, mv = self._q[:k], self._i32[:k], self._idx[:k], self._mask[:k]
+        self.total += float(part.sum())                    # float32 pairwise within a chunk
+        if nonnegative:
+            av = part
+        else:
+            av = self._abs[:k]
+            np.abs(part, out=av)
+        self.total_sq += float(np.dot(av, av))
+        np.multiply(av, self.inv, out=qv)
+        np.copyto(i32, qv, casting="unsafe")               # floor: q >= 0
+        np.copyto(iv, i32)
+        np.take(self.upper, iv, out=qv, mode="clip")      # upper edge of the bin found (float32, rounded up)
+        np.greater_equal(av, qv, out=mv)
+        np.add(iv, mv, out=iv)
+        c = np.bincount(iv, minlength=self.n + 1)
+        if len(c) > self.n + 1:  # pragma: no cover - only past the last edge, which batch_max rules out
+            c[self.n] += c[self.n + 1:].sum()
+        self.counts += c[:self.n + 1]
 
 
 def histogram_of(values: np.ndarray, num_bins: int = DEFAULT_BINS, width: Optional[float] = None) -> StreamingHistogram:

@@ -1,10 +1,26 @@
 """Automatic mixed precision: keep the most INT8-sensitive layers in FP16 until an accuracy bound holds.
 
-The layers of a Q/DQ model are ranked by :func:`~jetforge.calibrate.evaluate.layer_sensitivity`; the
-``k`` most sensitive ones have their Q/DQ pairs bypassed (:func:`~jetforge.calibrate.evaluate.dequantize_layers`)
-and the result is evaluated against FP32.  ``k`` grows 1, 2, 4, ... until the bound holds, then a binary
-search finds the smallest such ``k`` (INT8 accuracy is close to monotone in ``k``; the search only
-ever returns a ``k`` it has measured to satisfy the bound).
+**Choose on one split, report on another.**  A bound checked on the very images whose numbers are
+then reported is optimistic: the search stops at the first ``k`` that happens to pass on those
+images.  :func:`split_samples` divides the evaluation samples deterministically into a *selection*
+split (which ranks the layers and picks ``k``) and a disjoint *report* split (never used to choose):
+sample ``i`` of ``n`` falls in block ``floor(10 i / n)``; even blocks select, odd blocks report.
+Contiguous blocks keep consecutive video frames together (at most 9 block boundaries), and every
+part of a clip or folder feeds both splits.
+
+**The rule, honest about non-monotonicity.**  The layers are ranked by
+:func:`~jetforge.calibrate.evaluate.layer_sensitivity` on the selection split; ``k`` = the number of
+most sensitive layers kept in FP16 (their Q/DQ pairs bypassed by
+:func:`~jetforge.calibrate.evaluate.dequantize_layers`).  INT8 accuracy is *not* monotone in ``k``
+(MobileNetV2 measured 0.972 with 22 FP16 layers and 0.986 with 24, below and above a 0.98 bound
+around a 23 that met it), so no bisection: ``k`` = start, start + 1, ... is evaluated on the
+selection split, in order, and the answer is the **smallest k whose selection-split value meets the
+bound** -- every smaller ``k`` was measured and failed.  ``CURVE_BEYOND`` more points after it and
+the all-FP16 point are evaluated for the curve only.  Every evaluated ``k`` is also measured on the
+report split, and the curve (metric against ``k`` on both splits) goes into the JSON and a plot; the
+report-split value at the chosen ``k`` is the number to quote.  Cost: about ``k + 6`` evaluations of
+all the evaluation samples.  When no ``k`` meets the bound, the ``k`` with the best selection value
+is returned and ``met`` is false.
 
 The bound is on one metric of :class:`~jetforge.calibrate.evaluate.EvalResult`:
 
@@ -24,7 +40,9 @@ TensorRT builds run in FP16 where no Q/DQ says otherwise.
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from jetforge.calibrate.evaluate import (EvalResult, Evaluator, LayerSensitivity, dequantize_layers, layer_sensitivity,
                                          load, quantized_layers)
@@ -35,7 +53,11 @@ log = logging.getLogger(__name__)
 
 METRICS = ("agreement_confident", "agreement", "accuracy_drop")
 MIN_CONFIDENT = 20
-FORMAT = 1
+FORMAT = 2
+SPLIT_BLOCKS = 10
+CURVE_BEYOND = 4
+SPLIT_RULE = ("sample i of n is in block floor(%d*i/n); even blocks choose the FP16 layers (selection split), "
+              "odd blocks are only reported (report split)" % SPLIT_BLOCKS)
 
 
 def metric_value(res: EvalResult, metric: str, min_confident: int = MIN_CONFIDENT) -> float:
@@ -58,19 +80,94 @@ def satisfied(res: EvalResult, metric: str, bound: float, min_confident: int = M
     return v <= bound + 1e-12 if metric == "accuracy_drop" else v >= bound - 1e-12
 
 
+# --------------------------------------------------------------------------- the split
+@dataclass
+class Split:
+    """Sample indices of the selection and report splits (see the module doc)."""
+
+    selection: List[int]
+    report: List[int]
+    dropped: int = 0                       # samples a fixed batch size left out of either split
+    near_duplicates: Optional[Dict[str, object]] = None  # report samples with a near-duplicate in selection
+
+    def to_dict(self) -> Dict[str, object]:
+        d: Dict[str, object] = {"rule": SPLIT_RULE, "selection_samples": len(self.selection),
+                                "report_samples": len(self.report), "dropped_for_fixed_batch": self.dropped}
+        if self.near_duplicates is not None:
+            d["report_near_duplicates_of_selection"] = self.near_duplicates
+        return d
+
+
+def split_samples(n: int, blocks: int = SPLIT_BLOCKS) -> Split:
+    """Deterministic disjoint split of ``n`` samples in collection order: even blocks select, odd blocks report."""
+    if n < 2:
+        raise CalibrationError("mixed precision needs at least 2 evaluation samples to choose on one part and "
+                               "report on another, got %d" % n, hint="give --eval more images or frames")
+    blocks = min(blocks, n)
+    block = [(blocks * i) // n for i in range(n)]
+    return Split(selection=[i for i in range(n) if block[i] % 2 == 0],
+                 report=[i for i in range(n) if block[i] % 2 == 1])
+
+
+def split_evaluator(evaluator: Evaluator, split: Split) -> Tuple[Evaluator, Evaluator]:
+    """Two evaluators over the selection and the report samples of ``evaluator`` (same arithmetic, same model).
+
+    The batches keep ``evaluator``'s batch size; for a model whose batch axis is fixed, each split drops
+    the samples that do not fill a last batch (``split.dropped`` counts them).
+    """
+    from jetforge.calibrate.stats import fixed_batch
+
+    x = np.concatenate([np.asarray(b) for b in evaluator.batches], axis=0)
+    size = len(evaluator.batches[0])
+    fixed = fixed_batch(evaluator.fp32_model)
+    made = []
+    for part in ("selection", "report"):
+        idx = list(getattr(split, part))
+        if fixed:
+            keep = len(idx) - len(idx) % fixed
+            split.dropped += len(idx) - keep
+            idx = idx[:keep]
+            setattr(split, part, idx)
+        if not idx:
+            raise CalibrationError("the %s split of the %d evaluation samples is empty" % (part, evaluator.samples),
+                                   hint="give --eval more images or frames")
+        sub = x[idx]
+        labels = None if evaluator.labels is None else evaluator.labels[idx]
+        made.append(Evaluator(evaluator.fp32_model, [sub[i:i + size] for i in range(0, len(sub), size)],
+                              labels=labels, confidence=evaluator.confidence, threads=evaluator.threads,
+                              arithmetic=evaluator.arithmetic))
+    return made[0], made[1]
+
+
+# --------------------------------------------------------------------------- the search
 @dataclass
 class MixedPrecisionResult:
     bound: float
     metric: str
-    met: bool
+    met: bool                              # on the selection split, the one that chose
     fp16_layers: List[str]
     int8_layers: List[str]
-    result: EvalResult
-    int8_result: EvalResult
+    result: EvalResult                     # selection split, chosen k
+    int8_result: EvalResult                # selection split, no FP16 layer
     sensitivity: List[LayerSensitivity] = field(default_factory=list)
     method: str = "sqnr"
-    trials: List[Dict[str, object]] = field(default_factory=list)
-    model: object = None  # the Q/DQ ModelProto with fp16_layers dequantized
+    curve: List[Dict[str, object]] = field(default_factory=list)
+    model: object = None                   # the Q/DQ ModelProto with fp16_layers dequantized
+    report_result: Optional[EvalResult] = None   # report split, chosen k (the number to quote)
+    report_int8_result: Optional[EvalResult] = None
+    split: Optional[Split] = None
+
+    @property
+    def trials(self) -> List[Dict[str, object]]:
+        """The evaluated points of the curve (kept for callers of format 1)."""
+        return self.curve
+
+    @property
+    def report_met(self) -> Optional[bool]:
+        """Whether the bound also holds on the report split (None without one)."""
+        if self.report_result is None:
+            return None
+        return satisfied(self.report_result, self.metric, self.bound)
 
     @property
     def layer_precisions(self) -> str:
@@ -78,22 +175,28 @@ class MixedPrecisionResult:
         return ",".join("%s:fp16" % n for n in self.fp16_layers)
 
     def to_dict(self) -> Dict[str, object]:
+        def block(res: Optional[EvalResult], int8: Optional[EvalResult], note: str) -> Optional[Dict[str, object]]:
+            if res is None:
+                return None
+            return {"samples": res.samples, "note": note, "value": round(metric_value(res, self.metric), 4),
+                    "meets_bound": satisfied(res, self.metric, self.bound), "chosen": res.to_dict(),
+                    "all_int8": int8.to_dict() if int8 is not None else None}
+
         return {"format": FORMAT, "bound": self.bound, "metric": self.metric, "met": self.met,
+                "rule": "smallest k (most sensitive layers in FP16) whose selection-split value meets the bound; "
+                        "k = 0, 1, 2, ... evaluated in order",
                 "sensitivity_method": self.method, "fp16_layers": list(self.fp16_layers),
                 "int8_layers": list(self.int8_layers),
                 "trtexec": {"layerPrecisions": self.layer_precisions, "precisionConstraints": "obey",
                             "flags": "--int8 --fp16 --precisionConstraints=obey --layerPrecisions=%s"
                                      % self.layer_precisions if self.fp16_layers else "--int8 --fp16"},
-                "achieved": self.result.to_dict(), "all_int8": self.int8_result.to_dict(),
-                "trials": list(self.trials), "sensitivity": [s.to_dict() for s in self.sensitivity]}
+                "split": self.split.to_dict() if self.split is not None else None,
+                "selection": block(self.result, self.int8_result, "used to rank the layers and choose k"),
+                "report": block(self.report_result, self.report_int8_result, "not used to choose: quote these"),
+                "curve": list(self.curve), "sensitivity": [s.to_dict() for s in self.sensitivity]}
 
 
-def search(fp32_model, qdq_model, evaluator: Evaluator, bound: float, metric: str = "agreement_confident",
-           method: str = "sqnr", sensitivity: Optional[Sequence[LayerSensitivity]] = None,
-           always_fp16: Sequence[str] = (), max_fp16: Optional[int] = None, sensitivity_samples: int = 64,
-           min_confident: int = MIN_CONFIDENT,
-           progress: Optional[Callable[[str], None]] = None) -> MixedPrecisionResult:
-    """The fewest most-sensitive layers to keep in FP16 for ``metric`` to meet ``bound`` on ``evaluator``."""
+def _check_bound(bound: float, metric: str) -> None:
     if metric not in METRICS:
         raise UnknownNameError("mixed-precision metric", metric, METRICS)
     if metric != "accuracy_drop" and not 0.0 < bound <= 1.0:
@@ -102,13 +205,29 @@ def search(fp32_model, qdq_model, evaluator: Evaluator, bound: float, metric: st
     if metric == "accuracy_drop" and not 0.0 <= bound < 1.0:
         raise CalibrationError("an accuracy-drop bound must be in [0, 1), got %r" % bound,
                                hint="e.g. 0.002 for 0.2 points")
+
+
+def search(fp32_model, qdq_model, evaluator: Evaluator, bound: float, metric: str = "agreement_confident",
+           method: str = "sqnr", sensitivity: Optional[Sequence[LayerSensitivity]] = None,
+           always_fp16: Sequence[str] = (), max_fp16: Optional[int] = None, sensitivity_samples: int = 64,
+           min_confident: int = MIN_CONFIDENT, progress: Optional[Callable[[str], None]] = None,
+           report_evaluator: Optional[Evaluator] = None, beyond: int = CURVE_BEYOND) -> MixedPrecisionResult:
+    """The smallest ``k`` most-sensitive layers in FP16 for which ``metric`` meets ``bound`` on ``evaluator``.
+
+    ``evaluator`` is the selection split: it ranks the layers and decides.  ``k`` runs from the number
+    of ``always_fp16`` layers upwards, one at a time, until the bound holds (no monotonicity assumed: the
+    first ``k`` that meets the bound is the smallest).  ``beyond`` more ``k`` and the all-FP16 point are
+    evaluated for the curve only.  ``report_evaluator`` (the report split) measures every evaluated ``k``
+    too; it never influences the choice.
+    """
+    _check_bound(bound, metric)
     fp32_model, qdq_model = load(fp32_model), load(qdq_model)
     layers = [q.name for q in quantized_layers(qdq_model)]
     if not layers:
         raise CalibrationError("the model has no Q/DQ layers to keep in FP16", hint="calibrate it first")
     sens = list(sensitivity) if sensitivity is not None else layer_sensitivity(
         fp32_model, qdq_model, evaluator.batches, method, evaluator=evaluator, max_samples=sensitivity_samples)
-    forced = [n for n in always_fp16]
+    forced = list(always_fp16)
     unknown = [n for n in forced if n not in layers]
     if unknown:
         raise CalibrationError("%r is not a quantized layer of the model" % unknown[0],
@@ -116,66 +235,119 @@ def search(fp32_model, qdq_model, evaluator: Evaluator, bound: float, metric: st
     order = forced + [s.name for s in sens if s.name not in forced]
     order += [n for n in layers if n not in order]  # layers the ranking could not measure go last
     limit = len(order) if max_fp16 is None else min(len(order), len(forced) + int(max_fp16))
-    cache: Dict[int, EvalResult] = {}
-    trials: List[Dict[str, object]] = []
-
-    def trial(k: int) -> EvalResult:
-        if k not in cache:
-            model = dequantize_layers(qdq_model, order[:k]) if k else qdq_model
-            cache[k] = evaluator.evaluate(model)
-            ok = satisfied(cache[k], metric, bound, min_confident)
-            trials.append({"fp16_layers": k, "value": round(metric_value(cache[k], metric, min_confident), 4),
-                           "met": ok})
-            if progress is not None:
-                progress("%d FP16 layers: %s = %.4f%s" % (k, metric, metric_value(cache[k], metric, min_confident),
-                                                          " (bound met)" if ok else ""))
-        return cache[k]
-
-    def ok(k: int) -> bool:
-        return satisfied(trial(k), metric, bound, min_confident)
-
+    curve = _Curve(qdq_model, order, evaluator, report_evaluator, metric, bound, min_confident, progress)
     start = len(forced)
     best: Optional[int] = None
-    if ok(start):
-        best = start
-    else:
-        lo, step = start, 1
-        hi = None
-        while True:
-            k = min(start + step, limit)
-            if ok(k):
-                hi = k
-                break
-            lo = k
-            if k >= limit:
-                break
-            step *= 2
-        if hi is not None:
-            while hi - lo > 1:  # lo fails, hi holds
-                mid = (lo + hi) // 2
-                if ok(mid):
-                    hi = mid
-                else:
-                    lo = mid
-            best = hi
+    for k in range(start, limit + 1):
+        if curve.point(k, chooses=True):
+            best = k
+            break
     met = best is not None
     if best is None:
-        # the bound cannot be met within the limit: return the best measured trial
-        best = max(cache, key=lambda k: (-metric_value(cache[k], metric, min_confident)
-                                         if metric == "accuracy_drop" else metric_value(cache[k], metric,
-                                                                                        min_confident), -k))
-        log.warning("mixed precision: %s bound %.4g not met with up to %d FP16 layers; best %s = %.4f with %d",
-                    metric, bound, limit, metric, metric_value(cache[best], metric, min_confident), best)
+        # the bound cannot be met within the limit: the best selection value measured, fewest layers on ties
+        sign = -1.0 if metric == "accuracy_drop" else 1.0
+        best = max(curve.selection, key=lambda k: (sign * metric_value(curve.selection[k], metric, min_confident), -k))
+        log.warning("mixed precision: %s bound %.4g not met on the selection split with up to %d FP16 layers; best "
+                    "%s = %.4f with %d", metric, bound, limit, metric,
+                    metric_value(curve.selection[best], metric, min_confident), best)
+    for k in list(range(best + 1, min(limit, best + beyond) + 1)) + [len(order)]:
+        curve.point(k, chooses=False)
     fp16 = order[:best]
-    return MixedPrecisionResult(bound=bound, metric=metric, met=met, fp16_layers=fp16,
-                                int8_layers=[n for n in layers if n not in fp16], result=cache[best],
-                                int8_result=trial(0), sensitivity=sens, method=method, trials=trials,
-                                model=dequantize_layers(qdq_model, fp16) if fp16 else qdq_model)
+    return MixedPrecisionResult(
+        bound=bound, metric=metric, met=met, fp16_layers=fp16, int8_layers=[n for n in layers if n not in fp16],
+        result=curve.selection[best], int8_result=curve.evaluate(0, evaluator, curve.selection), sensitivity=sens,
+        method=method, curve=curve.rows(), model=dequantize_layers(qdq_model, fp16) if fp16 else qdq_model,
+        report_result=curve.report.get(best),
+        report_int8_result=curve.evaluate(0, report_evaluator, curve.report) if report_evaluator else None)
+
+
+class _Curve:
+    """Metric against the number of FP16 layers, on the selection split and (if given) the report split."""
+
+    def __init__(self, qdq_model, order: List[str], selection: Evaluator, report: Optional[Evaluator], metric: str,
+                 bound: float, min_confident: int, progress: Optional[Callable[[str], None]]) -> None:
+        self.qdq_model, self.order, self.metric, self.bound = qdq_model, order, metric, bound
+        self.min_confident, self.progress = min_confident, progress
+        self.selection_ev, self.report_ev = selection, report
+        self.selection: Dict[int, EvalResult] = {}
+        self.report: Dict[int, EvalResult] = {}
+        self.chooses: Dict[int, bool] = {}
+        self._models: Dict[int, object] = {}
+
+    def _model(self, k: int):
+        if k not in self._models:
+            self._models = {k: dequantize_layers(self.qdq_model, self.order[:k]) if k else self.qdq_model}
+        return self._models[k]
+
+    def evaluate(self, k: int, evaluator: Optional[Evaluator], cache: Dict[int, EvalResult]) -> Optional[EvalResult]:
+        if evaluator is None:
+            return None
+        if k not in cache:
+            cache[k] = evaluator.evaluate(self._model(k))
+        return cache[k]
+
+    def value(self, res: Optional[EvalResult]) -> Optional[float]:
+        return None if res is None else metric_value(res, self.metric, self.min_confident)
+
+    def point(self, k: int, chooses: bool) -> bool:
+        """Evaluate ``k`` on both splits; True when the selection value meets the bound."""
+        if k in self.chooses:
+            self.chooses[k] = self.chooses[k] or chooses
+        else:
+            self.chooses[k] = chooses
+        sel = self.evaluate(k, self.selection_ev, self.selection)
+        rep = self.evaluate(k, self.report_ev, self.report)
+        ok = satisfied(sel, self.metric, self.bound, self.min_confident)
+        if self.progress is not None:
+            self.progress("%d FP16 layers: selection %s = %.4f%s%s"
+                          % (k, self.metric, self.value(sel), " (bound met)" if ok else "",
+                             "; report split %.4f" % self.value(rep) if rep is not None else ""))
+        return ok
+
+    def rows(self) -> List[Dict[str, object]]:
+        out = []
+        for k in sorted(self.selection):
+            sel, rep = self.selection[k], self.report.get(k)
+            row: Dict[str, object] = {"fp16_layers": k, "selection": round(self.value(sel), 4),
+                                      "selection_met": satisfied(sel, self.metric, self.bound, self.min_confident),
+                                      "used_to_choose": bool(self.chooses.get(k))}
+            if rep is not None:
+                row["report"] = round(self.value(rep), 4)
+                row["report_met"] = satisfied(rep, self.metric, self.bound, self.min_confident)
+            out.append(row)
+        return out
+
+
+# --------------------------------------------------------------------------- outputs
+def plot_curve(result: MixedPrecisionResult, target: PathLike) -> Path:
+    """Metric against FP16 layers on both splits, the bound and the chosen ``k`` (PNG)."""
+    from jetforge.calibrate.report import _figure, _save
+
+    rows = result.curve
+    fig = _figure(7.0, 4.0)
+    ax = fig.add_axes((0.1, 0.13, 0.86, 0.75))
+    ks = [r["fp16_layers"] for r in rows]
+    sel = result.split.to_dict() if result.split is not None else {}
+    ax.plot(ks, [r["selection"] for r in rows], "o-", color="tab:blue", ms=3,
+            label="selection split (%s samples, chooses k)" % sel.get("selection_samples", result.result.samples))
+    if any("report" in r for r in rows):
+        ax.plot([r["fp16_layers"] for r in rows if "report" in r], [r["report"] for r in rows if "report" in r],
+                "s--", color="tab:orange", ms=3,
+                label="report split (%s samples, not used to choose)" % sel.get("report_samples", "?"))
+    ax.axhline(result.bound, color="tab:red", lw=1, label="bound %.4g" % result.bound)
+    ax.axvline(len(result.fp16_layers), color="tab:gray", lw=1, ls=":",
+               label="chosen k = %d%s" % (len(result.fp16_layers), "" if result.met else " (bound not met)"))
+    ax.set_xlabel("FP16 layers k (most sensitive first; the rest INT8)")
+    ax.set_ylabel(result.metric)
+    ax.set_title("mixed precision: %s against FP16 layers" % result.metric, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return _save(fig, Path(target), dpi=100)
 
 
 def write_outputs(result: MixedPrecisionResult, json_path: PathLike, qdq_path: Optional[PathLike] = None,
-                  layers_path: Optional[PathLike] = None) -> Dict[str, Path]:
-    """The layer-precision JSON, the mixed Q/DQ ONNX and a text list (``name:fp16`` per line)."""
+                  layers_path: Optional[PathLike] = None, plot_path: Optional[PathLike] = None) -> Dict[str, Path]:
+    """The layer-precision JSON, the mixed Q/DQ ONNX, a text list (``name:fp16`` per line) and the curve plot."""
     from jetforge.fileio import write_text_atomic
 
     written = {"json": write_json_atomic(json_path, result.to_dict())}
@@ -185,4 +357,11 @@ def write_outputs(result: MixedPrecisionResult, json_path: PathLike, qdq_path: O
         written["qdq"] = save_model(result.model, qdq_path)
     if layers_path is not None:
         written["layers"] = write_text_atomic(layers_path, "".join("%s:fp16\n" % n for n in result.fp16_layers))
+    if plot_path is not None:
+        try:
+            written["plot"] = plot_curve(result, plot_path)
+        except Exception as err:  # a plot is a convenience: never lose the layer list for it
+            if isinstance(err, CalibrationError):
+                raise
+            log.warning("the mixed-precision curve plot was not written: %s", err)
     return written

@@ -12,13 +12,17 @@ does not depend on the number of samples:
 
 A minority of bad samples is a warning; a majority is an error (the scales would describe the
 wrong distribution).
+
+The tracker also keeps each sample's perceptual hash (:mod:`jetforge.calibrate.phash`, from the same
+grey thumbnail), so that evaluation samples can be checked for near-duplicates in the calibration set.
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 
+from jetforge.calibrate import phash
 from jetforge.errors import CalibrationError
 
 RECOMMENDED_SAMPLES = 500
@@ -48,17 +52,15 @@ class QualityTracker:
         self.noise_like: List[str] = []
         self.stds: List[float] = []
         self.corrs: List[float] = []
+        self.hashes: List[Tuple[str, int]] = []  # (sample name, 64-bit perceptual hash)
 
     @staticmethod
     def measure(image: np.ndarray) -> "tuple":
         """(grey std, horizontal neighbour correlation) of one uint8 image."""
-        import cv2
+        return QualityTracker._measure_grey(phash.grey_thumbnail(image))
 
-        grey = image if image.ndim == 2 else cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
-        h, w = grey.shape[:2]
-        s = 128.0 / max(h, w)
-        if s < 1.0:
-            grey = cv2.resize(grey, (max(2, int(w * s)), max(2, int(h * s))), interpolation=cv2.INTER_AREA)
+    @staticmethod
+    def _measure_grey(grey: np.ndarray) -> "tuple":
         g = grey.astype(np.float64)
         std = float(g.std())
         if g.shape[1] < 2 or std == 0.0:
@@ -71,7 +73,9 @@ class QualityTracker:
         return std, corr
 
     def update(self, name: str, image: np.ndarray) -> None:
-        std, corr = self.measure(image)
+        grey = phash.grey_thumbnail(image)
+        std, corr = self._measure_grey(grey)
+        self.hashes.append((name, phash.hash_thumbnail(grey)))
         self.samples += 1
         self.stds.append(std)
         self.corrs.append(corr)

@@ -56,6 +56,9 @@ class CalibrateCommand(Command):
                                  "--retarget, where the retargeted cache goes")
         parser.add_argument("--no-qdq", action="store_true", help="do not write the Q/DQ ONNX")
         parser.add_argument("--no-plots", action="store_true", help="do not write histogram plots")
+        parser.add_argument("--all-plots", action="store_true",
+                            help="a histogram page for every tensor (default: an overview of all tensors and one "
+                                 "page of the 16 whose chosen range cuts the most)")
         parser.add_argument("--check-build", action="store_true",
                             help="parse and build the Q/DQ ONNX with TensorRT (or TensorRT-RTX on any machine)")
         parser.add_argument("--eval", action="append", default=[], metavar="DIR_OR_VIDEO",
@@ -69,11 +72,16 @@ class CalibrateCommand(Command):
         parser.add_argument("--labels", metavar="FILE",
                             help="labels of the --eval images: one `image_path<TAB>class` per line (class index or "
                                  "sidecar label name; paths relative to FILE or bare file names)")
-        parser.add_argument("--eval-samples", type=int, default=300, help="evaluation samples (default 300)")
+        parser.add_argument("--eval-samples", type=int, default=None, metavar="N",
+                            help="evaluate on N evenly spread samples (default: every image and frame of --eval, "
+                                 "as many as fit in 2 GiB of preprocessed input; the output says how many of how "
+                                 "many)")
         parser.add_argument("--mixed-precision", type=float, metavar="BOUND",
-                            help="keep the most INT8-sensitive layers in FP16 until --mixed-metric meets BOUND on "
-                                 "the --eval data (else the calibration data); writes MODEL.precisions.json/.txt "
-                                 "(TensorRT --layerPrecisions) and MODEL.mixed.qdq.onnx")
+                            help="keep the fewest most INT8-sensitive layers in FP16 for which --mixed-metric meets "
+                                 "BOUND on the selection half of the --eval data (else of the calibration data), and "
+                                 "report the result on the other, disjoint half (never used to choose); writes "
+                                 "MODEL.precisions.json/.txt (TensorRT --layerPrecisions), MODEL.precisions.png (the "
+                                 "metric against FP16 layers on both halves) and MODEL.mixed.qdq.onnx")
         parser.add_argument("--mixed-metric", default="agreement_confident",
                             choices=["agreement_confident", "agreement", "accuracy_drop"],
                             help="what BOUND bounds: top-1 agreement with FP32 on confident samples (default), on "
@@ -109,13 +117,14 @@ class CalibrateCommand(Command):
                               hint="add --eval DIR_OR_VIDEO")
         if args.int8_kernels and not args.eval:
             raise ConfigError("--int8-kernels needs --eval (the images to measure on)", hint="add --eval DIR_OR_VIDEO")
-        if args.eval_samples < 1:
+        if args.eval_samples is not None and args.eval_samples < 1:
             raise ConfigError("--eval-samples must be at least 1, got %d" % args.eval_samples)
         from jetforge.calibrate.api import calibrate, evaluation_summary
 
         result = calibrate(model, args.data, trt_version=args.trt or "10.3", algorithm=args.algorithm,
                            samples=args.samples, batch_size=args.batch_size, out=args.out, qdq=not args.no_qdq,
-                           plots=not args.no_plots, video_sampling=args.video_sampling, percentile=args.percentile,
+                           plots=False if args.no_plots else ("all" if args.all_plots else True),
+                           video_sampling=args.video_sampling, percentile=args.percentile,
                            min_samples=args.min_samples, progress=not args.json, check_build=args.check_build,
                            eval_data=args.eval or None, labels=args.labels, eval_samples=args.eval_samples,
                            mixed_precision=args.mixed_precision, mixed_metric=args.mixed_metric,

@@ -95,3 +95,121 @@ def test_quality_checks(real_frames):
         mostly_noise.update("noise%d" % i, rng.integers(0, 256, (64, 64, 3), dtype=np.uint8))
     with pytest.raises(CalibrationError, match="20 of 20 calibration samples are noise-like"):
         mostly_noise.check(min_samples=16)
+
+
+# ----------------------------------------------------------------- perceptual hash, near-duplicates
+def _clip_hashes(asset, name, limit=None, step=1):
+    from jetforge.apps.assets import asset_path
+    from jetforge.calibrate.phash import perceptual_hash
+    from jetforge.errors import AssetError
+
+    try:
+        path = asset_path(asset, name)
+    except AssetError as err:  # offline and not cached
+        pytest.skip("real video not available: %s" % err)
+    cap = cv2.VideoCapture(str(path))
+    out, index = [], 0
+    while limit is None or len(out) < limit:
+        ok, frame = cap.read()
+        if not ok:
+            break
+        if index % step == 0:
+            out.append(perceptual_hash(frame))
+        index += 1
+    cap.release()
+    return out
+
+
+def test_hamming_distances_match_a_bit_by_bit_reference():
+    from jetforge.calibrate.phash import distance_matrix, hamming, nearest
+
+    rng = np.random.default_rng(4)
+    a = [int(x) for x in rng.integers(0, 2 ** 63, 20, dtype=np.uint64)] + [2 ** 64 - 1, 0]
+    b = [int(x) for x in rng.integers(0, 2 ** 63, 15, dtype=np.uint64)] + [a[3]]
+    ref = np.array([[sum(((x >> k) & 1) != ((y >> k) & 1) for k in range(64)) for y in b] for x in a])
+    assert np.array_equal(distance_matrix(a, b), ref)
+    assert hamming(a[-2], a[-1]) == 64 and hamming(a[3], b[-1]) == 0
+    dist, where = nearest(a, b, chunk=7)  # chunking does not change the answer
+    assert np.array_equal(dist, ref.min(axis=1)) and dist[3] == 0 and where[3] == len(b) - 1
+
+
+def test_threshold_separates_consecutive_frames_from_other_clips():
+    """The measurement behind NEAR_DUPLICATE_BITS, on a subset: consecutive frames of vtest.avi are within it,
+    frames of another clip are far outside it (the full measurement found a closest unrelated pair at 14)."""
+    from jetforge.calibrate.phash import NEAR_DUPLICATE_BITS, distance_matrix, hamming
+
+    street = _clip_hashes("opencv_samples", "vtest.avi", limit=120)
+    other = _clip_hashes("opencv_samples", "Megamind.avi", limit=120, step=2)
+    consecutive = [hamming(x, y) for x, y in zip(street, street[1:])]
+    assert max(consecutive) <= NEAR_DUPLICATE_BITS
+    assert int(distance_matrix(street, other).min()) >= NEAR_DUPLICATE_BITS + 6
+
+
+def test_hash_survives_reencoding_resizing_and_brightness(real_frames):
+    from jetforge.calibrate.phash import NEAR_DUPLICATE_BITS, hamming, perceptual_hash
+
+    frames = real_frames[::8]
+    for f in frames:
+        h = perceptual_hash(f)
+        ok, jpg = cv2.imencode(".jpg", f, [cv2.IMWRITE_JPEG_QUALITY, 40])
+        variants = [cv2.imdecode(jpg, cv2.IMREAD_COLOR), cv2.convertScaleAbs(f, alpha=1.0, beta=25),
+                    cv2.resize(f, None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA), cv2.cvtColor(f, cv2.COLOR_BGR2GRAY)]
+        assert all(hamming(h, perceptual_hash(v)) <= NEAR_DUPLICATE_BITS for v in variants)
+    # the street frames 7*8 = 56 frames apart are other images; the photo crops are unrelated to the street
+    hashes = [perceptual_hash(f) for f in frames]
+    assert hamming(hashes[0], hashes[-1]) > NEAR_DUPLICATE_BITS
+
+
+def test_quality_tracker_hashes_as_the_evaluation_side_does(real_frames):
+    from jetforge.calibrate.phash import perceptual_hash
+
+    tracker = QualityTracker()
+    for i, f in enumerate(real_frames[:6]):
+        tracker.update("f%d" % i, f)
+    assert tracker.hashes == [("f%d" % i, perceptual_hash(f)) for i, f in enumerate(real_frames[:6])]
+    # and the quality measures are those of the same thumbnail as before (std of a flat image is 0)
+    assert QualityTracker.measure(np.full((300, 400, 3), 77, np.uint8)) == (0.0, 1.0)
+
+
+def test_evaluation_uses_every_sample_unless_told_and_says_so(image_dir, preprocess, caplog):
+    from jetforge.calibrate.eval_data import gather, sample_bytes
+
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="jetforge.calibrate.eval_data"):
+        every = gather([image_dir], preprocess)
+    assert every.used == every.available == 40 and every.limit == "all" and not every.warnings
+    assert sum(len(b) for b in every.batches) == 40 and len(every.hashes) == 40
+    assert "evaluation: 40 of 40 available samples (all)" in caplog.text
+    some = gather([image_dir], preprocess, samples=10)
+    assert some.used == 10 and some.available == 40 and some.limit == "--eval-samples 10" and not some.warnings
+    # past the memory budget: evenly spread samples and a warning that says how many of how many
+    capped = gather([image_dir], preprocess, memory_bytes=12 * sample_bytes(preprocess))
+    assert capped.used == 12 and capped.available == 40 and capped.limit.startswith("memory: 12 preprocessed")
+    assert capped.warnings == ["evaluation: 12 of 40 available samples (%s)" % capped.limit]
+    assert capped.names == [n for n in every.names if n in set(capped.names)]  # spread, in order
+    assert capped.names[0] == every.names[0] and capped.names[-1] == every.names[-1]
+
+
+def test_held_out_check_counts_near_duplicates(image_dir, bikes_video, preprocess):
+    from jetforge.calibrate.eval_data import check_held_out, gather
+
+    calibration = QualityTracker()
+    for name, image in collect_sources(image_dir, max_samples=40):
+        calibration.update(name, image)
+    # the same clip the folder's frames were taken from: every 7th frame is in the folder
+    same_clip = gather([bikes_video], preprocess, samples=50)
+    block = check_held_out(same_clip, calibration.hashes)
+    assert block["compared"] == 50 and block["against"] == 40 and block["with_near_duplicate"] >= 10
+    assert same_clip.warnings and "not held-out" in same_clip.warnings[-1]
+    # another clip: nothing in common
+    from jetforge.apps.assets import asset_path
+    from jetforge.errors import AssetError
+
+    try:
+        street = asset_path("opencv_samples", "vtest.avi")
+    except AssetError as err:  # offline and not cached
+        pytest.skip("real video not available: %s" % err)
+    other = gather([street], preprocess, samples=50)
+    block = check_held_out(other, calibration.hashes)
+    assert block["with_near_duplicate"] == 0 and block["examples"] == [] and not other.warnings

@@ -1,4 +1,4 @@
-"""Automatic mixed precision: the search, its outputs for TensorRT, the CLI flags, and --retarget's output path."""
+"""Automatic mixed precision (chosen on one split, reported on another), held-out checks, --retarget's output path."""
 
 import json
 
@@ -13,6 +13,8 @@ from jetforge.calibrate import algorithms, evaluate as ev, mixed, stats  # noqa:
 from jetforge.calibrate.cache import CalibrationCache  # noqa: E402
 from jetforge.calibrate.qdq import insert_qdq  # noqa: E402
 from jetforge.errors import CalibrationError  # noqa: E402
+
+cv2 = pytest.importorskip("cv2")
 
 
 def _diverse_net(path, x):
@@ -60,12 +62,118 @@ def setup(tmp_path_factory, real_frames):
     return m, q, evaluator
 
 
+def _order(res):
+    return [s.name for s in res.sensitivity] + [n for n in res.int8_layers if n not in
+                                                [s.name for s in res.sensitivity]]
+
+
+def _brute_force_curve(q, order, evaluator, metric="agreement"):
+    """Metric of every k (0..all layers FP16), each from a fresh evaluation: the independent reference."""
+    return [mixed.metric_value(evaluator.evaluate(ev.dequantize_layers(q, order[:k]) if k else q), metric)
+            for k in range(len(order) + 1)]
+
+
+def test_split_is_deterministic_disjoint_and_made_of_contiguous_blocks():
+    for n in (2, 3, 9, 10, 24, 101, 300):
+        a, b = mixed.split_samples(n), mixed.split_samples(n)
+        assert a.selection == b.selection and a.report == b.report          # deterministic
+        assert not set(a.selection) & set(a.report)                         # disjoint
+        assert sorted(a.selection + a.report) == list(range(n))             # every sample, once
+        assert a.selection and a.report
+        # contiguous runs: at most 10 blocks, so at most 9 places where the split changes
+        side = [0 if i in set(a.selection) else 1 for i in range(n)]
+        assert sum(side[i] != side[i + 1] for i in range(n - 1)) <= 9
+        # about half each: the blocks differ in size by at most one sample
+        assert abs(len(a.selection) - len(a.report)) <= -(-n // 10)
+    with pytest.raises(CalibrationError, match="at least 2 evaluation samples"):
+        mixed.split_samples(1)
+
+
+def test_split_evaluators_hold_the_samples_of_their_split(setup):
+    m, q, evaluator = setup
+    split = mixed.split_samples(evaluator.samples)
+    labels = np.arange(evaluator.samples) % 10
+    labelled = ev.Evaluator(m, evaluator.batches, labels=labels)
+    sel, rep = mixed.split_evaluator(labelled, split)
+    assert sel.samples == len(split.selection) and rep.samples == len(split.report)
+    x = np.concatenate(evaluator.batches)
+    assert np.array_equal(np.concatenate(sel.batches), x[split.selection])
+    assert np.array_equal(np.concatenate(rep.batches), x[split.report])
+    assert np.array_equal(rep.labels, labels[split.report])
+    # FP32 outputs of a sample do not depend on which batch it sits in (float kernels; tolerance for blocking)
+    np.testing.assert_allclose(rep.reference, evaluator.reference[split.report], rtol=1e-4, atol=1e-5)
+
+
 def test_bound_already_met_keeps_everything_int8(setup):
     m, q, evaluator = setup
     res = mixed.search(m, q, evaluator, 0.05, "agreement")
     assert res.met and res.fp16_layers == [] and res.layer_precisions == ""
     assert res.int8_layers == [layer.name for layer in ev.quantized_layers(q)]
-    assert res.trials == [{"fp16_layers": 0, "value": round(res.result.agreement, 4), "met": True}]
+    first = res.curve[0]
+    assert first == {"fp16_layers": 0, "selection": round(res.result.agreement, 4), "selection_met": True,
+                     "used_to_choose": True}
+    # only k = 0 decided; the rest of the curve (the next points and all-FP16) is for the plot
+    assert [r["fp16_layers"] for r in res.curve if r["used_to_choose"]] == [0]
+    assert res.curve[-1]["fp16_layers"] == len(res.int8_layers)
+
+
+def test_the_choice_is_the_smallest_k_meeting_the_bound_whatever_the_curve(setup):
+    """Against brute force over every k: the search returns min{k : value(k) meets the bound} for every bound
+    the curve can produce, including bounds that a bisection over a non-monotone curve would get wrong
+    (on this data agreement drops from k = 0 to k = 1)."""
+    m, q, evaluator = setup
+    first = mixed.search(m, q, evaluator, 1.0, "agreement", method="sqnr")
+    order = _order(first)
+    values = _brute_force_curve(q, order, evaluator)
+    for bound in sorted(set(values)):
+        res = mixed.search(m, q, evaluator, bound, "agreement", sensitivity=first.sensitivity)
+        want = min(k for k, v in enumerate(values) if v >= bound - 1e-12)
+        assert res.met and len(res.fp16_layers) == want, (bound, values)
+        assert res.fp16_layers == order[:want]
+        # every k up to the choice was measured, in order, and every smaller one failed
+        chose = [r for r in res.curve if r["used_to_choose"]]
+        assert [r["fp16_layers"] for r in chose] == list(range(want + 1))
+        assert [r["selection_met"] for r in chose] == [False] * want + [True]
+        assert all(r["selection"] == pytest.approx(values[r["fp16_layers"]], abs=1e-4) for r in res.curve)
+
+
+def test_unreachable_bound_returns_the_best_measured_and_says_so(setup):
+    m, q, evaluator = setup
+    first = mixed.search(m, q, evaluator, 1.0, "agreement")
+    values = _brute_force_curve(q, _order(first), evaluator)
+    res = mixed.search(m, q, evaluator, 1.0, "agreement", sensitivity=first.sensitivity, max_fp16=1)
+    if max(values[:2]) >= 1.0:
+        assert res.met
+    else:
+        best = max(range(2), key=lambda k: (values[k], -k))
+        assert not res.met and len(res.fp16_layers) == best
+
+
+def test_report_split_is_measured_at_every_point_and_never_chooses(setup, tmp_path):
+    m, q, evaluator = setup
+    split = mixed.split_samples(evaluator.samples)
+    sel, rep = mixed.split_evaluator(evaluator, split)
+    alone = mixed.search(m, q, sel, 1.0, "agreement")
+    res = mixed.search(m, q, sel, 1.0, "agreement", report_evaluator=rep)
+    res.split = split
+    # the report split changes nothing about the choice
+    assert res.fp16_layers == alone.fp16_layers and res.met == alone.met
+    assert all("report" in r for r in res.curve)
+    # its numbers are those of the chosen model on those samples, measured independently
+    chosen = rep.evaluate(res.model)
+    assert res.report_result.agreement == pytest.approx(chosen.agreement, abs=1e-12)
+    assert res.report_met == (chosen.agreement >= 1.0 - 1e-12)
+    assert res.report_int8_result.agreement == pytest.approx(rep.evaluate(q).agreement, abs=1e-12)
+    d = res.to_dict()
+    assert d["selection"]["samples"] == len(split.selection) and d["report"]["samples"] == len(split.report)
+    assert d["report"]["note"].startswith("not used to choose") and d["split"]["rule"] == mixed.SPLIT_RULE
+    assert d["split"]["selection_samples"] + d["split"]["report_samples"] == evaluator.samples
+    written = mixed.write_outputs(res, tmp_path / "m.precisions.json", tmp_path / "m.mixed.qdq.onnx",
+                                  tmp_path / "m.precisions.txt", tmp_path / "m.precisions.png")
+    png = cv2.imread(str(written["plot"]))
+    assert png is not None and png.shape[0] > 200 and png.shape[1] > 400
+    data = json.loads(written["json"].read_text())
+    assert data["curve"] == res.curve and data["fp16_layers"] == res.fp16_layers and data["format"] == 2
 
 
 def test_exact_bound_needs_fp16_layers_in_sensitivity_order(setup, tmp_path):
@@ -76,9 +184,8 @@ def test_exact_bound_needs_fp16_layers_in_sensitivity_order(setup, tmp_path):
     assert res.fp16_layers == order[:len(res.fp16_layers)] and res.fp16_layers
     # the smallest such prefix: one layer fewer does not meet the bound (it was measured)
     k = len(res.fp16_layers)
-    if k > 0:
-        fewer = evaluator.evaluate(ev.dequantize_layers(q, order[:k - 1]) if k > 1 else q)
-        assert fewer.agreement < 1.0
+    fewer = evaluator.evaluate(ev.dequantize_layers(q, order[:k - 1]) if k > 1 else q)
+    assert fewer.agreement < 1.0
     # the mixed model has no Q/DQ on the FP16 layers, and every other layer keeps them
     left = {layer.name for layer in ev.quantized_layers(res.model)}
     assert left == set(res.int8_layers) and not left & set(res.fp16_layers)
@@ -89,6 +196,7 @@ def test_exact_bound_needs_fp16_layers_in_sensitivity_order(setup, tmp_path):
     assert data["trtexec"]["layerPrecisions"] == ",".join(n + ":fp16" for n in res.fp16_layers)
     assert "--precisionConstraints=obey" in data["trtexec"]["flags"]
     assert written["layers"].read_text().splitlines() == [n + ":fp16" for n in res.fp16_layers]
+    assert data["report"] is None and "plot" not in written  # no report split given, no plot asked for
     reloaded = onnx.load(str(written["qdq"]))
     onnx.checker.check_model(reloaded)
     assert evaluator.evaluate(reloaded).agreement == 1.0
@@ -120,27 +228,62 @@ def _run(capsys, argv):
     return code, out, err
 
 
-def test_cli_eval_and_mixed_precision(tiny_model, image_dir, bikes_video, capsys):
-    code, out, err = _run(capsys, ["calibrate", str(tiny_model), "--data", str(image_dir), "--eval", str(bikes_video),
-                                   "--eval-samples", "24", "--samples", "24", "--no-plots",
-                                   "--mixed-precision", "1.0", "--mixed-metric", "agreement", "--json"])
+def test_cli_mixed_precision_chooses_on_one_split_and_reports_on_the_other(tiny_model, image_dir, bikes_video,
+                                                                           capsys):
+    argv = ["calibrate", str(tiny_model), "--data", str(image_dir), "--eval", str(bikes_video), "--eval-samples", "24",
+            "--samples", "24", "--no-plots", "--mixed-precision", "1.0", "--mixed-metric", "agreement"]
+    code, out, err = _run(capsys, argv + ["--json"])
     assert code == 0, err
     data = json.loads(out)
     base = tiny_model.parent
     ev_block = data["evaluation"]
-    assert ev_block["held_out"] and ev_block["int8"]["samples"] == 24
-    assert 0.0 <= ev_block["int8"]["agreement"] <= 1.0
+    frames = int(cv2.VideoCapture(str(bikes_video)).get(cv2.CAP_PROP_FRAME_COUNT))
+    assert ev_block["int8"]["samples"] == 24 and ev_block["samples"] == {"used": 24, "available": frames,
+                                                                          "limit": "--eval-samples 24"}
     mp = ev_block["mixed_precision"]
-    assert mp["met"] and mp["achieved"]["agreement"] == 1.0
+    assert mp["split"]["selection_samples"] == 12 and mp["split"]["report_samples"] == 12
+    assert mp["met"] and mp["selection"]["chosen"]["agreement"] == 1.0 and mp["selection"]["meets_bound"]
+    assert mp["report"]["samples"] == 12 and mp["report"]["value"] == mp["report"]["chosen"]["agreement"]
+    k = len(mp["fp16_layers"])
+    assert [r["fp16_layers"] for r in mp["curve"] if r["used_to_choose"]] == list(range(k + 1))
+    assert all("report" in r for r in mp["curve"])
     assert data["mixed_qdq_onnx"] == str(base / "tiny.mixed.qdq.onnx") and (base / "tiny.mixed.qdq.onnx").is_file()
+    assert not (base / "tiny.precisions.png").exists()  # --no-plots
     precisions = json.loads((base / "tiny.precisions.json").read_text())
-    assert precisions["fp16_layers"] == mp["fp16_layers"]
+    assert precisions["fp16_layers"] == mp["fp16_layers"] and precisions["curve"] == mp["curve"]
     report = json.loads((base / "tiny.calib.json").read_text())
     assert report["evaluation"]["mixed_precision"]["fp16_layers"] == mp["fp16_layers"]
     assert report["evaluation"]["sensitivity"] and "sqnr_db" in report["evaluation"]["sensitivity"][0]
     from jetforge.runtime.sidecar import read_sidecar
 
     assert read_sidecar(base / "tiny.mixed.qdq.onnx").extra["fp16_layers"] == mp["fp16_layers"]
+    # the text says which split every mixed-precision number is on, and the plot is written with plots on
+    code, out, err = _run(capsys, [a for a in argv if a != "--no-plots"])
+    assert code == 0, err
+    assert "selection split (12 samples, chose the layers)" in out
+    assert "report split (12 other samples, not used to choose)" in out
+    assert "mixed, report split vs FP32 on 12 samples" in out
+    assert cv2.imread(str(base / "tiny.precisions.png")) is not None
+
+
+def test_cli_near_duplicates_between_calibration_and_evaluation_are_reported(tiny_model, image_dir, bikes_video,
+                                                                            capsys):
+    """image_dir holds every 7th frame of bikes.mp4: evaluating on that clip is not held-out, whatever the paths."""
+    code, out, err = _run(capsys, ["calibrate", str(tiny_model), "--data", str(image_dir), "--eval", str(bikes_video),
+                                   "--samples", "24", "--no-plots", "--json"])
+    assert code == 0, err
+    block = json.loads(out)["evaluation"]
+    check = block["held_out_check"]
+    assert check["paths_disjoint"] and not block["held_out"]
+    dup = check["near_duplicates"]
+    assert dup["compared"] == block["samples"]["used"] == block["samples"]["available"]  # every frame by default
+    assert dup["against"] == 24 and 0 < dup["with_near_duplicate"] <= dup["compared"]
+    assert dup["examples"][0]["evaluation"].startswith(str(bikes_video) + "#")
+    assert any("near-duplicate in the calibration set" in w for w in json.loads(out)["warnings"])
+    code, out, err = _run(capsys, ["calibrate", str(tiny_model), "--data", str(image_dir), "--eval", str(bikes_video),
+                                   "--samples", "24", "--eval-samples", "30", "--no-plots"])
+    assert code == 0, err
+    assert "evaluation samples: 30 of" in out and "NOT held out:" in out
 
 
 def test_cli_eval_text_and_labels(tiny_model, image_dir, tmp_path, capsys):
@@ -149,6 +292,7 @@ def test_cli_eval_text_and_labels(tiny_model, image_dir, tmp_path, capsys):
     code, out, err = _run(capsys, ["calibrate", str(tiny_model), "--data", str(image_dir), "--eval", str(image_dir),
                                    "--labels", str(labels), "--samples", "16", "--no-plots"])
     assert code == 0, err
+    assert "evaluation samples: 40 of 40 available (all)" in out
     assert "INT8 vs FP32 on 40 samples: top-1 agreement" in out and "accuracy on 40 labelled: FP32" in out
     report = json.loads((tiny_model.parent / "tiny.calib.json").read_text())
     assert not report["evaluation"]["held_out"] and report["evaluation"]["int8"]["labelled"] == 40

@@ -144,3 +144,93 @@ def test_shape_mismatch_is_clear(tiny_model, image_dir):
     src = collect_sources(image_dir, max_samples=4)
     with pytest.raises(CalibrationError, match="3x32x32 but model input input expects 3x64x64"):
         stats.collect_statistics(str(tiny_model), src, Preprocess(height=32, width=32), progress=False)
+
+
+# ----------------------------------------------------------------- the pipelined statistics pass
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_pipelined_statistics_equal_a_sequential_pass(tiny_model, real_frames, preprocess, threads):
+    """Inference one batch ahead in a thread and histograms on a thread pool give exactly the histograms of
+    feeding ORT's outputs (one session, every tensor an output) batch by batch into fresh histograms."""
+    from jetforge.calibrate.histogram import StreamingHistogram
+
+    m = onnx.load(str(tiny_model))
+    batches, x = _batches(real_frames, preprocess, size=6)
+    st = stats.collect_from_batches(m, batches, threads=threads)
+    names = stats.activation_tensors(m)
+    opts = ort.SessionOptions()  # the statistics pass's settings: basic graph optimizations, its thread count
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    opts.intra_op_num_threads = stats.thread_plan(threads)[0]
+    sess = ort.InferenceSession(stats.with_outputs(m, names).SerializeToString(), sess_options=opts,
+                                providers=["CPUExecutionProvider"])
+    out_names = [o.name for o in sess.get_outputs()]
+    ref = {n: StreamingHistogram() for n in names}
+    for b in batches:
+        outs = dict(zip(out_names, sess.run(None, {"input": b})), input=b)
+        for n in names:
+            ref[n].update(outs[n])
+    assert list(st.histograms) == names and st.samples == len(x) and st.batches == len(batches)
+    for n in names:
+        a, b = st.histograms[n], ref[n]
+        assert a.width == b.width and np.array_equal(a.counts, b.counts), n
+        assert (a.amax, a.min, a.max, a.count) == (b.amax, b.min, b.max, b.count), n
+
+
+def test_thread_plan_shares_the_cores():
+    assert stats.thread_plan(1) == (1, 1)
+    assert stats.thread_plan(2) == (1, 2)
+    assert stats.thread_plan(16) == (8, 16)
+
+
+def test_statistics_read_at_most_two_batches_ahead_and_stop_on_errors(tiny_model, real_frames, preprocess):
+    import threading
+
+    from jetforge.errors import CalibrationError
+
+    batches, _ = _batches(real_frames, preprocess, size=4)
+    read, done = [], []
+
+    def source():
+        for i, b in enumerate(batches):
+            read.append(i)
+            assert len(read) - len(done) <= 2, "read %d batches with %d histogrammed" % (len(read), len(done))
+            yield b
+
+    st = stats.collect_from_batches(str(tiny_model), source(), progress=lambda n: done.append(n))
+    assert st.batches == len(batches) == len(read) == len(done)
+
+    def failing():
+        yield batches[0]
+        yield batches[1]
+        raise CalibrationError("frame 9 of clip.mp4 could not be decoded")
+
+    with pytest.raises(CalibrationError, match="frame 9 of clip.mp4"):
+        stats.collect_from_batches(str(tiny_model), failing())
+    # a failing histogram side (here: the progress callback) stops the background thread too
+    with pytest.raises(RuntimeError, match="stop"):
+        stats.collect_from_batches(str(tiny_model), iter(batches), progress=lambda n: (_ for _ in ()).throw(
+            RuntimeError("stop")))
+    assert not [t for t in threading.enumerate() if t.name.startswith("jetforge-calibration-prefetch")]
+
+
+# ----------------------------------------------------------------- plots
+def test_plots_overview_and_most_clipped_pages(tiny_model, real_frames, preprocess, tmp_path):
+    from jetforge.calibrate.report import most_clipped, plot_histograms, plot_overview
+
+    m = onnx.load(str(tiny_model))
+    batches, _ = _batches(real_frames, preprocess)
+    st = stats.collect_from_batches(m, batches)
+    amax = algorithms.compute_all(st.histograms, "percentile")
+    ratio = {n: amax[n] / h.amax for n, h in st.histograms.items() if h.amax > 0}
+    picked = most_clipped(st.histograms, amax, count=3)
+    assert len(picked) == 3 and set(picked) == set(sorted(ratio, key=lambda n: (ratio[n], n))[:3])
+    assert picked == [n for n in st.histograms if n in set(picked)]  # graph order
+    overview = plot_overview(st.histograms, amax, tmp_path / "overview.png", title="t")
+    image = cv2.imread(str(overview))
+    assert image is not None and image.shape[0] > 150 and image.shape[1] == 600  # 7.5 in at 80 dpi
+    pages = plot_histograms(st.histograms, amax, tmp_path, names=picked)
+    assert [p.name for p in pages] == ["histograms_00.png"] and cv2.imread(str(pages[0])) is not None
+    every = plot_histograms(st.histograms, amax, tmp_path / "all", per_page=4)
+    assert len(every) == -(-len(st.histograms) // 4)
+
+
+cv2 = pytest.importorskip("cv2")

@@ -1,0 +1,101 @@
+"""Evaluation samples for ``calibrate --eval``: every sample by default, said out loud, checked for leaks.
+
+**How many.**  By default every sample the ``--eval`` data holds is used (every image of a folder or
+list, every frame of a video), because a user who points at 2,000 held-out images expects numbers on
+2,000 images.  The preprocessed inputs are held in memory for the whole evaluation, so the one limit
+is memory: past :data:`EVAL_MEMORY_BYTES` of preprocessed input (about 3,500 images at 224x224x3)
+the samples are spread evenly over the data and a warning says how many of how many are used.  An
+explicit ``samples`` (``--eval-samples N``) takes N evenly spread samples.  Either way the log and
+the report's ``evaluation.samples`` block state ``used`` of ``available`` and why.
+
+**Held out?**  Every evaluation sample gets a perceptual hash (:mod:`jetforge.calibrate.phash`); the
+report counts the evaluation samples with a near-duplicate among the calibration samples (consecutive
+frames of one clip, a photo copied into both folders), and warns when there is any: folder paths
+alone do not make a held-out set.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from jetforge.calibrate import phash
+from jetforge.calibrate.sources import collect_sources
+
+log = logging.getLogger(__name__)
+
+EVAL_MEMORY_BYTES = 2 << 30  # preprocessed evaluation inputs held at once
+ALL = None                   # ``samples`` meaning "every sample"
+
+
+@dataclass
+class EvaluationSet:
+    """Preprocessed batches, sample names and perceptual hashes, in collection order."""
+
+    batches: List[np.ndarray]
+    names: List[str]
+    hashes: List[Tuple[str, int]]
+    available: int
+    used: int
+    limit: str
+    near_duplicates: Optional[Dict[str, object]] = None
+    warnings: List[str] = field(default_factory=list)
+
+    def describe(self) -> Dict[str, object]:
+        return {"used": self.used, "available": self.available, "limit": self.limit}
+
+
+def sample_bytes(preprocess) -> int:
+    """Bytes of one preprocessed float32 input."""
+    return int(4 * preprocess.channels * preprocess.height * preprocess.width)
+
+
+def gather(items: Sequence[Union[str, Path]], preprocess, fixed_batch: Optional[int] = None,
+           samples: Optional[int] = ALL, video_sampling: str = "uniform", batch_size: int = 16,
+           memory_bytes: int = EVAL_MEMORY_BYTES) -> EvaluationSet:
+    """Decode, hash and preprocess the evaluation samples (all of them unless ``samples`` or memory limits)."""
+    from jetforge.calibrate.evaluate import preprocess_samples
+
+    probe = collect_sources(list(items), max_samples=1, sampling=video_sampling)
+    available = int(sum(s.available for s in probe.sources))
+    cap = max(1, int(memory_bytes // max(1, sample_bytes(preprocess))))
+    if samples is not None:
+        wanted, limit = int(samples), "--eval-samples %d" % samples
+    elif available > cap:
+        wanted = cap
+        limit = ("memory: %d preprocessed samples fit in %.1f GiB; --eval-samples N sets another number"
+                 % (cap, memory_bytes / float(1 << 30)))
+    else:
+        wanted, limit = available, "all"
+    source = collect_sources(list(items), max_samples=max(1, min(wanted, available)), sampling=video_sampling)
+    hashes: List[Tuple[str, int]] = []
+
+    def hashed():
+        for name, image in source:
+            hashes.append((name, phash.perceptual_hash(image)))
+            yield name, image
+
+    batches, names = preprocess_samples(hashed(), preprocess, batch_size=batch_size, fixed_batch=fixed_batch)
+    kept = set(names)
+    ev = EvaluationSet(batches, names, [h for h in hashes if h[0] in kept], available, len(names), limit)
+    message = "evaluation: %d of %d available samples (%s)" % (ev.used, ev.available, limit)
+    if samples is None and available > cap:
+        ev.warnings.append(message)
+        log.warning("%s", message)
+    else:
+        log.info("%s", message)
+    return ev
+
+
+def check_held_out(ev: EvaluationSet, calibration_hashes: Sequence[Tuple[str, int]],
+                   threshold: int = phash.NEAR_DUPLICATE_BITS) -> Dict[str, object]:
+    """Count evaluation samples with a near-duplicate calibration sample; warn when there is any."""
+    block = phash.near_duplicates(ev.hashes, list(calibration_hashes), threshold=threshold)
+    ev.near_duplicates = block
+    line = phash.describe(block)
+    if line:
+        ev.warnings.append(line)
+        log.warning("%s", line)
+    return block
