@@ -55,6 +55,20 @@ def _pattern(i, size=(160, 96)):
     return img
 
 
+def _decode_all(path):
+    """Every frame of a video file, decoded by OpenCV (an independent reader of what the sink wrote)."""
+    import cv2
+
+    cap = cv2.VideoCapture(str(path))
+    frames = []
+    ok, img = cap.read()
+    while ok:
+        frames.append(img)
+        ok, img = cap.read()
+    cap.release()
+    return frames
+
+
 def test_mp4_sink_round_trip(tmp_path):
     import cv2
 
@@ -66,13 +80,8 @@ def test_mp4_sink_round_trip(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["clip.mp4"]
     cap = cv2.VideoCapture(str(out))
     assert cap.get(cv2.CAP_PROP_FPS) == 10
-    decoded = []
-    while True:
-        ok, img = cap.read()
-        if not ok:
-            break
-        decoded.append(img)
     cap.release()
+    decoded = _decode_all(out)
     assert len(decoded) == 12 and decoded[0].shape == (96, 160, 3)
     # Lossy, but the pattern survives: red band on the left of frame 5, green in the lower half.
     assert decoded[5][10, 20, 2] > 180 and decoded[5][10, 140, 2] < 60 and decoded[5][80, 100, 1] > 150
@@ -91,8 +100,6 @@ def test_interrupted_mp4_leaves_nothing_and_keeps_an_old_file(tmp_path):
 
 def test_mp4_sink_letterboxes_frames_of_another_size_instead_of_losing_them(tmp_path):
     """A folder of photos has many sizes; the video keeps every frame, fitted into the first one's size."""
-    import cv2
-
     out = tmp_path / "mixed.mp4"
     tall = np.zeros((96, 80, 3), np.uint8)
     tall[:, :] = (255, 255, 255)  # white, 80 wide: scaled by min(160/80, 96/96) = 1, 40 px bars each side
@@ -104,14 +111,7 @@ def test_mp4_sink_letterboxes_frames_of_another_size_instead_of_losing_them(tmp_
         sink.write(wide)
         sink.write(_pattern(3))
     assert (sink.frames, sink.letterboxed, sink.size) == (4, 2, (160, 96))
-    cap = cv2.VideoCapture(str(out))
-    decoded = []
-    while True:
-        ok, img = cap.read()
-        if not ok:
-            break
-        decoded.append(img)
-    cap.release()
+    decoded = _decode_all(out)
     assert len(decoded) == 4 and {d.shape for d in decoded} == {(96, 160, 3)}
     # mp4v is lossy: compare region means with a margin of 25 grey levels (codec error on flat areas is < 10),
     # 4 px away from the edges where the encoder's 8x8 blocks blur across.
