@@ -59,6 +59,8 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
               "build a TensorRT engine (GPU or DLA) for a target, from a validated build plan"),
     "dla-check": ("jetforge.apps.cli.cmd_dla_check", "DlaCheckCommand",
                   "predict DLA placement of an ONNX model (GPU fallbacks, subgraphs, FLOPs on DLA)"),
+    "estimate": ("jetforge.apps.cli.cmd_estimate", "EstimateCommand",
+                 "estimate per-layer latency, throughput, GPU/DLA split and memory on a target"),
     "bundle": ("jetforge.apps.cli.cmd_bundle", "BundleCommand",
                "pack a model, its caches, sidecars and build options for the board into one folder; verify one"),
     "deploy": ("jetforge.apps.cli.cmd_deploy", "DeployCommand",
