@@ -6,10 +6,15 @@ TensorRT 8.5-10.x and ONNX Runtime parse), and ``model.onnx.json`` records the t
 labels, tensors, preprocessing and provenance, stamped with the model's hash.
 """
 
+import contextlib
 import logging
+import os
+import re
+import sys
+import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from jetforge.errors import CompressError, DependencyError, ModelError
 from jetforge.fileio import PathLike, atomic_output
@@ -86,10 +91,15 @@ def export_onnx(model: Any, path: PathLike, input_shape: Sequence[int], *, task:
             # The TorchScript exporter announces its deprecation in favour of dynamo (which needs onnxscript).
             warnings.simplefilter("ignore", category=DeprecationWarning)
             warnings.simplefilter("ignore", category=FutureWarning)
-            with torch.no_grad():
-                torch.onnx.export(model, (dummy,), str(tmp), input_names=[input_name], output_names=names,
-                                  dynamic_axes=dynamic_axes, opset_version=opset, do_constant_folding=True,
-                                  dynamo=False)
+            printed: Dict[str, str] = {}
+            try:
+                with torch.no_grad(), unfused_attention(), _native_stdout_captured(printed):
+                    torch.onnx.export(model, (dummy,), str(tmp), input_names=[input_name], output_names=names,
+                                      dynamic_axes=dynamic_axes, opset_version=opset, do_constant_folding=True,
+                                      dynamo=False)
+            except Exception as err:
+                log.debug("the ONNX exporter failed; what it printed:\n%s", printed.get("text", ""))
+                raise export_error(err, opset) from err
         _check_onnx(tmp, path)
     if was_training:
         model.train()
@@ -105,6 +115,75 @@ def export_onnx(model: Any, path: PathLike, input_shape: Sequence[int], *, task:
     write_sidecar(path, sidecar)
     log.info("exported %s (%s) and %s", path, sidecar.model_name, sidecar_path(path).name)
     return sidecar
+
+
+@contextlib.contextmanager
+def unfused_attention() -> Iterator[None]:
+    """PyTorch's fused attention fast path switched off inside the block (the previous setting restored after).
+
+    In eval mode without gradients, ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer``
+    run one fused kernel (``aten::_native_multi_head_attention``,
+    ``aten::_transformer_encoder_layer_fwd``) that the ONNX exporter cannot translate and that
+    op counters see as a single opaque call.  The unfused path computes the same thing with
+    matmuls and a softmax, which ONNX, TensorRT and a MAC count all understand.
+    """
+    torch = require("torch", "switching off the fused attention path")
+    mha = getattr(torch.backends, "mha", None)
+    if mha is None or not hasattr(mha, "set_fastpath_enabled"):
+        yield
+        return
+    before = mha.get_fastpath_enabled()
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(before)
+
+
+@contextlib.contextmanager
+def _native_stdout_captured(found: Dict[str, str]) -> Iterator[None]:
+    """Capture file descriptor 1 inside the block; replay it after a success, keep it in ``found["text"]``.
+
+    When an export fails, the TorchScript exporter's C++ side prints the whole TorchScript IR
+    graph to the process's standard output, which would bury the one-line error (and break
+    ``--json`` output), so it goes to the debug log instead.
+    """
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no real descriptor 1 (embedded interpreters): nothing to capture
+        yield
+        return
+    failed = True
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield
+            failed = False
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            sink.seek(0)
+            data = sink.read()
+            found["text"] = data.decode("utf-8", "replace")
+            if data and not failed:
+                os.write(1, data)
+
+
+_OPERATOR = re.compile(r"\b([a-z_]+::[A-Za-z0-9_.]+)")  # aten::foo, prim::bar, torchvision::nms
+
+
+def export_error(err: BaseException, opset: int) -> CompressError:
+    """One line for an exporter failure: the operator it could not translate (when it names one) and a fix."""
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    first = (lines[0] if lines else type(err).__name__)[:300]
+    match = _OPERATOR.search(str(err))
+    hint = ("replace that operation in the model with ops ONNX opset %d has, or export with a newer opset if one "
+            "has it (opset=N; jetforge export --opset N); rerun with --debug for the exporter's full message" % opset)
+    if match:
+        return CompressError("the ONNX exporter cannot translate operator %s (opset %d): %s"
+                             % (match.group(1), opset, first), hint=hint)
+    return CompressError("ONNX export failed (opset %d): %s" % (opset, first), hint=hint)
 
 
 def _check_onnx(tmp: Path, final: Path) -> None:

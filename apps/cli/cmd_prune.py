@@ -3,11 +3,11 @@
 import argparse
 import logging
 from pathlib import Path
-from typing import Tuple
+from typing import Any, Tuple
 
 from jetforge.apps.cli.app_models import add_model_flags, load_model_from_args, model_input_paths
 from jetforge.apps.cli.base import Command, add_json_flag, add_target_flag, print_json
-from jetforge.errors import ConfigError
+from jetforge.errors import CompressError, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,9 @@ class PruneCommand(Command):
                                  "the most time is saved per importance lost (needs a reduction goal, not --ratio)")
         parser.add_argument("--measure-latency", action="store_true",
                             help="measure latency before/after in CPU ONNX Runtime for the report")
+        parser.add_argument("--strict", action="store_true",
+                            help="exit 1 when a --latency-reduction goal is not reached (the fastest model found is "
+                                 "saved either way; without --strict it is saved with a warning and exit 0)")
         parser.add_argument("--no-onnx", action="store_true", help="do not export the pruned model to ONNX")
         parser.add_argument("--no-plot", action="store_true", help="do not draw the report plot")
         parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
@@ -119,16 +122,20 @@ class PruneCommand(Command):
         files.update({k: str(v) for k, v in result.report.save(out, plot=not args.no_plot).items()})
         if not args.no_onnx:
             onnx_path = out / "model.onnx"
-            export_onnx(result.model, onnx_path, shape, task=meta.get("task", "other"),
-                        model_name=meta.get("name", "") + "-pruned", labels=meta.get("labels", ()),
-                        preprocess=meta.get("preprocess"), output_name="logits",
-                        provenance={"pruned": True, "plan": "model.prune.json", "source": args.model})
+            try:
+                export_onnx(result.model, onnx_path, shape, task=meta.get("task", "other"),
+                            model_name=meta.get("name", "") + "-pruned", labels=meta.get("labels", ()),
+                            preprocess=meta.get("preprocess"), output_name="logits",
+                            provenance={"pruned": True, "plan": "model.prune.json", "source": args.model})
+            except CompressError as err:
+                raise CompressError("%s (the pruned weights, plan and report are saved in %s)" % (err.message, out),
+                                    hint="%s; or rerun with --no-onnx" % (err.hint or "see the message")) from err
             files["onnx"] = str(onnx_path)
         if args.json:
             data = result.report.to_dict()
             data["files"] = files
             print_json(data)
-            return 0
+            return _goal_exit(result, args)
         totals = result.report.to_dict()["totals"]
         lines = ["pruned %s: MACs %.1fM -> %.1fM (%.2fx), parameters %.2fM -> %.2fM (%.2fx), round to %d"
                  % (args.model, totals["macs_before"] / 1e6, totals["macs_after"] / 1e6, totals["flops_reduction"],
@@ -141,7 +148,22 @@ class PruneCommand(Command):
         for key in ("plan", "state_dict", "json", "table", "plot", "onnx"):
             if key in files:
                 lines.append("  %-11s %s" % (key, files[key]))
+        goal = result.report.extra.get("goal")
+        if goal and not goal["met"]:
+            lines.append("  WARNING  latency goal %.2fx not reached: the search's best measured %.2fx; that model is "
+                         "saved above" % (goal["value"], goal["achieved"]))
         for p in result.report.protected:
             lines.append("  protected %s (%s): %s" % (p["where"], p["op"], p["reason"]))
         print("\n".join(lines))
-        return 0
+        return _goal_exit(result, args)
+
+
+def _goal_exit(result: Any, args: argparse.Namespace) -> int:
+    """0, or (``--strict`` and a latency goal missed) a one-line error after everything was saved."""
+    goal = result.report.extra.get("goal")
+    if goal and not goal["met"] and args.strict:
+        raise CompressError("latency goal %.2fx not reached (--strict): best measured %.2fx; the fastest model found "
+                            "is saved in %s" % (goal["value"], goal["achieved"], args.out),
+                            hint="ask for less%s; the saved model is usable as it is"
+                                 % ("" if args.latency_aware else ", or add --latency-aware"))
+    return 0

@@ -16,6 +16,10 @@ time is spent (see :mod:`latency`): each group's cut is timed alone on the backe
 (``latency_fn``), and channel cuts go to the groups with the most latency saved per
 importance lost, on aligned channel counts, until the FLOPs/params goal is counted or the
 latency goal is measured.
+
+A latency goal is a measurement, and a search can end a hair short of it after minutes of
+measuring: then the fastest model found is kept and returned with a warning, and the report
+says ``goal.met: false`` with the speed-up achieved; ``strict=True`` raises instead.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -53,6 +57,7 @@ class PruneResult:
     report: PruneReport
     ratio: float
     latency_table: Optional[LatencyTable] = None  # the measured per-group table (latency_aware), reusable
+    goal_met: bool = True  # False only for a latency goal the search ended short of (see ``report.extra["goal"]``)
 
 
 def default_round_to(target: Optional[str]) -> int:
@@ -84,7 +89,8 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
           seed: int = 0, measure_latency: bool = False,
           latency_fn: Optional[Callable[[nn.Module], float]] = None, inplace: bool = True,
           latency_aware: bool = False, latency_levels: Sequence[float] = DEFAULT_LEVELS,
-          max_latency_iterations: int = 8, latency_table: Optional[LatencyTable] = None) -> PruneResult:
+          max_latency_iterations: int = 8, latency_table: Optional[LatencyTable] = None,
+          strict: bool = False) -> PruneResult:
     """Prune ``model``'s channels to meet one goal; returns the model, its replayable plan and its report.
 
     ``example_inputs``: a tensor (or tuple) the model accepts, batch axis first; keep it
@@ -95,6 +101,8 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
     example input's shape); with ``latency_aware`` it also fills the per-group latency
     table at the kept fractions ``latency_levels``; pass ``latency_table`` (from an earlier
     result with the same model, importance and rounding) to reuse it instead of measuring.
+    A ``latency_reduction`` the search ends short of keeps the fastest model found, with a
+    warning and ``goal_met=False``; ``strict=True`` raises :class:`CompressError` instead.
     """
     goals = {"ratio": ratio, "flops_reduction": flops_reduction, "params_reduction": params_reduction,
              "latency_reduction": latency_reduction}
@@ -136,15 +144,24 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
                                                 flops_reduction=flops_reduction, params_reduction=params_reduction,
                                                 latency_reduction=latency_reduction, levels=latency_levels,
                                                 round_to=round_to, min_keep=min_keep,
-                                                max_iterations=max_latency_iterations, table=latency_table)
+                                                max_iterations=max_latency_iterations, table=latency_table,
+                                                strict=strict)
         latency_before = extra["latency_table"]["base_ms"]
     else:
         if ratio is not None:
             chosen = float(ratio)
         elif latency_reduction is not None:
             latency_before = latency_fn(model)
-            chosen = _search(lambda r: latency_before / latency_fn(_pruned_copy(model, graph, choose(r))),
-                             float(latency_reduction), steps=5, what="latency")
+            measured: Dict[float, float] = {}
+
+            def speedup(r: float) -> float:
+                measured[r] = latency_before / latency_fn(_pruned_copy(model, graph, choose(r)))
+                return measured[r]
+
+            chosen = _search(speedup, float(latency_reduction), steps=5, what="latency", best_effort=not strict)
+            if chosen in measured:
+                extra["latency_search"] = {"speedup": round(measured[chosen], 4), "measured": {
+                    "%.4f" % r: round(v, 4) for r, v in sorted(measured.items())}}
         else:
             metric = "macs" if flops_reduction is not None else "params"
             goal = float(flops_reduction if flops_reduction is not None else params_reduction)
@@ -171,18 +188,39 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
         entry["in"].append(layers_after[name]["in"])
         entry["out"].append(layers_after[name]["out"])
     latency_after = latency_fn(model) if (measure_latency or latency_reduction is not None or latency_aware) else None
+    goal_met = True
+    if latency_reduction is not None:
+        extra["goal"] = _latency_goal(float(latency_reduction), extra.get("latency_search", {}),
+                                      latency_before, latency_after)
+        goal_met = extra["goal"]["met"]
     report = PruneReport(type(model).__name__, settings, before, after, layers_before, layers_after,
                          graph.protected_report(), latency_before, latency_after,
                          backend if latency_after is not None else "", extra)
     log.info("pruned %s: MACs %d -> %d, params %d -> %d", type(model).__name__, before.macs, after.macs,
              before.params, after.params)
-    return PruneResult(model, plan, graph, report, chosen, table_obj)
+    return PruneResult(model, plan, graph, report, chosen, table_obj, goal_met)
+
+
+def _latency_goal(goal: float, search: Dict[str, Any], before_ms: Optional[float],
+                  after_ms: Optional[float]) -> Dict[str, Any]:
+    """Whether the search met a latency goal, what it achieved, and the final model's own measurement.
+
+    The search's measurement of the chosen model decides (the final one is another sample of the
+    same noisy quantity, reported next to it); a miss was already warned about by the search.
+    """
+    final = before_ms / after_ms if before_ms and after_ms else None
+    achieved = search.get("speedup", final)
+    met = achieved is None or achieved >= goal
+    return {"name": "latency_reduction", "value": goal, "met": bool(met),
+            "achieved": None if achieved is None else round(float(achieved), 4),
+            "final_measurement": None if final is None else round(final, 4)}
 
 
 def _latency_aware(model: nn.Module, graph: DependencyGraph, scores: torch.Tensor, before: _flops.OpCount,
                    latency_fn: Callable[[nn.Module], float], inputs: Any, *, flops_reduction: Optional[float],
                    params_reduction: Optional[float], latency_reduction: Optional[float], levels: Sequence[float],
-                   round_to: int, min_keep: float, max_iterations: int, table: Optional[LatencyTable] = None):
+                   round_to: int, min_keep: float, max_iterations: int, table: Optional[LatencyTable] = None,
+                   strict: bool = False):
     """Measure the per-group latency table, then allocate greedily to the goal (see :mod:`latency`)."""
 
     def latency_of(removed: torch.Tensor) -> float:
@@ -209,33 +247,61 @@ def _latency_aware(model: nn.Module, graph: DependencyGraph, scores: torch.Tenso
             return base / max(1, getattr(_flops.estimate(graph, model, before, removed), metric)) >= goal
 
         a = alloc.run(reached)
+        removed, steps, predicted_ms, speedup = a.removed.clone(), list(a.steps), a.predicted_ms, None
     else:
-        goal = float(latency_reduction)
-        target = table.base_ms / goal
-        predicted_target = target
-        for it in range(max_iterations):
-            a = alloc.run(lambda removed, predicted: predicted <= predicted_target)
-            measured = latency_of(a.removed)
-            trace.append({"predicted_ms": round(a.predicted_ms, 4), "measured_ms": round(measured, 4),
-                          "speedup": round(table.base_ms / measured, 4), "steps": len(a.steps)})
-            log.info("latency-aware iteration %d: predicted %.3f ms, measured %.3f ms (goal %.3f ms)", it,
-                     a.predicted_ms, measured, target)
-            if measured <= target:
-                break
-            real_saved = max(1e-9, table.base_ms - measured)
-            predicted_saved = max(1e-9, table.base_ms - a.predicted_ms)
-            # Cuts do not add up exactly: ask the prediction for as much more as the measurement lacks.
-            predicted_target = a.predicted_ms - (measured - target) * predicted_saved / real_saved
-        else:
-            raise CompressError("the latency-aware search did not reach a %.2fx measured speed-up in %d iterations "
-                                "(best %.2fx)" % (goal, max_iterations, table.base_ms / measured),
-                                hint="ask for less, or raise max_latency_iterations")
-    chosen = float(a.removed.sum()) / max(1, graph.num_classes)
+        removed, steps, predicted_ms, speedup = _iterate_to_latency(alloc, table, latency_of, float(latency_reduction),
+                                                                    max_iterations, trace, strict)
+    chosen = float(removed.sum()) / max(1, graph.num_classes)
     extra = {"latency_table": table.to_dict(),
-             "latency_search": {"steps": [list(s) for s in a.steps], "predicted_ms": round(a.predicted_ms, 4),
+             "latency_search": {"steps": [list(s) for s in steps], "predicted_ms": round(predicted_ms, 4),
                                 "iterations": trace}}
+    if speedup is not None:
+        extra["latency_search"]["speedup"] = round(speedup, 4)
     extra["_table"] = table
-    return a.removed.clone(), chosen, extra
+    return removed, chosen, extra
+
+
+def _iterate_to_latency(alloc: Allocator, table: LatencyTable, latency_of: Callable[[torch.Tensor], float],
+                        goal: float, max_iterations: int, trace: List[Dict[str, Any]], strict: bool):
+    """Greedy -> measure -> correct the predicted target, until the measured speed-up meets ``goal``.
+
+    Returns the removed mask, the steps taken, the predicted and the measured speed-up of the model
+    chosen: the first that meets the goal, else (``strict=False``) the fastest measured, with a warning.
+    """
+    target = table.base_ms / goal
+    predicted_target = target
+    best: Optional[Tuple[float, torch.Tensor, List[Any], float]] = None
+    exhausted = ""
+    for it in range(max_iterations):
+        try:
+            a = alloc.run(lambda removed, predicted: predicted <= predicted_target)
+        except CompressError:  # every measured cut taken: what is left is the fastest it can offer
+            a, exhausted = alloc.alloc, " (every measured group cut taken)"
+        measured = latency_of(a.removed)
+        speedup = table.base_ms / measured
+        trace.append({"predicted_ms": round(a.predicted_ms, 4), "measured_ms": round(measured, 4),
+                      "speedup": round(speedup, 4), "steps": len(a.steps)})
+        log.info("latency-aware iteration %d: predicted %.3f ms, measured %.3f ms (goal %.3f ms)", it,
+                 a.predicted_ms, measured, target)
+        if best is None or speedup > best[0]:
+            best = (speedup, a.removed.clone(), list(a.steps), a.predicted_ms)
+        if measured <= target:
+            return a.removed.clone(), list(a.steps), a.predicted_ms, speedup
+        if exhausted:
+            break
+        real_saved = max(1e-9, table.base_ms - measured)
+        predicted_saved = max(1e-9, table.base_ms - a.predicted_ms)
+        # Cuts do not add up exactly: ask the prediction for as much more as the measurement lacks.
+        predicted_target = a.predicted_ms - (measured - target) * predicted_saved / real_saved
+    if best is None:
+        raise ConfigError("max_latency_iterations must be at least 1, got %d" % max_iterations)
+    message = ("the latency-aware search did not reach a %.2fx measured speed-up in %d iteration(s)%s: best %.2fx"
+               % (goal, len(trace), exhausted, best[0]))
+    if strict:
+        raise CompressError(message, hint="ask for less, raise max_latency_iterations, or drop strict to keep "
+                                          "the best model found")
+    log.warning("%s; keeping that model", message)
+    return best[1], best[2], best[3], best[0]
 
 
 def _pruned_copy(model: nn.Module, graph: DependencyGraph, removed: torch.Tensor) -> nn.Module:
@@ -244,15 +310,21 @@ def _pruned_copy(model: nn.Module, graph: DependencyGraph, removed: torch.Tensor
     return clone
 
 
-def _search(gain: Callable[[float], float], goal: float, steps: int, what: str) -> float:
-    """Smallest ratio in [0, MAX_RATIO] whose ``gain`` reaches ``goal`` (bisection; gain grows with the ratio)."""
+def _search(gain: Callable[[float], float], goal: float, steps: int, what: str, best_effort: bool = False) -> float:
+    """Smallest ratio in [0, MAX_RATIO] whose ``gain`` reaches ``goal`` (bisection; gain grows with the ratio).
+
+    ``best_effort``: a goal out of reach returns MAX_RATIO (the largest gain) with a warning instead of raising.
+    """
     if goal <= 1.0:
         return 0.0
     hi_gain = gain(MAX_RATIO)
     if hi_gain < goal:
-        raise CompressError("a %.2fx %s reduction is out of reach: removing %d%% of the prunable channels gives "
-                            "%.2fx" % (goal, what, int(MAX_RATIO * 100), hi_gain),
-                            hint="ask for less, or protect fewer layers")
+        message = ("a %.2fx %s reduction is out of reach: removing %d%% of the prunable channels gives %.2fx"
+                   % (goal, what, int(MAX_RATIO * 100), hi_gain))
+        if best_effort:
+            log.warning("%s; keeping that model", message)
+            return MAX_RATIO
+        raise CompressError(message, hint="ask for less, or protect fewer layers")
     lo, hi = 0.0, MAX_RATIO
     for _ in range(steps):
         mid = (lo + hi) / 2

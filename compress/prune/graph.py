@@ -67,6 +67,8 @@ _PER_CHANNEL = {
     "max_pool2d", "max_pool3d", "interpolate", "upsample", "upsample_nearest", "upsample_bilinear", "pad",
 }
 _REDUCE = {"mean", "sum", "amax", "amin", "std", "var", "norm", "logsumexp"}
+_FOLLOWED = _UNARY | _BINARY | _RESHAPE | _MOVEMENT | _CAT | _PER_CHANNEL | _REDUCE | {
+    "expand_as", "stack", "chunk", "split"}  # every op name _labels has a rule for (plus getitem and modules)
 
 
 @dataclass
@@ -182,6 +184,8 @@ class _UnionFind:
     def freeze(self, labels: torch.Tensor) -> int:
         """Freeze every class in ``labels``; returns how many were not frozen before."""
         newly = 0
+        if not bool(labels.any()):  # all FROZEN already (outputs of unknown ops): skip the costly unique
+            return 0
         for x in torch.unique(labels).tolist():
             r = self.find(x)
             if not self.frozen[r]:
@@ -224,8 +228,30 @@ def _tree_map(fn: Callable[[torch.Tensor], Any], value: Any) -> Any:
     return value
 
 
+def _mutable_copy(value: Any) -> Any:
+    """``value`` with every list and dict (fx's immutable ones included) copied into a plain, editable one."""
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*[_mutable_copy(v) for v in value])
+    if isinstance(value, tuple):
+        return tuple(_mutable_copy(v) for v in value)
+    if isinstance(value, list):
+        return [_mutable_copy(v) for v in value]
+    if isinstance(value, dict):
+        return {key: _mutable_copy(v) for key, v in value.items()}
+    return value
+
+
 def _frozen_like(value: Any) -> Any:
     return _tree_map(lambda t: torch.zeros(t.shape, dtype=torch.long), value)
+
+
+def _followed(node: fx.Node) -> bool:
+    """Whether the interpreter has a rule for ``node`` (else it protects whatever reaches it)."""
+    if node.op == "call_module":
+        return True
+    if node.op == "call_function" and node.target is operator.getitem:
+        return True
+    return node.op in ("call_function", "call_method") and _op_name(node) in _FOLLOWED
 
 
 def _op_name(node: fx.Node) -> str:
@@ -279,14 +305,22 @@ class _LabelInterpreter:
                     for t in _tree_tensors(out_labels):
                         self.uf.freeze(t)
                     continue
-                a = fx.node.map_arg(node.args, lambda n: real[n])
-                k = fx.node.map_arg(node.kwargs, lambda n: real[n])
+                # fx hands read-only lists and dicts; the code being run may edit its arguments in place
+                # (torchvision's swin3d edits its window-size list), as it may in eager mode on its own copy.
+                a = _mutable_copy(fx.node.map_arg(node.args, lambda n: real[n]))
+                k = _mutable_copy(fx.node.map_arg(node.kwargs, lambda n: real[n]))
                 la = fx.node.map_arg(node.args, lambda n: lab[n])
                 lk = fx.node.map_arg(node.kwargs, lambda n: lab[n])
                 if node.op == "get_attr":
                     out = self._fetch_attr(str(node.target))
                     real[node] = out
-                    lab[node] = self._attr_labels(str(node.target), out)
+                    if any(_followed(user) for user in node.users):
+                        lab[node] = self._attr_labels(str(node.target), out)
+                    else:
+                        # Only ops the pruner does not follow use it (a weight handed to torchvision's windowed
+                        # attention): it stays whole, so it needs no per-element labels, which for large
+                        # weights would cost millions of union-find entries.
+                        lab[node] = _frozen_like(out)
                     continue
                 if node.op == "call_module":
                     out = self.modules[str(node.target)](*a, **k)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from jetforge.fileio import PathLike, atomic_output, write_json_atomic, write_text_atomic
-from jetforge.compress.prune.flops import METHOD, OpCount
+from jetforge.compress.prune.flops import METHOD, OpCount, layer_macs_outside
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,17 @@ class PruneReport:
                          "macs_after": self.after.per_layer.get(name, 0)})
         return rows
 
+    def outside_rows(self) -> List[Dict[str, Any]]:
+        """Counted MACs of modules that are not pruned layers (attention, functional ops), before and after."""
+        before = layer_macs_outside(self.before, list(self.layers_before))
+        after = layer_macs_outside(self.after, list(self.layers_before))
+        return [{"module": name or "<model>", "macs_before": before.get(name, 0), "macs_after": after.get(name, 0)}
+                for name in sorted(set(before) | set(after))]
+
     def to_dict(self) -> Dict[str, Any]:
         speedup = (self.latency_ms_before / self.latency_ms_after
                    if self.latency_ms_before and self.latency_ms_after else None)
+        outside = self.outside_rows()
         return {
             "architecture": self.architecture, "settings": self.settings,
             "counting_method": METHOD,
@@ -70,7 +78,11 @@ class PruneReport:
                        "macs_before": self.before.macs, "macs_after": self.after.macs,
                        "flops_before": self.before.flops, "flops_after": self.after.flops,
                        "flops_reduction": self.before.macs / max(1, self.after.macs),
-                       "params_reduction": self.before.params / max(1, self.after.params)},
+                       "params_reduction": self.before.params / max(1, self.after.params),
+                       "macs_outside_layers_before": sum(r["macs_before"] for r in outside),
+                       "macs_outside_layers_after": sum(r["macs_after"] for r in outside)},
+            "macs_by_op": {"before": dict(self.before.per_op), "after": dict(self.after.per_op)},
+            "macs_outside_layers": outside,
             "latency": {"backend": self.latency_backend, "ms_before": self.latency_ms_before,
                         "ms_after": self.latency_ms_after, "speedup": speedup},
             "protected": self.protected, "layers": self.rows(), **self.extra,
@@ -89,6 +101,11 @@ class PruneReport:
                  "MACs       %d -> %d (%.2fx fewer; FLOPs = 2 x MACs)" % (self.before.macs, self.after.macs,
                                                                         d["flops_reduction"]),
                  "counted:   " + METHOD]
+        if d["macs_outside_layers_before"]:
+            lines.insert(-1, "           of which %d -> %d outside the pruned layers (attention, functional ops, "
+                             "untraced layers: %d modules)" % (d["macs_outside_layers_before"],
+                                                               d["macs_outside_layers_after"],
+                                                               len(self.outside_rows())))
         if self.latency_ms_before and self.latency_ms_after:
             lines.append("latency    %.2f ms -> %.2f ms (%.2fx faster, %s)" % (
                 self.latency_ms_before, self.latency_ms_after, self.latency_ms_before / self.latency_ms_after,

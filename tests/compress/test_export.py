@@ -77,3 +77,82 @@ def test_small_model_export_static_batch_and_label_check(tmp_path):
     with torch.no_grad():
         np.testing.assert_allclose(got, model(torch.from_numpy(x)).numpy(), atol=1e-5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.onnx", "tiny.onnx.json"]  # no temp files left
+
+
+# --- transformers: PyTorch's fused attention path must not reach the exporter ------------------------------------
+def _small_vit():
+    from tests.compress.test_prune_flops import small_vit
+
+    torch.manual_seed(0)
+    return small_vit().eval()
+
+
+def _onnx_vs_torch(model, path, shape, batch=2):
+    """Max |ONNX Runtime - PyTorch| over a seeded random batch, relative to the output's magnitude."""
+    x = np.random.default_rng(0).standard_normal((batch,) + tuple(shape[1:])).astype(np.float32)
+    with torch.no_grad():
+        expected = model(torch.from_numpy(x)).numpy()
+    with open_session(path, threads=1) as s:
+        got = s.infer({"input": x})["logits"]
+    assert got.shape == expected.shape
+    return float(np.abs(got - expected).max()) / max(1.0, float(np.abs(expected).max()))
+
+
+def test_vit_exports_with_plain_attention_and_matches_pytorch(tmp_path):
+    """Under no_grad in eval mode MultiheadAttention would take the fused op ONNX lacks; export turns that off.
+
+    Tolerance: float32 dot products of length <= 64 summed in another order differ by ~1e-6 relative per
+    layer; 1e-4 of the output scale leaves a wide margin over two blocks and the head.
+    """
+    model = _small_vit()
+    path = tmp_path / "vit.onnx"
+    export_onnx(model, path, (1, 3, 32, 32), task="classify")
+    ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert {"MatMul", "Softmax", "LayerNormalization"} <= ops
+    assert torch.backends.mha.get_fastpath_enabled()  # the global setting is restored
+    assert _onnx_vs_torch(model, path, (1, 3, 32, 32)) < 1e-4
+
+
+def test_pruned_vit_exports_and_matches_pytorch(tmp_path):
+    from jetforge.compress.prune import prune
+
+    model = _small_vit()
+    result = prune(model, torch.randn(1, 3, 32, 32), ratio=0.5)
+    assert result.report.after.params < result.report.before.params
+    path = tmp_path / "vit_pruned.onnx"
+    export_onnx(model, path, (1, 3, 32, 32))
+    assert _onnx_vs_torch(model, path, (1, 3, 32, 32)) < 1e-4
+
+
+@pytest.mark.slow
+def test_real_vit_b_16_exports_and_matches_pytorch(tmp_path):
+    """torchvision's vit_b_16 itself (random weights, a random head: torchvision zeroes it, which would make the
+    comparison trivial).  Budget: about 40 s of CPU on 2 cores (86M parameters, export and two ORT runs)."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.vit_b_16().eval()
+    torch.nn.init.normal_(model.heads.head.weight, std=0.02)
+    path = tmp_path / "vit_b_16.onnx"
+    export_onnx(model, path, (1, 3, 224, 224))
+    # 12 blocks of dot products up to 3072 long: ~1e-5 relative float32 reordering noise; 1e-4 bound.
+    assert _onnx_vs_torch(model, path, (1, 3, 224, 224), batch=1) < 1e-4
+
+
+class _Histogram(torch.nn.Module):
+    def forward(self, x):
+        return torch.histc(x, bins=4)[None]
+
+
+def test_an_operator_onnx_lacks_is_one_error_naming_it_without_the_ir_dump(tmp_path, capfd):
+    out = tmp_path / "h.onnx"
+    with pytest.raises(CompressError) as info:
+        export_onnx(_Histogram(), out, (1, 3, 8, 8))
+    message = str(info.value)
+    assert "cannot translate operator aten::histc (opset 17)" in message and "fix:" in message
+    assert len(message.splitlines()) == 1
+    # the TorchScript exporter prints its whole IR graph to stdout on failure; jetforge keeps it for --debug
+    assert "graph(" not in capfd.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(CompressError, match="operator aten::scaled_dot_product_attention \\(opset 13\\)"):
+        export_onnx(_small_vit(), out, (1, 3, 32, 32), opset=13)

@@ -55,3 +55,24 @@ def test_cli_prune_unknown_model_is_one_line_error(tmp_path, capsys):
 def test_cli_latency_aware_needs_a_reduction_goal(tmp_path, capsys):
     code = main(["prune", "--model", "resnet18", "--ratio", "0.5", "--latency-aware", "--out", str(tmp_path)])
     assert code == 1 and "not a ratio" in capsys.readouterr().err
+
+
+def test_cli_latency_goal_out_of_reach_keeps_the_best_model_and_strict_exits_1(tmp_path, capsys):
+    """A 1000x speed-up of ResNet-18 on a 32x32 input is out of reach in ONNX Runtime (its per-call overhead alone
+    forbids it): the fastest model found is saved with a warning; --strict saves it too, then exits 1."""
+    args = ["prune", "--model", "resnet18", "--input-shape", "1,3,32,32", "--latency-reduction", "1000", "--no-plot",
+            "--no-onnx"]
+    relaxed = tmp_path / "relaxed"
+    assert main(args + ["--out", str(relaxed)]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING  latency goal 1000.00x not reached" in out
+    strict = tmp_path / "strict"
+    code = main(args + ["--strict", "--json", "--out", str(strict)])
+    captured = capsys.readouterr()
+    errors = [ln for ln in captured.err.splitlines() if ln.startswith("jetforge: error:")]
+    assert code == 1 and len(errors) == 1 and "latency goal 1000.00x not reached (--strict)" in errors[0]
+    goal = json.loads(captured.out)["goal"]
+    assert goal["met"] is False and 1.0 < goal["achieved"] < 1000.0
+    for folder in (relaxed, strict):
+        for name in ("model.prune.json", "pruned.pt", "prune_report.json"):
+            assert (folder / name).is_file(), (folder, name)

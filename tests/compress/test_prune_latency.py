@@ -129,3 +129,56 @@ def test_candidate_keeps_are_aligned_and_descending():
         keeps = candidate_keeps(group, (0.75, 0.5, 0.25, 0.125), 8, 0.1)
         assert keeps[0] == len(group) and keeps == sorted(set(keeps), reverse=True)
         assert all(k % group.class_multiple(8) == 0 for k in keeps)
+
+
+class FakeLatencyMeter:
+    """Stands in for a backend's timer: a fixed per-call overhead plus time proportional to the counted MACs.
+
+    With an overhead, pruning cannot remove all the time, so a large enough speed-up goal is out of
+    reach, as it is on a real backend (kernel launches, memory-bound layers); deterministic on a shared CPU.
+    """
+
+    def __init__(self, x, overhead_ms):
+        self.x = x
+        self.overhead_ms = overhead_ms
+        self.calls = 0
+
+    def __call__(self, model):
+        self.calls += 1
+        return self.overhead_ms + count_ops(model, self.x).macs / 1e6
+
+
+@pytest.mark.parametrize("latency_aware", [True, False])
+def test_a_latency_goal_just_out_of_reach_keeps_the_fastest_model_with_a_warning(latency_aware, caplog):
+    torch.manual_seed(0)
+    model = _randomized(TwoHead())
+    x = torch.randn(SHAPE)
+    meter = FakeLatencyMeter(x, overhead_ms=count_ops(model, x).macs / 1e6)  # half the time cannot be pruned
+    base_ms = meter(model)
+    options = dict(latency_reduction=2.0, latency_fn=meter, protect_stem=False, inplace=False,
+                   latency_aware=latency_aware)
+    if latency_aware:
+        options["latency_levels"] = (0.75, 0.5, 0.25)
+    with caplog.at_level("WARNING", logger="jetforge.compress.prune.api"):
+        result = prune(model, x, **options)
+    goal = result.report.to_dict()["goal"]
+    assert not result.goal_met and goal["met"] is False and goal["value"] == 2.0
+    # the model kept is the fastest one the search measured, and the report says how fast it is
+    assert 1.0 < goal["achieved"] < 2.0
+    assert goal["achieved"] == pytest.approx(base_ms / meter(result.model), rel=1e-3)  # rounded to 4 places
+    assert goal["final_measurement"] == pytest.approx(goal["achieved"], rel=1e-3)  # the fake is deterministic
+    warning = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("2.00x" in w and ("best %.2fx" % goal["achieved"] in w or "gives %.2fx" % goal["achieved"] in w)
+               for w in warning), warning
+    with pytest.raises(CompressError, match="2.00x"):
+        prune(model, x, strict=True, **options)
+
+
+def test_a_met_latency_goal_is_reported_met():
+    torch.manual_seed(0)
+    model = _randomized(TwoHead())
+    x = torch.randn(SHAPE)
+    meter = FakeLatencyMeter(x, overhead_ms=0.0)
+    result = prune(model, x, latency_reduction=1.3, latency_fn=meter, protect_stem=False, inplace=False)
+    goal = result.report.to_dict()["goal"]
+    assert result.goal_met and goal["met"] and goal["achieved"] >= 1.3
