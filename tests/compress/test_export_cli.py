@@ -50,3 +50,21 @@ def test_export_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     assert main(["export", "--model", "mobilenet_v2", "--preprocess", str(pre), "--out", str(out)]) == 1
     assert "did you mean 'width'" in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "m.onnx.json").exists()
+
+
+def test_export_failure_is_one_line_naming_the_operator_not_an_ir_dump(tmp_path, capfd):
+    """An operator ONNX lacks used to end in the exporter's TorchScript IR dump on stdout and exit 2."""
+    import torch
+
+    from tests.compress.test_export import _Histogram  # a module whose forward calls torch.histc
+
+    model = tmp_path / "histogram.pt"
+    torch.save(_Histogram(), str(model))
+    out = tmp_path / "histogram.onnx"
+    code = main(["export", "--model", str(model), "--trust-pickle", "--input-shape", "1x3x8x8", "--out", str(out)])
+    captured = capfd.readouterr()
+    errors = [ln for ln in captured.err.splitlines() if ln.startswith("jetforge: error:")]
+    assert code == 1 and len(errors) == 1
+    assert "cannot translate operator aten::histc (opset 17)" in errors[0] and "(fix:" in errors[0]
+    assert "graph(" not in captured.out + captured.err
+    assert not out.exists() and not (tmp_path / "histogram.onnx.json").exists()
