@@ -191,7 +191,8 @@ class TensorFlowWorker:
         np.savez(inputs, **arrays)
         (tmp / "worker.py").write_text(WORKER)
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        self.proc = subprocess.Popen([str(python), str(tmp / "worker.py"), str(graph), str(inputs), str(tmp / "tf.npz")],
+        cmd = [str(python), str(tmp / "worker.py"), str(graph), str(inputs), str(tmp / "tf.npz")]
+        self.proc = subprocess.Popen(cmd,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      universal_newlines=True, env=env)
         line = self.proc.stdout.readline()
@@ -313,27 +314,9 @@ def main() -> None:
     with torch.no_grad():
         lb, lc = (t.numpy() for t in model(torch.from_numpy(np.ascontiguousarray(legacy, dtype=np.float32))))
     legacy_dets = postprocess(lb, lc, spec)
-    n = len(frames)
-    tf_b = np.stack([tf_out["small_raw_boxes_%d" % i] for i in range(n)])
-    tf_c = np.stack([tf_out["small_raw_logits_%d" % i] for i in range(n)])
-    raw = {"torch_vs_tf_box_encodings": float(np.abs(torch_b - tf_b).max()),
-           "torch_vs_tf_class_logits": float(np.abs(torch_c - tf_c).max()),
-           "ort_vs_tf_box_encodings": float(np.abs(ort_b - tf_b).max()),
-           "ort_vs_tf_class_logits": float(np.abs(ort_c - tf_c).max()),
-           "output_scale": float(max(np.abs(tf_b).max(), np.abs(tf_c).max()))}
-    report = compare(tf_out, dets, frames, n, legacy_dets)
-    timing = {"tf_full_frame_ms": 1e3 * float(np.median(port_times.pop("tf_full"))),
-              "tf_300x300_ms": 1e3 * float(np.median(port_times.pop("tf_small"))),
-              "ort_threads": int(port_times.pop("ort_threads")[0])}
-    for k, v in port_times.items():
-        timing["port_%s_ms" % k] = 1e3 * float(np.median(v))
-    timing["port_total_tf_threshold_ms"] = timing["port_preprocess_ms"] + timing["port_body_ms"] + \
-        timing["port_post_tf_threshold_ms"]
-    timing["port_total_0.3_ms"] = timing["port_preprocess_ms"] + timing["port_body_ms"] + timing["port_post_0.3_ms"]
-    timing["port_total_0.3_no_spin_ms"] = timing["port_preprocess_ms"] + timing["port_body_no_spin_ms"] + \
-        timing["port_post_0.3_ms"]
-    timing["tf_over_port_tf_threshold"] = timing["tf_full_frame_ms"] / timing["port_total_tf_threshold_ms"]
-    timing["tf_over_port_0.3_no_spin"] = timing["tf_full_frame_ms"] / timing["port_total_0.3_no_spin_ms"]
+    raw = raw_differences(tf_out, torch_b, torch_c, ort_b, ort_c)
+    report = compare(tf_out, dets, frames, len(frames), legacy_dets)
+    timing = summarize_timing(port_times)
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
@@ -350,6 +333,35 @@ def main() -> None:
     if args.write_fixture:
         write_fixture(FIXTURE, frames, small, tf_out, tf_meta)
     print_table(result)
+
+
+def raw_differences(tf_out: Dict[str, np.ndarray], torch_b: np.ndarray, torch_c: np.ndarray, ort_b: np.ndarray,
+                    ort_c: np.ndarray) -> Dict[str, float]:
+    """Max |diff| of the per-anchor outputs (same input): the PyTorch port and its ONNX in ORT vs TensorFlow."""
+    n = len(torch_b)
+    tf_b = np.stack([tf_out["small_raw_boxes_%d" % i] for i in range(n)])
+    tf_c = np.stack([tf_out["small_raw_logits_%d" % i] for i in range(n)])
+    return {"torch_vs_tf_box_encodings": float(np.abs(torch_b - tf_b).max()),
+            "torch_vs_tf_class_logits": float(np.abs(torch_c - tf_c).max()),
+            "ort_vs_tf_box_encodings": float(np.abs(ort_b - tf_b).max()),
+            "ort_vs_tf_class_logits": float(np.abs(ort_c - tf_c).max()),
+            "output_scale": float(max(np.abs(tf_b).max(), np.abs(tf_c).max()))}
+
+
+def summarize_timing(times: Dict[str, List[float]]) -> Dict[str, Any]:
+    """Per-frame medians -> ms per stage (median over frames), the port's totals and TF / port ratios."""
+    timing: Dict[str, Any] = {"tf_full_frame_ms": 1e3 * float(np.median(times.pop("tf_full"))),
+                              "tf_300x300_ms": 1e3 * float(np.median(times.pop("tf_small"))),
+                              "ort_threads": int(times.pop("ort_threads")[0])}
+    for k, v in times.items():
+        timing["port_%s_ms" % k] = 1e3 * float(np.median(v))
+    pre, body, quiet = timing["port_preprocess_ms"], timing["port_body_ms"], timing["port_body_no_spin_ms"]
+    timing["port_total_tf_threshold_ms"] = pre + body + timing["port_post_tf_threshold_ms"]
+    timing["port_total_0.3_ms"] = pre + body + timing["port_post_0.3_ms"]
+    timing["port_total_0.3_no_spin_ms"] = pre + quiet + timing["port_post_0.3_ms"]
+    timing["tf_over_port_tf_threshold"] = timing["tf_full_frame_ms"] / timing["port_total_tf_threshold_ms"]
+    timing["tf_over_port_0.3_no_spin"] = timing["tf_full_frame_ms"] / timing["port_total_0.3_no_spin_ms"]
+    return timing
 
 
 def compare(tf_out: Dict[str, np.ndarray], dets: List[Any], frames: Sequence[Tuple[str, int, Any]],
@@ -377,7 +389,8 @@ def compare(tf_out: Dict[str, np.ndarray], dets: List[Any], frames: Sequence[Tup
         m = min(k, len(dets[i]))
         ranks.append({"tf": k, "port": len(dets[i]),
                       "box_max_abs_diff": float(np.abs(tf_out["small_boxes_%d" % i][:m] - dets[i].boxes[:m]).max()),
-                      "score_max_abs_diff": float(np.abs(tf_out["small_scores_%d" % i][:m] - dets[i].scores[:m]).max())})
+                      "score_max_abs_diff": float(np.abs(tf_out["small_scores_%d" % i][:m]
+                                                         - dets[i].scores[:m]).max())})
     return {"same_input": same, "same_input_all_ranks": {
                 "frames_with_equal_counts": sum(r["tf"] == r["port"] for r in ranks),
                 "box_max_abs_diff": max(r["box_max_abs_diff"] for r in ranks),
@@ -424,13 +437,13 @@ def print_table(r: Dict[str, Any]) -> None:
     print("raw per-anchor outputs, same 300x300 input: max |diff| boxes %.2e, logits %.2e (torch); %.2e, %.2e (ORT);"
           " output scale %.1f" % (raw["torch_vs_tf_box_encodings"], raw["torch_vs_tf_class_logits"],
                                   raw["ort_vs_tf_box_encodings"], raw["ort_vs_tf_class_logits"], raw["output_scale"]))
-    print("\n%-40s %8s %8s %8s %9s %9s %8s %10s %6s" % ("comparison", "TF dets", "port", "matched", "TF unm.",
+    print("\n%-46s %8s %8s %8s %9s %9s %8s %10s %6s" % ("comparison", "TF dets", "port", "matched", "TF unm.",
                                                        "port unm.", "min IoU", "max dscore", "goal"))
     for name, block in (("same input", r["same_input"]),
                         ("TF full frame vs port resize", r["tf_full_frame_vs_port_resize"]),
                         ("TF full frame vs port, TF resize", r["tf_full_frame_vs_port_on_tf_style_resize"])):
         for t, s in block.items():
-            print("%-40s %8d %8d %8d %9d %9d %8.4f %10.2e %6s" % (
+            print("%-46s %8d %8d %8d %9d %9d %8.4f %10.2e %6s" % (
                 "%s, %s" % (name, t), s["tf_detections"], s["port_detections"], s["matched"], s["tf_unmatched"],
                 s["port_unmatched"], s["min_iou"] or 0, s["max_score_diff"] or 0,
                 ("met" if s["goal_met"] else "MISSED") if "goal_met" in s else "-"))

