@@ -65,6 +65,8 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
                "pack a model, its caches, sidecars and build options for the board into one folder; verify one"),
     "deploy": ("jetforge.apps.cli.cmd_deploy", "DeployCommand",
                "copy a bundle to a Jetson over SSH, run doctor/build/bench/an app there, fetch the results"),
+    "export-config": ("jetforge.apps.cli.cmd_export_config", "ExportConfigCommand",
+                      "write a DeepStream (nvinfer + deepstream-app) or Triton configuration for a bundle"),
 }
 
 EPILOG = """examples:
