@@ -40,6 +40,9 @@ class BenchCommand(Command):
         parser.add_argument("--plot", metavar="FILE.png", help="write a latency histogram")
         parser.add_argument("--out", metavar="DIR", help="write DIR/bench.json (and DIR/latency.png)")
         parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+        parser.add_argument("--trust-pickle", action="store_true",
+                            help="allow a TorchScript (.pt/.ts) or torch.export (.pt2) MODEL: both run code stored "
+                                 "in the file when opened, so give this only for files you made yourself")
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -49,6 +52,8 @@ class BenchCommand(Command):
         options: Dict[str, Any] = {}
         if args.threads is not None:
             options["threads"] = args.threads
+        if args.trust_pickle:
+            options["trust_code"] = True
         outputs: List[Path] = []
         if args.plot:
             outputs.append(Path(args.plot))

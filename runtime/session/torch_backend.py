@@ -82,7 +82,7 @@ class TorchSession(Session):
     display_name = "PyTorch"
     suffixes = (".pt", ".pth", ".ts", ".pt2")
     option_names = ("device", "dtype", "channels_last", "cuda_graph", "input_shapes", "input_names", "output_names",
-                    "warmup", "max_graphs", "verify_sidecar")
+                    "warmup", "max_graphs", "verify_sidecar", "trust_code")
 
     def __init__(self, path: Path, module: Any, torch: Any, device: str, dtype: str, channels_last: bool,
                  inputs: List[TensorSpec], output_names: Optional[Sequence[str]], cuda_graph: bool, warmup: int,
@@ -150,9 +150,22 @@ class TorchSession(Session):
     def open(cls, path: Path, device: str = "auto", dtype: str = "fp32", channels_last: bool = False,
              cuda_graph: bool = True, input_shapes: Optional[Dict[str, ShapeLike]] = None,
              input_names: Optional[Sequence[str]] = None, output_names: Optional[Sequence[str]] = None,
-             warmup: int = 3, max_graphs: int = 4, verify_sidecar: bool = True) -> "TorchSession":
-        """A TorchScript (``torch.jit.save``) or ``torch.export`` (``.pt2``) file; specs from its sidecar if any."""
+             warmup: int = 3, max_graphs: int = 4, verify_sidecar: bool = True,
+             trust_code: bool = False) -> "TorchSession":
+        """A TorchScript (``torch.jit.save``) or ``torch.export`` (``.pt2``) file; specs from its sidecar if any.
+
+        Both formats are programs, not data: ``torch.export.load`` unpickles parts of the archive (and
+        falls back to full unpickling for its example inputs), and PyTorch's security policy treats
+        TorchScript archives as code.  Opening one therefore needs ``trust_code=True`` (the CLI's
+        ``--trust-pickle``), which a user gives only for files they made themselves.
+        """
         torch = require("torch", "the PyTorch backend")
+        if not trust_code:
+            kind = "a torch.export archive" if path.suffix.lower() == ".pt2" else "a TorchScript program"
+            raise ModelError("%s is %s: opening it runs code stored in the file" % (path.name, kind),
+                             hint="benchmark the exported .onnx instead, or, for a file you made yourself, "
+                                  "pass --trust-pickle (trust_code=True)")
+        log.warning("opening %s with trust_code: code stored in the file runs", path.name)
         sidecar = load_sidecar_if_present(path, verify=verify_sidecar)
         if input_shapes is None and sidecar is not None:
             input_shapes = {t.name: list(t.shape) for t in sidecar.inputs}
