@@ -595,7 +595,8 @@ def cmd_strip(args: argparse.Namespace) -> None:
 
     x1, y1, x2, y2 = [int(float(v)) for v in VTEST_LINE.split("=")[1].split(",")]
     frames = decode_all("vtest")
-    left, right, top, bottom = min(x1, x2) - 90, max(x1, x2) + 90, max(0, min(y1, y2) - 60), max(y1, y2) + 60
+    m = args.margin
+    left, right, top, bottom = min(x1, x2) - m, max(x1, x2) + m, max(0, min(y1, y2) - 40), max(y1, y2) + 20
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     step, per_row, rows = args.step, args.per_row, args.rows
@@ -639,6 +640,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--step", type=int, default=2)
     p.add_argument("--per-row", type=int, default=8)
     p.add_argument("--rows", type=int, default=4)
+    p.add_argument("--margin", type=int, default=60, help="pixels left and right of the line")
     p.set_defaults(fn=cmd_strip)
     args = parser.parse_args(argv)
     args.fn(args)

@@ -111,3 +111,17 @@ def test_a_different_decoder_is_detected(tmp_path, assets_root):
         load_person_labels(assets_root=assets_root, path=p, clips=["carphone"])
     frames = load_person_labels(assets_root=assets_root, path=p, clips=["carphone"], verify="warn")
     assert len(frames) == 6 and all(f.image.shape == (144, 176, 3) for f in frames)
+
+
+def test_the_line_crossing_count_matches_the_people_app_line():
+    from jetforge.apps.tasks.people import VTEST_LINE
+
+    data = json.loads((DEFAULT_LABELS.parent / "vtest_line_crossings.json").read_text())
+    x1, y1, x2, y2 = [float(v) for v in VTEST_LINE.split("=")[1].split(",")]
+    assert data["line"]["a"] == [x1, y1] and data["line"]["b"] == [x2, y2]
+    events = data["crossings"]
+    frames = [e["frame"] for e in events]
+    assert frames == sorted(frames) and 0 <= frames[0] and frames[-1] < data["clip"]["frames"]
+    assert data["counts"]["forward"] == sum(e["direction"] == "forward" for e in events)
+    assert data["counts"]["backward"] == sum(e["direction"] == "backward" for e in events)
+    assert all(y1 <= e["feet_y"] <= y2 for e in events)  # a crossing is on the segment, by definition
