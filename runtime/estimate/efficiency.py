@@ -10,6 +10,7 @@ layers whose type was never calibrated, and repeats the measured error next to i
 Loaded through :func:`jetforge.config.from_dict`: an unknown key is an error with a did-you-mean.
 """
 
+import copy
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,28 @@ class Overheads:
 
 
 @dataclass
+class Fit:
+    """Factors fitted on measurements, applied on top of a set's starting values (which stay as they were set).
+
+    Keeping the fit apart lets the check scripts always start from the same prior, so a refit (or a
+    held-out evaluation) never starts from numbers that were themselves fitted on the held-out data.
+    """
+
+    gpu_compute_scale: float = 1.0
+    dla_compute_scale: float = 1.0
+    memory_scale: float = 1.0
+    gpu_kernel_us: Optional[float] = None
+    dla_subgraph_us: Optional[float] = None
+    inference_us: Optional[float] = None
+    how: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("gpu_compute_scale", "dla_compute_scale", "memory_scale"):
+            if not 0.0 < getattr(self, name) <= 10.0:
+                raise ValueError("%s must be in (0, 10]" % name)
+
+
+@dataclass
 class EfficiencySet:
     """One named set of factors (see the module docstring)."""
 
@@ -65,6 +88,7 @@ class EfficiencySet:
     tile_m: int = 128                           # GEMM tile used for the wave-quantization model
     tile_n: int = 128
     min_occupancy: float = 0.15                 # split-K and stream-K keep small GEMMs above this
+    fit: Optional[Fit] = None
     fitted_on: List[str] = field(default_factory=list)
     validation: List[str] = field(default_factory=list)
     name: str = ""
@@ -80,6 +104,20 @@ class EfficiencySet:
             raise ValueError("transition_memory_efficiency must be in (0, 1]")
         if not 0.0 < self.min_occupancy <= 1.0 or self.tile_m < 1 or self.tile_n < 1:
             raise ValueError("tile sizes must be >= 1 and min_occupancy in (0, 1]")
+
+    def applied(self) -> "EfficiencySet":
+        """This set with its ``fit`` multiplied into the factors and overheads (what the estimator uses)."""
+        out = copy.deepcopy(self)
+        fit, out.fit = out.fit, None
+        if fit is None:
+            return out
+        for table, scale in ((out.gpu, fit.gpu_compute_scale), (out.dla, fit.dla_compute_scale)):
+            for name, f in table.items():
+                table[name] = Factor(f.compute * scale, f.memory * fit.memory_scale, f.calibrated, f.note)
+        for name in ("gpu_kernel_us", "dla_subgraph_us", "inference_us"):
+            if getattr(fit, name) is not None:
+                setattr(out.overheads, name, getattr(fit, name))
+        return out
 
     def factor(self, device: str, category: str) -> Factor:
         """The factor of ``category`` on ``device`` ("GPU" or "DLA"); the DLA falls back to its ``conv``."""
@@ -107,18 +145,19 @@ def _load(path: str) -> Dict[str, EfficiencySet]:
     return data.sets
 
 
-def efficiency_set(name: str = "tensorrt", path: Optional[str] = None) -> EfficiencySet:
-    """The set called ``name`` from ``path`` (default: the packaged ``efficiency.yaml``)."""
+def efficiency_set(name: str = "tensorrt", path: Optional[str] = None, fitted: bool = True) -> EfficiencySet:
+    """The set called ``name`` from ``path`` (default: the packaged ``efficiency.yaml``), with its fit
+    applied (``fitted=False``: the starting values alone, as the check scripts need them)."""
     sets = _load(str(path or EFFICIENCY_FILE))
     if name not in sets:
         from jetforge.errors import UnknownNameError
 
         raise UnknownNameError("efficiency set", name, list(sets))
-    return sets[name]
+    return sets[name].applied() if fitted else copy.deepcopy(sets[name])
 
 
 def set_names(path: Optional[str] = None) -> List[str]:
     return list(_load(str(path or EFFICIENCY_FILE)))
 
 
-__all__ = ["EFFICIENCY_FILE", "EfficiencySet", "Factor", "Overheads", "efficiency_set", "set_names"]
+__all__ = ["EFFICIENCY_FILE", "EfficiencySet", "Factor", "Fit", "Overheads", "efficiency_set", "set_names"]

@@ -250,10 +250,9 @@ def shape_factor(kernel: Kernel, rates: TargetRates, eff: EfficiencySet, precisi
     m, n, k, groups = head.gemm
     align = _DLA_ATOM.get(precision, 16) if kernel.device == DLA else rates.channel_align_gpu
     c_in = max(1, head.channels[0] // max(1, groups))
-    if c_in <= 4:   # image inputs: TensorRT's kCHW4 / the DLA's kDLA_HWC4 pack 3-4 channels per pixel
-        align = 4
+    align_in = 4 if c_in <= 4 else align   # image inputs: TensorRT's kCHW4 / the DLA's kDLA_HWC4 pack 3-4 channels
     c_out = max(1, n)
-    util = (c_in / float(_ceil_to(c_in, align))) * (c_out / float(_ceil_to(c_out, max(align, 8))))
+    util = (c_in / float(_ceil_to(c_in, align_in))) * (c_out / float(_ceil_to(c_out, align)))
     if kernel.device == DLA:
         return util
     tiles = int(math.ceil(m / float(eff.tile_m)) * math.ceil(n / float(eff.tile_n)) * groups)

@@ -79,6 +79,9 @@ def estimate(model: Union[str, Path, Any], target: Any, precision: str = "fp16",
         if not 0 <= dla_core < target.dla_cores:
             raise ConfigError("--dla-core %d: %s has DLA cores 0..%d" % (dla_core, target.name, target.dla_cores - 1),
                               hint="use --dla-core 0")
+        if precision not in ("fp16", "int8"):
+            raise ConfigError("the DLA runs FP16 or INT8 only, not %s" % precision,
+                              hint="use --precision fp16 or int8 with --dla-core")
     rates = target_rates(target, precision, power_mode, dla=dla_core is not None)
     if dla_core is not None and rates.dla_per_core is None:
         from jetforge.errors import TargetError

@@ -1,0 +1,146 @@
+"""The estimator's arithmetic on a tiny hand-checked graph: FLOPs, fusion, bytes, liveness, transitions, roofline.
+
+Every expected number is worked out by hand in the comments from the graph in ``estimate_graphs.py``
+(not read back from the implementation).  FLOPs count a multiply-add as 2.
+"""
+
+import math
+
+import pytest
+
+pytest.importorskip("onnx")
+
+from estimate_graphs import tiny_net  # noqa: E402
+
+from jetforge.runtime.estimate.efficiency import EfficiencySet, Factor, Overheads  # noqa: E402
+from jetforge.runtime.estimate.graph import CATEGORIES  # noqa: E402
+from jetforge.runtime.estimate.model import kernel_time, memory, place, time_placed, transitions  # noqa: E402
+from jetforge.runtime.estimate.rates import target_rates  # noqa: E402
+from jetforge.targets import get_target  # noqa: E402
+
+
+def flat_set(compute=0.5, memory_eff=0.5, kernel_us=3.0, transition_us=10.0, subgraph_us=40.0):
+    """Every type at the same factors, overheads given: the expected times below use these numbers."""
+    table = {c: Factor(compute, memory_eff) for c in CATEGORIES}
+    return EfficiencySet("test", "set in the test", dict(table), dict(table),
+                         Overheads(gpu_kernel_us=kernel_us, dla_layer_us=1.0, dla_subgraph_us=subgraph_us,
+                                   transition_us=transition_us, inference_us=0.0), transition_memory_efficiency=0.5,
+                         tile_m=128, tile_n=128, min_occupancy=0.15)
+
+
+def by_layer(placed):
+    return {l.name: l for k in placed.kernels for l in k.layers}
+
+
+def test_layer_flops_match_hand_counts():
+    placed = place(tiny_net(), 1, "fp16", fusion="none")
+    layers = by_layer(placed)
+    assert layers["conv1"].flops == 2 * 2048 * 27          # 2 x outputs x (3 in-channels x 3 x 3)
+    assert layers["dw"].flops == 2 * 2048 * 9              # depthwise: 1 in-channel x 3 x 3 per output
+    assert layers["pw"].flops == 2 * 4096 * 8              # 1x1, 8 in-channels
+    assert layers["fc"].flops == 2 * 10 * 16
+    assert layers["bn1"].flops == 2 * 2048                 # scale and shift per element
+    assert layers["gap"].flops == 4096                     # one add per input element
+    assert layers["conv1"].gemm == (256, 8, 27, 1)         # M = 16x16 outputs, N = 8 channels, K = 27
+    assert layers["dw"].category == "conv_depthwise" and layers["conv1"].category == "conv"
+    assert "flatten" not in layers                         # a view: no kernel
+
+
+def test_flops_scale_with_batch():
+    one = place(tiny_net(), 1, "fp16", fusion="none")
+    eight = place(tiny_net(), 8, "fp16", fusion="none")
+    assert sum(k.flops for k in eight.kernels) == 8 * sum(k.flops for k in one.kernels)
+
+
+def test_tensorrt_fusion_groups():
+    placed = place(tiny_net(), 1, "fp16", fusion="tensorrt")
+    groups = [[l.name for l in k.layers] for k in placed.kernels]
+    # conv+BN+ReLU; depthwise conv + ReLU6 + the residual add; 1x1 conv; pool; GEMM
+    assert groups == [["conv1", "bn1", "relu1"], ["dw", "relu6", "add"], ["pw"], ["gap"], ["fc"]]
+    unfused = place(tiny_net(), 1, "fp16", fusion="none")
+    assert len(unfused.kernels) == 9
+
+
+def test_kernel_tensors_and_bytes():
+    placed = place(tiny_net(), 1, "fp16", fusion="tensorrt")
+    dw = placed.kernels[1]
+    assert dw.inputs == ["r1"] and dw.outputs == ["a"]      # r1 read once (depthwise input and residual)
+    assert dw.weight_elems == 72 and dw.const_elems == 2    # 8x1x3x3 kernel; Clip's two bounds
+    rates = target_rates(get_target("orin-nx-16gb"), "fp16")
+    t = kernel_time(dw, placed.info, rates, flat_set(), "fp16")
+    assert t.bytes == (2048 + 2048) * 2 + 72 * 2 + 2 * 2     # FP16 activations in and out, weights, constants
+
+
+def test_liveness_peak_and_weights():
+    placed = place(tiny_net(), 1, "fp16", fusion="tensorrt")
+    mem = memory(placed, [])
+    # r1 (4096 B) lives until the depthwise kernel; a (4096 B) until the 1x1 conv, which writes p (8192 B):
+    # at that step a and p are live -> 12288 B; input x and output y are I/O bindings, counted apart.
+    assert mem.activations_peak == 12288
+    # FP16 weights: conv1 216, dw 72, pw 128, fc 160 elements x 2 B; constants x 2 B: Clip 2, pw bias 16,
+    # fc bias 10; BatchNorm's 32 parameters are folded into conv1.
+    assert mem.weights == (216 + 72 + 128 + 160) * 2 + (2 + 16 + 10) * 2
+    assert mem.io_bindings == (768 + 10) * 4                # FP32 engine I/O
+    assert mem.workspace_lower_bound == 768 * 2             # input converted to FP16 is the largest reformat
+    eight = memory(place(tiny_net(), 8, "fp16", fusion="tensorrt"), [])
+    assert eight.activations_peak == 8 * 12288 and eight.weights == mem.weights
+
+
+def test_int8_weights_are_one_byte():
+    placed = place(tiny_net(), 1, "int8", fusion="tensorrt")
+    assert memory(placed, []).weights == (216 + 72 + 128 + 160) * 1 + (2 + 16 + 10) * 2
+
+
+def test_dla_placement_and_transitions():
+    target = get_target("orin-nx-16gb")
+    placed = place(tiny_net(), 1, "fp16", target=target, dla_core=0)
+    devices = {k.name: k.device for k in placed.kernels}
+    # GlobalAveragePool is imported as a Reduce layer, which the DLA does not run (dla-check rule)
+    assert devices == {"conv1": "DLA", "dw": "DLA", "pw": "DLA", "gap": "GPU", "fc": "DLA"}
+    assert placed.dla_subgraphs == 2
+    eff = flat_set(transition_us=10.0)
+    rates = target_rates(target, "fp16", dla=True)
+    moves = transitions(placed, rates, eff)
+    assert [(m.tensor, m.source, m.dest) for m in moves] == [
+        ("x", "GPU", "DLA"), ("p", "DLA", "GPU"), ("g", "GPU", "DLA"), ("y", "DLA", "GPU")]
+    assert [m.bytes for m in moves] == [768 * 2, 4096 * 2, 16 * 2, 10 * 2]
+    bandwidth = 102.4e9                                     # Orin NX 16GB profile, MAXN: no memory clock cap
+    for m in moves:                                         # 10 us + read and write once at half the bandwidth
+        assert m.time_s == pytest.approx(10e-6 + 2 * m.bytes / (bandwidth * 0.5), rel=1e-12)
+    est = time_placed(placed, rates, eff)
+    assert est.subgraph_s == pytest.approx(2 * 40e-6)
+    assert est.latency_s == pytest.approx(est.device_s("GPU") + est.device_s("DLA") + est.transitions_s + 80e-6)
+
+
+def test_roofline_of_one_kernel_by_hand():
+    target = get_target("orin-nx-16gb")
+    placed = place(tiny_net(), 1, "fp16", fusion="tensorrt")
+    pw = placed.kernels[2]
+    rates = target_rates(target, "fp16")
+    t = kernel_time(pw, placed.info, rates, flat_set(compute=0.5, memory_eff=0.5, kernel_us=3.0), "fp16")
+    # Tensor Core FP16 peak 15.05 TFLOPS (profile). Channels 8 -> 16: both multiples of 8 (FP16 alignment).
+    # M = 256 outputs, N = 16: two 128x128 tiles on 8 SMs -> occupancy 2/8 = 0.25 (above the 0.15 floor).
+    compute = 2 * 4096 * 8 / (15.05e12 * 0.5 * 0.25)
+    moved = (2048 + 4096) * 2 + 128 * 2 + 16 * 2             # a in, p out, weights, bias (FP16)
+    mem = moved / (102.4e9 * 0.5)
+    assert t.shape == pytest.approx(0.25)
+    assert t.compute_s == pytest.approx(compute, rel=1e-12)
+    assert t.memory_s == pytest.approx(mem, rel=1e-12)
+    assert t.time_s == pytest.approx(max(compute, mem) + 3e-6, rel=1e-12)
+
+
+def test_first_conv_with_three_channels_packs_to_four():
+    target = get_target("orin-nx-16gb")
+    placed = place(tiny_net(), 32, "int8", fusion="tensorrt")
+    rates = target_rates(target, "int8")
+    t = kernel_time(placed.kernels[0], placed.info, rates, flat_set(), "int8")
+    # C_in 3 of 4 (kCHW4 packing) x C_out 8 of 16 (INT8 alignment of the profile);
+    # M = 32 x 256 = 8192 -> 64 tiles of 128 over 8 SMs: whole waves, occupancy 1
+    assert t.shape == pytest.approx(3 / 4 * 8 / 16)
+
+
+def test_throughput_is_batch_over_latency():
+    target = get_target("orin-nx-16gb")
+    est = time_placed(place(tiny_net(), 4, "fp16"), target_rates(target, "fp16"), flat_set())
+    assert est.throughput == pytest.approx(4 / est.latency_s)
+    assert math.isclose(est.latency_s, sum(k.time_s for k in est.kernels), rel_tol=1e-12)
