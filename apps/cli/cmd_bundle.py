@@ -58,6 +58,9 @@ class BundleCommand(Command):
         c.add_argument("--tar", nargs="?", const="auto", metavar="FILE",
                        help="also write one tar file (default: DIR.tar; .tar.gz compresses)")
         c.add_argument("--force", action="store_true", help="replace an existing bundle folder")
+        c.add_argument("--samples", metavar="DIR_OR_VIDEO",
+                       help="real images/frames to carry with their FP32 and simulated-INT8 outputs (board-check)")
+        c.add_argument("--samples-count", type=int, default=8, metavar="N", help="how many samples (default 8)")
         add_json_flag(c)
         v = sub.add_parser("verify", help="check a bundle against its manifest",
                            description="Re-hash every file of a bundle folder or tar against its manifest.")
@@ -97,9 +100,14 @@ class BundleCommand(Command):
             tar = Path(str(Path(args.out)) + ".tar")
         elif args.tar:
             tar = Path(args.tar)
+        samples = None
+        if args.samples:
+            from jetforge.apps.cli.bundle_references import reference_samples
+
+            samples = reference_samples(model, args.samples, args.samples_count, qdq=qdq, calib=args.calib)
         result = create_bundle(model, args.out, args.target, calib=args.calib, qdq=qdq, precisions=precisions,
                                app_config=args.app_config, options=options, tensorrt_versions=args.tensorrt,
-                               retarget_calib=args.retarget_calib, tar=tar, force=args.force)
+                               retarget_calib=args.retarget_calib, tar=tar, force=args.force, samples=samples)
         m = result.manifest
         if args.json:
             data = m.to_dict()

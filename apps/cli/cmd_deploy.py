@@ -42,8 +42,10 @@ class DeployCommand(Command):
                             help="jetforge command on the board (default: `jetforge` on its PATH)")
         parser.add_argument("--remote-env", action="append", default=[], metavar="KEY=VALUE",
                             help="environment for the board's commands (repeatable), e.g. JETFORGE_CACHE=/data/jf")
-        parser.add_argument("--run", action="append", default=[], choices=["doctor", "build", "bench", "app"],
-                            help="what to run on the board (repeatable; runs in the order doctor, build, bench, app)")
+        parser.add_argument("--run", action="append", default=[],
+                            choices=["doctor", "build", "bench", "board-check", "app"],
+                            help="what to run on the board (repeatable; runs in the order doctor, build, bench, "
+                                 "board-check, app)")
         parser.add_argument("--target", default="auto", metavar="NAME",
                             help="target for the board's build (default: auto-detect there)")
         parser.add_argument("--bench-arg", action="append", default=[], metavar="ARG",

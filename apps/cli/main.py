@@ -67,6 +67,8 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
                "copy a bundle to a Jetson over SSH, run doctor/build/bench/an app there, fetch the results"),
     "export-config": ("jetforge.apps.cli.cmd_export_config", "ExportConfigCommand",
                       "write a DeepStream (nvinfer + deepstream-app) or Triton configuration for a bundle"),
+    "board-check": ("jetforge.apps.cli.cmd_board_check", "BoardCheckCommand",
+                    "acceptance run on a Jetson: build every engine, check outputs, placement, latency, power"),
 }
 
 EPILOG = """examples:

@@ -42,7 +42,7 @@ from jetforge.apps.deploy.safety import check_app_command, check_bundle_name, ch
 from jetforge.errors import ConfigError
 from jetforge.fileio import PathLike, write_json_atomic
 
-STEPS = ("doctor", "build", "bench", "app")
+STEPS = ("doctor", "build", "bench", "board-check", "app")
 VIDEO_PATTERNS = ("*.mp4", "*.avi", "*.mkv", "*.mov")
 DEFAULT_APP = "demo --model {model} --out {out}"
 REMOTE_BASE = "~/jetforge/bundles"
@@ -285,6 +285,8 @@ class Deployment:
                                                   "checks the options here")
                 self.summary["build"] = {"exit": res.returncode, "engine": engine,
                                          "cache": build_info.get("cache"), "tensorrt": build_info.get("tensorrt")}
+            if step == "board-check":
+                self._board_check(remote_results, info)
             if step == "bench":
                 self._bench(engine, remote_results, info)
             elif step == "app":
@@ -294,6 +296,20 @@ class Deployment:
                     "config": "%s/app.yaml" % info.remote_dir})
                 self._remote("app", self._jf(words, info.remote_dir), check=True)
         return self.summary
+
+    def _board_check(self, remote_results: str, info: RemoteInfo) -> None:
+        """``jetforge board-check`` on the board; its report lands in the results folder and is fetched back."""
+        args = ["board-check", info.remote_dir, "--target", self.opts.target, "--json",
+                "--out", remote_results + "/board-check"]
+        res = self._remote("board-check", self._jf(args, info.remote_dir))
+        if res.returncode not in (0, EXIT_NO_TENSORRT, 4):  # 4: an engine failed, which the report explains
+            raise RemoteCommandError("board-check on %s failed (exit %d): %s" % (self.ssh.label, res.returncode,
+                                                                                 last_line(res.stderr)),
+                                     hint="see remote.log in the results folder")
+        data = self._json(res.stdout) or {}
+        self.summary["board_check"] = {"exit": res.returncode, "status": data.get("status"),
+                                       "report": "board-check/board-check.json"}
+        self.console.say("board-check: %s" % (data.get("status") or "exit %d" % res.returncode))
 
     def _bench(self, engine: Optional[str], remote_results: str, info: RemoteInfo) -> None:
         model = engine or "%s/%s" % (info.remote_dir, ONNX)
