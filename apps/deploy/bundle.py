@@ -8,6 +8,7 @@ Layout of a bundle folder::
     calib/trt-<N>.calib           one calibration cache per TensorRT version (N = the cache header number)
     model.precisions.json         the per-layer precision list from `jetforge calibrate --mixed-precision`
     app.yaml                      the app configuration, if any
+    samples/samples.npz(.json)    a few real inputs with jetforge's FP32 and simulated-INT8 outputs (board-check)
 
 The folder is assembled in a hidden staging folder next to the destination, the manifest is
 written last, and the staging folder is renamed into place: an interrupted write never leaves
@@ -589,7 +590,7 @@ def create_bundle(model: PathLike, out: PathLike, targets: Sequence[str], *, cal
                   qdq: Optional[PathLike] = None, precisions: Optional[PathLike] = None,
                   app_config: Optional[PathLike] = None, options: Optional[Any] = None,
                   tensorrt_versions: Sequence[str] = (), retarget_calib: bool = False, tar: Optional[PathLike] = None,
-                  force: bool = False) -> CreateResult:
+                  force: bool = False, samples: Optional[Tuple[bytes, bytes]] = None) -> CreateResult:
     """Assemble a bundle folder at ``out`` (and ``tar`` if given); see the module docstring.
 
     ``options`` is a :class:`~jetforge.runtime.build.plan.BuildOptions` (precision, DLA core, shapes,
@@ -598,6 +599,8 @@ def create_bundle(model: PathLike, out: PathLike, targets: Sequence[str], *, cal
     decided on the board.  ``tensorrt_versions`` restricts the versions prepared (default: every
     TensorRT of every target's JetPack releases).  ``retarget_calib`` re-stamps the first cache's
     scales for each version that has none (the scales do not depend on the TensorRT version).
+    ``samples`` is the (npz, json) payload of :func:`jetforge.apps.deploy.bundle_samples.samples_payload`:
+    a few real inputs with jetforge's FP32 and simulated-INT8 outputs, for ``jetforge board-check``.
     """
     from jetforge.config import to_dict
     from jetforge.runtime.build.plan import BuildOptions, cache_header_number, make_plan
@@ -662,6 +665,11 @@ def create_bundle(model: PathLike, out: PathLike, targets: Sequence[str], *, cal
                                              PRECISIONS, "precisions", files))
         if app_config is not None:
             _copy(require_file(app_config, "app configuration"), staging, APP_CONFIG, "app_config", files)
+        if samples is not None:
+            from jetforge.apps.deploy.bundle_samples import ROLE_JSON, ROLE_NPZ, SAMPLES_JSON, SAMPLES_NPZ
+
+            _write(samples[0], staging, SAMPLES_NPZ, ROLE_NPZ, files)
+            _write(samples[1], staging, SAMPLES_JSON, ROLE_JSON, files)
 
         # calibration caches, one per TensorRT version (the header decides which)
         calibration: List[Dict[str, Any]] = []
