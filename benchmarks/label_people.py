@@ -19,6 +19,7 @@ by an engineer, and corrected through the hand-written edit file ``labels/people
     python benchmarks/label_people.py render --out /tmp/r    # 2x2 sheets of the current boxes
     python benchmarks/label_people.py render --out /tmp/r --frames vtest:150,152 --zoom 2 --crop 300,100,500,300
     python benchmarks/label_people.py build                  # -> labels/people_boxes.json, people_box_edits.json
+    python benchmarks/label_people.py audit                  # foreground blobs no label covers (missed people?)
     python benchmarks/label_people.py strip --out /tmp/s     # crops around the counting line, for the hand count
 
 Edit file lines (``#`` starts a comment; ids are the numbers drawn next to the boxes of that frame)::
@@ -586,6 +587,30 @@ def cmd_build(args: argparse.Namespace) -> None:
         len(frames), sum(f["split"] == "heldout" for f in frames), n_boxes, n_diff, len(log)))
 
 
+# -- audit ------------------------------------------------------------------------------------------
+
+def cmd_audit(args: argparse.Namespace) -> None:
+    """List foreground blobs of fixed-camera frames that the labels do not cover: candidates for missed people."""
+    data = json.loads(DATA.read_text())
+    for f in data["frames"]:
+        if not CLIPS[f["clip"]]["fixed_camera"]:
+            continue
+        mask = mask_of(f["clip"], f["frame"])
+        _, blobs = foreground_blobs((np.dstack([mask] * 3) * 255).astype(np.uint8), np.zeros(mask.shape + (3,), np.uint8))
+        for x1, y1, x2, y2 in blobs:
+            if (x2 - x1) * (y2 - y1) < args.min_area:
+                continue
+            fg = mask[y1:y2, x1:x2].astype(bool)
+            covered = np.zeros_like(fg)
+            for b in f["boxes"]:
+                bx1, by1, bx2, by2 = b["box"]
+                covered[max(0, by1 - y1):max(0, by2 - y1), max(0, bx1 - x1):max(0, bx2 - x1)] = True
+            share = (fg & covered).sum() / max(1, fg.sum())
+            if share < args.min_cover:
+                print("%s %d (%s): blob %s only %.0f%% covered" % (f["clip"], f["frame"], f["split"],
+                                                                 [x1, y1, x2, y2], 100 * share))
+
+
 # -- counting-line strips -------------------------------------------------------------------------
 
 def cmd_strip(args: argparse.Namespace) -> None:
@@ -633,6 +658,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = sub.add_parser("build")
     p.add_argument("--allow-unchecked", action="store_true")
     p.set_defaults(fn=cmd_build)
+    p = sub.add_parser("audit")
+    p.add_argument("--min-area", type=int, default=300)
+    p.add_argument("--min-cover", type=float, default=0.8)
+    p.set_defaults(fn=cmd_audit)
     p = sub.add_parser("strip")
     p.add_argument("--out", required=True)
     p.add_argument("--start", type=int, default=0)
