@@ -89,6 +89,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, default_out: str) ->
                         "http(s)://...; repeat for several streams batched into one model (default: the app's clip)")
     g.add_argument("--out", metavar="DIR", default=default_out, help="output folder (default: ./%s/)" % default_out)
     g.add_argument("--max-frames", metavar="N", type=int, default=None, help="stop after N frames per stream")
+    g.add_argument("--loop", action="store_true",
+                   help="play a video file again from the start when it ends (soak tests, demos; stop with "
+                        "--max-frames, Ctrl-C or SIGTERM)")
     g.add_argument("--no-video", action="store_true", help="do not write the annotated MP4")
     g.add_argument("--no-plots", action="store_true", help="do not draw fps.png and latency.png")
     g.add_argument("--display", action="store_true", help="show the annotated video in a window (needs a display)")
@@ -135,7 +138,8 @@ def run_app_command(app: App, args: argparse.Namespace, out_default: Optional[st
         from jetforge.apps.assets import asset_path
 
         uris = [str(asset_path(*app.default_source))]
-    source_options = SourceOptions(max_reconnects=args.max_reconnects, stall_timeout_s=args.stall_timeout)
+    source_options = SourceOptions(max_reconnects=args.max_reconnects, stall_timeout_s=args.stall_timeout,
+                                   loop=getattr(args, "loop", False))
     options = PipelineOptions(queue_size=args.queue_size, batch_size=args.batch or len(uris),
                               on_error=args.on_error, max_consecutive_errors=args.max_consecutive_errors,
                               drop=args.drop, max_frames=args.max_frames, overlap=not args.sequential,

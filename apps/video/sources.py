@@ -95,6 +95,7 @@ class SourceOptions:
     ``backoff_s`` doubling up to ``backoff_max_s`` between them, before giving up.
     ``stall_timeout_s``: a live source that delivers nothing for this long is lost.
     ``gstreamer``: "auto" (use it for RTSP where OpenCV has it and on Jetson), "yes" or "no".
+    ``loop``: play a video file again from the start when it ends (files only).
     """
 
     width: int = 0
@@ -110,6 +111,7 @@ class SourceOptions:
     open_timeout_s: float = 10.0
     stall_timeout_s: float = 30.0
     gstreamer: str = "auto"
+    loop: bool = False
 
     def __post_init__(self) -> None:
         if self.buffer < 1:
@@ -138,9 +140,13 @@ def parse_source_uri(uri: Union[str, "os.PathLike[str]", int]) -> SourceSpec:
     text = os.fspath(uri)
     if not text.strip():
         raise ConfigError("empty video source", hint="give a file, folder, camera index or stream URL")
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # "²".isdigit() is True too, and int("²") fails
         return SourceSpec("v4l2", text, text)
-    parsed = urlparse(text)
+    try:
+        parsed = urlparse(text)
+    except ValueError as err:  # "rtsp://[::1" (an unclosed IPv6 bracket)
+        raise ConfigError("video source %r is not a valid URI: %s" % (text, err),
+                          hint="check the brackets around an IPv6 host, e.g. rtsp://[::1]:8554/stream") from None
     scheme = parsed.scheme.lower()
     if scheme == "v4l2":
         location = parsed.netloc + parsed.path  # v4l2:///dev/video0 -> /dev/video0, v4l2://0 -> 0
@@ -149,7 +155,7 @@ def parse_source_uri(uri: Union[str, "os.PathLike[str]", int]) -> SourceSpec:
         return SourceSpec("v4l2", location, text)
     if scheme == "csi":
         sensor = (parsed.netloc + parsed.path).strip("/") or "0"
-        if not sensor.isdigit():
+        if not (sensor.isascii() and sensor.isdigit()):
             raise ConfigError("CSI camera URI %r: the sensor id must be a number" % text, hint="e.g. csi://0")
         return SourceSpec("csi", sensor, text)
     if scheme in ("rtsp", "rtsps"):
@@ -573,8 +579,11 @@ def open_source(uri: Union[str, "os.PathLike[str]", int], options: Optional[Sour
             raise UnknownNameError("source option", unknown[0], list(SourceOptions.__dataclass_fields__))
         options = replace(options, **overrides)
     spec = parse_source_uri(uri)
+    if options.loop and spec.kind != "file":
+        raise ConfigError("--loop plays video files again; %s is a %s source" % (spec.uri, spec.kind),
+                          hint="drop --loop, or give a video file")
     if spec.kind == "file":
-        return FileSource(spec.location)
+        return FileSource(spec.location, loop=options.loop)
     if spec.kind == "images":
         return ImageFolderSource(spec.location, fps=options.fps)
     factory, what = capture_factory(spec, options)
