@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import enum
 import os
+import re
 import sys
 import typing
 from pathlib import Path
@@ -116,6 +117,9 @@ def from_dict(cls: Type[T], data: Mapping[str, Any], *, where: str = "") -> T:
     """Build dataclass ``cls`` from a mapping, rejecting unknown keys with a suggestion."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError("%r is not a dataclass" % (cls,))
+    if not isinstance(data, Mapping):
+        raise ConfigError("%s: expected a mapping of keys to values, got %s"
+                          % (where or cls.__name__, type(data).__name__))
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     hints = _hints(cls)
     kwargs = {}
@@ -165,13 +169,33 @@ def parse_override(text: str) -> "tuple[list[str], Any]":
     return key.split("."), value
 
 
+#: Deeper flow nesting than any configuration has; PyYAML's scanner slows down with the square of the depth
+#: (2000 ``[`` take seconds, a few KB more take minutes), so such text is refused before YAML reads it.
+MAX_YAML_NESTING = 64
+
+
+def yaml_nesting_problem(text: str) -> str:
+    """Why ``text`` is refused before YAML parses it ("" when it is not): flow nesting past MAX_YAML_NESTING."""
+    depth = deepest = 0
+    for ch in re.sub(r"[^\[\]{}]", "", text):
+        depth = depth + 1 if ch in "[{" else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    if deepest > MAX_YAML_NESTING:
+        return "nests [ ] or { } %d deep (more than %d)" % (deepest, MAX_YAML_NESTING)
+    return ""
+
+
 def read_yaml(path: "str | os.PathLike[str]") -> Dict[str, Any]:
     """Read a YAML mapping, turning every way a file can be wrong into one clear error."""
     import yaml
 
     p = require_file(path, "configuration file", hint="check the path given to --config")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+        problem = yaml_nesting_problem(text)
+        if problem:
+            raise ConfigError("%s %s: not a configuration" % (p, problem), hint="give the path of a YAML file")
+        data = yaml.safe_load(text)
     except UnicodeDecodeError as err:
         raise InputFileError("configuration file %s is not UTF-8 text: %s" % (p, err),
                              hint="give the path of a YAML file") from err
@@ -179,6 +203,8 @@ def read_yaml(path: "str | os.PathLike[str]") -> Dict[str, Any]:
         mark = getattr(err, "problem_mark", None)
         at = " at line %d, column %d" % (mark.line + 1, mark.column + 1) if mark else ""
         raise ConfigError("%s is not valid YAML%s: %s" % (p, at, getattr(err, "problem", err))) from err
+    except RecursionError:
+        raise ConfigError("%s nests lists or mappings too deeply to be a configuration" % p) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -202,7 +228,11 @@ def load_config(cls: Type[T], path: "Optional[str | os.PathLike[str]]" = None,
                 node[k] = child
             node = child
         node[keys[-1]] = value
-    return from_dict(cls, data)
+    try:
+        return from_dict(cls, data)
+    except RecursionError:  # a YAML alias that contains itself (a: &x [*x]) or absurd nesting
+        raise ConfigError("the configuration refers to itself or nests too deeply (a YAML alias inside itself?)",
+                          hint="write each value out; configurations are plain trees") from None
 
 
 def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> Dict[str, Any]:

@@ -38,7 +38,12 @@ class TensorSpec:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "TensorSpec":
-        return cls(name=str(data["name"]), shape=list(data["shape"]), dtype=str(data.get("dtype", "float32")))
+        shape = data["shape"]
+        # each axis is a size or a name; anything else (a list, a float, true) would reach the builder as a shape
+        if not isinstance(shape, list) or not all(isinstance(d, (int, str)) and not isinstance(d, bool) for d in shape):
+            raise ValueError("tensor %r has shape %s: each axis must be an integer or a name"
+                             % (str(data["name"])[:80], str(shape)[:80]))
+        return cls(name=str(data["name"]), shape=list(shape), dtype=str(data.get("dtype", "float32")))
 
 
 @dataclass
@@ -88,13 +93,29 @@ class ModelSidecar:
                 inputs=[TensorSpec.from_dict(t) for t in data["inputs"]],
                 outputs=[TensorSpec.from_dict(t) for t in data["outputs"]],
                 preprocess=Preprocess.from_dict(pre) if pre else None,
-                labels=[str(x) for x in data.get("labels", [])],
+                labels=[str(x) for x in list_field(data, "labels")],
                 content_sha256=str(data.get("content_sha256", "")),
-                produced_by=dict(data.get("produced_by", {})),
-                extra=dict(data.get("extra", {})),
+                produced_by=mapping_field(data, "produced_by"),
+                extra=mapping_field(data, "extra"),
             )
-        except (KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, OverflowError) as err:  # OverflowError: "format": Infinity
             raise ModelError("%s is malformed: %s" % (where, err), hint="re-export the model to regenerate it") from err
+
+
+def mapping_field(data: Dict[str, Any], key: str) -> Dict[str, Any]:
+    """``data[key]`` as a dict (absent: empty); a list or string there is an error, not ``dict()``'s guess."""
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise TypeError("%s must be a JSON object" % key)
+    return dict(value)
+
+
+def list_field(data: Dict[str, Any], key: str) -> List[Any]:
+    """``data[key]`` as a list (absent: empty); a string there is an error, not a list of its characters."""
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise TypeError("%s must be a JSON list" % key)
+    return list(value)
 
 
 def static_shape(spec: TensorSpec, batch: int = 1, purpose: str = "this step") -> List[int]:

@@ -44,6 +44,8 @@ _TEMP = re.compile(r"(?<![\w@])([A-Za-z][\w]*)@(-?\d+(?:\.\d+)?)C(?:/(-?\d+(?:\.
 _RAIL = re.compile(r"(?<![\w@])([A-Z][A-Z0-9_]*)\s+(\d+)(?:mW)?/(\d+)(?:mW)?(?:/(\d+)(?:mW)?)?(?![\w%@/])")
 _ENGINE = re.compile(r"(?<![\w@])([A-Z][A-Z0-9]*(?:_FREQ)?)\s+(off|@\[?[\d,]+\]?|\d+(?:%@\d+)?)(?=\s|$)")
 _SKIP_ENGINES = {"RAM", "SWAP", "IRAM", "CPU", "EMC_FREQ", "GR3D_FREQ", "MTS"}
+# tegrastats prints no number of more than a few digits; a longer run is garbage (and int() of 4301+ digits raises)
+_HUGE_NUMBER = re.compile(r"\d{16,}")
 
 
 @dataclass
@@ -124,9 +126,9 @@ class TegrastatsSample:
 
 
 def parse_line(line: str) -> Optional[TegrastatsSample]:
-    """Parse one tegrastats line; None for a blank line or one without a RAM field."""
+    """Parse one tegrastats line; None for a blank line, one without a RAM field, or one with absurd numbers."""
     text = " ".join(line.split())
-    if not text:
+    if not text or _HUGE_NUMBER.search(text):
         return None
     sample = TegrastatsSample(raw=line.rstrip("\n"))
     m = _TS.match(text)

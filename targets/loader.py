@@ -76,10 +76,22 @@ class _Ctx:
 def _read_yaml(path: Path) -> Any:
     import yaml
 
+    from jetforge.config import yaml_nesting_problem
+
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        problem = yaml_nesting_problem(text)
+        if problem:
+            raise TargetError("target profile %s %s" % (path, problem), hint="a profile is a plain YAML tree")
+        return yaml.safe_load(text)
     except OSError as err:
         raise TargetError("cannot read target profile %s: %s" % (path, err)) from err
+    except UnicodeDecodeError as err:
+        raise TargetError("target profile %s is not UTF-8 text (byte %d)" % (path, err.start),
+                          hint="save the profile as UTF-8 YAML") from None
+    except RecursionError:
+        raise TargetError("target profile %s nests lists or mappings too deeply" % path,
+                          hint="a profile is a plain YAML tree") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = " at line %d, column %d" % (mark.line + 1, mark.column + 1) if mark else ""

@@ -232,7 +232,7 @@ class Manifest:
                 name=str(data["name"]), jetforge_version=str(data["jetforge_version"]), created=str(data["created"]),
                 model=dict(data["model"]), targets=[_entry(t, "name") for t in data["targets"]],
                 prepared=[Prepared(target=str(p["target"]), tensorrt=str(p["tensorrt"]), ok=bool(p["ok"]),
-                                   device=str(p.get("device", "gpu")), int8_source=p.get("int8_source"),
+                                   device=str(p.get("device", "gpu")), int8_source=_optional_str(p, "int8_source"),
                                    reason=str(p.get("reason", ""))) for p in data["prepared"]],
                 files=[BundleFile(path=str(f["path"]), role=str(f["role"]), bytes=int(f["bytes"]),
                                   sha256=str(f["sha256"])) for f in data["files"]],
@@ -242,9 +242,16 @@ class Manifest:
         except KeyError as err:  # the field's name only: a manifest's values are not echoed
             raise BundleError("%s is malformed: a %s field is missing" % (where, err),
                               hint="re-create the bundle") from None
-        except (TypeError, ValueError, AttributeError):
+        except (TypeError, ValueError, AttributeError, OverflowError):  # OverflowError: "bytes": Infinity
             raise BundleError("%s is malformed: a field has the wrong type" % where,
                               hint="re-create the bundle") from None
+
+
+def _optional_str(item: Dict[str, Any], key: str) -> Optional[str]:
+    value = item.get(key)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(key)
+    return value
 
 
 def _entry(item: Any, *required: str) -> Dict[str, Any]:

@@ -62,6 +62,10 @@ def bundle_path_problem(rel: object, normalised: bool = True) -> str:
         return "is empty"
     if _CONTROL.search(rel):
         return "holds a control character"
+    try:
+        rel.encode("utf-8")  # a lone surrogate (JSON "\ud800") has no bytes to name a file with
+    except UnicodeEncodeError:
+        return "is not UTF-8 text"
     if "\\" in rel:
         return "holds a backslash"
     if rel.startswith("/") or re.match(r"^[A-Za-z]:", rel):

@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Optional
 from jetforge.errors import InputFileError, ModelError
 from jetforge.fileio import PathLike, sha256_file, write_json_atomic
 from jetforge.runtime.preprocess import Preprocess
-from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, produced_by, read_sidecar, sidecar_path
+from jetforge.runtime.sidecar import (ModelSidecar, TensorSpec, list_field, mapping_field, produced_by,
+                                      read_sidecar, sidecar_path)
 
 ENGINE_SIDECAR_FORMAT = 1
 
@@ -72,16 +73,32 @@ class EngineSidecar:
                 dla_core=None if data.get("dla_core") is None else int(data["dla_core"]),
                 inputs=[TensorSpec.from_dict(t) for t in data["inputs"]],
                 outputs=[TensorSpec.from_dict(t) for t in data["outputs"]],
-                source_onnx=dict(data.get("source_onnx", {})), gpu_fallback=bool(data.get("gpu_fallback", False)),
-                int8_source=data.get("int8_source"), task=str(data.get("task", "other")),
-                labels=[str(x) for x in data.get("labels", [])],
+                source_onnx=_strings(mapping_field(data, "source_onnx"), "source_onnx"),
+                gpu_fallback=bool(data.get("gpu_fallback", False)),
+                int8_source=_optional(data, "int8_source", str), task=str(data.get("task", "other")),
+                labels=[str(x) for x in list_field(data, "labels")],
                 preprocess=Preprocess.from_dict(pre) if pre else None,
-                build_seconds=data.get("build_seconds"), backend=str(data.get("backend", "tensorrt")),
-                plan=dict(data.get("plan", {})), notes=list(data.get("notes", [])),
-                content_sha256=str(data.get("content_sha256", "")), produced_by=dict(data.get("produced_by", {})),
+                build_seconds=_optional(data, "build_seconds", (int, float)),
+                backend=str(data.get("backend", "tensorrt")),
+                plan=mapping_field(data, "plan"), notes=[str(n) for n in list_field(data, "notes")],
+                content_sha256=str(data.get("content_sha256", "")), produced_by=mapping_field(data, "produced_by"),
             )
-        except (KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, OverflowError) as err:  # OverflowError: "format": Infinity
             raise ModelError("%s is malformed: %s" % (where, err), hint="rebuild the engine") from err
+
+
+def _optional(data: Dict[str, Any], key: str, types: Any) -> Any:
+    """``data[key]`` when it is None or of ``types`` (never a bool standing in for a number); else TypeError."""
+    value = data.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+        raise TypeError("%s has the wrong type" % key)
+    return value
+
+
+def _strings(mapping: Dict[str, Any], key: str) -> Dict[str, str]:
+    if not all(isinstance(v, str) for v in mapping.values()):
+        raise TypeError("%s must map names to strings" % key)
+    return mapping
 
 
 def engine_sidecar_from_plan(plan: Any, inputs: List[TensorSpec], outputs: List[TensorSpec],

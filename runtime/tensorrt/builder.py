@@ -86,30 +86,44 @@ def parse_inspector_json(text: str) -> Dict[str, Any]:
     object with ``Name``, ``LayerType``, ``Inputs``/``Outputs`` (each with ``Format/Datatype``)
     and ``TacticName``; with LAYER_NAMES_ONLY it is a string.  A layer is counted on DLA when its
     type, name or tactic mentions DLA (TensorRT names DLA subgraphs that way; verify on a board).
+    Text of another shape is an :class:`EngineBuildError` (the build report then says why the
+    placement is missing), never a stray exception after a finished build.
     """
-    data = json.loads(text)
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError, RecursionError) as err:
+        raise EngineBuildError("the engine inspector's output is not JSON (%s)" % type(err).__name__,
+                               hint="report the TensorRT version; the engine itself was built") from None
     raw_layers = data.get("Layers", []) if isinstance(data, dict) else data
+    bindings = data.get("Bindings", []) if isinstance(data, dict) else []
+    if not isinstance(raw_layers, list) or not isinstance(bindings, list):
+        raise EngineBuildError("the engine inspector's JSON has no list of layers and bindings",
+                               hint="report the TensorRT version; the engine itself was built")
     layers: List[Dict[str, Any]] = []
     for item in raw_layers:
         if isinstance(item, str):
             layers.append({"name": item, "type": None, "device": "DLA" if "dla" in item.lower() else "GPU",
                            "precisions": []})
             continue
+        if not isinstance(item, dict):
+            raise EngineBuildError("the engine inspector's JSON lists a layer that is neither a name nor an object",
+                                   hint="report the TensorRT version; the engine itself was built")
         name = str(item.get("Name", ""))
         ltype = item.get("LayerType")
         tactic = str(item.get("TacticName", "") or "")
         marker = " ".join([name, str(ltype or ""), tactic]).lower()
-        precisions = []
-        for t in list(item.get("Outputs", [])) + list(item.get("Inputs", [])):
-            fmt = t.get("Format/Datatype") if isinstance(t, dict) else None
-            if fmt and fmt not in precisions:
-                precisions.append(fmt)
+        precisions: List[str] = []
+        for key in ("Outputs", "Inputs"):
+            tensors = item.get(key, [])
+            for t in tensors if isinstance(tensors, list) else []:
+                fmt = t.get("Format/Datatype") if isinstance(t, dict) else None
+                if isinstance(fmt, str) and fmt and fmt not in precisions:
+                    precisions.append(fmt)
         layers.append({"name": name, "type": ltype, "device": "DLA" if "dla" in marker else "GPU",
                        "precisions": precisions, "tactic": tactic or None})
     summary = {"layers": len(layers), "dla": sum(1 for l in layers if l["device"] == "DLA"),
                "gpu": sum(1 for l in layers if l["device"] == "GPU")}
-    return {"layers": layers, "summary": summary,
-            "bindings": data.get("Bindings", []) if isinstance(data, dict) else []}
+    return {"layers": layers, "summary": summary, "bindings": bindings}
 
 
 def _network_from_onnx(trt: ModuleType, logger: Any, onnx_path: str) -> Tuple[Any, Any, Any]:
@@ -330,6 +344,9 @@ def _inspect(trt: ModuleType, logger: Any, data: bytes,
                           "the engine runs on): %s" % ("; ".join(errors[-1:]) or "no message")}, None
     inspector = engine.create_engine_inspector()
     text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
-    parsed = parse_inspector_json(text)
+    try:
+        parsed = parse_inspector_json(text)
+    except EngineBuildError as err:  # the engine is built: a report without placement, not a failed build
+        return {"available": False, "reason": err.message}, compat.engine_io(trt, engine)
     parsed["available"] = True
     return parsed, compat.engine_io(trt, engine)
