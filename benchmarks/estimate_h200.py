@@ -217,7 +217,7 @@ def self_wall_times(trace: Dict[str, Any]) -> Dict[str, List[float]]:
 # ------------------------------------------------------------------------------------------------
 # measuring one model at one batch size
 # ------------------------------------------------------------------------------------------------
-def graph_ms(model: Any, x: Any, cuda: bool, repeats: int = 5, target_ms: float = 30.0) -> List[float]:
+def graph_ms(model: Any, x: Any, cuda: bool, repeats: int = 5, target_ms: float = 20.0) -> List[float]:
     """Per-inference ms of bursts of CUDA-graph replays (eager wall time on the CPU)."""
     import torch
 
@@ -304,17 +304,23 @@ def event_times(model: Any, x: Any) -> Dict[str, float]:
     return {k: sum(s.elapsed_time(e) for s, e in pairs) * 1e3 for k, pairs in hooks.timings.items()}
 
 
-def measure(spec: Any, batch: int, cuda: bool) -> Dict[str, Any]:
+def prepare(spec: Any, cuda: bool) -> Any:
+    """The model on the device, in the precision and memory format every batch size uses (built once)."""
+    import torch
+
+    model = spec.build().to(device="cuda" if cuda else "cpu", dtype=torch.half if cuda else torch.float)
+    if spec.image and len(spec.input_shape) in (3, 4):
+        model = model.to(memory_format=torch.channels_last if len(spec.input_shape) == 3 else torch.channels_last_3d)
+    return model
+
+
+def measure(spec: Any, model: Any, batch: int, cuda: bool) -> Dict[str, Any]:
     import torch
 
     device = "cuda" if cuda else "cpu"
-    dtype = torch.half if cuda else torch.float
-    model = spec.build().to(device=device, dtype=dtype)
-    x = torch.randn(batch, *spec.input_shape, device=device, dtype=dtype)
+    x = torch.randn(batch, *spec.input_shape, device=device, dtype=torch.half if cuda else torch.float)
     if spec.image and x.dim() in (4, 5):
-        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
-        model = model.to(memory_format=fmt)
-        x = x.contiguous(memory_format=fmt)
+        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
     t0 = time.perf_counter()
     with torch.no_grad():
         for _ in range(2):            # cuDNN autotuning happens here
@@ -330,7 +336,7 @@ def measure(spec: Any, batch: int, cuda: bool) -> Dict[str, Any]:
               "eager_kernel_ms": prof["kernel_total_us"] / 1e3, "kernels": prof["kernels"],
               "unattributed_us": prof["unattributed_us"], "orphan_kernels": prof["orphan_kernels"],
               "modules": prof["modules"], "seconds": round(time.perf_counter() - t0, 2)}
-    del model, x
+    del x
     if cuda:
         torch.cuda.empty_cache()
     return result
@@ -358,7 +364,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="CPU, two tiny models, batches 1,2")
     parser.add_argument("--out", help="JSON path (default $OUT/estimate_h200_measured.json)")
-    parser.add_argument("--budget-s", type=float, default=330.0, help="stop starting new models after this (330)")
+    parser.add_argument("--budget-s", type=float, default=300.0, help="start no new model after this many seconds (300)")
     parser.add_argument("--batches", default=None, help="batch sizes (default 1,8,32; dry run 1,2)")
     parser.add_argument("--models", default=None, help="comma-separated subset of model names")
     args = parser.parse_args(argv)
@@ -392,9 +398,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             continue
         entry: Dict[str, Any] = {"name": spec.name, "group": spec.group, "input_shape": list(spec.input_shape),
                                  "batches": [], "error": None}
+        try:
+            model = prepare(spec, cuda)
+        except Exception as err:  # a model that cannot be built is recorded, the run goes on
+            entry["error"] = "build: %s: %s" % (type(err).__name__, str(err)[:300])
+            data["models"].append(entry)
+            continue
         for batch in batches:
+            if time.perf_counter() - start > args.budget_s + 40:     # a slow last model must not overrun
+                entry["error"] = "batch %d and larger skipped: time budget" % batch
+                break
             try:
-                result = measure(spec, batch, cuda)
+                result = measure(spec, model, batch, cuda)
                 entry["batches"].append(result)
                 log("%-34s b=%-3d graph %8.3f ms  kernels %8.3f ms  (%d kernels, %.1f s)" % (
                     spec.name, batch, result["graph_ms"], result["eager_kernel_ms"], result["kernels"],
@@ -405,6 +420,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if cuda:
                     torch.cuda.empty_cache()
                 break
+        del model
         data["models"].append(entry)
         data["elapsed_s"] = round(time.perf_counter() - start, 1)
         _write(out_path, data)

@@ -63,14 +63,17 @@ class Fit:
 
     gpu_compute_scale: float = 1.0
     dla_compute_scale: float = 1.0
-    memory_scale: float = 1.0
+    dla_depthwise_scale: float = 1.0      # on top of dla_compute_scale, for depthwise convolutions on the DLA
+    gpu_memory_scale: float = 1.0
+    dla_memory_scale: float = 1.0
     gpu_kernel_us: Optional[float] = None
     dla_subgraph_us: Optional[float] = None
     inference_us: Optional[float] = None
     how: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("gpu_compute_scale", "dla_compute_scale", "memory_scale"):
+        for name in ("gpu_compute_scale", "dla_compute_scale", "dla_depthwise_scale", "gpu_memory_scale",
+                     "dla_memory_scale"):
             if not 0.0 < getattr(self, name) <= 10.0:
                 raise ValueError("%s must be in (0, 10]" % name)
 
@@ -111,9 +114,11 @@ class EfficiencySet:
         fit, out.fit = out.fit, None
         if fit is None:
             return out
-        for table, scale in ((out.gpu, fit.gpu_compute_scale), (out.dla, fit.dla_compute_scale)):
+        for table, scale, memory in ((out.gpu, fit.gpu_compute_scale, fit.gpu_memory_scale),
+                                     (out.dla, fit.dla_compute_scale, fit.dla_memory_scale)):
             for name, f in table.items():
-                table[name] = Factor(f.compute * scale, f.memory * fit.memory_scale, f.calibrated, f.note)
+                extra = fit.dla_depthwise_scale if table is out.dla and name == "conv_depthwise" else 1.0
+                table[name] = Factor(f.compute * scale * extra, f.memory * memory, f.calibrated, f.note)
         for name in ("gpu_kernel_us", "dla_subgraph_us", "inference_us"):
             if getattr(fit, name) is not None:
                 setattr(out.overheads, name, getattr(fit, name))

@@ -142,3 +142,41 @@ def test_onnx_node_names_map_to_module_paths():
     assert module_key("/features/features.10/conv/conv.1/Conv", modules) == "features.10.conv.1"
     assert module_key("/backbone/body/layer1/layer1.0/conv1/Conv", modules) == "backbone.body.layer1.0.conv1"
     assert module_key("/Flatten", modules) == "<root>"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the shipped efficiency set
+# ---------------------------------------------------------------------------------------------------------------
+def test_shipped_fit_is_the_committed_published_fit():
+    """efficiency.yaml's tensorrt fit block must be what benchmarks/results/estimate_published.json fitted."""
+    import json
+
+    from jetforge.runtime.estimate.efficiency import efficiency_set
+
+    result = json.loads((ROOT / "benchmarks" / "results" / "estimate_published.json").read_text())
+    fitted = result["fitted_parameters"]
+    fit = efficiency_set("tensorrt", fitted=False).fit
+    pairs = [(fit.gpu_compute_scale, fitted["s_gpu"]), (fit.dla_compute_scale, fitted["s_dla"]),
+             (fit.dla_depthwise_scale, fitted["s_dla_dw"]), (fit.gpu_memory_scale, fitted["s_mem_gpu"]),
+             (fit.dla_memory_scale, fitted["s_mem_dla"]), (fit.gpu_kernel_us, fitted["gpu_kernel_us"]),
+             (fit.dla_subgraph_us, fitted["dla_subgraph_us"]), (fit.inference_us, fitted["inference_us"])]
+    for shipped, measured in pairs:
+        assert shipped == pytest.approx(measured, abs=0.05)   # the YAML rounds scales to 0.001, overheads to 0.1 us
+    assert result["points_used"] == 34
+
+
+def test_fit_block_multiplies_the_starting_values(tmp_path):
+    from jetforge.errors import ConfigError
+    from jetforge.runtime.estimate.efficiency import EFFICIENCY_FILE, efficiency_set
+
+    prior, applied = efficiency_set("tensorrt", fitted=False), efficiency_set("tensorrt")
+    fit = prior.fit
+    assert applied.gpu["conv"].compute == pytest.approx(prior.gpu["conv"].compute * fit.gpu_compute_scale)
+    assert applied.dla["conv_depthwise"].compute == pytest.approx(
+        prior.dla["conv_depthwise"].compute * fit.dla_compute_scale * fit.dla_depthwise_scale)
+    assert applied.dla["conv"].memory == pytest.approx(prior.dla["conv"].memory * fit.dla_memory_scale)
+    assert applied.overheads.dla_subgraph_us == fit.dla_subgraph_us and applied.fit is None
+    bad = tmp_path / "eff.yaml"
+    bad.write_text(EFFICIENCY_FILE.read_text().replace("gpu_kernel_us: 3.0,", "gpu_kernel_usec: 3.0,", 1))
+    with pytest.raises(ConfigError, match="gpu_kernel_us"):
+        efficiency_set("tensorrt", path=str(bad))
