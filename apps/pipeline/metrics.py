@@ -7,13 +7,66 @@ other jetforge report).  :func:`format_metrics` prints the summary table;
 imported only there, with the Agg backend).
 """
 
+import dataclasses
+import random
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections import deque
+from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from jetforge.runtime.measure import current_rss, fps as frames_per_second, latency_stats, memory_info
+from jetforge.runtime.measure import LatencyStats, current_rss, fps as frames_per_second, latency_stats, memory_info
 
 STAGES = ("decode", "preprocess", "infer", "postprocess", "sink")
+#: Latency samples kept per series: every one up to this many frames, then a uniform random sample of
+#: this size (reservoir sampling), so a camera app running for days keeps constant memory.  Count,
+#: mean, min and max stay exact; percentiles of a 10 000-sample reservoir are within about 0.5
+#: percentile points of the exact ones.
+MAX_SAMPLES = 10000
+#: FPS-over-time bins and RSS samples kept: past this many, neighbours are merged and the interval
+#: doubles (1 s, 2 s, 4 s, ...), so a run of any length keeps a bounded, evenly spaced history.
+MAX_BINS = 2048
+
+
+class Samples:
+    """Durations of one series: exact count/sum/min/max, and at most ``capacity`` values for percentiles."""
+
+    def __init__(self, capacity: int = MAX_SAMPLES, seed: int = 0) -> None:
+        self.capacity = int(capacity)
+        self.values: List[float] = []
+        self.count = 0
+        self.total = 0.0
+        self.min = float("inf")
+        self.max = float("-inf")
+        self.last = 0.0
+        self._rng = random.Random(seed)
+
+    def append(self, value: float) -> None:
+        value = float(value)
+        self.count += 1
+        self.total += value
+        self.min = min(self.min, value)
+        self.max = max(self.max, value)
+        self.last = value
+        if len(self.values) < self.capacity:
+            self.values.append(value)
+        else:  # Algorithm R: every value seen so far is kept with the same probability capacity/count
+            k = self._rng.randrange(self.count)
+            if k < self.capacity:
+                self.values[k] = value
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(self.values)
+
+    def stats(self) -> LatencyStats:
+        """latency_stats of the kept values, with count, total, mean, min and max over every value."""
+        kept = latency_stats(self.values)
+        if len(self.values) == self.count:  # every value kept: the exact statistics
+            return kept
+        return dataclasses.replace(kept, count=self.count, total=self.total, mean=self.total / self.count,
+                                   min=self.min, max=self.max)
 
 
 class PipelineMetrics:
@@ -22,12 +75,16 @@ class PipelineMetrics:
     def __init__(self, stages: Sequence[str] = STAGES) -> None:
         self.stages = tuple(stages)
         self._lock = threading.Lock()
-        self.wall: Dict[str, List[float]] = {s: [] for s in self.stages}
-        self.cpu: Dict[str, List[float]] = {s: [] for s in self.stages}
-        self.batch_sizes: List[int] = []
-        self.end_to_end: List[float] = []
-        self.frame_to_result: List[float] = []
-        self.completions: List[float] = []  # perf_counter of each finished frame
+        self.wall: Dict[str, Samples] = {s: Samples() for s in self.stages}
+        self.cpu: Dict[str, Samples] = {s: Samples() for s in self.stages}
+        self.batch_sizes = Samples()
+        self.end_to_end = Samples()
+        self.frame_to_result = Samples()
+        self._done = 0  # frames finished
+        self._recent: Deque[float] = deque(maxlen=4096)  # perf_counter of the newest finished frames
+        self._bins: List[int] = []  # frames finished per bin of _bin_s seconds since start
+        self._bin_s = 1
+        self._rss_every_s = 1.0
         self.frames_per_stream: Dict[int, int] = {}
         self.errors: Dict[str, int] = {}
         self.error_samples: List[Dict[str, Any]] = []
@@ -55,8 +112,8 @@ class PipelineMetrics:
 
     def add_stage(self, stage: str, wall: float, cpu: float) -> None:
         with self._lock:
-            self.wall.setdefault(stage, []).append(wall)
-            self.cpu.setdefault(stage, []).append(cpu)
+            self.wall.setdefault(stage, Samples()).append(wall)
+            self.cpu.setdefault(stage, Samples()).append(cpu)
 
     def add_batch(self, size: int) -> None:
         with self._lock:
@@ -84,16 +141,27 @@ class PipelineMetrics:
         with self._lock:
             self.end_to_end.append(t_done - t_start)
             self.frame_to_result.append(t_result - (t_decoded or t_start))
-            self.completions.append(t_done)
+            self._done += 1
+            self._recent.append(t_done)
+            index = max(0, int((t_done - self.t_start) / self._bin_s))
+            while index >= MAX_BINS:  # merge neighbouring bins: the history keeps its span, not its detail
+                self._bins = [sum(self._bins[i:i + 2]) for i in range(0, len(self._bins), 2)]
+                self._bin_s *= 2
+                index = max(0, int((t_done - self.t_start) / self._bin_s))
+            self._bins.extend([0] * (index + 1 - len(self._bins)))
+            self._bins[index] += 1
             self.frames_per_stream[stream] = self.frames_per_stream.get(stream, 0) + 1
-            if t_done - self._last_rss >= 1.0:
+            if t_done - self._last_rss >= self._rss_every_s:
                 self._last_rss = t_done
                 self.rss_samples.append((t_done - self.t_start, current_rss()))
+                if len(self.rss_samples) > MAX_BINS:
+                    self.rss_samples = self.rss_samples[::2]
+                    self._rss_every_s *= 2
 
     # -- reading -------------------------------------------------------------------------
     @property
     def frames(self) -> int:
-        return len(self.completions)
+        return self._done
 
     @property
     def dropped(self) -> int:
@@ -106,12 +174,12 @@ class PipelineMetrics:
     def running_fps(self, window_s: float = 1.0) -> float:
         """Frames finished per second over the last ``window_s`` (for the overlay)."""
         with self._lock:
-            if len(self.completions) < 2:
+            if len(self._recent) < 2:
                 return 0.0
-            now = self.completions[-1]
+            now = self._recent[-1]
             n = 0
             first = now
-            for t in reversed(self.completions):
+            for t in reversed(self._recent):
                 if now - t > window_s:
                     break
                 n += 1
@@ -120,20 +188,21 @@ class PipelineMetrics:
 
     def last_latency_ms(self) -> float:
         with self._lock:
-            return self.end_to_end[-1] * 1000.0 if self.end_to_end else 0.0
+            return self.end_to_end.last * 1000.0 if self.end_to_end.count else 0.0
 
-    def fps_over_time(self, bin_s: float = 1.0) -> List[Tuple[float, float]]:
+    @property
+    def fps_bin_s(self) -> int:
+        """Width of the FPS-over-time bins: 1 s, doubled each time a long run fills MAX_BINS."""
+        return self._bin_s
+
+    def fps_over_time(self) -> List[Tuple[float, float]]:
         """(seconds since start, FPS in that bin) for each full bin of the run."""
-        if not self.completions:
+        if not self._done:
             return []
-        end = (self.t_end or self.completions[-1]) - self.t_start
-        bins = max(1, int(end / bin_s))
-        counts = [0] * bins
-        for t in self.completions:
-            i = int((t - self.t_start) / bin_s)
-            if 0 <= i < bins:
-                counts[i] += 1
-        return [((i + 0.5) * bin_s, c / bin_s) for i, c in enumerate(counts)]
+        end = (self.t_end or self._recent[-1]) - self.t_start
+        full = max(1, int(end / self._bin_s))
+        counts = (self._bins + [0] * full)[:full]
+        return [((i + 0.5) * self._bin_s, c / float(self._bin_s)) for i, c in enumerate(counts)]
 
     def to_dict(self) -> Dict[str, Any]:
         wall = (self.t_end or time.perf_counter()) - self.t_start
@@ -141,13 +210,13 @@ class PipelineMetrics:
         cpu_per_frame = 0.0
         for s in self.stages:
             if self.wall.get(s):
-                d = latency_stats(self.wall[s]).to_dict()
-                d["cpu_mean_ms"] = 1000.0 * sum(self.cpu[s]) / len(self.cpu[s])
+                d = self.wall[s].stats().to_dict()
+                d["cpu_mean_ms"] = 1000.0 * self.cpu[s].total / self.cpu[s].count
                 stages[s] = d
         frames = self.frames
         for s in self.stages:
             if self.cpu.get(s) and frames:
-                cpu_per_frame += sum(self.cpu[s]) / frames
+                cpu_per_frame += self.cpu[s].total / frames
         cpu_s = self._cpu1 - self._cpu0 if self._cpu1 else time.process_time() - self._cpu0
         memory = memory_info().to_dict()
         memory["rss_samples_mib"] = [[round(t, 2), round(r / float(1 << 20), 1)] for t, r in self.rss_samples]
@@ -157,13 +226,13 @@ class PipelineMetrics:
             "wall_s": wall,
             "fps": frames_per_second(frames, wall),
             "latency_ms": {
-                "end_to_end": latency_stats(self.end_to_end).to_dict() if self.end_to_end else None,
-                "frame_to_result": latency_stats(self.frame_to_result).to_dict() if self.frame_to_result else None,
+                "end_to_end": self.end_to_end.stats().to_dict() if self.end_to_end else None,
+                "frame_to_result": self.frame_to_result.stats().to_dict() if self.frame_to_result else None,
                 "stages": stages,
             },
             "batch": {"batches": len(self.batch_sizes),
-                      "mean_size": (sum(self.batch_sizes) / len(self.batch_sizes)) if self.batch_sizes else 0.0,
-                      "max_size": max(self.batch_sizes) if self.batch_sizes else 0},
+                      "mean_size": (self.batch_sizes.total / self.batch_sizes.count) if self.batch_sizes else 0.0,
+                      "max_size": int(self.batch_sizes.max) if self.batch_sizes else 0},
             "dropped": {"total": self.dropped, "pipeline": self.dropped_pipeline,
                         "sources": {str(k): v for k, v in sorted(self.dropped_sources.items())}},
             "errors": {"total": self.error_count, "by_stage": dict(self.errors), "samples": list(self.error_samples)},
@@ -172,6 +241,7 @@ class PipelineMetrics:
                     "stage_cpu_ms_per_frame": 1000.0 * cpu_per_frame},
             "memory": memory,
             "fps_over_time": [[round(t, 2), round(f, 2)] for t, f in self.fps_over_time()],
+            "fps_bin_s": self.fps_bin_s,
         }
         return out
 
@@ -232,7 +302,7 @@ def plot_metrics(m: Dict[str, Any], end_to_end_ms: Sequence[float], fps_path: An
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("frames per second")
     ax.set_ylim(bottom=0)
-    ax.set_title(("%s: " % title if title else "") + "FPS over time (1 s bins)")
+    ax.set_title(("%s: " % title if title else "") + "FPS over time (%d s bins)" % m.get("fps_bin_s", 1))
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -258,4 +328,4 @@ def plot_metrics(m: Dict[str, Any], end_to_end_ms: Sequence[float], fps_path: An
     plt.close(fig)
 
 
-__all__ = ["PipelineMetrics", "STAGES", "format_metrics", "plot_metrics"]
+__all__ = ["MAX_BINS", "MAX_SAMPLES", "PipelineMetrics", "STAGES", "Samples", "format_metrics", "plot_metrics"]
