@@ -36,7 +36,6 @@ Edit file lines (``#`` starts a comment; ids are the numbers drawn next to the b
 """
 
 import argparse
-import hashlib
 import json
 import re
 import sys
@@ -134,10 +133,10 @@ def decode_all(clip: str) -> np.ndarray:
 
 
 def pixel_sha256(image: np.ndarray) -> str:
-    """The loader's definition (jetforge.calibrate.person_labels.frame_sha256), repeated so this script stands alone."""
-    image = np.ascontiguousarray(image, dtype=np.uint8)
-    head = ("%dx%dx%d:" % image.shape).encode()
-    return hashlib.sha256(head + image.tobytes()).hexdigest()
+    """The loader's definition, so the data and its reader cannot disagree."""
+    from jetforge.calibrate.person_labels import frame_sha256
+
+    return frame_sha256(image)
 
 
 # -- pre-labels -----------------------------------------------------------------------------------
