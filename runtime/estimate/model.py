@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Uni
 
 from jetforge.errors import ConfigError, ModelError
 from jetforge.runtime.estimate.efficiency import EfficiencySet, efficiency_set
+from jetforge.runtime.estimate.fold import fold_constants
 from jetforge.runtime.estimate.graph import (TENSOR_CATEGORIES, GraphInfo, Kernel, fuse, graph_info, layers_of)
 from jetforge.runtime.estimate.rates import BYTES, TargetRates, target_rates
 
@@ -203,6 +204,7 @@ def place(model: Union[str, Path, Any], batch: int, precision: str, *, target: A
     base = read_model(model)
     name = str(model) if isinstance(model, (str, Path)) else (base.graph.name or "model")
     proto, _ = _load_model(base, batch_shapes(base, batch, input_shapes))
+    proto = fold_constants(proto)
     g = _Graph(proto)
     info = graph_info(proto, g)
     devices: Dict[int, str] = {}

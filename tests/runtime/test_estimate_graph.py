@@ -144,3 +144,47 @@ def test_throughput_is_batch_over_latency():
     est = time_placed(place(tiny_net(), 4, "fp16"), target_rates(target, "fp16"), flat_set())
     assert est.throughput == pytest.approx(4 / est.latency_s)
     assert math.isclose(est.latency_s, sum(k.time_s for k in est.kernels), rel_tol=1e-12)
+
+
+def _padded_conv_model():
+    """x [N,4,8,8] -> Pad (pads computed at run time: Constant -> Transpose -> Reshape -> Cast) -> Conv 4->8 3x3.
+
+    The exporter pattern of ``F.pad`` with a computed padding: ONNX shape inference cannot see through the
+    Transpose, so without constant folding the convolution's output shape is unknown.
+    """
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    pads = np.array([[0, 0, 1, 1], [0, 0, 1, 1]], dtype=np.float32)      # begin/end rows, transposed below
+    nodes = [
+        helper.make_node("Constant", [], ["p0"], value=numpy_helper.from_array(pads.T.copy())),
+        helper.make_node("Transpose", ["p0"], ["p1"], perm=[1, 0]),
+        helper.make_node("Reshape", ["p1", "flat"], ["p2"]),
+        helper.make_node("Cast", ["p2"], ["pads"], to=TensorProto.INT64),
+        helper.make_node("Pad", ["x", "pads"], ["xp"]),
+        helper.make_node("Conv", ["xp", "w"], ["y"], name="conv", kernel_shape=[3, 3]),
+    ]
+    inits = [numpy_helper.from_array(np.array([-1], np.int64), "flat"),
+             numpy_helper.from_array(np.ones((8, 4, 3, 3), np.float32), "w")]
+    graph = helper.make_graph(nodes, "pad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_constant_folding_lets_shapes_through_computed_paddings():
+    import onnx
+
+    from jetforge.runtime.estimate.fold import fold_constants
+
+    model = _padded_conv_model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    unknown = [vi for vi in inferred.graph.value_info if vi.name == "xp"]
+    assert not unknown or not unknown[0].type.tensor_type.shape.dim[2].HasField("dim_value")   # the case is real
+    folded = fold_constants(inferred)
+    assert [n.op_type for n in folded.graph.node] == ["Pad", "Conv"]       # the padding arithmetic became a constant
+    placed = place(_padded_conv_model(), 2, "fp16", fusion="none")
+    conv = by_layer(placed)["conv"]
+    assert conv.flops == 2 * (2 * 8 * 8 * 8) * (4 * 3 * 3)                 # 10x10 padded input -> 8x8 output
