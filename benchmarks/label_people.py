@@ -595,7 +595,8 @@ def cmd_audit(args: argparse.Namespace) -> None:
         if not CLIPS[f["clip"]]["fixed_camera"]:
             continue
         mask = mask_of(f["clip"], f["frame"])
-        _, blobs = foreground_blobs((np.dstack([mask] * 3) * 255).astype(np.uint8), np.zeros(mask.shape + (3,), np.uint8))
+        as_image = (np.dstack([mask] * 3) * 255).astype(np.uint8)
+        _, blobs = foreground_blobs(as_image, np.zeros_like(as_image))
         for x1, y1, x2, y2 in blobs:
             if (x2 - x1) * (y2 - y1) < args.min_area:
                 continue

@@ -1,8 +1,8 @@
 """Person AP of the detectors on the held-out labelled frames, with paired bootstrap confidence intervals.
 
-    .venv/bin/python benchmarks/people_ap.py                       # every detector in DETECTORS -> results/people_ap.json
+    .venv/bin/python benchmarks/people_ap.py                       # every detector -> results/people_ap.json + .png
     .venv/bin/python benchmarks/people_ap.py --detectors hog --resamples 2000
-    .venv/bin/python benchmarks/people_ap.py --pycocotools         # also score with pycocotools (throwaway venv in /tmp)
+    .venv/bin/python benchmarks/people_ap.py --pycocotools         # also score with pycocotools (venv in /tmp)
 
 Frames: the held-out frames of ``benchmarks/labels/people_boxes.json`` (``jetforge.calibrate.person_labels``),
 decoded by OpenCV from the asset cache and checked against their recorded pixel hashes.  Metric:
@@ -140,11 +140,49 @@ def evaluate(names: List[str], resamples: int, block: int, coco: bool) -> Dict[s
                                     "max_abs_difference": float(np.nanmax(np.abs(
                                         np.array(list(full.per_threshold.values())) - ref_ap["per_threshold"])))}
         out["detectors"][name] = entry
+    out["_curves"] = {name: {iou: pr_curve(gt, diff, runs[name]["boxes"], runs[name]["scores"], iou)
+                             for iou in (0.5, 0.75)} for name in names}
     out["bootstrap"] = {"unit": "frame (ci_frames) / block of %d consecutive labelled frames of a segment (ci_blocks)"
                                 % block, "resamples": resamples, "seed": 0, "method": "percentile, numpy linear",
                         "confidence": 0.95, "blocks": len(set(groups))}
     out["frames_by_clip"] = {c: sum(f.clip == c for f in frames) for c in sorted({f.clip for f in frames})}
     return out
+
+
+def pr_curve(gt: List[np.ndarray], diff: List[np.ndarray], boxes: List[np.ndarray], scores: List[np.ndarray],
+             iou: float) -> Tuple[np.ndarray, np.ndarray]:
+    """Recall and (monotone) precision along the score ranking at one IoU threshold."""
+    from jetforge.calibrate.detection_metrics import FP, TP, rank_detections
+
+    ranked = rank_detections(gt, diff, boxes, scores, iou_thresholds=[iou])
+    tp = np.cumsum(ranked.status[0] == TP)
+    fp = np.cumsum(ranked.status[0] == FP)
+    recall = tp / max(1, int(ranked.positives.sum()))
+    precision = np.maximum.accumulate((tp / np.maximum(tp + fp, 1))[::-1])[::-1]
+    return recall, precision
+
+
+def plot(result: Dict[str, Any], curves: Dict[str, Dict[float, Tuple[np.ndarray, np.ndarray]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for name, by_iou in curves.items():
+        for iou, (recall, precision) in by_iou.items():
+            ax.step(recall, precision, where="post", label="%s, IoU %.2f (AP %.3f)" % (
+                name, iou, result["detectors"][name]["per_threshold"]["%.2f" % iou]))
+    ax.set_xlabel("recall")
+    ax.set_ylabel("precision")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_title("person detection, %d held-out frames, %d people" % (result["frames"], result["positives"]))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(str(path), dpi=110)
+    plt.close(fig)
 
 
 def print_table(result: Dict[str, Any]) -> None:
@@ -181,9 +219,11 @@ def main() -> int:
 
     result["machine"] = {"cpu_cores": os.cpu_count(), "platform": platform.platform(), "opencv": cv2.__version__,
                          "note": "shared 2-core machine; ms/frame is indicative only"}
+    curves = result.pop("_curves")
     write_json_atomic(args.out, result)
+    plot(result, curves, Path(args.out).with_suffix(".png"))
     print_table(result)
-    print("-> %s" % args.out)
+    print("-> %s (+ .png: precision-recall curves)" % args.out)
     return 0
 
 

@@ -68,7 +68,8 @@ class APResult:
     ignored: Dict[float, int] = field(default_factory=dict)  # detections matched to difficult boxes
 
     def to_dict(self) -> Dict[str, object]:
-        return {"ap": self.ap, "ap50": self.ap50, "per_threshold": {"%.2f" % k: v for k, v in self.per_threshold.items()},
+        per_threshold = {"%.2f" % k: v for k, v in self.per_threshold.items()}
+        return {"ap": self.ap, "ap50": self.ap50, "per_threshold": per_threshold,
                 "positives": self.positives, "detections": self.detections, "frames": self.frames,
                 "ignored_at_0.50": self.ignored.get(0.5)}
 
@@ -121,7 +122,8 @@ def rank_detections(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence[
     n = len(gt_boxes)
     if len(det_boxes) != n or len(det_scores) != n or (gt_difficult is not None and len(gt_difficult) != n):
         raise CalibrationError("ground truth for %d frames but detections for %d (scores for %d)"
-                               % (n, len(det_boxes), len(det_scores)), hint="give one entry per frame, in the same order")
+                               % (n, len(det_boxes), len(det_scores)),
+                               hint="give one entry per frame, in the same order")
     scores, frames, statuses, positives = [], [], [], []
     for f in range(n):
         gb = _boxes(gt_boxes[f], "ground-truth boxes", f)
@@ -190,7 +192,8 @@ def _result(ranked: RankedDetections, per_t: np.ndarray) -> APResult:
 
 
 def paired_bootstrap(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence[object]],
-                     detections_a: Sequence[Sequence[object]], detections_b: Optional[Sequence[Sequence[object]]] = None,
+                     detections_a: Sequence[Sequence[object]],
+                     detections_b: Optional[Sequence[Sequence[object]]] = None,
                      n_resamples: int = 10000, seed: int = 0, confidence: float = 0.95,
                      groups: Optional[Sequence[object]] = None, iou_thresholds: Sequence[float] = COCO_IOU_THRESHOLDS,
                      max_dets: int = 100) -> Dict[str, object]:
@@ -242,5 +245,5 @@ def paired_bootstrap(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence
     return out
 
 
-__all__ = ["APResult", "COCO_IOU_THRESHOLDS", "RECALL_POINTS", "RankedDetections", "ap_per_threshold", "evaluate_ap",
-           "interpolated_ap", "match_frame", "paired_bootstrap", "rank_detections"]
+__all__ = ["APResult", "COCO_IOU_THRESHOLDS", "FP", "IGNORED", "RECALL_POINTS", "RankedDetections", "TP",
+           "ap_per_threshold", "evaluate_ap", "interpolated_ap", "match_frame", "paired_bootstrap", "rank_detections"]

@@ -22,7 +22,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -132,12 +132,12 @@ def read_person_labels(path: Optional[PathLike] = None) -> PersonLabels:
     return labels
 
 
-def _frame(entry: Dict[str, object]) -> LabelledFrame:
-    boxes = [b["box"] for b in entry["boxes"]]  # type: ignore[index,union-attr]
+def _frame(entry: Dict[str, Any]) -> LabelledFrame:
+    boxes = [b["box"] for b in entry["boxes"]]
     return LabelledFrame(clip=str(entry["clip"]), asset=str(entry["asset"]), file=str(entry["file"]),
-                         index=int(entry["frame"]), split=str(entry["split"]), sha256=str(entry["sha256"]),  # type: ignore[arg-type]
+                         index=int(entry["frame"]), split=str(entry["split"]), sha256=str(entry["sha256"]),
                          boxes=np.asarray(boxes, dtype=np.float32).reshape(-1, 4),
-                         difficult=np.asarray([bool(b["difficult"]) for b in entry["boxes"]], dtype=bool))  # type: ignore[index,union-attr]
+                         difficult=np.asarray([bool(b["difficult"]) for b in entry["boxes"]], dtype=bool))
 
 
 def _check_split_layout(labels: PersonLabels) -> None:

@@ -172,8 +172,9 @@ def test_group_bootstrap_draws_whole_groups():
 
 # -- pycocotools -------------------------------------------------------------------------------------------
 
-needs_coco = pytest.mark.skipif(not coco_reference.available(),
-                                reason="pycocotools not importable and $PYCOCOTOOLS_PYTHON not set (optional reference)")
+needs_coco = pytest.mark.skipif(
+    not coco_reference.available(),
+    reason="pycocotools not importable and $PYCOCOTOOLS_PYTHON not set (optional reference)")
 
 
 def assert_same_as_coco(gt, diff, dets, scores):
