@@ -12,7 +12,9 @@ the runtime does:
   point-wise kernel; Concat is elided (producers write into its output).  Fusion never crosses a
   GPU/DLA boundary.
 * ``"none"``: one kernel per layer, as eager PyTorch launches them (BatchNorm apart from the
-  convolution, Concat a copy): what the H200 validation measures.
+  convolution, Concat a copy; Transpose/Slice/Split/Gather are views, as ``permute`` and slicing are
+  in PyTorch; the bias ``Add`` ONNX splits off a 3-D ``nn.Linear`` stays in its GEMM): what the H200
+  validation measures.
 
 Kernels keep the names of the ONNX nodes they contain, so a report can be read against Netron.
 """
@@ -36,6 +38,8 @@ _POINTWISE = {"Relu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "HardSigmoid", "Ha
 _COPY = {"Transpose", "Slice", "Split", "Pad", "Gather", "GatherElements", "GatherND", "Tile", "Expand",
          "DepthToSpace", "SpaceToDepth", "ScatterND", "ScatterElements", "Concat", "ConstantOfShape", "Range",
          "NonZero", "TopK"}
+# Eager PyTorch returns views for these (permute, slicing, select): no kernel, unless a later .contiguous()
+_EAGER_VIEWS = {"Transpose", "Slice", "Split", "Gather"}
 _FLOAT_TYPES = {1, 10, 11, 16}          # float, float16, double, bfloat16 (onnx.TensorProto codes)
 _DATA_TYPES = _FLOAT_TYPES | {2, 3}     # + uint8, int8 (Q/DQ models)
 _WEIGHT_SLOT = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}
@@ -247,9 +251,11 @@ def fuse(layers: Sequence[Layer], devices: Mapping[int, str], info: GraphInfo, f
     alias: Dict[str, str] = {}
     real: List[Layer] = []
     for layer in layers:
-        if layer.category == "view":
-            if layer.inputs and layer.outputs:
-                alias[layer.outputs[0]] = _resolve(alias, layer.inputs[0])
+        eager_view = fusion == "none" and layer.op in _EAGER_VIEWS and len(layer.inputs) == 1
+        if layer.category == "view" or eager_view:
+            for out in layer.outputs[:1] if not eager_view else layer.outputs:
+                if layer.inputs:
+                    alias[out] = _resolve(alias, layer.inputs[0])
             continue
         real.append(layer)
     for layer in real:
@@ -263,7 +269,10 @@ def fuse(layers: Sequence[Layer], devices: Mapping[int, str], info: GraphInfo, f
     owner: Dict[str, Kernel] = {}   # tensor -> kernel that produced it (only while that kernel may grow)
     for layer in real:
         device = devices.get(layer.index, "GPU")
-        target = _fusable_into(layer, owner, consumers, outputs, device) if fusion == "tensorrt" else None
+        if fusion == "tensorrt":
+            target = _fusable_into(layer, owner, consumers, outputs, device)
+        else:
+            target = _bias_of(layer, owner, consumers, outputs)
         if target is None:
             elided = fusion == "tensorrt" and layer.op == "Concat"   # producers write into its buffer
             target = Kernel(layer.name, "elided" if elided else layer.category, device, [])
@@ -305,6 +314,20 @@ def _fusable_into(layer: Layer, owner: Mapping[str, Kernel], consumers: Mapping[
             continue                      # one residual input per convolution/GEMM epilogue
         candidates.append(kernel)
     return candidates[0] if candidates else None
+
+
+def _bias_of(layer: Layer, owner: Mapping[str, Kernel], consumers: Mapping[str, List[int]],
+             outputs: Set[str]) -> Optional[Kernel]:
+    """Eager PyTorch: the bias Add that ONNX splits off ``nn.Linear`` on 3-D inputs (MatMul + Add) is one GEMM."""
+    if layer.op != "Add" or len(layer.inputs) != 1 or not layer.const_elems:
+        return None
+    kernel = owner.get(layer.inputs[0])
+    if kernel is None or kernel.category != "gemm" or len(kernel.layers) != 1:
+        return None
+    t = layer.inputs[0]
+    if t in outputs or len(consumers.get(t, [])) != 1:
+        return None
+    return kernel
 
 
 def _io(kernel: Kernel, consumers: Mapping[str, List[int]], outputs: Set[str]) -> None:

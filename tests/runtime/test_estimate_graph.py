@@ -188,3 +188,25 @@ def test_constant_folding_lets_shapes_through_computed_paddings():
     placed = place(_padded_conv_model(), 2, "fp16", fusion="none")
     conv = by_layer(placed)["conv"]
     assert conv.flops == 2 * (2 * 8 * 8 * 8) * (4 * 3 * 3)                 # 10x10 padded input -> 8x8 output
+
+
+def test_eager_views_and_linear_bias():
+    """x [N,4,6] -> Transpose -> MatMul W[4,5] -> Add b[5]: a 3-D nn.Linear after a permute, as exported."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], name="perm", perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["xt", "w"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "b"], ["y"], name="bias")]
+    graph = helper.make_graph(nodes, "lin", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.ones((4, 5), np.float32), "w"),
+                               numpy_helper.from_array(np.ones(5, np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    eager = place(model, 2, "fp16", fusion="none")
+    assert [[l.name for l in k.layers] for k in eager.kernels] == [["mm", "bias"]]   # permute is a view
+    # the GEMM (2 x 60 outputs x K=4) plus one add per output for the bias
+    assert eager.kernels[0].inputs == ["x"] and eager.kernels[0].flops == 2 * (2 * 6 * 5) * 4 + 2 * 6 * 5
+    trt = place(model, 2, "fp16", fusion="tensorrt")
+    assert [[l.name for l in k.layers] for k in trt.kernels] == [["perm"], ["mm", "bias"]]   # a shuffle kernel
