@@ -50,6 +50,7 @@ class Placed:
     kernels: List[Kernel]
     info: GraphInfo
     dla_subgraphs: int = 0
+    dla_loadable_limit: int = 0
     dla_uncertain_layers: int = 0
     dla_fallback: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
@@ -221,6 +222,7 @@ def place(model: Union[str, Path, Any], batch: int, precision: str, *, target: A
             else:
                 devices[layer.index] = layer.device
         placed.dla_subgraphs = analysis.num_subgraphs
+        placed.dla_loadable_limit = analysis.loadables_per_core
         placed.dla_uncertain_layers = sum(1 for l in analysis.real_layers if l.uncertain)
         placed.dla_fallback = ["%s (%s)" % (l.name, l.onnx_op) for l in analysis.gpu_layers]
         placed.notes.extend(analysis.notes)

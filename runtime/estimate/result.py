@@ -98,10 +98,16 @@ def estimate(model: Union[str, Path, Any], target: Any, precision: str = "fp16",
                      input_shapes=input_shapes)
         results.append(time_placed(last, rates, eff))
     assert last is not None
+    over = [(b.batch, b.dla_subgraphs) for b in results if last.dla_loadable_limit and
+            b.dla_subgraphs > last.dla_loadable_limit]
     out = Estimate(model=name, target=target.name, precision=precision, dla_core=dla_core, fusion=fusion,
                    efficiency=eff, rates=rates, batches=results, dla_fallback=list(last.dla_fallback),
                    notes=list(rates.notes) + list(last.notes))
     out.warnings = _warnings(out, last, target)
+    for batch, count in over:
+        out.warnings.insert(0, "batch %d: %d DLA subgraphs exceed the %d loadables per core: TensorRT would not "
+                               "build this engine as estimated (see jetforge dla-check)"
+                            % (batch, count, last.dla_loadable_limit))
     return out
 
 
