@@ -205,6 +205,9 @@ def read_yaml(path: "str | os.PathLike[str]") -> Dict[str, Any]:
         raise ConfigError("%s is not valid YAML%s: %s" % (p, at, getattr(err, "problem", err))) from err
     except RecursionError:
         raise ConfigError("%s nests lists or mappings too deeply to be a configuration" % p) from None
+    except ValueError as err:  # PyYAML's int() of a 4301+ digit number
+        raise ConfigError("%s holds a value YAML cannot convert (%s)" % (p, str(err)[:80]),
+                          hint="give the path of a configuration file") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -92,6 +92,9 @@ def _read_yaml(path: Path) -> Any:
     except RecursionError:
         raise TargetError("target profile %s nests lists or mappings too deeply" % path,
                           hint="a profile is a plain YAML tree") from None
+    except ValueError as err:  # PyYAML's int() of a 4301+ digit number
+        raise TargetError("target profile %s holds a value YAML cannot convert (%s)" % (path, str(err)[:80]),
+                          hint="fix the number in the profile") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = " at line %d, column %d" % (mark.line + 1, mark.column + 1) if mark else ""

@@ -54,6 +54,19 @@ def test_yaml_nested_in_block_style_past_the_recursion_limit_is_one_config_error
         public("build_options")(path)
 
 
+def test_yaml_number_of_5000_digits_is_one_clear_error(tmp_path):
+    # PyYAML converts it with int(), which refuses more than 4300 digits with a ValueError (found by the long run)
+    path = tmp_path / "orin-nx-16gb.yaml"
+    path.write_text("9" * 5000 + "\n")
+    with pytest.raises(ConfigError) as err:
+        public("build_options")(path)
+    assert "cannot convert" in err.value.one_line()
+    path.write_text("name: orin-nx-16gb\nkind: %s\n" % ("1" * 5000))
+    with pytest.raises(TargetError) as err:
+        public("target_profile")(path)
+    assert "cannot convert" in err.value.one_line()
+
+
 def test_flow_nesting_real_configurations_use_is_accepted(tmp_path):
     path = tmp_path / "build.yaml"
     path.write_text("profiles: [{x: {min: [1, 3, 8, 8], opt: [2, 3, 8, 8], max: [4, 3, 8, 8]}}]\n")
