@@ -252,13 +252,14 @@ def search(fp32_model, qdq_model, evaluator: Evaluator, bound: float, metric: st
                     metric_value(curve.selection[best], metric, min_confident), best)
     for k in list(range(best + 1, min(limit, best + beyond) + 1)) + [len(order)]:
         curve.point(k, chooses=False)
+    all_int8 = curve.evaluate(0, evaluator, curve.selection)  # measured already unless layers were forced
+    report_all_int8 = curve.evaluate(0, report_evaluator, curve.report)
     fp16 = order[:best]
     return MixedPrecisionResult(
         bound=bound, metric=metric, met=met, fp16_layers=fp16, int8_layers=[n for n in layers if n not in fp16],
-        result=curve.selection[best], int8_result=curve.evaluate(0, evaluator, curve.selection), sensitivity=sens,
-        method=method, curve=curve.rows(), model=dequantize_layers(qdq_model, fp16) if fp16 else qdq_model,
-        report_result=curve.report.get(best),
-        report_int8_result=curve.evaluate(0, report_evaluator, curve.report) if report_evaluator else None)
+        result=curve.selection[best], int8_result=all_int8, sensitivity=sens, method=method, curve=curve.rows(),
+        model=dequantize_layers(qdq_model, fp16) if fp16 else qdq_model, report_result=curve.report.get(best),
+        report_int8_result=report_all_int8)
 
 
 class _Curve:
@@ -299,9 +300,10 @@ class _Curve:
         rep = self.evaluate(k, self.report_ev, self.report)
         ok = satisfied(sel, self.metric, self.bound, self.min_confident)
         if self.progress is not None:
-            self.progress("%d FP16 layers: selection %s = %.4f%s%s"
+            self.progress("%d FP16 layers: selection %s = %.4f%s%s%s"
                           % (k, self.metric, self.value(sel), " (bound met)" if ok else "",
-                             "; report split %.4f" % self.value(rep) if rep is not None else ""))
+                             "; report split %.4f" % self.value(rep) if rep is not None else "",
+                             "" if chooses else " (for the curve only)"))
         return ok
 
     def rows(self) -> List[Dict[str, object]]:
@@ -321,10 +323,10 @@ class _Curve:
 # --------------------------------------------------------------------------- outputs
 def plot_curve(result: MixedPrecisionResult, target: PathLike) -> Path:
     """Metric against FP16 layers on both splits, the bound and the chosen ``k`` (PNG)."""
-    from jetforge.calibrate.report import _figure, _save
+    from jetforge.calibrate.report import new_figure, save_png
 
     rows = result.curve
-    fig = _figure(7.0, 4.0)
+    fig = new_figure(7.0, 4.0)
     ax = fig.add_axes((0.1, 0.13, 0.86, 0.75))
     ks = [r["fp16_layers"] for r in rows]
     sel = result.split.to_dict() if result.split is not None else {}
@@ -340,9 +342,12 @@ def plot_curve(result: MixedPrecisionResult, target: PathLike) -> Path:
     ax.set_xlabel("FP16 layers k (most sensitive first; the rest INT8)")
     ax.set_ylabel(result.metric)
     ax.set_title("mixed precision: %s against FP16 layers" % result.metric, fontsize=10)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    return _save(fig, Path(target), dpi=100)
+    ax.legend(fontsize=7, loc="best")
+    return save_png(fig, Path(target), dpi=100)
 
 
 def write_outputs(result: MixedPrecisionResult, json_path: PathLike, qdq_path: Optional[PathLike] = None,

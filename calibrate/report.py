@@ -61,7 +61,7 @@ def write_report(path: PathLike, report: Dict[str, object]) -> Path:
     return write_json_atomic(path, report)
 
 
-def _figure(width: float, height: float):
+def new_figure(width: float, height: float):
     """A matplotlib Figure with an Agg canvas, without pyplot's global state."""
     require("matplotlib", "calibration histogram plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -72,7 +72,7 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _save(fig, target: Path, dpi: int = 80) -> Path:
+def save_png(fig, target: Path, dpi: int = 80) -> Path:
     with atomic_output(target) as tmp:
         fig.savefig(str(tmp), dpi=dpi, format="png")
     return target
@@ -109,7 +109,7 @@ def plot_histograms(hists: Dict[str, StreamingHistogram], amax: Dict[str, float]
         chunk = names[start:start + per_page]
         cols = int(math.ceil(math.sqrt(len(chunk))))
         rows = int(math.ceil(len(chunk) / cols))
-        fig = _figure(3.6 * cols, 2.6 * rows)
+        fig = new_figure(3.6 * cols, 2.6 * rows)
         axes = np.asarray(fig.subplots(rows, cols, squeeze=False))
         fig.subplots_adjust(left=0.05, right=0.99, bottom=0.06, top=0.88 if title else 0.93, wspace=0.25,
                             hspace=0.6)
@@ -136,7 +136,7 @@ def plot_histograms(hists: Dict[str, StreamingHistogram], amax: Dict[str, float]
             ax.tick_params(labelsize=6)
         if title:
             fig.suptitle(title, fontsize=9)
-        written.append(_save(fig, out / ("histograms_%02d.png" % page)))
+        written.append(save_png(fig, out / ("histograms_%02d.png" % page)))
     return written
 
 
@@ -159,7 +159,7 @@ def plot_overview(hists: Dict[str, StreamingHistogram], amax: Dict[str, float], 
         if a is not None and h.amax > 0:
             marks.append((min(a / h.amax, 1.0) * columns, row))
     height = min(2.0 + 0.09 * len(names), 40.0)
-    fig = _figure(7.5, height)
+    fig = new_figure(7.5, height)
     ax = fig.add_axes((0.1, 0.8 / height, 0.78, 1.0 - 1.6 / height))
     image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis", vmin=-7.0, vmax=0.0,
                       extent=(0, columns, len(names) - 0.5, -0.5))
@@ -176,4 +176,4 @@ def plot_overview(hists: Dict[str, StreamingHistogram], amax: Dict[str, float], 
     cax.tick_params(labelsize=6)
     if title:
         ax.set_title(title, fontsize=9)
-    return _save(fig, Path(target))
+    return save_png(fig, Path(target))
