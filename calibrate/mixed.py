@@ -325,29 +325,43 @@ def plot_curve(result: MixedPrecisionResult, target: PathLike) -> Path:
     """Metric against FP16 layers on both splits, the bound and the chosen ``k`` (PNG)."""
     from jetforge.calibrate.report import new_figure, save_png
 
+    from matplotlib.ticker import MaxNLocator
+
     rows = result.curve
     fig = new_figure(7.0, 4.0)
     ax = fig.add_axes((0.1, 0.13, 0.86, 0.75))
-    ks = [r["fp16_layers"] for r in rows]
     sel = result.split.to_dict() if result.split is not None else {}
-    ax.plot(ks, [r["selection"] for r in rows], "o-", color="tab:blue", ms=3,
-            label="selection split (%s samples, chooses k)" % sel.get("selection_samples", result.result.samples))
-    if any("report" in r for r in rows):
-        ax.plot([r["fp16_layers"] for r in rows if "report" in r], [r["report"] for r in rows if "report" in r],
-                "s--", color="tab:orange", ms=3,
-                label="report split (%s samples, not used to choose)" % sel.get("report_samples", "?"))
+    for key, style, colour, label in (
+            ("selection", "o-", "tab:blue",
+             "selection split (%s samples, chooses k)" % sel.get("selection_samples", result.result.samples)),
+            ("report", "s--", "tab:orange",
+             "report split (%s samples, not used to choose)" % sel.get("report_samples", "?"))):
+        xs, ys = _gapped([(r["fp16_layers"], r[key]) for r in rows if key in r])
+        if xs:
+            ax.plot(xs, ys, style, color=colour, ms=3, label=label)
     ax.axhline(result.bound, color="tab:red", lw=1, label="bound %.4g" % result.bound)
     ax.axvline(len(result.fp16_layers), color="tab:gray", lw=1, ls=":",
                label="chosen k = %d%s" % (len(result.fp16_layers), "" if result.met else " (bound not met)"))
-    ax.set_xlabel("FP16 layers k (most sensitive first; the rest INT8)")
+    ax.set_xlabel("FP16 layers k (most sensitive first, the rest INT8); lines join neighbouring k only", fontsize=9)
     ax.set_ylabel(result.metric)
     ax.set_title("mixed precision: %s against FP16 layers" % result.metric, fontsize=10)
-    from matplotlib.ticker import MaxNLocator
-
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     return save_png(fig, Path(target), dpi=100)
+
+
+def _gapped(points: List[Tuple[int, float]]) -> Tuple[List[float], List[float]]:
+    """x, y with a NaN between points whose k are not neighbours, so that no line suggests unmeasured values."""
+    xs: List[float] = []
+    ys: List[float] = []
+    for i, (k, v) in enumerate(points):
+        if i and k != points[i - 1][0] + 1:
+            xs.append(float("nan"))
+            ys.append(float("nan"))
+        xs.append(float(k))
+        ys.append(float(v))
+    return xs, ys
 
 
 def write_outputs(result: MixedPrecisionResult, json_path: PathLike, qdq_path: Optional[PathLike] = None,
