@@ -105,7 +105,8 @@ def near_duplicates(queries: Sequence[Tuple[str, int]], reference: Sequence[Tupl
                       "distance": int(dist[i])})
     return {"method": "64-bit DCT perceptual hash", "threshold_bits": int(threshold), "compared": len(queries),
             "against": len(reference), "with_near_duplicate": int(hit.sum()),
-            "exact_or_1_bit": int((dist <= 1).sum()), "examples": pairs}
+            "exact_or_1_bit": int((dist <= 1).sum()), "examples": pairs,
+            "sets": {"compared": query_set, "against": reference_set}}
 
 
 def describe(block: Optional[Dict[str, object]], query_set: str = "evaluation",
@@ -114,7 +115,8 @@ def describe(block: Optional[Dict[str, object]], query_set: str = "evaluation",
     if not block or not block.get("with_near_duplicate"):
         return None
     example = (block.get("examples") or [{}])[0]
+    keys = block.get("sets") or {"compared": query_set, "against": reference_set}
     return ("%d of %d %s samples have a near-duplicate in the %s set (perceptual hash within %d of 64 bits), "
             "e.g. %s ~ %s: those numbers are not held-out"
             % (block["with_near_duplicate"], block["compared"], query_set, reference_set, block["threshold_bits"],
-               example.get(query_set, "?"), example.get(reference_set, "?")))
+               example.get(keys["compared"], "?"), example.get(keys["against"], "?")))
