@@ -15,6 +15,8 @@ FOLDERS = {
     "jetforge.calibrate": "calibrate",
     "jetforge.compress": "compress",
     "jetforge.apps": "apps",
+    "jetforge.deploy": "deploy",
+    "jetforge.cli": "cli",
 }
 
 packages = []

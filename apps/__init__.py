@@ -1,5 +1,5 @@
-"""Applications: the ``jetforge`` CLI, video sources and sinks, the pipeline and the bundled demos.
+"""Applications: the video-analytics tasks, the pipeline that runs them, video sources and sinks.
 
-Imports ``jetforge.runtime`` and ``jetforge.targets`` only (plus numpy and OpenCV);
-the CLI reaches ``compress`` and ``calibrate`` lazily, inside the commands that need them.
+Imports ``jetforge.runtime`` and ``jetforge.targets`` only (plus numpy and OpenCV).  The command line
+is :mod:`jetforge.cli`; deployment to a board is :mod:`jetforge.deploy`.
 """

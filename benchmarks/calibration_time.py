@@ -4,7 +4,7 @@ Same model, same image files, same machine, one run: the pretrained MobileNetV2 
 (``int8_accuracy.export_model``) and the 256 real calibration images/frames of ``int8_accuracy.pools()``,
 written once as JPEG (quality 95) to a folder that both tools read.
 
-* ``jetforge``: :func:`jetforge.calibrate.api.calibrate` on the folder (what ``jetforge calibrate`` runs):
+* ``jetforge``: :func:`jetforge.calibrate.calibrate_model.calibrate` on the folder (what ``jetforge calibrate`` runs):
   decoding, data checks, statistics of every tensor, the default algorithm, cache, Q/DQ ONNX, report and,
   with plots, the histogram plots;
 * ``jetforge --no-plots``: the same without plots;
@@ -57,7 +57,7 @@ def _cpu_seconds() -> float:
 
 
 def worker_jetforge(model: str, folder: str, out: str, plots: bool) -> Dict[str, object]:
-    import jetforge.calibrate.api as api  # imported before the clock starts
+    import jetforge.calibrate.calibrate_model as api  # imported before the clock starts
 
     t0, c0 = time.perf_counter(), _cpu_seconds()
     result = api.calibrate(model, folder, samples=IMAGES, batch_size=BATCH, out=out, plots=plots, progress=False)

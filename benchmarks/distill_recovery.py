@@ -80,7 +80,7 @@ def main() -> int:
 
     import torch
 
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.compress.data import ArrayDataset, load_fashion_mnist, subset_indices
     from jetforge.compress.distill import DistillConfig, FeaturePair, LossConfig, distill
     from jetforge.compress.prune import prune

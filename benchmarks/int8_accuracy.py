@@ -82,7 +82,7 @@ def _video_frames(path: Path, n: int) -> List[Tuple[str, np.ndarray, int]]:
 
 def pools() -> Tuple[List[Tuple[str, np.ndarray]], List[Tuple[str, np.ndarray]], List[Tuple[str, np.ndarray, List[str]]]]:
     import cv2
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     calib, held = [], []
     per_video = {"vtest.avi": 220, "Megamind.avi": 110, "bikes.mp4": 110, "bigbuckbunny.mp4": 90}
@@ -118,7 +118,7 @@ def pools() -> Tuple[List[Tuple[str, np.ndarray]], List[Tuple[str, np.ndarray]],
 
 def export_model(name: str, folder: Path) -> Path:
     import torch
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.apps.labels import load_labels
     from jetforge.compress.export import export_onnx
     from jetforge.compress.models import get_pretrained_spec, load_pretrained
@@ -348,7 +348,7 @@ def _idx(path: Path) -> np.ndarray:
 def run_fashion(folder: Path) -> Dict[str, object]:
     import torch
     from torch import nn
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.calibrate import algorithms, evaluate as ev, mixed, stats
     from jetforge.calibrate.qdq import insert_qdq
     from jetforge.compress.export import export_onnx

@@ -41,7 +41,7 @@ def _export(folder: Path) -> Path:
 
 
 def _calibrate_cli(model: Path, out_dir: Path) -> Dict[str, object]:
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     cmd = [sys.executable, "-m", "jetforge", "calibrate", str(model), "--data",
            str(asset_path("opencv_samples", "vtest.avi")), "--samples", "64",
@@ -56,9 +56,9 @@ def _calibrate_cli(model: Path, out_dir: Path) -> Dict[str, object]:
 
 def _probe(model: Path, qdq: Path) -> Dict[str, object]:
     """How much this machine's float kernels move the numbers (module doc, step 3)."""
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.calibrate import ortrun
-    from jetforge.calibrate.api import evaluation_batches
+    from jetforge.calibrate.calibrate_model import evaluation_batches
     from jetforge.calibrate.evaluate import Evaluator, compare_outputs
     from jetforge.runtime.sidecar import read_sidecar
 

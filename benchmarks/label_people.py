@@ -113,7 +113,7 @@ def check_segments() -> None:
 # -- decoding -------------------------------------------------------------------------------------
 
 def clip_path(clip: str) -> Path:
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     return asset_path(str(CLIPS[clip]["asset"]), str(CLIPS[clip]["file"]))
 

@@ -92,7 +92,7 @@ def pycocotools_python() -> str:
 
 
 def evaluate(names: List[str], resamples: int, block: int, coco: bool) -> Dict[str, Any]:
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.calibrate.detection_metrics import evaluate_ap, paired_bootstrap
     from jetforge.calibrate.person_labels import load_person_labels
 

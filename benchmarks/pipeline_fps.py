@@ -107,9 +107,9 @@ def main(argv: Any = None) -> int:
                     help="ONNX Runtime thread counts to try in the pipeline (default: 1 and every core)")
     args = ap.parse_args(argv)
 
-    from jetforge.apps.assets import asset_path
-    from jetforge.apps.cli.base import format_table
-    from jetforge.apps.cli.cmd_demo import ensure_default_model
+    from jetforge.assets import asset_path
+    from jetforge.table import format_table
+    from jetforge.cli.cmd_demo import ensure_default_model
     from jetforge.apps.pipeline import FusedPreprocess, machine_info
     from jetforge.apps.video import open_source
     from jetforge.runtime.session import default_threads, open_session

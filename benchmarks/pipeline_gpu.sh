@@ -10,10 +10,10 @@ export PYTHONPATH=/tmp/jf
 cd /tmp
 python3 -P - <<'PY'
 import shutil, torch
-from jetforge.apps.assets import asset_path
+from jetforge.assets import asset_path
 from jetforge.compress.models import load_pretrained
 from jetforge.runtime.sidecar import read_sidecar, write_sidecar, produced_by
-from jetforge.apps.cli.cmd_demo import ensure_default_model
+from jetforge.cli.cmd_demo import ensure_default_model
 onnx_path = ensure_default_model()[0]
 side = read_sidecar(onnx_path)
 model = load_pretrained("mobilenet_v2", asset_path("mobilenet_v2_imagenet", "mobilenet_v2-b0353104.pth")).eval()

@@ -53,7 +53,7 @@ def small_cnn():
 
 
 def load_data(train_subset):
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.compress.data import load_fashion_mnist, normalize, subset_indices
 
     root = asset_path("fashion_mnist", "train-images-idx3-ubyte.gz").parent

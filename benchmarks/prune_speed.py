@@ -27,7 +27,7 @@ from jetforge.compress.prune import ort_latency, prune
 
 
 def _models():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.compress.models import PRETRAINED, load_pretrained
 
     spec = PRETRAINED["mobilenet_v2"]

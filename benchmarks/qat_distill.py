@@ -56,7 +56,7 @@ def main() -> int:
     import onnx
     import torch
 
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.calibrate.cache import CalibrationCache
     from jetforge.calibrate.qdq_translate import tensor_names
     from jetforge.compress.data import CLASSES, fashion_mnist, normalize

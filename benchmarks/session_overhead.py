@@ -62,7 +62,7 @@ def _mobilenet_weights() -> Any:
     try:
         import torch
 
-        from jetforge.apps.assets import asset_path
+        from jetforge.assets import asset_path
 
         path = asset_path("mobilenet_v2_imagenet", "mobilenet_v2-b0353104.pth", fetch_missing=False)
         return torch.load(str(path), map_location="cpu", weights_only=True)

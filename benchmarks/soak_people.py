@@ -48,14 +48,14 @@ GOAL_PERCENT_PER_20K = 1.0
 
 
 def clip_path() -> Path:
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     return asset_path("opencv_samples", "vtest.avi")
 
 
 def command(detector: str, out: Path, frames: int) -> List[str]:
     app, extra = DETECTORS[detector]
-    return ([sys.executable, "-m", "jetforge.apps.cli.main", "app", app, "--source", str(clip_path()), "--loop",
+    return ([sys.executable, "-m", "jetforge.cli.main", "app", app, "--source", str(clip_path()), "--loop",
              "--max-frames", str(frames), "--out", str(out), "--no-plots", "-q"] + extra)
 
 

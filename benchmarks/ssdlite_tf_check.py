@@ -111,7 +111,7 @@ def collect_frames() -> List[Tuple[str, int, np.ndarray]]:
     """(clip, frame index, BGR frame) for every clip in CLIPS, indices spread evenly over each clip."""
     import cv2
 
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     frames = []
     for asset, name, count in CLIPS:
@@ -278,7 +278,7 @@ def main() -> None:
     import cv2
     import torch
 
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.compress.models.ssdlite_export import export_detector
     from jetforge.compress.models.ssdlite_mobilenet_v2 import load_from_graphdef
     from jetforge.compress.models.tf_graphdef import load_graphdef

@@ -17,7 +17,7 @@
   ``auto`` is then ``mse``; another candidate wins only on a tensor whose best range lies below
   ``start_bin``.
 
-The default of :func:`jetforge.calibrate.api.calibrate` is ``percentile`` 99.99: on the benchmark
+The default of :func:`jetforge.calibrate.calibrate_model.calibrate` is ``percentile`` 99.99: on the benchmark
 (``benchmarks/int8_accuracy.py``) it has the best top-1 agreement with FP32 on MobileNetV2 and is
 within a few samples of mse on EfficientNet-Lite0, while ``entropy`` is the weakest of the four.
 

@@ -10,7 +10,7 @@ frames (:func:`load_person_labels` with ``split="heldout"``).  The file is check
 overlapping segments, short guards or a labelled frame outside its segment are an error.
 
 Frames are decoded with OpenCV from the asset cache (``assets_root`` is the folder holding
-``<asset>/<file>``: ``jetforge.apps.assets.asset_dir(name).parent`` in the jetforge cache); each
+``<asset>/<file>``: ``jetforge.assets.asset_dir(name).parent`` in the jetforge cache); each
 labelled frame's pixels are hashed and compared with the recorded hash, so a decoder that gives
 different pixels is caught (``verify="error"``, the default) or reported (``"warn"``).
 

@@ -3,7 +3,7 @@
 The four gzip IDX files come from the asset cache (``jetforge assets fetch fashion_mnist``).
 ``compress`` may not import ``apps`` (docs/CONVENTIONS.md), so callers resolve the folder::
 
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     root = asset_path("fashion_mnist", "train-images-idx3-ubyte.gz").parent
     train = fashion_mnist(root, "train", augment=True)
     loader = make_loader(train, batch_size=128, shuffle=True)   # DistributedSampler under torchrun

@@ -3,9 +3,11 @@
 The import namespace is assembled from the repository's top-level folders:
 ``jetforge.targets`` (device profiles), ``jetforge.runtime`` (sessions, preprocessing,
 engine building), ``jetforge.calibrate`` (INT8), ``jetforge.compress`` (pruning,
-distillation, QAT, export) and ``jetforge.apps`` (CLI, video pipeline, demos).
+distillation, QAT, export), ``jetforge.apps`` (tasks, video pipeline, video I/O),
+``jetforge.deploy`` (bundles, remote deployment) and ``jetforge.cli`` (the command line).
 This root package holds only what all of them share: the version, the error
-hierarchy, the YAML configuration loader and the lazy import of optional packages.
+hierarchy, the YAML configuration loader, the lazy import of optional packages, the
+registry type, atomic file writing, progress bars, text tables and the asset store.
 It imports nothing heavy so that ``import jetforge`` works on a bare Jetson.
 """
 

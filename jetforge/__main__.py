@@ -2,6 +2,6 @@
 
 import sys
 
-from jetforge.apps.cli.main import main
+from jetforge.cli.main import main
 
 sys.exit(main())

@@ -1,6 +1,6 @@
 """How a window of one tracked person becomes the input of a clip-based action model.
 
-Shared by training (``jetforge.compress.train_action``, ``jetforge.compress.models.action``)
+Shared by training (``jetforge.compress.action.walking_direction``, ``jetforge.compress.models.action``)
 and the app (``jetforge.apps.tasks.action``) so that the crops a model was trained on and
 the crops it sees on the device cannot drift apart; the numbers travel in the model's
 sidecar (``extra.clip``).  numpy + OpenCV only.
@@ -31,7 +31,7 @@ class ClipContract:
         clip = dict((sidecar.extra or {}).get("clip", {})) if sidecar is not None else {}
         if not clip:
             raise ModelError("the action model's sidecar has no clip contract (extra.clip)",
-                             hint="train and export it with python -m jetforge.compress.train_action")
+                             hint="train and export it with python -m jetforge.compress.action.walking_direction")
         keys = ("window", "crop_height", "crop_width", "margin", "gray_mean", "gray_std", "fps_trained")
         return cls(**{k: clip[k] for k in keys if k in clip})
 

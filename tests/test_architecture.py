@@ -1,13 +1,14 @@
-"""The dependency direction of docs/design.md, read from the source of every module.
+"""The dependency direction of docs/CONVENTIONS.md, read from the source of every module.
 
-    targets <- runtime <- calibrate <- compress;   apps -> runtime, targets
+    root <- targets <- runtime <- calibrate <- compress;   apps -> runtime, targets;
+    deploy -> runtime, targets;   cli -> apps, deploy, runtime, targets (calibrate, compress lazily)
 
 Every folder may import the root package (``jetforge``, ``jetforge.errors``, ``.config``,
-``.fileio``, ``.optional``, ``.registry``).  ``apps/cli/`` may import ``calibrate`` and
-``compress`` inside a function (a command runs them lazily); nowhere else may a lazy
-import break the direction.  ``calibrate`` never imports torch.  The device side
-(``jetforge/``, ``targets/``, ``runtime/``, ``apps/``) imports no optional heavy
-package at module level: they are imported inside the function that needs them.
+``.fileio``, ``.optional``, ``.registry``, ``.progress``, ``.table``, ``.assets``).  ``cli/`` may import
+``calibrate`` and ``compress`` inside a function (a command runs them lazily); nowhere else may
+a lazy import break the direction.  ``calibrate`` never imports torch.  The device side
+(``jetforge/``, ``targets/``, ``runtime/``, ``apps/``, ``deploy/``, ``cli/``) imports no optional
+heavy package at module level: they are imported inside the function that needs them.
 """
 
 import ast
@@ -20,9 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # folder -> the area (jetforge subpackage) its modules belong to
 FOLDERS = {"jetforge": "root", "targets": "targets", "runtime": "runtime", "calibrate": "calibrate",
-           "compress": "compress", "apps": "apps"}
+           "compress": "compress", "apps": "apps", "deploy": "deploy", "cli": "cli"}
 ROOT_MODULES = {"jetforge", "jetforge.errors", "jetforge.config", "jetforge.fileio", "jetforge.optional",
-                "jetforge.registry"}
+                "jetforge.registry", "jetforge.progress", "jetforge.table", "jetforge.assets",
+                "jetforge.assets.catalog", "jetforge.assets.store"}
 # area -> areas it may import (besides itself and the root modules)
 ALLOWED: Dict[str, Set[str]] = {
     "root": set(),
@@ -31,12 +33,14 @@ ALLOWED: Dict[str, Set[str]] = {
     "calibrate": {"runtime", "targets"},
     "compress": {"calibrate", "runtime", "targets"},
     "apps": {"runtime", "targets"},
+    "deploy": {"runtime", "targets"},
+    "cli": {"apps", "deploy", "runtime", "targets"},
 }
-LAZY_EXTRA = {"apps/cli": {"calibrate", "compress"}}  # folder prefix -> areas allowed inside functions
-ENTRY_POINTS = {"jetforge/__main__.py": {"apps"}}  # `python -m jetforge` runs the CLI
+LAZY_EXTRA = {"cli": {"calibrate", "compress"}}  # folder prefix -> areas allowed inside functions
+ENTRY_POINTS = {"jetforge/__main__.py": {"cli"}}  # `python -m jetforge` runs the CLI
 HEAVY = {"torch", "torchvision", "onnxruntime", "onnx", "onnx_graphsurgeon", "tensorrt", "tensorrt_rtx", "cuda",
          "pycuda", "pynvml", "matplotlib"}
-DEVICE_AREAS = {"root", "targets", "runtime", "apps"}
+DEVICE_AREAS = {"root", "targets", "runtime", "apps", "deploy", "cli"}
 TORCH = {"torch", "torchvision"}
 
 
@@ -164,7 +168,8 @@ def check_source(source: str, rel: str) -> List[str]:
         if target not in allowed:
             how = "inside a function " if imp.lazy else ""
             problems.append(where + "%s imports %s%r: the dependency direction is targets <- runtime <- calibrate "
-                            "<- compress, apps -> runtime, targets" % (area, how, imp.module))
+                            "<- compress; apps, deploy -> runtime, targets; cli -> everything (calibrate, compress "
+                            "lazily)" % (area, how, imp.module))
     return problems
 
 
@@ -193,7 +198,16 @@ def test_every_module_follows_the_dependency_direction():
     ("runtime/x.py", "def f():\n    from jetforge.calibrate import cache", "inside a function"),
     ("calibrate/x.py", "from jetforge.compress import export", "direction"),
     ("apps/video/x.py", "def f():\n    import jetforge.compress", "direction"),
-    ("apps/cli/cmd_x.py", "from jetforge.calibrate import cache", "direction"),
+    ("cli/cmd_x.py", "from jetforge.calibrate import cache", "direction"),
+    ("cli/cmd_x.py", "import jetforge.compress.export", "direction"),
+    ("apps/x.py", "from jetforge.deploy import bundle", "direction"),
+    ("apps/tasks/x.py", "from jetforge.cli.model_refs import resolve", "direction"),
+    ("apps/x.py", "def f():\n    from jetforge.cli import main", "inside a function"),
+    ("deploy/x.py", "from jetforge.apps.video import open_source", "direction"),
+    ("deploy/x.py", "def f():\n    import jetforge.calibrate.cache", "direction"),
+    ("runtime/x.py", "from jetforge.deploy.bundle import verify_bundle", "direction"),
+    ("compress/x.py", "from jetforge.apps.labels import load_labels", "direction"),
+    ("jetforge/assets/x.py", "from jetforge.apps.progress import progress_bar", "direction"),
     ("calibrate/x.py", "def f():\n    import torch", "never need torch"),
     ("calibrate/x.py", "from torchvision import models", "never need torch"),
     ("runtime/x.py", "import tensorrt as trt", "at module level"),
@@ -203,7 +217,8 @@ def test_every_module_follows_the_dependency_direction():
     ("runtime/session/x.py", "from ...calibrate import cache", "direction"),
     ("targets/x.py", "from jetforge import runtime", "direction"),
     ("targets/x.py", "import importlib\nimportlib.import_module('jetforge.runtime')", "direction"),
-    ("runtime/x.py", "from jetforge.apps import cli", "direction"),
+    ("runtime/x.py", "from jetforge import cli", "direction"),
+    ("deploy/x.py", "import tensorrt", "at module level"),
     ("jetforge/x.py", "from jetforge.targets import get_target", "direction"),
     ("targets/x.py", "from jetforge.unknown import thing", "shared root modules"),
 ])
@@ -219,10 +234,23 @@ def test_checker_catches(rel, source, expect):
     ("runtime/session/x.py", "from ..preprocess import Preprocess\nfrom . import base"),
     ("calibrate/x.py", "import onnx\nimport onnxruntime\nfrom jetforge.runtime.preprocess import Preprocess"),
     ("compress/x.py", "import torch\nfrom jetforge.calibrate.cache import write_cache"),
-    ("apps/cli/cmd_x.py", "def run():\n    from jetforge.compress.export import export_onnx"),
+    ("cli/cmd_x.py", "def run():\n    from jetforge.compress.export import export_onnx"),
+    ("cli/cmd_x.py", "from jetforge.deploy.bundle import create_bundle\nfrom jetforge.apps.video import open_source"),
+    ("deploy/x.py", "from jetforge.runtime.tensorrt.engine_cache import EngineCache\nfrom jetforge.targets import get"),
+    ("compress/x.py", "from jetforge.assets import asset_path\nfrom jetforge.progress import progress_bar"),
     ("apps/video/x.py", "import cv2\nimport numpy as np\nfrom jetforge.runtime import preprocess"),
-    ("jetforge/__main__.py", "from jetforge.apps.cli.main import main"),
+    ("jetforge/__main__.py", "from jetforge.cli.main import main"),
     ("targets/x.py", "import yaml\nfrom jetforge.config import load_config\nimport jetforge"),
 ])
 def test_checker_allows(rel, source):
     assert check_source(source, rel) == []
+
+
+def test_no_test_folder_shadows_an_imported_package():
+    """pytest puts test folders on ``sys.path`` (no ``__init__.py``: rootdir-relative imports), so a folder
+    ``tests/runtime/tensorrt/`` would make ``import tensorrt`` find that folder instead of TensorRT.  Test
+    folders mirror the source tree except where a name would shadow a package (``tests/runtime/trt/``)."""
+    shadowing = HEAVY | {"numpy", "cv2", "yaml", "tqdm", "psutil", "pytest", "hypothesis", "jetforge"}
+    bad = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("*")
+                 if p.is_dir() and p.name in shadowing)
+    assert not bad, "test folders named like packages the code imports: %s" % bad

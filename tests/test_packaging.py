@@ -23,7 +23,7 @@ from setuptools import find_packages
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_SUFFIXES = (".yaml", ".yml", ".json", ".txt", ".csv")  # files that must ship if they sit in a package
-SKIP_DIRS = {"__pycache__", ".pytest_cache", "build", "dist"}
+SKIP_DIRS = {"__pycache__", ".pytest_cache"}
 
 
 def _setup_literals() -> "tuple[Dict[str, str], Dict[str, List[str]]]":
@@ -70,7 +70,7 @@ def built(tmp_path_factory):
     base = tmp_path_factory.mktemp("pkg")
     src = base / "src"
     src.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".*")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".*")
     for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
         if (ROOT / name).exists():
             shutil.copy2(str(ROOT / name), str(src / name))
@@ -103,7 +103,7 @@ def test_wheel_top_level_is_only_jetforge(built):
     assert tops == {"jetforge", "jetforge-%s.dist-info" % jetforge.__version__}
     with zipfile.ZipFile(str(wheel)) as z:
         entry_points = z.read("jetforge-%s.dist-info/entry_points.txt" % jetforge.__version__).decode()
-    assert "jetforge = jetforge.apps.cli.main:main" in entry_points
+    assert "jetforge = jetforge.cli.main:main" in entry_points
 
 
 def test_wheel_has_every_module(built):

@@ -1,4 +1,4 @@
-"""The device side (jetforge/, targets/, runtime/, apps/) keeps to Python 3.8 (JetPack 5).
+"""The device side (jetforge/, targets/, runtime/, apps/, deploy/, cli/) keeps to Python 3.8 (JetPack 5).
 
 No 3.8 interpreter is available here, so vermin checks syntax and standard-library use
 statically.  What vermin cannot see is checked from the AST as well: that every file
@@ -17,7 +17,7 @@ from typing import List
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("jetforge", "targets", "runtime", "apps")
+FOLDERS = ("jetforge", "targets", "runtime", "apps", "deploy", "cli")
 VERMIN = ["--no-tips", "--violations", "-t=3.8-", "--eval-annotations", "--feature", "union-types",
           "--no-config-file", "--no-make-paths-absolute"]
 BUILTIN_GENERICS = {"list", "dict", "tuple", "set", "frozenset", "type"}

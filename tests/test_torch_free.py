@@ -3,8 +3,8 @@
 A child interpreter gets a ``sys.meta_path`` finder that refuses torch and
 torchvision (``import torch`` raises ModuleNotFoundError, as it does where torch
 is not installed), then imports every module of ``jetforge``, ``jetforge.targets``,
-``jetforge.runtime`` and ``jetforge.apps`` (walked with pkgutil, so a new module is
-covered without editing this file) and runs CLI commands.
+``jetforge.runtime``, ``jetforge.apps``, ``jetforge.deploy`` and ``jetforge.cli`` (walked with
+pkgutil, so a new module is covered without editing this file) and runs CLI commands.
 """
 
 import importlib.util
@@ -45,7 +45,7 @@ def load(name):
     imported.append(name)
     return mod
 
-for top in ("jetforge", "jetforge.targets", "jetforge.runtime", "jetforge.apps"):
+for top in ("jetforge", "jetforge.targets", "jetforge.runtime", "jetforge.apps", "jetforge.deploy", "jetforge.cli"):
     pkg = load(top)
     if pkg is None:
         continue
@@ -62,7 +62,7 @@ print(json.dumps({"imported": imported, "failures": failures, "leaked": leaked})
 
 RUN_CLI = BLOCKER + r"""
 import json
-from jetforge.apps.cli.main import main
+from jetforge.cli.main import main
 argv = json.loads(sys.argv[1])
 try:
     code = main(argv)
@@ -90,12 +90,12 @@ def test_device_side_modules_import_without_torch(tmp_path):
     assert not result["failures"], "modules that fail to import without torch:\n" + "\n".join(
         "%s:\n%s" % item for item in result["failures"].items())
     assert result["leaked"] == []
-    for required in ("jetforge.errors", "jetforge.config", "jetforge.apps.cli.main", "jetforge.runtime.preprocess"):
+    for required in ("jetforge.errors", "jetforge.config", "jetforge.cli.main", "jetforge.runtime.preprocess"):
         assert required in result["imported"]
 
 
 def _command_module(argv):
-    from jetforge.apps.cli.main import COMMANDS
+    from jetforge.cli.main import COMMANDS
 
     name = next((a for a in argv if not a.startswith("-")), None)
     return COMMANDS[name][0] if name else None

@@ -39,9 +39,9 @@ from jetforge.fileio import check_not_input, check_output_path, write_json_atomi
 from jetforge.apps.pipeline.metrics import format_metrics, plot_metrics
 from jetforge.apps.pipeline.runner import NOT_PROCESSED, Pipeline, PipelineOptions
 from jetforge.apps.pipeline.stages import Item, Status, Task
-from jetforge.apps.video.sink import JsonLinesSink, Mp4Sink
-from jetforge.apps.video.source import VideoSource
-from jetforge.apps.video.sources import FrameDecodeError
+from jetforge.apps.video.sinks.file import JsonLinesSink, Mp4Sink
+from jetforge.apps.video.sources.base import VideoSource
+from jetforge.apps.video.sources.factory import FrameDecodeError
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: O
             plots: bool = True, progress: bool = True, inputs: Sequence[Any] = (),
             notes: Sequence[str] = ()) -> AppResult:
     """Run ``task`` over ``sources`` and write video, events, metrics and plots into ``out_dir``."""
-    from jetforge.apps.video.sinks import open_video_sink
+    from jetforge.apps.video.sinks.factory import open_video_sink
 
     options = options or PipelineOptions()
     out = Path(out_dir)

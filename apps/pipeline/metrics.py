@@ -248,7 +248,7 @@ class PipelineMetrics:
 
 def format_metrics(m: Dict[str, Any]) -> str:
     """The printed summary table of a run (FPS, latency percentiles per stage, drops, errors, memory)."""
-    from jetforge.apps.cli.base import format_table
+    from jetforge.table import format_table
 
     lat = m["latency_ms"]
     rows = []

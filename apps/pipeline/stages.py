@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from jetforge.apps.video.source import Frame
+from jetforge.apps.video.sources.base import Frame
 from jetforge.runtime.preprocess import Preprocess
 
 log = logging.getLogger(__name__)

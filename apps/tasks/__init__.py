@@ -1,5 +1,5 @@
 """Task heads of the apps: people (detection + tracking + counting), classification, faces, actions.
 
 Each task module offers a :class:`~jetforge.apps.pipeline.Task` subclass and a ``run_*``
-function that ``jetforge app NAME`` calls (see ``apps/cli/cmd_app.py``).
+function that ``jetforge app NAME`` calls (see ``cli/cmd_app.py``).
 """

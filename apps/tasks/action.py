@@ -2,7 +2,7 @@
 
 What it recognizes, exactly: the bundled model ``apps/data/action_walking_direction.onnx``
 (trained by ``recipes/action_walking_direction.yaml`` with
-``python -m jetforge.compress.train_action``) tells, from 8 grey crops (0.8 s at 10 fps)
+``python -m jetforge.compress.action.walking_direction``) tells, from 8 grey crops (0.8 s at 10 fps)
 of one tracked person, whether the person is **walking left**, **walking right**, or shows
 **no lateral motion** (standing, or walking straight toward/away from the camera) in a
 fixed-camera view like OpenCV's vtest.avi.  Its labels were *derived* from HOG person
@@ -66,7 +66,7 @@ class ActionTask(Task):
         if sc is None or sc.task != "action":
             raise ModelError("%s is not an action model (its sidecar must say task \"action\")"
                              % getattr(session, "path", "the model"),
-                             hint="export it with python -m jetforge.compress.train_action")
+                             hint="export it with python -m jetforge.compress.action.walking_direction")
         self.contract = ClipContract.from_sidecar(sc)
         self.labels = list(sc.labels)
         self.input_name = session.inputs[0].name
@@ -257,7 +257,7 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 class ActionApp:
-    """``jetforge app action`` (the :class:`jetforge.apps.cli.cmd_app.App` interface)."""
+    """``jetforge app action`` (the :class:`jetforge.cli.cmd_app.App` interface)."""
 
     name = "action"
     summary = "walking-direction recognition per tracked person (clip model over sliding windows, top-k over time)"
@@ -283,7 +283,7 @@ class ActionApp:
     def add_arguments(self, parser: Any) -> None:
         g = parser.add_argument_group("action")
         g.add_argument("--model", metavar="FILE", default=None,
-                       help="action model (.onnx + sidecar from python -m jetforge.compress.train_action; "
+                       help="action model (.onnx + sidecar from python -m jetforge.compress.action.walking_direction; "
                             "default: the bundled walking-direction model)")
         g.add_argument("--stride", metavar="N", type=int, default=2,
                        help="classify each track every N sampled frames (default 2)")

@@ -484,7 +484,7 @@ class FacesTask(Task):
 
 
 class FacesApp:
-    """``jetforge app faces`` (the :class:`jetforge.apps.cli.cmd_app.App` interface)."""
+    """``jetforge app faces`` (the :class:`jetforge.cli.cmd_app.App` interface)."""
 
     name = "faces"
     summary = "detect and track faces with MTCNN (real facenet-pytorch weights), optional privacy blur"
@@ -527,15 +527,10 @@ class FacesApp:
             raise ConfigError("--thresholds takes three numbers P,R,O, got %r" % args.thresholds) from None
         if args.threads is not None and args.threads < 1:
             raise ConfigError("--threads must be at least 1, got %d" % args.threads)
-        if args.models:
-            folder = Path(args.models)
-        else:
-            from jetforge.apps.cli.app_models import ensure_mtcnn_models
-
-            folder, exported = ensure_mtcnn_models()
-            if exported:
-                notes.append("the MTCNN nets were exported in this run (torch was loaded in this process); "
-                             "rerun to measure memory without it")
+        if not args.models:  # `jetforge app faces` fills it in (exporting the nets once, which needs torch)
+            raise ConfigError("the faces app needs the folder of the MTCNN ONNX nets (pnet/rnet/onet.onnx)",
+                              hint="pass --models DIR, or run `jetforge app faces`, which exports them into the cache")
+        folder = Path(args.models)
         self._detector = FaceDetector.from_dir(folder, threads=args.threads, min_face_size=args.min_face,
                                                thresholds=thresholds)
         task = FacesTask(self._detector, streams=len(sources), blur=args.blur)

@@ -26,7 +26,7 @@ from jetforge.errors import ConfigError
 from jetforge.optional import require
 from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, track_colour, draw_status
 from jetforge.apps.tasks.tracking import LineCounter, Tracker, TrackerOptions, Zone
-from jetforge.apps.video.source import Frame
+from jetforge.apps.video.sources.base import Frame
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@
 >>> result = distill(load_config(DistillConfig, "recipes/distill_fashion_mnist.yaml"))
 """
 
-from jetforge.compress.distill.api import DistillConfig, DistillResult, LossConfig, distill
+from jetforge.compress.distill.distill_model import DistillConfig, DistillResult, LossConfig, distill
 from jetforge.compress.distill.losses import DistillModule, FeaturePair, kd_loss
 
 __all__ = ["DistillConfig", "DistillModule", "DistillResult", "FeaturePair", "LossConfig", "distill", "kd_loss"]

@@ -18,7 +18,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(name)s: %(message)s")
-    from jetforge.compress.distill.api import DistillConfig, distill
+    from jetforge.compress.distill.distill_model import DistillConfig, distill
     from jetforge.compress.train.dist import cleanup, init_distributed
     from jetforge.config import load_config
     from jetforge.errors import JetforgeError

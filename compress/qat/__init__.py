@@ -7,7 +7,7 @@
 >>> export_qdq_onnx(qmodel, "model.qdq.onnx")         # then jetforge.calibrate.qdq_translate for DLA
 """
 
-from jetforge.compress.qat.api import ExportConfig, QatConfig, QatOptions, QatResult, qat
+from jetforge.compress.qat.train_quantized import ExportConfig, QatConfig, QatOptions, QatResult, qat
 from jetforge.compress.qat.export import (QdqExport, export_qdq_onnx, normalize_qdq, onnx_accuracy, ort_kernels,
                                           qdq_for_ort)
 from jetforge.compress.qat.modules import FrozenBatchNorm2d, QuantAdd, QuantConv2d, QuantLinear

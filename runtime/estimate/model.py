@@ -11,7 +11,7 @@ matrix hardware: channels padded to the alignment unit (8 FP16 / 16 INT8 channel
 DLA's 16 / 32-channel atoms) and, on the GPU, wave quantization of output tiles over the SMs.
 
 Which layers run on the DLA is the placement that ``jetforge dla-check`` predicts
-(:func:`jetforge.runtime.dla.analyze.analyze_onnx`).  Every tensor that crosses between the GPU and
+(:func:`jetforge.runtime.tensorrt.dla.analyze.analyze_onnx`).  Every tensor that crosses between the GPU and
 the DLA (graph inputs and outputs count as GPU-side: TensorRT's I/O is in GPU-visible linear
 memory) costs a reformat: a fixed overhead plus reading and writing the tensor once.  Each DLA
 loadable costs a submission overhead.  GPU and DLA work of one inference is serial.
@@ -200,7 +200,7 @@ def place(model: Union[str, Path, Any], batch: int, precision: str, *, target: A
           dla_core: Optional[int] = None, fusion: str = "tensorrt",
           input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Placed:
     """Shape-infer ``model`` at ``batch``, predict DLA placement (with ``dla_core``) and build the kernels."""
-    from jetforge.runtime.dla.analyze import FOLDED, _Graph, _load_model, analyze_onnx
+    from jetforge.runtime.tensorrt.dla.analyze import FOLDED, _Graph, _load_model, analyze_onnx
 
     base = read_model(model)
     name = str(model) if isinstance(model, (str, Path)) else (base.graph.name or "model")

@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Any, Dict, List
 
-from jetforge.runtime.dla.report import _table
+from jetforge.runtime.tensorrt.dla.report import _table
 from jetforge.runtime.estimate.model import DLA, GPU
 from jetforge.runtime.estimate.result import Estimate
 

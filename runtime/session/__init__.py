@@ -17,7 +17,7 @@ opened.  The PyTorch backend is for development and GPU comparison only.
 from jetforge.runtime.session.base import (BACKENDS, InferRequest, Session, backend_for_path, check_tensor,
                                            default_threads, open_session)
 from jetforge.runtime.session import ort as _ort  # noqa: F401  (registers "onnxruntime")
-from jetforge.runtime.session import tensorrt_backend as _trt  # noqa: F401  (registers "tensorrt")
+from jetforge.runtime.tensorrt import session as _trt  # noqa: F401  (registers "tensorrt")
 from jetforge.runtime.session import torch_backend as _torch  # noqa: F401  (registers "pytorch"; torch is lazy)
 
 open = open_session  # noqa: A001  (jetforge.runtime.session.open(path, ...), like gzip.open)

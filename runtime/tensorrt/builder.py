@@ -1,4 +1,4 @@
-"""The thin layer that applies a :class:`~jetforge.runtime.build.plan.BuildPlan` to TensorRT's builder.
+"""The thin layer that applies a :class:`~jetforge.runtime.tensorrt.plan.BuildPlan` to TensorRT's builder.
 
 Every decision was made (and validated) in the plan; this module only translates it into
 TensorRT calls (names from ``NVIDIA/TensorRT python/src/infer/pyCore.cpp``, reference §1.6):
@@ -28,9 +28,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from jetforge.errors import EngineBuildError
 from jetforge.fileio import PathLike, check_not_input, write_bytes_atomic, write_json_atomic
-from jetforge.runtime.build.plan import (JETPACK_HINT, BuildPlan, ShapeRange, cache_header_number, check_inputs,
-                                         read_calibration_cache, trt_version_tuple)
-from jetforge.runtime.build.sidecar import engine_sidecar_from_plan, write_engine_sidecar
+from jetforge.runtime.tensorrt.plan import (JETPACK_HINT, BuildPlan, ShapeRange, cache_header_number, check_inputs,
+                                            read_calibration_cache, trt_version_tuple)
+from jetforge.runtime.tensorrt.engine_sidecar import engine_sidecar_from_plan, write_engine_sidecar
 from jetforge.runtime.sidecar import TensorSpec, sidecar_path
 from jetforge.runtime.tensorrt import compat
 

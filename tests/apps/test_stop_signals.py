@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jetforge.apps.cli.main import EXIT_INTERRUPTED, Terminated, sigterm_as_interrupt
+from jetforge.cli.main import EXIT_INTERRUPTED, Terminated, sigterm_as_interrupt
 
 STARTUP_TIMEOUT_S = 120.0  # imports and model loading on a shared 2-core machine; a real run needs ~3 s
 EXIT_TIMEOUT_S = 60.0
@@ -20,13 +20,13 @@ EXIT_TIMEOUT_S = 60.0
 
 @pytest.fixture(scope="module")
 def vtest_clip() -> Path:
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     return asset_path("opencv_samples", "vtest.avi")
 
 
 def _start_people(clip, out, max_frames):
-    argv = [sys.executable, "-m", "jetforge.apps.cli.main", "app", "people", "--source", str(clip), "--out", str(out),
+    argv = [sys.executable, "-m", "jetforge.cli.main", "app", "people", "--source", str(clip), "--out", str(out),
             "--max-frames", str(max_frames), "--no-plots", "-q"]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
 

@@ -124,7 +124,7 @@ def test_mp4_sink_letterboxes_frames_of_another_size_instead_of_losing_them(tmp_
 
 
 def test_fit_frame_keeps_the_aspect_and_centres_the_picture():
-    from jetforge.apps.video.sink import fit_frame
+    from jetforge.apps.video.sinks.file import fit_frame
 
     frame = np.full((50, 100, 3), 7, np.uint8)
     assert fit_frame(frame, (100, 50)) is frame  # the right size is passed through untouched

@@ -14,7 +14,7 @@ GRACE_HOPPER = Path(__import__("matplotlib").get_data_path()) / "sample_data" / 
 
 
 def _bikes():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.errors import AssetError
 
     try:

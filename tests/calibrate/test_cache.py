@@ -95,7 +95,7 @@ def test_bad_caches_are_clear_errors(text, fragment):
                                   b"x: 3c010a14\nx: 3c010a14\n", b"caf\xc3\xa9: 3c010a14\n"])
 def test_calibrate_and_the_build_side_read_with_one_set_of_rules(tmp_path, body):
     """`calibrate --check-cache` (CalibrationCache.read) and the build planner refuse alike, word for word."""
-    from jetforge.runtime.build.plan import read_calibration_cache
+    from jetforge.runtime.tensorrt.plan import read_calibration_cache
 
     path = tmp_path / "m.calib"
     path.write_bytes(b"TRT-100300-EntropyCalibration2\n" + body)

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from jetforge.apps.cli.main import main
+from jetforge.cli.main import main
 from jetforge.calibrate.cache import CalibrationCache
 
 

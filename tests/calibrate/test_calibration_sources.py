@@ -99,7 +99,7 @@ def test_quality_checks(real_frames):
 
 # ----------------------------------------------------------------- perceptual hash, near-duplicates
 def _clip_hashes(asset, name, limit=None, step=1):
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.calibrate.phash import perceptual_hash
     from jetforge.errors import AssetError
 
@@ -203,7 +203,7 @@ def test_held_out_check_counts_near_duplicates(image_dir, bikes_video, preproces
     assert block["compared"] == 50 and block["against"] == 40 and block["with_near_duplicate"] >= 10
     assert same_clip.warnings and "not held-out" in same_clip.warnings[-1]
     # another clip: nothing in common
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.errors import AssetError
 
     try:

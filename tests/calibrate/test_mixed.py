@@ -8,7 +8,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from jetforge.apps.cli.main import main  # noqa: E402
+from jetforge.cli.main import main  # noqa: E402
 from jetforge.calibrate import algorithms, evaluate as ev, mixed, stats  # noqa: E402
 from jetforge.calibrate.cache import CalibrationCache  # noqa: E402
 from jetforge.calibrate.qdq import insert_qdq  # noqa: E402

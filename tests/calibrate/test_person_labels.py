@@ -18,7 +18,7 @@ def labels():
 
 @pytest.fixture(scope="module")
 def assets_root():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.errors import AssetError
 
     try:

@@ -6,7 +6,7 @@ import pytest
 @pytest.fixture(scope="session")
 def fmnist_root():
     """The folder with the real Fashion-MNIST IDX files (the asset cache); the test skips without them."""
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.errors import AssetError
 
     try:

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-from jetforge.apps.cli.main import main  # noqa: E402
+from jetforge.cli.main import main  # noqa: E402
 from jetforge.compress.train.models import build_model  # noqa: E402
 from jetforge.errors import CompressError  # noqa: E402
 

@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from jetforge.apps.cli.main import main  # noqa: E402
+from jetforge.cli.main import main  # noqa: E402
 from jetforge.compress.checkpoint import read_weights  # noqa: E402
 from jetforge.errors import InputFileError, JetforgeError, ModelError  # noqa: E402
 
@@ -245,7 +245,7 @@ def test_malformed_checkpoint_library_errors_are_model_errors(tmp_path, marker):
 def test_the_installed_command_prints_one_line_and_exits_1(tmp_path, marker):
     """The real process (logging and warnings as a user sees them), not main() in-process."""
     evil = malicious_checkpoint(tmp_path / "evil.pt", marker)
-    launcher = "import sys; from jetforge.apps.cli.main import main; sys.exit(main())"
+    launcher = "import sys; from jetforge.cli.main import main; sys.exit(main())"
     argv = ["export", "--model", str(evil), "--out", str(tmp_path / "m.onnx")]
     proc = subprocess.run([sys.executable, "-c", launcher] + argv, capture_output=True, text=True, timeout=300)
     lines = proc.stderr.strip().splitlines()

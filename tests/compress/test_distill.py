@@ -19,7 +19,7 @@ from jetforge.errors import CompressError, InputFileError, UnknownNameError  # n
 
 @pytest.fixture(scope="module")
 def fmnist_root():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.errors import AssetError
 
     try:
@@ -118,7 +118,7 @@ def test_distill_trains_checkpoints_atomically_and_resumes(fmnist_root, tmp_path
 
 
 def test_cli_runs_a_yaml_recipe_and_reports_bad_input(fmnist_root, tmp_path, capsys):
-    from jetforge.apps.cli.main import main
+    from jetforge.cli.main import main
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text("name: cli\nout_dir: %s\ndata: {root: %s, train_limit: 256, val_limit: 200}\n"

@@ -17,7 +17,7 @@ SMOKE = {"squirrel_cls.jpg": "fox squirrel", "baboon.jpg": "baboon", "orange.jpg
 
 @pytest.fixture(scope="module")
 def weights():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     spec = PRETRAINED["efficientnet_lite0"]
     return asset_path(spec.asset, spec.filename)
@@ -46,7 +46,7 @@ def test_weights_load_strictly(pretrained, weights):
 
 def test_smoke_set_top1(pretrained):
     import cv2
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.apps.labels import load_labels
 
     labels = load_labels("imagenet")

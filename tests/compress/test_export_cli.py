@@ -2,7 +2,7 @@
 
 import json
 
-from jetforge.apps.cli.main import main
+from jetforge.cli.main import main
 from jetforge.runtime.sidecar import read_sidecar
 
 

@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="module")
 def weights_dir():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     return asset_path("mtcnn", "pnet.pt").parent
 
@@ -49,7 +49,7 @@ def _real_crops(size):
     """Real image patches (messi5.jpg), RGB, normalised as MTCNN wants them, NCHW."""
     import cv2
 
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     image = cv2.imread(str(asset_path("opencv_samples", "messi5.jpg")))[:, :, ::-1]
     crops = [cv2.resize(np.ascontiguousarray(image[y:y + 120, x:x + 120]), (size, size), interpolation=cv2.INTER_AREA)
@@ -61,7 +61,7 @@ def _real_crops(size):
 def test_pnet_onnx_is_fully_convolutional_and_matches_torch(nets, exported):
     import cv2
 
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     image = cv2.imread(str(asset_path("opencv_samples", "messi5.jpg")))[:, :, ::-1]
     with open_session(exported["pnet"], threads=1) as s:

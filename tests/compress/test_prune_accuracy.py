@@ -34,7 +34,7 @@ def _idx(path):
 
 @pytest.fixture(scope="module")
 def fashion():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     def load(images, labels, n):
         x = _idx(asset_path("fashion_mnist", images))[:n].astype(np.float32) / 255.0

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from jetforge.apps.cli.main import main  # noqa: E402
+from jetforge.cli.main import main  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -159,7 +159,7 @@ def test_a_latency_goal_just_out_of_reach_keeps_the_fastest_model_with_a_warning
                    latency_aware=latency_aware)
     if latency_aware:
         options["latency_levels"] = (0.75, 0.5, 0.25)
-    with caplog.at_level("WARNING", logger="jetforge.compress.prune.api"):
+    with caplog.at_level("WARNING", logger="jetforge.compress.prune.prune_model"):
         result = prune(model, x, **options)
     goal = result.report.to_dict()["goal"]
     assert not result.goal_met and goal["met"] is False and goal["value"] == 2.0

@@ -21,7 +21,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="module")
 def fashion():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.compress.data import load_fashion_mnist, normalize
 
     images, labels = load_fashion_mnist(asset_path("fashion_mnist", "train-images-idx3-ubyte.gz").parent, "train")

@@ -27,7 +27,7 @@ from tests.calibrate import int8_reference  # noqa: E402
 
 @pytest.fixture(scope="module")
 def fmnist_root():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.errors import AssetError
 
     try:
@@ -219,7 +219,7 @@ def test_dla_cache_holds_the_trained_scales(exported, tmp_path):
 
 
 def test_qat_recipe_end_to_end_from_yaml_through_the_cli(fmnist_root, trained_cnn, tmp_path, capsys):
-    from jetforge.apps.cli.main import main
+    from jetforge.cli.main import main
     from jetforge.compress.train import save_checkpoint
 
     ckpt = tmp_path / "fp32.pt"

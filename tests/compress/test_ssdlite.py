@@ -23,7 +23,7 @@ REFERENCE = Path(__file__).with_name("ssdlite_tf_reference.npz")
 
 @pytest.fixture(scope="module")
 def graph():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     return load_graphdef(asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb"))
 

@@ -29,7 +29,7 @@ VTEST_FRAMES = (40, 400, 760)
 
 @pytest.fixture(scope="module")
 def ported():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     graph = load_graphdef(asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb"))
     g = SSDGraph(graph)
@@ -43,7 +43,7 @@ def cli_export(tmp_path_factory):
     import io
     import json
 
-    from jetforge.apps.cli.main import main
+    from jetforge.cli.main import main
 
     path = tmp_path_factory.mktemp("ssd") / "det.onnx"
     printed = io.StringIO()
@@ -70,7 +70,7 @@ def test_cli_route(cli_export):
 
 
 def test_cli_refuses_options_that_do_not_apply(tmp_path, capsys):
-    from jetforge.apps.cli.main import main
+    from jetforge.cli.main import main
 
     code = main(["export", "--model", "ssdlite_mobilenet_v2_person", "--out", str(tmp_path / "d.onnx"),
                  "--input-shape", "1x3x320x320"])
@@ -80,7 +80,7 @@ def test_cli_refuses_options_that_do_not_apply(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def frames():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
     from jetforge.apps.video import open_source
 
     with open_source(asset_path("opencv_samples", "vtest.avi")) as source:
@@ -221,7 +221,7 @@ def test_efficient_nms_variant(exported, ported, tmp_path):
 
 def test_dla_check_places_the_body_on_the_dla(exported):
     """The documented DLA rules put every convolution, ReLU6 and residual add on the DLA (Orin NX, FP16)."""
-    from jetforge.runtime.dla.analyze import analyze_onnx
+    from jetforge.runtime.tensorrt.dla.analyze import analyze_onnx
     from jetforge.targets import get_target
 
     data = analyze_onnx(exported, get_target("orin-nx-16gb"), input_shapes={"input": [1, 3, 300, 300]}).to_dict()

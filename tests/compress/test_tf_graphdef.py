@@ -352,7 +352,7 @@ def test_random_corruption_never_escapes_as_another_exception(tf_messages):
 
 
 def test_real_frozen_graph():
-    from jetforge.apps.assets import asset_path
+    from jetforge.assets import asset_path
 
     graph = load_graphdef(asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb"))
     counts = graph.op_counts()

@@ -43,22 +43,22 @@ PUBLIC = {
     "tegrastats_line": "jetforge.runtime.tegrastats:parse_line",
     "model_sidecar": "jetforge.runtime.sidecar:read_sidecar",
     "model_sidecar_class": "jetforge.runtime.sidecar:ModelSidecar",
-    "engine_sidecar": "jetforge.runtime.build.sidecar:read_engine_sidecar",
-    "engine_sidecar_class": "jetforge.runtime.build.sidecar:EngineSidecar",
-    "bundle_verify": "jetforge.apps.deploy.bundle:verify_bundle",
-    "bundle_read_manifest": "jetforge.apps.deploy.bundle:read_manifest",
-    "bundle_create": "jetforge.apps.deploy.bundle:create_bundle",
-    "bundle_manifest_class": "jetforge.apps.deploy.bundle:Manifest",
-    "bundle_manifest_problems": "jetforge.apps.deploy.bundle:manifest_problems",
+    "engine_sidecar": "jetforge.runtime.tensorrt.engine_sidecar:read_engine_sidecar",
+    "engine_sidecar_class": "jetforge.runtime.tensorrt.engine_sidecar:EngineSidecar",
+    "bundle_verify": "jetforge.deploy.bundle:verify_bundle",
+    "bundle_read_manifest": "jetforge.deploy.bundle:read_manifest",
+    "bundle_create": "jetforge.deploy.bundle:create_bundle",
+    "bundle_manifest_class": "jetforge.deploy.bundle:Manifest",
+    "bundle_manifest_problems": "jetforge.deploy.bundle:manifest_problems",
     "target_profile": "jetforge.targets:load_profile",
     "load_config": "jetforge.config:load_config",
     "config_to_dict": "jetforge.config:to_dict",
     "distill_recipe_class": "jetforge.compress.distill:DistillConfig",
-    "build_options": "jetforge.runtime.build.plan:load_build_options",
+    "build_options": "jetforge.runtime.tensorrt.plan:load_build_options",
     "inspector_json": "jetforge.runtime.tensorrt.builder:parse_inspector_json",
     "tf_graphdef": "jetforge.compress.models.tf_graphdef:load_graphdef",
     "video_source": "jetforge.apps.video:parse_source_uri",
-    "video_source_kinds": "jetforge.apps.video.sources:SOURCE_KINDS",
+    "video_source_kinds": "jetforge.apps.video.sources.factory:SOURCE_KINDS",
 }
 
 #: Seconds one input may take before it counts as a hang (generous: the machine may be shared).
@@ -406,7 +406,7 @@ def graphdef_seeds() -> List[bytes]:
 def real_graphdef_prefix(limit: int = 12, max_node_bytes: int = 4096) -> Optional[bytes]:
     """The first small node records of the real SSDLite frozen graph (asset), or None when it is not cached."""
     try:
-        from jetforge.apps.assets import asset_path
+        from jetforge.assets import asset_path
 
         path = asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb", fetch_missing=False)
     except Exception:  # the asset cache is optional for the fuzzers: hand-made seeds remain

@@ -120,7 +120,7 @@ def test_engine_sidecar_fields_of_the_wrong_type_are_refused(tmp_path, field, va
 
 
 def _engine_seed(tmp_path):
-    from jetforge.runtime.build.sidecar import EngineSidecar
+    from jetforge.runtime.tensorrt.engine_sidecar import EngineSidecar
     from jetforge.runtime.sidecar import TensorSpec
 
     return EngineSidecar(tensorrt_version="10.3.0", target="orin-nx-16gb", precision="fp16", device="gpu",
@@ -152,7 +152,7 @@ def manifest_target(tmp_path):
 
 
 def _tampered(tmp_path, edit):
-    from jetforge.apps.deploy.bundle import Manifest
+    from jetforge.deploy.bundle import Manifest
 
     data = json.loads((tmp_path / "cam" / "manifest.json").read_text())
     edit(data)

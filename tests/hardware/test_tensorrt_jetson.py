@@ -23,9 +23,9 @@ if trt is None:
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from jetforge.runtime.build.plan import BuildOptions, cache_header_number, make_plan  # noqa: E402
-from jetforge.runtime.build.sidecar import read_engine_sidecar  # noqa: E402
-from jetforge.runtime.dla.analyze import analyze_onnx  # noqa: E402
+from jetforge.runtime.tensorrt.plan import BuildOptions, cache_header_number, make_plan  # noqa: E402
+from jetforge.runtime.tensorrt.engine_sidecar import read_engine_sidecar  # noqa: E402
+from jetforge.runtime.tensorrt.dla.analyze import analyze_onnx  # noqa: E402
 from jetforge.runtime.tensorrt import compat  # noqa: E402
 from jetforge.runtime.tensorrt.builder import build_engine  # noqa: E402
 from jetforge.targets import detect_target  # noqa: E402

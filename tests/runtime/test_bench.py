@@ -78,7 +78,7 @@ def test_fixed_batch_and_bad_counts_are_config_errors(mobilenet_onnx):
 
 
 def test_cli_bench_json_and_out_dir(mobilenet_onnx, tmp_path, capsys):
-    from jetforge.apps.cli.main import main
+    from jetforge.cli.main import main
 
     code = main(["bench", str(mobilenet_onnx), "--iterations", "5", "--warmup", "1", "--threads", "1", "--json",
                  "--out", str(tmp_path / "res"), "--plot", str(tmp_path / "p.png")])
@@ -92,7 +92,7 @@ def test_cli_bench_json_and_out_dir(mobilenet_onnx, tmp_path, capsys):
 
 
 def test_cli_bench_table_and_errors(mobilenet_onnx, capsys):
-    from jetforge.apps.cli.main import main
+    from jetforge.cli.main import main
 
     assert main(["bench", str(mobilenet_onnx), "--iterations", "3", "--warmup", "1", "--threads", "1"]) == 0
     out = capsys.readouterr().out

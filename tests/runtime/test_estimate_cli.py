@@ -8,7 +8,7 @@ pytest.importorskip("onnx")
 
 from estimate_graphs import save_tiny_net  # noqa: E402
 
-from jetforge.apps.cli.main import main  # noqa: E402
+from jetforge.cli.main import main  # noqa: E402
 
 
 @pytest.fixture(scope="module")

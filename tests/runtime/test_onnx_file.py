@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from jetforge.apps.cli.main import main
+from jetforge.cli.main import main
 from jetforge.errors import InputFileError, JetforgeError, ModelError
 from jetforge.runtime.onnx_file import check_onnx_file, read_onnx
 

@@ -2,7 +2,7 @@
 
 import json
 
-from jetforge.apps.cli.main import main
+from jetforge.cli.main import main
 
 
 def run(capsys, *argv):

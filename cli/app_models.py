@@ -1,0 +1,181 @@
+"""Torch models for the CLI: the files the bundled apps need, and the models ``export``/``prune`` take.
+
+``jetforge app faces`` runs MTCNN's three nets with ONNX Runtime; they are exported
+here from the verified ``mtcnn`` asset (facenet-pytorch's weights) the first time and
+reused while their sidecars match the files, these weights and this jetforge.
+
+``export`` and ``prune`` take an architecture name with ``--weights`` (a state dict, read
+weights-only) and ``--prune-plan``; a model *file* that can run code when loaded (a pickled
+module, a ``.pt2`` archive) needs ``--trust-pickle`` (see :mod:`jetforge.compress.checkpoint`).
+Only this module (in ``cli``, which may reach into ``compress`` lazily) touches torch.
+"""
+
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import jetforge
+from jetforge.errors import ConfigError, JetforgeError
+
+log = logging.getLogger(__name__)
+
+MTCNN_FILES = {"pnet": "pnet.onnx", "rnet": "rnet.onnx", "onet": "onet.onnx"}
+MTCNN_WEIGHTS = {"pnet": "pnet.pt", "rnet": "rnet.pt", "onet": "onet.pt"}
+
+
+def mtcnn_dir(models_dir: Optional[Path] = None) -> Path:
+    from jetforge.assets import cache_root
+
+    return Path(models_dir) if models_dir else cache_root() / "models" / "mtcnn"
+
+
+def mtcnn_is_current(folder: Path) -> bool:
+    from jetforge.assets import get_spec
+    from jetforge.runtime.sidecar import read_sidecar
+
+    hashes = get_spec("mtcnn").files
+    for name, fname in MTCNN_FILES.items():
+        path = folder / fname
+        if not path.is_file():
+            return False
+        try:
+            made = read_sidecar(path, verify_hash=True).produced_by
+        except JetforgeError as err:
+            log.info("re-exporting MTCNN: %s", err.one_line())
+            return False
+        if made.get("weights_sha256") != hashes[MTCNN_WEIGHTS[name]] or made.get("version") != jetforge.__version__:
+            return False
+    return True
+
+
+def ensure_mtcnn_models(models_dir: Optional[Path] = None) -> Tuple[Path, bool]:
+    """The folder holding pnet/rnet/onet.onnx, exported now if missing or stale; (folder, exported now)."""
+    folder = mtcnn_dir(models_dir)
+    if mtcnn_is_current(folder):
+        return folder, False
+    from jetforge.assets import asset_path
+    from jetforge.compress.models.mtcnn import export_mtcnn_onnx, load_mtcnn
+
+    weights = asset_path("mtcnn", "pnet.pt").parent
+    log.info("exporting MTCNN (PNet, RNet, ONet) to %s (once; later runs reuse it)", folder)
+    export_mtcnn_onnx(load_mtcnn(weights), folder)
+    return folder, True
+
+
+def prepare_app_models(app_name: str, args: Any) -> List[str]:
+    """Fill in the model files an app needs that only the CLI can make (exporting needs torch); notes for the run.
+
+    Tasks never import the CLI: ``jetforge app faces`` without ``--models`` gets the MTCNN folder from here.
+    """
+    if app_name == "faces" and not getattr(args, "models", None):
+        folder, exported = ensure_mtcnn_models()
+        args.models = str(folder)
+        if exported:
+            return ["the MTCNN nets were exported in this run (torch was loaded in this process); "
+                    "rerun to measure memory without it"]
+    return []
+
+
+TRUST_FLAG = "--trust-pickle"
+MODEL_FILE_SUFFIXES = (".pt", ".pth", ".pt2", ".ckpt")
+
+
+def add_model_flags(parser: Any) -> None:
+    """``--weights``, ``--prune-plan`` and ``--trust-pickle``: how ``--model`` is loaded (export, prune)."""
+    parser.add_argument("--weights", metavar="STATE_DICT.pt",
+                        help="weights for the architecture named by --model, saved with "
+                             "torch.save(model.state_dict(), PATH) (read weights-only: no code runs); the class "
+                             "count is taken from the weights")
+    parser.add_argument("--prune-plan", metavar="model.prune.json",
+                        help="replay this plan from jetforge prune on the architecture before loading --weights "
+                             "(the weights of a pruned model have fewer channels)")
+    parser.add_argument(TRUST_FLAG, action="store_true",
+                        help="allow --model to be a whole pickled module (torch.save(model)) or a torch.export .pt2 "
+                             "archive; loading those runs code stored in the file, so use it only for files you "
+                             "made yourself (a warning is printed each time)")
+
+
+def load_model_from_args(args: Any) -> Tuple[Any, dict]:
+    """:func:`load_torch_model` with the flags of :func:`add_model_flags`."""
+    return load_torch_model(args.model, weights=getattr(args, "weights", None),
+                            prune_plan=getattr(args, "prune_plan", None),
+                            trust_pickle=bool(getattr(args, "trust_pickle", False)))
+
+
+def model_input_paths(args: Any) -> List[str]:
+    """The files ``--model``/``--weights``/``--prune-plan`` name (never to be overwritten by an output)."""
+    return [p for p in (args.model, getattr(args, "weights", None), getattr(args, "prune_plan", None)) if p]
+
+
+def load_torch_model(spec: str, weights: Optional[str] = None, prune_plan: Optional[str] = None,
+                     trust_pickle: bool = False) -> Tuple[Any, dict]:
+    """The torch model ``spec`` names (eval mode) and what is known about it (task, labels, preprocess).
+
+    ``spec`` is an architecture -- a pretrained name (weights from the asset cache unless
+    ``weights`` is given), a torchvision name (random weights unless ``weights`` is given) --
+    optionally pruned by replaying ``prune_plan``; or a model file, which can run code when
+    loaded and so needs ``trust_pickle``: a whole pickled module (``.pt``/``.pth``) or a
+    ``torch.export`` archive (``.pt2``).  Every file is read by
+    :mod:`jetforge.compress.checkpoint`.  Shared by ``prune`` and ``export``.
+    """
+    path = Path(spec)
+    if path.suffix.lower() in MODEL_FILE_SUFFIXES or path.is_file():
+        if weights or prune_plan:
+            raise ConfigError("--weights and --prune-plan go with an architecture name, and --model names a file "
+                              "(%s)" % spec, hint="--model ARCH --weights %s" % (weights or spec))
+        from jetforge.compress.checkpoint import load_model_file
+
+        return load_model_file(path, trusted=trust_pickle, opt_in=TRUST_FLAG)
+    from jetforge.compress.models import PRETRAINED, apply_prune_plan, build_architecture, model_from_weights
+
+    meta: Dict[str, Any] = {"name": spec}
+    if spec in PRETRAINED:
+        meta = _pretrained_meta(spec)
+    if weights is not None:
+        model = model_from_weights(spec, weights, prune_plan, trusted=trust_pickle, opt_in=TRUST_FLAG)
+        return model, _fit_labels(meta, model)
+    if spec in PRETRAINED:
+        from jetforge.assets import asset_path
+        from jetforge.compress.models import load_pretrained
+
+        p = PRETRAINED[spec]
+        model = load_pretrained(spec, asset_path(p.asset, p.filename))
+    else:
+        model = build_architecture(spec)
+        log.warning("%s has random weights (give --weights for yours; no pretrained weights are available offline): "
+                    "the pruned structure and speed are meaningful, its accuracy is not", spec)
+    if prune_plan is not None:
+        apply_prune_plan(model, prune_plan)
+    return model.eval(), meta
+
+
+def _pretrained_meta(spec: str) -> Dict[str, Any]:
+    from jetforge.apps.labels import load_labels
+    from jetforge.compress.models import PRETRAINED
+
+    p = PRETRAINED[spec]
+    labels: List[str] = []
+    try:
+        labels = list(load_labels(p.labels)) if p.labels else []
+    except Exception as err:  # labels are a convenience for the sidecar, not needed to prune
+        log.warning("no labels for %s: %s", spec, err)
+    return {"task": getattr(p, "task", "classify"), "name": spec, "labels": labels, "preprocess": p.preprocess,
+            "input_shape": tuple(p.input_shape)}
+
+
+def _fit_labels(meta: Dict[str, Any], model: Any) -> Dict[str, Any]:
+    """Drop the pretrained labels when the loaded weights classify something else (another class count)."""
+    import torch
+
+    labels = meta.get("labels")
+    if labels:
+        heads = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        if not heads or heads[-1].out_features != len(labels):
+            log.info("%s: the weights have their own classes; the %d pretrained labels are not recorded "
+                     "(pass --labels)", meta["name"], len(labels))
+            meta = dict(meta, labels=[])
+    return meta
+
+
+__all__ = ["TRUST_FLAG", "add_model_flags", "ensure_mtcnn_models", "load_model_from_args", "load_torch_model",
+           "model_input_paths", "mtcnn_dir", "mtcnn_is_current", "prepare_app_models"]

@@ -1,0 +1,145 @@
+"""``jetforge build``: ONNX + target + options -> a validated build plan -> a TensorRT engine and its sidecar."""
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from jetforge.cli.base import Command, add_config_flags, add_json_flag, add_target_flag, print_json
+from jetforge.errors import DependencyError
+
+
+class BuildCommand(Command):
+    name = "build"
+    summary = "build a TensorRT engine (GPU or DLA) for a target, from a validated build plan"
+    description = ("Computes the build plan (flags, DLA core, INT8 source, memory pools, profiles) and checks it\n"
+                   "against the target and TensorRT version before TensorRT is touched. If TensorRT is installed\n"
+                   "(on the Jetson: JetPack's python3-libnvinfer) the plan is built into model.engine with its\n"
+                   "sidecar model.engine.json and a build report with per-layer placement; otherwise the plan is\n"
+                   "written as JSON and the command says what is missing.")
+    examples = """examples:
+  jetforge build model.onnx --target orin-nx-16gb --precision fp16
+  jetforge build model.onnx --target agx-orin-64gb --dla-core 0 --precision int8 --calib model.calib
+  jetforge build model.onnx --target agx-orin-64gb --shape input=1x3x224x224 --plan-only --json
+  jetforge build model.onnx --target agx-orin-64gb --config build.yaml --set workspace_mib=2048
+  jetforge build bundles/cam --target auto    # on the board: a bundle, through the engine cache (exit 3: no TensorRT)"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("model", help="ONNX model (plain, or Q/DQ for TensorRT >= 10 GPU / 11), or a bundle "
+                                          "folder/tar from `jetforge bundle create` (see docs/deploy.md)")
+        add_target_flag(parser, required=False)
+        parser.add_argument("--precision", choices=["fp32", "fp16", "int8", "best"], help="default fp16")
+        parser.add_argument("--dla-core", type=int, metavar="N", help="build for DLA core N (with GPU fallback)")
+        parser.add_argument("--no-gpu-fallback", action="store_true", help="fail if a layer cannot run on DLA")
+        parser.add_argument("--calib", metavar="CACHE", help="INT8 calibration cache (from `jetforge calibrate`)")
+        parser.add_argument("--tensorrt", metavar="VERSION", help="TensorRT version (default: the target's newest)")
+        parser.add_argument("--shape", metavar="NAME=DIMS", action="append", default=[],
+                            help="static input shape, e.g. input=1x3x224x224 (repeatable)")
+        parser.add_argument("--workspace-mib", type=int, metavar="MIB", help="workspace memory pool limit")
+        parser.add_argument("--timing-cache", metavar="FILE", help="read and update a TensorRT timing cache")
+        parser.add_argument("-o", "--output", metavar="ENGINE", help="engine path (default: MODEL.engine)")
+        parser.add_argument("--plan-only", action="store_true", help="write the plan JSON, do not build")
+        add_config_flags(parser)
+        add_json_flag(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from jetforge.deploy.bundle import is_bundle_path
+
+        if is_bundle_path(args.model):  # a bundle: board detection, cache/Q-DQ choice, engine cache
+            from jetforge.cli.cmd_bundle import run_bundle_build
+
+            return run_bundle_build(args)
+        from jetforge.config import to_dict
+        from jetforge.fileio import check_not_input
+        from jetforge.optional import is_available
+        from jetforge.runtime.tensorrt.plan import JETPACK_HINT, load_build_options, make_plan
+        from jetforge.targets import get_target
+
+        base = build_flag_options(args)
+        if args.calib:
+            base["calibration_cache"] = args.calib
+        if args.tensorrt:
+            base["tensorrt_version"] = args.tensorrt
+        if args.timing_cache:
+            base["timing_cache"] = args.timing_cache
+        # command-line flags win over the YAML file and --set
+        options = load_build_options(args.config, args.overrides)
+        if base:
+            options = dataclasses.replace(options, **base)
+        if args.print_config:
+            print_json(to_dict(options))
+            return 0
+
+        model = Path(args.model)
+        engine = Path(args.output) if args.output else model.with_suffix(".engine")
+        plan_json = Path(str(engine) + ".plan.json")
+        check_not_input(engine, [model, args.calib])
+        if not args.target:
+            from jetforge.errors import ConfigError
+
+            raise ConfigError("--target is required to build an ONNX model",
+                              hint="pass --target NAME (see `jetforge targets list`)")
+        target = get_target(args.target)
+        have_trt = is_available("tensorrt")
+        installed: Optional[str] = None
+        if have_trt:
+            from jetforge.runtime.tensorrt import compat
+
+            installed = compat.version(compat.import_tensorrt())
+        plan = make_plan(model, target, options, installed_tensorrt=installed)
+
+        if args.plan_only or not have_trt:
+            plan.write(plan_json)
+            self._show(plan.to_dict(), args.json, [("plan", str(plan_json))])
+            if not args.plan_only:
+                raise DependencyError("TensorRT is not installed here: wrote the plan %s but built no engine"
+                                      % plan_json, hint=JETPACK_HINT)
+            return 0
+
+        from jetforge.runtime.tensorrt.builder import build_engine
+
+        result = build_engine(plan, engine)
+        plan.write(plan_json)
+        summary = {"engine": str(result.engine_path), "sidecar": str(result.sidecar_path),
+                   "report": str(result.report_path), "engine_bytes": result.engine_bytes,
+                   "build_seconds": round(result.seconds, 3), "notes": result.notes,
+                   "placement": result.report.get("inspector", {}).get("summary")}
+        self._show(summary if args.json else plan.to_dict(), args.json,
+                   [("engine", str(result.engine_path)), ("sidecar", str(result.sidecar_path)),
+                    ("report", str(result.report_path))])
+        return 0
+
+    @staticmethod
+    def _show(data: Dict[str, Any], as_json: bool, files: List[Any]) -> None:
+        if as_json:
+            print_json(dict(data, files=dict(files)))
+            return
+        for key in ("target", "tensorrt_version", "precision", "device", "dla_core", "gpu_fallback", "flags",
+                    "int8_source", "calibration_header", "memory_pools", "profiles"):
+            if key in data:
+                print("%-20s %s" % (key, data[key]))
+        for note in data.get("notes", []):
+            print("note: %s" % note)
+        for name, path in files:
+            print("wrote %-14s %s" % (name, path))
+
+
+def build_flag_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """BuildOptions fields set by the flags `build`, `bundle create` and a bundle build share.
+
+    Only flags the user gave appear, so they can override a YAML file or a bundle's manifest.
+    """
+    from jetforge.runtime.tensorrt.plan import parse_shape
+
+    options: Dict[str, Any] = {}
+    if getattr(args, "precision", None):
+        options["precision"] = args.precision
+    if getattr(args, "dla_core", None) is not None:
+        options["dla_core"] = args.dla_core
+    if getattr(args, "no_gpu_fallback", False):
+        options["gpu_fallback"] = False
+    if getattr(args, "shape", None):
+        options["input_shapes"] = dict(parse_shape(s) for s in args.shape)
+    if getattr(args, "workspace_mib", None) is not None:
+        options["workspace_mib"] = args.workspace_mib
+    return options

@@ -1,0 +1,99 @@
+"""``jetforge dla-check``: predict which layers of an ONNX model a target's DLA runs, and why not."""
+
+import argparse
+from typing import List, Tuple
+
+from jetforge.cli.base import Command, add_json_flag, add_target_flag, print_json
+from jetforge.errors import ConfigError, JetforgeError
+
+
+class DlaCheckError(JetforgeError):
+    """``--strict`` found layers that would fall back to the GPU."""
+
+
+class DlaCheckCommand(Command):
+    name = "dla-check"
+    summary = "predict DLA placement of an ONNX model (GPU fallbacks, subgraphs, FLOPs on DLA)"
+    description = ("Before any board is involved: for each layer, whether the target's DLA can run it under its\n"
+                   "DLA generation and TensorRT version, and if not, which documented restriction it breaks.\n"
+                   "Prints the predicted GPU-fallback layers, the number of DLA subgraphs against the per-core\n"
+                   "loadable limit, the share of FLOPs on DLA and suggestions. Rules cite their sources\n"
+                   "(shared/reference/dla_trt_jetson.md §1); '?' marks verdicts that rest on uncertain rules.")
+    examples = """examples:
+  jetforge dla-check model.onnx --target agx-orin-64gb
+  jetforge dla-check model.onnx --target agx-xavier --precision int8 --calib model.calib
+  jetforge dla-check model.onnx --target orin-nx-16gb --shape input=1x3x224x224 --strict
+  jetforge dla-check model.onnx --target agx-orin-64gb --loadables-per-core 4 --json"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("model", help="ONNX model")
+        add_target_flag(parser, required=True)
+        parser.add_argument("--precision", choices=["fp16", "int8", "best"], default="fp16",
+                            help="build precision to check for (default fp16)")
+        parser.add_argument("--tensorrt", metavar="VERSION", help="TensorRT version (default: the target's newest)")
+        parser.add_argument("--shape", metavar="NAME=DIMS", action="append", default=[],
+                            help="fix a dynamic input, e.g. input=1x3x224x224 (repeatable)")
+        parser.add_argument("--calib", metavar="CACHE", help="calibration cache: enables INT8 range-equality checks")
+        parser.add_argument("--loadables-per-core", type=int, metavar="N",
+                            help="DLA loadables per core (default: the target's setting; 16 in recent docs, 4 in 8.4)")
+        parser.add_argument("--strict", action="store_true",
+                            help="exit 1 if any layer would fall back to the GPU or the loadable limit is exceeded")
+        parser.add_argument("--all-layers", action="store_true", help="also list layers folded at build time")
+        add_json_flag(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from jetforge.runtime.tensorrt.plan import parse_shape, read_calibration_cache
+        from jetforge.runtime.tensorrt.dla.analyze import analyze_onnx
+        from jetforge.runtime.tensorrt.dla.report import format_table
+        from jetforge.targets import get_target
+
+        target = get_target(args.target)
+        if args.loadables_per_core is not None and args.loadables_per_core < 1:
+            raise ConfigError("--loadables-per-core must be at least 1", hint="e.g. --loadables-per-core 16")
+        shapes = dict(parse_shape(s) for s in args.shape)
+        assumed = [] if shapes else _batch_one_shapes(args.model)
+        if assumed:
+            shapes = dict(assumed)
+        scales = None
+        if args.calib:
+            from jetforge.fileio import require_file
+
+            scales = read_calibration_cache(require_file(args.calib, "calibration cache").read_bytes(),
+                                            args.calib).scales
+        analysis = analyze_onnx(args.model, target, tensorrt_version=args.tensorrt, precision=args.precision,
+                                loadables_per_core=args.loadables_per_core, input_shapes=shapes or None,
+                                cache_scales=scales)
+        failures = analysis.strict_failures() if args.strict else []
+        if args.json:
+            data = analysis.to_dict()
+            data["strict"] = {"enabled": bool(args.strict), "failures": failures}
+            print_json(data)
+        else:
+            print(format_table(analysis, all_layers=args.all_layers))
+            for name, dims in assumed:
+                print("note: assumed %s=%s (the dynamic batch axis set to 1: DLA needs static shapes; "
+                      "pass --shape to choose)" % (name, "x".join(str(d) for d in dims)))
+        if failures:
+            raise DlaCheckError("--strict: %d problem(s), first: %s" % (len(failures), failures[0]),
+                                hint="apply the suggestions above, or drop --strict to allow GPU fallback")
+        return 0
+
+
+def _batch_one_shapes(model: str) -> List[Tuple[str, List[int]]]:
+    """Inputs whose only dynamic axis is the batch: their shapes with batch 1 (from the sidecar, else the ONNX)."""
+    from jetforge.runtime.sidecar import TensorSpec, read_sidecar, sidecar_path, static_shape
+
+    try:
+        if sidecar_path(model).is_file():
+            specs = read_sidecar(model, verify_hash=False).inputs
+        else:
+            from jetforge.runtime.onnx_file import read_onnx
+
+            graph = read_onnx(model, load_external_data=False, purpose="reading ONNX input shapes").graph
+            inits = {i.name for i in graph.initializer}
+            specs = [TensorSpec(i.name, [d.dim_value if d.HasField("dim_value") else -1
+                                         for d in i.type.tensor_type.shape.dim])
+                     for i in graph.input if i.name not in inits]
+        return [(s.name, static_shape(s, 1, "dla-check")) for s in specs if s.is_dynamic]
+    except (JetforgeError, OSError, ValueError):
+        return []  # other dynamic axes or an unreadable file: the analysis itself reports them (read_onnx)

@@ -1,0 +1,169 @@
+"""``jetforge prune``: structured channel pruning of a torch model, with its plan, report and ONNX export."""
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any, Tuple
+
+from jetforge.cli.app_models import add_model_flags, load_model_from_args, model_input_paths
+from jetforge.cli.base import Command, add_json_flag, add_target_flag, print_json
+from jetforge.errors import CompressError, ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def parse_shape(text: str) -> Tuple[int, ...]:
+    try:
+        shape = tuple(int(p) for p in text.replace("x", ",").split(","))
+    except ValueError:
+        raise ConfigError("--input-shape must be integers like 1,3,224,224, got %r" % text) from None
+    if len(shape) < 2 or any(d < 1 for d in shape):
+        raise ConfigError("--input-shape must include the batch axis and be positive, got %r" % text)
+    return shape
+
+
+class PruneCommand(Command):
+    name = "prune"
+    summary = "structured channel pruning: smaller weight tensors, a replayable plan, a report and an ONNX export"
+    description = (
+        "Remove whole channels from a torch model (for real: smaller weight tensors), keeping every coupled layer "
+        "consistent (residuals, concat, split, depthwise/grouped conv, SE, flatten->Linear). Kept channel counts "
+        "are rounded to the target's channel multiple. Writes into --out: pruned.pt (state dict), "
+        "model.prune.json (the plan: replay it on a fresh model to load pruned.pt), prune_report.{json,txt,png} "
+        "and model.onnx with its sidecar. Operations the pruner cannot follow are protected and listed. Your own "
+        "weights load onto the named architecture with --weights (a state dict, read weights-only); to load "
+        "pruned.pt later: --model ARCH --prune-plan model.prune.json --weights pruned.pt (export, prune). A whole "
+        "pickled module (.pt) runs code when loaded: jetforge opens it only with --trust-pickle.")
+    examples = """examples:
+  jetforge prune --model mobilenet_v2 --flops-reduction 2.0 --target orin-nx-16gb --out pruned/
+  jetforge prune --model resnet50 --ratio 0.5 --importance l2 --round-to 16 --out r50/
+  jetforge prune --model r3d_18 --weights my_r3d.pt --input-shape 1,3,8,112,112 --ratio 0.3 --global --out out/
+  jetforge export --model resnet50 --prune-plan r50/model.prune.json --weights r50/pruned.pt --out r50.onnx
+  jetforge prune --model mobilenet_v2 --latency-reduction 1.5 --measure-latency --out fast/
+  jetforge prune --model resnet50 --flops-reduction 2.0 --latency-aware --input-shape 1,3,224,224 --out la/"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--model", required=True, metavar="NAME|PATH.pt",
+                            help="mobilenet_v2 (pretrained, from the asset cache), a torchvision architecture name "
+                                 "(random weights unless --weights), or, with --trust-pickle, a file saved with "
+                                 "torch.save(model)")
+        add_model_flags(parser)
+        goal = parser.add_mutually_exclusive_group(required=True)
+        goal.add_argument("--ratio", type=float, help="fraction of coupled channels to remove, in [0, 1)")
+        goal.add_argument("--flops-reduction", type=float, metavar="FACTOR", help="e.g. 2.0 = half the MACs")
+        goal.add_argument("--params-reduction", type=float, metavar="FACTOR", help="e.g. 2.0 = half the parameters")
+        goal.add_argument("--latency-reduction", type=float, metavar="FACTOR",
+                          help="measured on CPU ONNX Runtime, e.g. 1.5 = 1.5x faster")
+        parser.add_argument("--importance", default="l1", choices=["l1", "l2", "bn_scale", "random"],
+                            help="channel importance criterion (default l1; taylor needs data: use the Python API)")
+        parser.add_argument("--global", dest="global_ranking", action="store_true",
+                            help="rank channels across the whole model instead of a uniform ratio per layer")
+        parser.add_argument("--min-keep", type=float, default=0.1, help="per-layer floor with --global (default 0.1)")
+        parser.add_argument("--round-to", type=int, choices=[1, 4, 8, 16, 32],
+                            help="keep channel counts a multiple of this (default: the target's, else 8)")
+        add_target_flag(parser)
+        parser.add_argument("--protect", action="append", default=[], metavar="MODULE",
+                            help="keep this module's output channels (repeatable; prefixes match)")
+        parser.add_argument("--no-protect-stem", action="store_true", help="allow pruning the first convolution")
+        parser.add_argument("--input-shape", default="1,3,224,224", help="example input, batch first")
+        parser.add_argument("--latency-aware", action="store_true",
+                            help="time each channel group's cut in CPU ONNX Runtime at --input-shape and prune where "
+                                 "the most time is saved per importance lost (needs a reduction goal, not --ratio)")
+        parser.add_argument("--measure-latency", action="store_true",
+                            help="measure latency before/after in CPU ONNX Runtime for the report")
+        parser.add_argument("--strict", action="store_true",
+                            help="exit 1 when a --latency-reduction goal is not reached (the fastest model found is "
+                                 "saved either way; without --strict it is saved with a warning and exit 0)")
+        parser.add_argument("--no-onnx", action="store_true", help="do not export the pruned model to ONNX")
+        parser.add_argument("--no-plot", action="store_true", help="do not draw the report plot")
+        parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
+        add_json_flag(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        shape = parse_shape(args.input_shape)
+        target = args.target
+        if target == "auto":
+            from jetforge.targets import detect_target
+
+            found = detect_target()
+            target = found.name if found is not None else None
+        import torch
+
+        from jetforge.compress.export import export_onnx
+        from jetforge.compress.prune import prune
+
+        if args.prune_plan:
+            raise ConfigError("jetforge prune does not prune an already pruned model yet: its new plan would only "
+                              "replay on the pruned model, not on %s" % args.model,
+                              hint="prune the unpruned weights to the combined goal: --model %s --weights FILE"
+                                   % args.model)
+        if Path(args.model).suffix.lower() == ".pt2":
+            raise ConfigError("%s is a torch.export program, whose graph is fixed: it cannot be pruned" % args.model,
+                              hint="prune the model it was exported from: --model ARCH --weights STATE_DICT.pt")
+        model, meta = load_model_from_args(args)
+        out = Path(args.out)
+        from jetforge.fileio import check_not_input
+
+        for written in ("pruned.pt", "model.prune.json"):
+            check_not_input(out / written, model_input_paths(args))
+        out.mkdir(parents=True, exist_ok=True)
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+        result = prune(model, x, ratio=args.ratio, flops_reduction=args.flops_reduction,
+                       params_reduction=args.params_reduction, latency_reduction=args.latency_reduction,
+                       importance=args.importance, global_ranking=args.global_ranking, round_to=args.round_to,
+                       target=target, protect=args.protect, protect_stem=not args.no_protect_stem,
+                       min_keep=args.min_keep, measure_latency=args.measure_latency,
+                       latency_aware=args.latency_aware)
+        result.plan.meta["model"] = args.model
+        files = {"plan": str(result.plan.save(out / "model.prune.json"))}
+        state_path = out / "pruned.pt"
+        torch.save(result.model.state_dict(), str(state_path))
+        files["state_dict"] = str(state_path)
+        files.update({k: str(v) for k, v in result.report.save(out, plot=not args.no_plot).items()})
+        if not args.no_onnx:
+            onnx_path = out / "model.onnx"
+            try:
+                export_onnx(result.model, onnx_path, shape, task=meta.get("task", "other"),
+                            model_name=meta.get("name", "") + "-pruned", labels=meta.get("labels", ()),
+                            preprocess=meta.get("preprocess"), output_name="logits",
+                            provenance={"pruned": True, "plan": "model.prune.json", "source": args.model})
+            except CompressError as err:
+                raise CompressError("%s (the pruned weights, plan and report are saved in %s)" % (err.message, out),
+                                    hint="%s; or rerun with --no-onnx" % (err.hint or "see the message")) from err
+            files["onnx"] = str(onnx_path)
+        if args.json:
+            data = result.report.to_dict()
+            data["files"] = files
+            print_json(data)
+            return _goal_exit(result, args)
+        totals = result.report.to_dict()["totals"]
+        lines = ["pruned %s: MACs %.1fM -> %.1fM (%.2fx), parameters %.2fM -> %.2fM (%.2fx), round to %d"
+                 % (args.model, totals["macs_before"] / 1e6, totals["macs_after"] / 1e6, totals["flops_reduction"],
+                    totals["params_before"] / 1e6, totals["params_after"] / 1e6, totals["params_reduction"],
+                    result.plan.meta["round_to"])]
+        lat = result.report.to_dict()["latency"]
+        if lat["speedup"]:
+            lines.append("  latency  %.2f ms -> %.2f ms (%.2fx, %s)" % (lat["ms_before"], lat["ms_after"],
+                                                                     lat["speedup"], lat["backend"]))
+        for key in ("plan", "state_dict", "json", "table", "plot", "onnx"):
+            if key in files:
+                lines.append("  %-11s %s" % (key, files[key]))
+        goal = result.report.extra.get("goal")
+        if goal and not goal["met"]:
+            lines.append("  WARNING  latency goal %.2fx not reached: the search's best measured %.2fx; that model is "
+                         "saved above" % (goal["value"], goal["achieved"]))
+        for p in result.report.protected:
+            lines.append("  protected %s (%s): %s" % (p["where"], p["op"], p["reason"]))
+        print("\n".join(lines))
+        return _goal_exit(result, args)
+
+
+def _goal_exit(result: Any, args: argparse.Namespace) -> int:
+    """0, or (``--strict`` and a latency goal missed) a one-line error after everything was saved."""
+    goal = result.report.extra.get("goal")
+    if goal and not goal["met"] and args.strict:
+        raise CompressError("latency goal %.2fx not reached (--strict): best measured %.2fx; the fastest model found "
+                            "is saved in %s" % (goal["value"], goal["achieved"], args.out),
+                            hint="ask for less%s; the saved model is usable as it is"
+                                 % ("" if args.latency_aware else ", or add --latency-aware"))
+    return 0

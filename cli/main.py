@@ -1,0 +1,229 @@
+"""Entry point of the ``jetforge`` command.
+
+Subcommands are listed here by name, summary and module so that ``jetforge --help``
+costs no heavy import; a command's module (and whatever it needs: torch,
+onnxruntime, TensorRT) is imported only when that command runs.  Errors the user
+can fix (:class:`JetforgeError`) print as one line and exit 1; anything else is a
+bug, exits 2 and says to rerun with ``--debug`` for the traceback.
+
+Stopping: Ctrl-C (SIGINT) and SIGTERM (how ``systemctl stop``, ``docker stop`` and
+``kill`` end a process) end every command the same way: a :class:`Terminated`
+(a ``KeyboardInterrupt``) is raised in the main thread, so whatever a command does on
+Ctrl-C - close its outputs, write ``metrics.json`` with status "interrupted" - it also
+does on SIGTERM.  Both exit with :data:`EXIT_INTERRUPTED` (130).
+"""
+
+import argparse
+import contextlib
+import importlib
+import logging
+import os
+import signal
+import sys
+import traceback
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import jetforge
+from jetforge.errors import JetforgeError
+
+
+EXIT_ERROR = 1  # an error the user can fix (one line on stderr)
+EXIT_BUG = 2  # an internal error
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: outputs closed, what was finished kept (128 + SIGINT, the shell's code)
+
+# name -> (module, class, one-line summary); order is the order of `jetforge --help`.
+COMMANDS: Dict[str, Tuple[str, str, str]] = {
+    "demo": ("jetforge.cli.cmd_demo", "DemoCommand",
+             "run the bundled video-analytics demo on real data (the main job)"),
+    "app": ("jetforge.cli.cmd_app", "AppCommand",
+            "run a video app (people counting, classification, ...) on a file, camera or stream"),
+    "targets": ("jetforge.cli.cmd_targets", "TargetsCommand",
+                "list or show Jetson / GPU target profiles"),
+    "assets": ("jetforge.cli.cmd_assets", "AssetsCommand",
+               "fetch and verify pretrained weights and sample media"),
+    "export": ("jetforge.cli.cmd_export", "ExportCommand",
+               "export a torch model to ONNX with its sidecar (task, labels, preprocessing, tensors, hash)"),
+    "prune": ("jetforge.cli.cmd_prune", "PruneCommand",
+              "structured channel pruning: smaller tensors, replayable plan, report, ONNX export"),
+    "distill": ("jetforge.cli.cmd_distill", "DistillCommand",
+                "knowledge distillation (logit + feature) from a frozen teacher, from a YAML recipe"),
+    "qat": ("jetforge.cli.cmd_qat", "QatCommand",
+            "quantization-aware training -> Q/DQ ONNX + DLA calibration cache from the trained scales"),
+    "calibrate": ("jetforge.cli.cmd_calibrate", "CalibrateCommand",
+                  "INT8 calibration: TensorRT cache + Q/DQ ONNX + report from real images or video"),
+    "bench": ("jetforge.cli.cmd_bench", "BenchCommand",
+              "measure latency, throughput, H2D/compute/D2H split, memory and energy of a model"),
+    "doctor": ("jetforge.cli.cmd_doctor", "DoctorCommand",
+               "report what this machine has (target, CUDA, TensorRT, ORT, OpenCV, DLA)"),
+    "build": ("jetforge.cli.cmd_build", "BuildCommand",
+              "build a TensorRT engine (GPU or DLA) for a target, from a validated build plan"),
+    "dla-check": ("jetforge.cli.cmd_dla_check", "DlaCheckCommand",
+                  "predict DLA placement of an ONNX model (GPU fallbacks, subgraphs, FLOPs on DLA)"),
+    "estimate": ("jetforge.cli.cmd_estimate", "EstimateCommand",
+                 "estimate per-layer latency, throughput, GPU/DLA split and memory on a target"),
+    "bundle": ("jetforge.cli.cmd_bundle", "BundleCommand",
+               "pack a model, its caches, sidecars and build options for the board into one folder; verify one"),
+    "deploy": ("jetforge.cli.cmd_deploy", "DeployCommand",
+               "copy a bundle to a Jetson over SSH, run doctor/build/bench/an app there, fetch the results"),
+    "export-config": ("jetforge.cli.cmd_export_config", "ExportConfigCommand",
+                      "write a DeepStream (nvinfer + deepstream-app) or Triton configuration for a bundle"),
+    "board-check": ("jetforge.cli.cmd_board_check", "BoardCheckCommand",
+                    "acceptance run on a Jetson: build every engine, check outputs, placement, latency, power"),
+}
+
+EPILOG = """examples:
+  jetforge demo                      # people counting on a real clip: video, events, FPS and latency
+  jetforge demo --app classify       # MobileNetV2 exported to ONNX, run with ONNX Runtime over a clip
+  jetforge targets list              # every Jetson / GPU profile, with sources
+  jetforge doctor --json             # what this machine can run
+  jetforge prune --model mobilenet_v2 --flops-reduction 2 --latency-aware --out work/
+  jetforge calibrate work/model.onnx --data frames/ --trt 10.3
+  jetforge dla-check work/model.onnx --target orin-nx-16gb
+  jetforge bundle create work/model.onnx --target orin-nx-16gb --calib work/model.calib --out bundles/cam
+  jetforge deploy bundles/cam nvidia@orin --run bench
+
+exit status: 0 done; 1 an error you can fix (one line on stderr, with the fix); 2 an internal error
+(a bug: rerun with --debug); 130 stopped by Ctrl-C or SIGTERM (systemctl/docker stop), outputs closed
+and what was finished kept.
+
+Run `jetforge COMMAND --help` for a command's options."""
+
+
+def _load_command(name: str):
+    module_name, class_name, _ = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    return getattr(module, class_name)()
+
+
+def build_parser(command_name: Optional[str] = None) -> argparse.ArgumentParser:
+    """The top-level parser; only ``command_name``'s module is imported to add its options."""
+    parser = argparse.ArgumentParser(
+        prog="jetforge", description="Deploy vision and action-recognition models to NVIDIA Jetson GPUs and DLA cores.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version="jetforge %s" % jetforge.__version__)
+    _add_common(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, _, summary) in COMMANDS.items():
+        if name == command_name:
+            command = _load_command(name)
+            p = sub.add_parser(name, help=summary, description=command.description or summary,
+                               epilog=command.examples or None, formatter_class=argparse.RawDescriptionHelpFormatter)
+            _add_common(p, suppress=True)
+            command.add_arguments(p)
+            p.set_defaults(_command=command)
+        else:
+            sub.add_parser(name, help=summary, add_help=False)
+    return parser
+
+
+def _add_common(parser: argparse.ArgumentParser, suppress: bool = False) -> None:
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument("--debug", action="store_true", default=default if suppress else False,
+                        help="show tracebacks and debug logging")
+    parser.add_argument("-v", "--verbose", action="count", default=default if suppress else 0,
+                        help="more log output (-vv for debug)")
+    parser.add_argument("-q", "--quiet", action="store_true", default=default if suppress else False,
+                        help="only warnings and errors")
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    level = logging.INFO
+    if getattr(args, "quiet", False):
+        level = logging.WARNING
+    if getattr(args, "verbose", 0) >= 2 or getattr(args, "debug", False):
+        level = logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname).1s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _find_command(argv: Sequence[str]) -> Optional[str]:
+    for token in argv:
+        if not token.startswith("-"):
+            return token if token in COMMANDS else None
+    return None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: raised like Ctrl-C's KeyboardInterrupt so every command stops the same way."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    # Later SIGTERMs (systemd and docker send one, impatient users several) must not interrupt the
+    # cleanup the first one started; a Python handler (not SIG_IGN) so child processes get the default.
+    signal.signal(signal.SIGTERM, _while_stopping)
+    raise Terminated("SIGTERM")
+
+
+def _while_stopping(signum: int, frame: Any) -> None:
+    # os.write, not print: the main thread may be inside a print to stderr when this runs.
+    with contextlib.suppress(OSError):
+        os.write(2, b"jetforge: already stopping, closing outputs (SIGKILL would lose them)\n")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM raises :class:`Terminated` in the main thread; the previous handler is restored."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (an embedding program): signals are its business
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    with sigterm_as_interrupt():
+        return _main(argv)
+
+
+def _main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        parser = build_parser(_find_command(argv))
+        args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return 0
+        if args.command not in COMMANDS:  # pragma: no cover - argparse rejects it first
+            return 2
+        _configure_logging(args)
+        code = int(args._command.run(args) or 0)
+        sys.stdout.flush()  # a reader that left (`| head`) shows up here, inside the handler below
+        return code
+    except JetforgeError as err:
+        if debug:
+            traceback.print_exc(file=sys.stderr)
+        print("jetforge: error: %s" % err.one_line(), file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt as err:
+        print("jetforge: interrupted%s" % (" (SIGTERM)" if isinstance(err, Terminated) else ""), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `jetforge ... | head`: the reader left; not an error of ours
+        _silence_stdout()
+        return 141
+    except SystemExit:
+        raise
+    except Exception as err:  # a bug: say so, and how to see it
+        if debug:
+            traceback.print_exc(file=sys.stderr)
+            print("jetforge: internal error (a bug; please report it with the traceback above)", file=sys.stderr)
+        else:
+            print("jetforge: internal error: %s: %s (rerun with --debug for the traceback, and please report it)"
+                  % (type(err).__name__, err), file=sys.stderr)
+        return EXIT_BUG
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

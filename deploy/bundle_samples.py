@@ -1,0 +1,131 @@
+"""A few real samples inside a bundle, with jetforge's FP32 and simulated-INT8 outputs on them.
+
+``jetforge board-check`` compares the engines it builds on the board with what jetforge computed on
+the workstation, on the same inputs; ``export-config --normalize-in-model`` checks the normalised
+model on real pixels.  So ``bundle create --samples DIR_OR_VIDEO`` stores:
+
+* ``samples/samples.npz`` (numpy, read with ``allow_pickle=False``):
+  ``crops`` ``(N, H, W, C)`` uint8: the frames cut and resized to the network input (BGR, as OpenCV
+  decodes them; the sidecar's colour conversion and normalisation not yet applied);
+  ``inputs`` ``(N, ...)`` float32: the tensors the model is fed (sidecar preprocessing applied);
+  ``fp32__<output>`` and ``int8_simulated__<output>``: every output of the model on ``inputs``, FP32
+  in ONNX Runtime and INT8 in jetforge's simulation of TensorRT's arithmetic (from the Q/DQ model,
+  or from the calibration cache's scales);
+* ``samples/samples.json``: sample names, where they came from, and how each reference was computed.
+
+Both files are listed in the manifest with their SHA-256 like every other file of the bundle.
+"""
+
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from jetforge.errors import JetforgeError
+
+SAMPLES_NPZ = "samples/samples.npz"
+SAMPLES_JSON = "samples/samples.json"
+ROLE_NPZ = "samples"
+ROLE_JSON = "samples_meta"
+REFERENCES = ("fp32", "int8_simulated")
+MAX_SAMPLES = 64
+
+
+class SamplesError(JetforgeError):
+    """A bundle's samples are missing, malformed, or do not fit its model."""
+
+
+@dataclass
+class BundleSamples:
+    """The samples of a bundle and the reference outputs on them."""
+
+    names: List[str]
+    crops: np.ndarray
+    inputs: np.ndarray
+    references: Dict[str, Dict[str, np.ndarray]]          # "fp32" / "int8_simulated" -> output -> (N, ...)
+    how: Dict[str, str] = field(default_factory=dict)      # reference -> how it was computed
+    meta: Dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(len(self.inputs))
+
+
+def samples_payload(samples: BundleSamples) -> Tuple[bytes, bytes]:
+    """The bytes of ``samples.npz`` and ``samples.json`` for :func:`jetforge.deploy.bundle.create_bundle`."""
+    n = len(samples.inputs)
+    if not 1 <= n <= MAX_SAMPLES:
+        raise SamplesError("a bundle carries 1 to %d samples, got %d" % (MAX_SAMPLES, n),
+                           hint="use --samples-count to choose fewer")
+    arrays: Dict[str, np.ndarray] = {"crops": np.ascontiguousarray(samples.crops, dtype=np.uint8),
+                                     "inputs": np.ascontiguousarray(samples.inputs, dtype=np.float32)}
+    for ref, outputs in samples.references.items():
+        if ref not in REFERENCES:
+            raise SamplesError("unknown reference %r" % ref)
+        for name, value in outputs.items():
+            if len(value) != n:
+                raise SamplesError("reference %s/%s has %d rows for %d samples" % (ref, name, len(value), n))
+            arrays["%s__%s" % (ref, name)] = np.ascontiguousarray(value, dtype=np.float32)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    meta = dict(samples.meta, names=list(samples.names), how=dict(samples.how), count=n,
+                references={ref: sorted(out) for ref, out in samples.references.items()})
+    return buffer.getvalue(), (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def read_samples(bundle_dir: Any, sidecar: Any = None) -> Optional[BundleSamples]:
+    """The samples of a (verified) bundle folder, or None if it has none; checked against ``sidecar``."""
+    root = Path(bundle_dir)
+    npz, meta_path = root / SAMPLES_NPZ, root / SAMPLES_JSON
+    if not npz.is_file() and not meta_path.is_file():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        with np.load(str(npz), allow_pickle=False) as data:
+            arrays = {k: np.asarray(data[k]) for k in data.files}
+    except (OSError, ValueError, KeyError) as err:
+        raise SamplesError("the bundle's samples are unreadable: %s" % err,
+                           hint="re-create the bundle with `jetforge bundle create --samples`") from None
+    if not isinstance(meta, dict) or "crops" not in arrays or "inputs" not in arrays:
+        raise SamplesError("the bundle's samples lack crops or inputs", hint="re-create the bundle with --samples")
+    crops, inputs = arrays["crops"], arrays["inputs"]
+    n = len(inputs)
+    names = [str(x) for x in meta.get("names", [])]
+    if crops.dtype != np.uint8 or crops.ndim != 4 or len(crops) != n or len(names) != n or n < 1:
+        raise SamplesError("the bundle's samples are inconsistent (%d crops, %d inputs, %d names)"
+                           % (len(crops), n, len(names)), hint="re-create the bundle with --samples")
+    refs: Dict[str, Dict[str, np.ndarray]] = {}
+    for key, value in arrays.items():
+        if "__" in key:
+            ref, name = key.split("__", 1)
+            if ref not in REFERENCES or len(value) != n:
+                raise SamplesError("the bundle's samples hold an unexpected array %r" % key[:60])
+            refs.setdefault(ref, {})[name] = value
+    if sidecar is not None:
+        _check_fit(inputs, refs, sidecar)
+    return BundleSamples(names=names, crops=crops, inputs=inputs, references=refs,
+                         how={str(k): str(v) for k, v in dict(meta.get("how", {})).items()}, meta=meta)
+
+
+def _check_fit(inputs: np.ndarray, refs: Dict[str, Dict[str, np.ndarray]], sidecar: Any) -> None:
+    want = list(sidecar.inputs[0].shape[1:])
+    if list(inputs.shape[1:]) != [d if isinstance(d, int) else inputs.shape[1 + i] for i, d in enumerate(want)]:
+        raise SamplesError("the bundle's sample inputs have shape %s; the model takes %s"
+                           % (list(inputs.shape), sidecar.inputs[0].shape), hint="re-create the bundle with --samples")
+    outputs = [t.name for t in sidecar.outputs]
+    for ref, values in refs.items():
+        if sorted(values) != sorted(outputs):
+            raise SamplesError("the bundle's %s reference covers outputs %s; the model has %s"
+                               % (ref, sorted(values), sorted(outputs)), hint="re-create the bundle with --samples")
+
+
+def sample_crops(bundle_dir: Any) -> List[np.ndarray]:
+    """The network-size crops of a bundle's samples (empty when it has none)."""
+    samples = read_samples(bundle_dir)
+    return [] if samples is None else list(samples.crops)
+
+
+__all__ = ["BundleSamples", "REFERENCES", "ROLE_JSON", "ROLE_NPZ", "SAMPLES_JSON", "SAMPLES_NPZ", "SamplesError",
+           "read_samples", "sample_crops", "samples_payload"]

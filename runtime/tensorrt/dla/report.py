@@ -1,0 +1,69 @@
+"""Render a :class:`~jetforge.runtime.tensorrt.dla.analyze.DlaAnalysis` as a terminal table or JSON."""
+
+import json
+from typing import Any, Dict, List
+
+from jetforge.runtime.tensorrt.dla.analyze import FOLDED, DlaAnalysis
+
+
+def _table(headers: List[str], rows: List[List[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def format_table(analysis: DlaAnalysis, all_layers: bool = False, width: int = 70) -> str:
+    """Per-layer table (folded layers hidden unless ``all_layers``) followed by the summary."""
+    rows = []
+    for layer in analysis.layers:
+        if layer.device == FOLDED and not all_layers:
+            continue
+        mark = "?" if layer.uncertain else ""
+        rows.append([layer.index, _short(layer.name, 40), layer.onnx_op, layer.device + mark,
+                     "" if layer.subgraph is None else layer.subgraph,
+                     ",".join(layer.rule_ids), _short(layer.reason, width)])
+    parts = [_table(["#", "layer", "op", "device", "sub", "rule", "reason"], rows), "", format_summary(analysis)]
+    return "\n".join(parts)
+
+
+def format_summary(analysis: DlaAnalysis) -> str:
+    d = analysis.to_dict()["summary"]
+    lines = [
+        "model %s on DLA %d.0, TensorRT %s, %s%s" % (analysis.model, analysis.dla_version, analysis.tensorrt_version,
+                                                   analysis.precision,
+                                                   " (target %s)" % analysis.target if analysis.target else ""),
+        "layers: %d on DLA, %d GPU fallback, %d folded at build time"
+        % (d["dla_layers"], d["gpu_layers"], d["folded"]),
+        "DLA subgraphs: %d (limit %d loadables per core%s)"
+        % (d["dla_subgraphs"], d["loadables_per_core"], ": EXCEEDED" if d["exceeds_loadables"] else ""),
+        "FLOPs on DLA: %.1f%% of %.3f GFLOPs" % (100.0 * analysis.dla_flops_share, analysis.flops_total / 1e9),
+    ]
+    if analysis.gpu_layers:
+        lines.append("GPU fallback: " + ", ".join("%s (%s)" % (l.name, l.onnx_op) for l in analysis.gpu_layers[:20])
+                     + (" ..." if len(analysis.gpu_layers) > 20 else ""))
+    if d["uncertain_layers"]:
+        lines.append("? = the verdict rests on a rule the reference marks uncertain (%d layers); verify on a board "
+                     "with config.can_run_on_DLA / the engine inspector" % d["uncertain_layers"])
+    for text in analysis.patterns:
+        lines.append("pattern: " + text)
+    for name, finding in analysis.warnings[:10]:
+        lines.append("warning: %s: %s (%s)" % (name, finding.message, finding.suggestion))
+    for text in analysis.suggestions:
+        lines.append("suggestion: " + text)
+    for text in analysis.notes:
+        lines.append("note: " + text)
+    return "\n".join(lines)
+
+
+def to_json(analysis: DlaAnalysis) -> Dict[str, Any]:
+    return analysis.to_dict()
+
+
+def dumps(analysis: DlaAnalysis) -> str:
+    return json.dumps(analysis.to_dict(), indent=2, default=str)
