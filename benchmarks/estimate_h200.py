@@ -58,9 +58,9 @@ def add_repo_to_path() -> None:
     sys.path.insert(0, str(ROOT))
     import jetforge  # the root package folder jetforge/
 
-    for folder in ("targets", "runtime", "calibrate", "compress", "apps"):
+    for folder in ("targets", "runtime", "calibrate", "compress", "apps", "deploy", "cli"):
         name = "jetforge." + folder
-        if name in sys.modules:
+        if name in sys.modules or not (ROOT / folder / "__init__.py").is_file():
             continue
         spec = importlib.util.spec_from_file_location(name, str(ROOT / folder / "__init__.py"),
                                                       submodule_search_locations=[str(ROOT / folder)])
