@@ -19,7 +19,8 @@ pytest.importorskip("onnxruntime")
 from jetforge.compress.export import export_onnx  # noqa: E402
 from jetforge.compress.prune import DependencyGraph, count_ops, prune  # noqa: E402
 from jetforge.runtime.session import open_session  # noqa: E402
-from tests.compress.test_prune_flops import reference_macs, small_mvit, small_vit  # noqa: E402
+from tests.compress.test_prune_flops import reference_macs, small_mvit, small_swin  # noqa: E402
+from tests.compress.test_prune_flops import small_swin3d, small_vit  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -104,13 +105,14 @@ def test_prune_architecture(name, tmp_path):
 
 # Attention blocks: the MLPs, patch merging and heads are pruned, the attention (windowed, pooled) is kept
 # whole and reported by name.  swin3d_t used to end in a TypeError (fx's read-only argument lists handed to
-# a torchvision helper that edits its argument).  ViT and MViT are the real architecture classes in small
-# configurations.  Each is pruned to a MACs goal within its reach (the attention is not pruned), and the cut
-# is checked against torch.utils.flop_counter: attention MACs used to be missed, so the cut was overstated.
+# a torchvision helper that edits its argument).  These are torchvision's architecture classes in small
+# configurations (the full-size ones are counted in test_prune_flops.py and pruned by
+# benchmarks/prune_cli_sweep.py).  Each is pruned to a MACs goal within its reach (the attention is not
+# pruned), and the cut is checked against torch.utils.flop_counter: attention MACs used to be missed, so the
+# cut was overstated.
 TRANSFORMERS = {
-    "swin_t": (lambda: torchvision.models.swin_t(num_classes=10), IMAGE, 1.3, {"shifted_window_attention"}),
-    "swin3d_t": (lambda: torchvision.models.video.swin3d_t(num_classes=10), (1, 3, 4, 32, 32), 1.6,
-                 {"shifted_window_attention_3d"}),
+    "swin": (small_swin, (1, 3, 32, 32), 1.5, {"shifted_window_attention"}),
+    "swin3d": (small_swin3d, (1, 3, 4, 32, 32), 1.5, {"shifted_window_attention_3d"}),
     "vit": (small_vit, (1, 3, 32, 32), 1.3, {"LayerNorm"}),
     "mvit": (small_mvit, (1, 3, 4, 32, 32), 1.2, {"LayerNorm", "unbind", "_unsqueeze"}),
 }

@@ -148,6 +148,22 @@ def small_mvit():
                 residual_with_cls_embed=False, rel_pos_embed=True, proj_after_attn=True, num_classes=10)
 
 
+def small_swin():
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    return SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2, 2], num_heads=[2, 4], window_size=[4, 4],
+                           num_classes=10)
+
+
+def small_swin3d():
+    """A window as long as the clip's 2 patch steps: torchvision then shrinks the window in place (what the
+    pruner's trace used to break on: fx hands read-only argument lists)."""
+    from torchvision.models.video.swin_transformer import SwinTransformer3d
+
+    return SwinTransformer3d(patch_size=[2, 4, 4], embed_dim=32, depths=[2, 2], num_heads=[2, 4],
+                             window_size=[2, 4, 4], num_classes=10)
+
+
 MODELS = {
     "resnet18": (lambda: torchvision.models.resnet18(num_classes=10), (1, 3, 64, 64)),
     "mobilenet_v3_small": (lambda: torchvision.models.mobilenet_v3_small(num_classes=10), (2, 3, 64, 64)),
@@ -156,10 +172,11 @@ MODELS = {
     "mvit": (small_mvit, (1, 3, 4, 32, 32)),
     "r2plus1d_18": (lambda: torchvision.models.video.r2plus1d_18(num_classes=10), (1, 3, 4, 32, 32)),
     "swin3d_t": (lambda: torchvision.models.video.swin3d_t(num_classes=10), (1, 3, 4, 32, 32)),
+    "small_swin3d": (small_swin3d, (1, 3, 4, 32, 32)),
 }
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", sorted(set(MODELS) - {"small_swin3d"}))
 def test_count_matches_flop_counter_on_real_architectures(name):
     build, shape = MODELS[name]
     torch.manual_seed(0)
@@ -170,7 +187,7 @@ def test_count_matches_flop_counter_on_real_architectures(name):
     assert sum(count.per_op.values()) == count.macs
 
 
-@pytest.mark.parametrize("name", ["mobilenet_v3_small", "vit", "mvit", "swin3d_t"])
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "vit", "mvit", "small_swin3d"])
 def test_the_search_estimate_is_the_count_after_pruning(name):
     """The goal search scales traced layers' MACs and keeps the rest (attention): exact, attention included."""
     build, shape = MODELS[name]
