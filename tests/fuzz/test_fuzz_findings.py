@@ -191,6 +191,13 @@ def test_unicode_digits_are_not_camera_indexes(uri, kind):
     assert public("video_source")(uri).kind == kind
 
 
+def test_video_source_path_longer_than_the_file_system_allows_is_one_clear_error():
+    # Path.is_dir() raised OSError ENAMETOOLONG out of the URI parser (found by the long run)
+    with pytest.raises(JetforgeError) as err:
+        public("video_source")("9" * 5000 + "clip.mp4")
+    assert "cannot be a file or folder" in err.value.one_line()
+
+
 def test_csi_sensor_in_unicode_digits_is_refused():
     with pytest.raises(ConfigError):
         public("video_source")("csi://\u0663")
