@@ -202,6 +202,12 @@ def test_held_out_check_counts_near_duplicates(image_dir, bikes_video, preproces
     block = check_held_out(same_clip, calibration.hashes)
     assert block["compared"] == 50 and block["against"] == 40 and block["with_near_duplicate"] >= 10
     assert same_clip.warnings and "not held-out" in same_clip.warnings[-1]
+    pair = block["examples"][0]
+    assert "e.g. %s ~ %s" % (pair["evaluation"], pair["calibration"]) in same_clip.warnings[-1]
+    # the same block read under other names (as mixed precision's report/selection splits are)
+    from jetforge.calibrate.phash import describe
+
+    assert "e.g. %s ~ %s" % (pair["evaluation"], pair["calibration"]) in describe(block, "report", "selection")
     # another clip: nothing in common
     from jetforge.assets import asset_path
     from jetforge.errors import AssetError
