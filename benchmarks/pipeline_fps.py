@@ -109,7 +109,7 @@ def main(argv: Any = None) -> int:
 
     from jetforge.assets import asset_path
     from jetforge.table import format_table
-    from jetforge.cli.cmd_demo import ensure_default_model
+    from jetforge.cli.model_refs import ensure_default_model
     from jetforge.apps.pipeline import FusedPreprocess, machine_info
     from jetforge.apps.video import open_source
     from jetforge.runtime.session import default_threads, open_session

@@ -26,14 +26,17 @@ recomputes the candidates within 1e-9 of the minimum exactly as the per-candidat
 threshold (including which of tied candidates wins) is the loop's.
 """
 
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from jetforge.calibrate.histogram import StreamingHistogram
-from jetforge.errors import UnknownNameError
+from jetforge.registry import Registry
 
-ALGORITHMS = ("entropy", "percentile", "mse", "max", "auto")
+# name -> function(hist, percentile=, num_bits=, stride=, start_bin=) -> amax, called for a histogram that saw
+# data other than zeros.  Adding an algorithm: a function here (or in a module imported below) and
+# `@ALGORITHMS.register("name", summary=...)` above it; `jetforge calibrate --algorithm` lists it.
+ALGORITHMS: Registry[Callable[..., float]] = Registry("calibration algorithm")
 DEFAULT_ALGORITHM = "percentile"  # 99.99: the best agreement of the four on MobileNetV2, as cheap as max
 AUTO_CANDIDATES = (("entropy", None), ("percentile", 99.9), ("percentile", 99.99), ("percentile", 99.999),
                    ("mse", None), ("max", None))
@@ -253,22 +256,37 @@ def amax_auto(hist: StreamingHistogram, num_bits: int = 8, stride: int = 1, star
 def compute_amax(hist: StreamingHistogram, method: str = "entropy", percentile: float = 99.99,
                  num_bits: int = 8, stride: int = 1, start_bin: int = 128) -> Optional[float]:
     """amax of one collected histogram; None when it saw no data, 0.0 when every value was 0."""
-    if method not in ALGORITHMS:
-        raise UnknownNameError("calibration algorithm", method, ALGORITHMS)
+    algorithm = ALGORITHMS.get(method)  # an unknown name: one error with did-you-mean
     if hist.empty:
         return None
     if hist.all_zero:
         return 0.0
-    if method == "max":
-        return float(hist.amax)
-    if method == "auto":
-        return amax_auto(hist, num_bits=num_bits, stride=stride, start_bin=start_bin)[1]
-    counts, edges = hist.counts, hist.edges()
-    if method == "entropy":
-        return amax_entropy(counts, edges, num_bits=num_bits, stride=stride, start_bin=start_bin)
-    if method == "percentile":
-        return amax_percentile(counts, edges, percentile)
-    return amax_mse(counts, edges, num_bits=num_bits, start_bin=start_bin)
+    return algorithm(hist, percentile=percentile, num_bits=num_bits, stride=stride, start_bin=start_bin)
+
+
+@ALGORITHMS.register("entropy", summary="TensorRT's EntropyCalibration2: the threshold with the least KL divergence")
+def _entropy(hist: StreamingHistogram, num_bits: int, stride: int, start_bin: int, **_: object) -> float:
+    return amax_entropy(hist.counts, hist.edges(), num_bits=num_bits, stride=stride, start_bin=start_bin)
+
+
+@ALGORITHMS.register("percentile", summary="the --percentile of |x| (default 99.99)")
+def _percentile(hist: StreamingHistogram, percentile: float, **_: object) -> float:
+    return amax_percentile(hist.counts, hist.edges(), percentile)
+
+
+@ALGORITHMS.register("mse", summary="the threshold with the least quantization MSE on the histogram")
+def _mse(hist: StreamingHistogram, num_bits: int, start_bin: int, **_: object) -> float:
+    return amax_mse(hist.counts, hist.edges(), num_bits=num_bits, start_bin=start_bin)
+
+
+@ALGORITHMS.register("max", summary="the largest |x| seen")
+def _max(hist: StreamingHistogram, **_: object) -> float:
+    return float(hist.amax)
+
+
+@ALGORITHMS.register("auto", summary="per tensor, the best of entropy, percentiles, mse and max by histogram MSE")
+def _auto(hist: StreamingHistogram, num_bits: int, stride: int, start_bin: int, **_: object) -> float:
+    return amax_auto(hist, num_bits=num_bits, stride=stride, start_bin=start_bin)[1]
 
 
 def compute_all(hists: Dict[str, StreamingHistogram], method: str = "entropy", **kwargs) -> Dict[str, float]:

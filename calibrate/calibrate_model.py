@@ -120,8 +120,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     ``plots``: True (an overview and the most clipped tensors), ``"all"`` (every tensor) or False.
     """
     t0 = time.perf_counter()
-    if algorithm not in algorithms.ALGORITHMS:
-        raise UnknownNameError("calibration algorithm", algorithm, algorithms.ALGORITHMS)
+    algorithms.ALGORITHMS.get(algorithm)  # an unknown name fails here, before any sample is read
     if video_sampling not in SAMPLINGS:
         raise UnknownNameError("video sampling", video_sampling, SAMPLINGS)
     if cache_algorithm not in ALGORITHM_TOKENS:

@@ -1,7 +1,8 @@
 """Base class and shared option groups for CLI subcommands.
 
-A subcommand is a class with a ``name``, a one-line ``summary``, a ``description``
-with examples, ``add_arguments`` and ``run``.  Shared options (``--json``,
+A subcommand is a class with a ``name``, a ``description`` with examples,
+``add_arguments`` and ``run``, registered with its one-line summary in
+:data:`jetforge.cli.main.COMMANDS`.  Shared options (``--json``,
 ``--config``/``--set``, ``--target``) are functions applied to the parser so that
 every subcommand spells them the same way.
 """
@@ -9,14 +10,15 @@ every subcommand spells them the same way.
 import argparse
 import json
 import sys
-from typing import Any, Optional, TextIO
+from typing import Any, Optional, TextIO, Tuple
+
+from jetforge.errors import ConfigError
 
 
 class Command:
     """One ``jetforge <name>`` subcommand."""
 
     name = ""
-    summary = ""
     description = ""
     examples = ""
 
@@ -47,3 +49,14 @@ def add_target_flag(parser: argparse.ArgumentParser, required: bool = False) -> 
 def print_json(data: Any, stream: Optional[TextIO] = None) -> None:
     json.dump(data, stream or sys.stdout, indent=2, sort_keys=False, default=str)
     (stream or sys.stdout).write("\n")
+
+
+def parse_input_shape(text: str) -> Tuple[int, ...]:
+    """``--input-shape 1x3x224x224`` (or ``1,3,224,224``), batch axis included, every dim positive."""
+    try:
+        shape = tuple(int(p) for p in text.replace("x", ",").split(","))
+    except ValueError:
+        raise ConfigError("--input-shape must be integers like 1,3,224,224, got %r" % text) from None
+    if len(shape) < 2 or any(d < 1 for d in shape):
+        raise ConfigError("--input-shape must include the batch axis and be positive, got %r" % text)
+    return shape

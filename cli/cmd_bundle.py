@@ -2,16 +2,21 @@
 
 import argparse
 import dataclasses
+import shutil
+import tarfile
+import tempfile
 from pathlib import Path
 
 from jetforge.cli.base import Command, add_json_flag, print_json
-from jetforge.table import format_table
+from jetforge.cli.bundle_references import reference_samples
 from jetforge.cli.cmd_build import build_flag_options
+from jetforge.deploy.bundle import BundleError, create_bundle, safe_extract, single_top, verify_bundle
+from jetforge.runtime.tensorrt.plan import load_build_options
+from jetforge.table import format_table
 
 
 class BundleCommand(Command):
     name = "bundle"
-    summary = "pack a model, its caches, sidecars and build options for the board into one folder; verify one"
     description = ("`bundle create` writes one folder (and with --tar one tar file) holding what a Jetson needs to\n"
                    "build and run the model: the ONNX model and its sidecar, the Q/DQ variant, one calibration\n"
                    "cache per TensorRT version of the chosen targets, the per-layer precision list, the app\n"
@@ -74,9 +79,6 @@ class BundleCommand(Command):
         return self._create(args)
 
     def _create(self, args: argparse.Namespace) -> int:
-        from jetforge.deploy.bundle import BundleError, create_bundle
-        from jetforge.runtime.tensorrt.plan import load_build_options
-
         model = Path(args.model)
         stem = model.with_suffix("") if model.suffix.lower() == ".onnx" else model
         qdq = None
@@ -103,8 +105,6 @@ class BundleCommand(Command):
             tar = Path(args.tar)
         samples = None
         if args.samples:
-            from jetforge.cli.bundle_references import reference_samples
-
             samples = reference_samples(model, args.samples, args.samples_count, qdq=qdq, calib=args.calib)
         result = create_bundle(model, args.out, args.target, calib=args.calib, qdq=qdq, precisions=precisions,
                                app_config=args.app_config, options=options, tensorrt_versions=args.tensorrt,
@@ -129,20 +129,11 @@ class BundleCommand(Command):
         return 0
 
     def _verify(self, args: argparse.Namespace) -> int:
-        import shutil
-        import tempfile
-
-        from jetforge.deploy.bundle import BundleError, verify_bundle
-
         path = Path(args.bundle)
         tmp = None
         folder = path
         try:
             if path.is_file():
-                import tarfile
-
-                from jetforge.deploy.bundle import single_top, safe_extract
-
                 tmp = Path(tempfile.mkdtemp(prefix="jetforge-verify-"))
                 try:
                     with tarfile.open(str(path), "r:*") as tar:
@@ -167,49 +158,3 @@ class BundleCommand(Command):
                 print(report.summary())
         report.raise_if_bad()
         return 0
-
-
-def run_bundle_build(args: argparse.Namespace) -> int:
-    """``jetforge build BUNDLE``: the bundle half of ``jetforge build`` (see :mod:`jetforge.deploy.onboard`).
-
-    Exit 0 with an engine (built, or loaded from the engine cache); exit
-    :data:`~jetforge.deploy.onboard.EXIT_NO_TENSORRT` (3) where TensorRT is not installed, after saying
-    so and naming the ONNX Runtime fallback; exit 1 with one line for any other problem.
-    """
-    import sys
-
-    from jetforge.deploy.onboard import EXIT_NO_TENSORRT, NO_TENSORRT, build_bundle
-    from jetforge.errors import ConfigError
-    from jetforge.runtime.tensorrt.plan import JETPACK_HINT
-
-    for flag, value in (("--calib", args.calib), ("--timing-cache", args.timing_cache), ("--config", args.config),
-                        ("--set", args.overrides), ("--print-config", args.print_config)):
-        if value:
-            raise ConfigError("%s does not apply to a bundle: its build options and caches travel in its manifest"
-                              % flag, hint="re-create the bundle with `jetforge bundle create` (--calib, "
-                                           "--build-config), or override with --precision/--dla-core/--shape")
-    overrides = build_flag_options(args)
-    result = build_bundle(args.model, target=args.target or "auto", tensorrt=args.tensorrt, overrides=overrides,
-                          plan_only=args.plan_only, output=args.output)
-    board = result["board"]
-    if args.json:
-        print_json(result)
-    else:
-        print("bundle     %s (hash %s)" % (result["bundle"], result["bundle_hash"][:12]))
-        print("board      %s (%s); TensorRT %s" % (board["target"] or "not detected", board["how"],
-                                                   board["tensorrt_installed"] or "not installed"))
-        plan = result.get("plan") or {}
-        for key in ("tensorrt_version", "precision", "device", "dla_core", "int8_source", "flags"):
-            if key in plan:
-                print("%-10s %s" % (key, plan[key]))
-        for note in result.get("notes", []):
-            print("note: %s" % note)
-        if result.get("engine"):
-            print("engine     %s (%s)" % (result["engine"], "loaded from the engine cache, no rebuild"
-                                          if result.get("cache") == "hit" else "built and cached"))
-    if result.get("fallback") and not args.plan_only:
-        print("jetforge: %s: no engine built for bundle %s. `jetforge bench %s` runs it on ONNX Runtime instead "
-              "(ONNX Runtime speed, not TensorRT) (fix: %s)"
-              % (NO_TENSORRT, result["bundle_name"], result["fallback"]["model"], JETPACK_HINT), file=sys.stderr)
-        return EXIT_NO_TENSORRT
-    return 0

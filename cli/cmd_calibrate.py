@@ -12,11 +12,9 @@ log = logging.getLogger(__name__)
 
 class CalibrateCommand(Command):
     name = "calibrate"
-    summary = "INT8 calibration: TensorRT cache + Q/DQ ONNX + report from real images or video"
     description = (
         "Run MODEL (ONNX with its .onnx.json sidecar, whose preprocessing is used) over calibration samples in "
-        "ONNX Runtime, choose per-tensor ranges (percentile 99.99 by default; entropy = TensorRT's "
-        "EntropyCalibration2, mse, max, auto) "
+        "ONNX Runtime, choose per-tensor ranges (percentile 99.99 by default; see --algorithm) "
         "and write MODEL.calib (a TensorRT calibration cache for --trt, used by DLA and TensorRT <= 10), "
         "MODEL.qdq.onnx (explicit Q/DQ for TensorRT >= 10 GPU and 11) and MODEL.calib.json (report, with "
         "histogram plots in MODEL.calib.plots/).  With --check-cache, validate an existing cache instead.")
@@ -38,11 +36,11 @@ class CalibrateCommand(Command):
         parser.add_argument("--trt", default=None, metavar="VERSION",
                             help="TensorRT version the cache is for: 10.3 (JetPack 6.1/6.2, default), 8.6.2 "
                                  "(JetPack 6.0), 8.5.2 (JetPack 5.1)")
-        parser.add_argument("--algorithm", default="percentile", choices=["percentile", "entropy", "mse", "max", "auto"],
-                            help="range selection (default: percentile, the --percentile of |x|; entropy = "
-                                 "TensorRT's EntropyCalibration2 KL search; mse = the range with the least "
-                                 "quantization MSE; max; auto = per tensor, whichever of entropy/percentile "
-                                 "99.9-99.999/mse/max has the least MSE)")
+        from jetforge.calibrate.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
+
+        parser.add_argument("--algorithm", default=DEFAULT_ALGORITHM, choices=ALGORITHMS.names(),
+                            help="range selection (default: %s): %s" % (DEFAULT_ALGORITHM, "; ".join(
+                                "%s = %s" % item for item in ALGORITHMS.summaries())))
         parser.add_argument("--percentile", type=float, default=99.99,
                             help="for --algorithm percentile (default 99.99)")
         parser.add_argument("--samples", type=int, default=500, help="number of samples to use (default 500)")

@@ -8,7 +8,6 @@ from jetforge.cli.base import Command, add_json_flag, print_json
 
 class DeployCommand(Command):
     name = "deploy"
-    summary = "copy a bundle to a Jetson over SSH, run doctor/build/bench/an app there, fetch the results"
     description = ("Over SSH (keys only, BatchMode; optional --jump host and --port), with the system's ssh and rsync:\n"
                    "verify the bundle here, check the board's jetforge and JetPack/TensorRT versions (install\n"
                    "instructions where jetforge is missing; a TensorRT the bundle was not prepared for is refused),\n"

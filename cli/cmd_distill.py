@@ -39,7 +39,6 @@ def print_config(cfg: Any) -> None:
 
 class DistillCommand(Command):
     name = "distill"
-    summary = "knowledge distillation: logit (KL, temperature) + feature (adapters) losses from a frozen teacher"
     description = (
         "Train a student (e.g. a pruned model) from a frozen teacher with logit distillation (KL at temperature T, "
         "mixed with the task loss) and optional feature distillation (student/teacher layer pairs, learned 1x1 "

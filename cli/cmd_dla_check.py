@@ -13,7 +13,6 @@ class DlaCheckError(JetforgeError):
 
 class DlaCheckCommand(Command):
     name = "dla-check"
-    summary = "predict DLA placement of an ONNX model (GPU fallbacks, subgraphs, FLOPs on DLA)"
     description = ("Before any board is involved: for each layer, whether the target's DLA can run it under its\n"
                    "DLA generation and TensorRT version, and if not, which documented restriction it breaks.\n"
                    "Prints the predicted GPU-fallback layers, the number of DLA subgraphs against the per-core\n"
@@ -42,7 +41,8 @@ class DlaCheckCommand(Command):
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from jetforge.runtime.tensorrt.plan import parse_shape, read_calibration_cache
+        from jetforge.runtime.tensorrt.calib_cache import parse_calibration_cache
+        from jetforge.runtime.tensorrt.plan import parse_shape
         from jetforge.runtime.tensorrt.dla.analyze import analyze_onnx
         from jetforge.runtime.tensorrt.dla.report import format_table
         from jetforge.targets import get_target
@@ -58,8 +58,8 @@ class DlaCheckCommand(Command):
         if args.calib:
             from jetforge.fileio import require_file
 
-            scales = read_calibration_cache(require_file(args.calib, "calibration cache").read_bytes(),
-                                            args.calib).scales
+            scales = parse_calibration_cache(require_file(args.calib, "calibration cache").read_bytes(),
+                                             args.calib).scales
         analysis = analyze_onnx(args.model, target, tensorrt_version=args.tensorrt, precision=args.precision,
                                 loadables_per_core=args.loadables_per_core, input_shapes=shapes or None,
                                 cache_scales=scales)

@@ -35,7 +35,6 @@ def render(probes: List[Probe], stream: Optional[TextIO] = None) -> str:
 
 class DoctorCommand(Command):
     name = "doctor"
-    summary = "report what this machine has (target, CUDA, TensorRT, ORT, OpenCV, DLA)"
     description = ("Probe this machine: the detected target profile, Python, the Jetson L4T/JetPack release,\n"
                    "CUDA, cuda-python and PyCUDA, TensorRT and its DLA cores, TensorRT-RTX (not JetPack\n"
                    "TensorRT), ONNX Runtime and its providers, OpenCV with or without GStreamer, NVML and\n"

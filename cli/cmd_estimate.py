@@ -7,7 +7,6 @@ from jetforge.cli.base import Command, add_json_flag, add_target_flag, print_jso
 
 class EstimateCommand(Command):
     name = "estimate"
-    summary = "estimate per-layer latency, throughput, GPU/DLA split and memory of an ONNX model on a target"
     description = ("Before buying or flashing a board: a per-layer roofline of the model on the target's GPU (and,\n"
                    "with --dla-core, its DLA as `jetforge dla-check` predicts the placement, with a reformat cost for\n"
                    "every GPU<->DLA transition), from the rates in the target profile (each with its source) and\n"

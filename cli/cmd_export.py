@@ -1,14 +1,26 @@
-"""``jetforge export``: a torch model to ONNX plus the sidecar every later stage reads."""
+"""``jetforge export``: a torch model to ONNX plus the sidecar every later stage reads.
+
+A detector registered with task "detect" (:data:`jetforge.compress.models.PRETRAINED`, e.g.
+``ssdlite_mobilenet_v2_person``) is exported without decoding and NMS: the ONNX ends at the per-anchor box
+encodings and class logits, and the sidecar's ``extra.ssd`` block carries the anchors, the box coder and the
+NMS settings that :func:`jetforge.runtime.detection.postprocess` applies on the host.  ``--efficient-nms``
+also writes ``NAME.nms.onnx``, the body followed by TensorRT's EfficientNMS_TRT plugin (TensorRT only).
+"""
 
 import argparse
 import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from jetforge.cli.app_models import add_model_flags, load_model_from_args, model_input_paths
-from jetforge.cli.base import Command, add_json_flag, print_json
-from jetforge.cli.cmd_prune import parse_shape
+from jetforge.apps.labels import load_labels
+from jetforge.assets import asset_path
+from jetforge.cli.base import Command, add_json_flag, parse_input_shape, print_json
+from jetforge.cli.model_refs import add_model_flags, load_model_from_args, model_input_paths
+from jetforge.config import load_config
 from jetforge.errors import ConfigError
+from jetforge.fileio import check_not_input, require_file
+from jetforge.runtime import preprocess as pre
+from jetforge.runtime.tensorrt.onnx_check import check_onnx_builds
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +29,6 @@ PRESETS = ("imagenet_torchvision", "imagenet_tflite")
 
 class ExportCommand(Command):
     name = "export"
-    summary = "export a torch model to ONNX with its sidecar (task, labels, preprocessing, tensors, hash)"
     description = (
         "Export a pretrained model or a torchvision architecture, with your weights (--weights, a state dict read\n"
         "weights-only; --prune-plan for a model pruned by jetforge prune), to ONNX (opset 17,\n"
@@ -61,21 +72,17 @@ class ExportCommand(Command):
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from jetforge.compress.export import export_onnx
-        from jetforge.fileio import check_not_input
+        from jetforge.compress.export import compare_with_torch, export_onnx
+        from jetforge.compress.models import PRETRAINED
 
         out = Path(args.out)
         if out.suffix != ".onnx":
             raise ConfigError("--out must name an .onnx file, got %s" % out, hint="e.g. --out work/model.onnx")
         check_not_input(out, model_input_paths(args))
-        from jetforge.compress.models import PRETRAINED
-
         if args.model in PRETRAINED and PRETRAINED[args.model].task == "detect":  # body only; NMS in the sidecar
-            from jetforge.cli.export_detector import run_detector_export
-
             return run_detector_export(args, out)
         model, meta = load_model_from_args(args)
-        shape = parse_shape(args.input_shape) if args.input_shape else tuple(meta.get("input_shape") or (1, 3, 224, 224))
+        shape = parse_input_shape(args.input_shape) if args.input_shape else tuple(meta.get("input_shape") or (1, 3, 224, 224))
         preprocess = _preprocess(args.preprocess, meta)
         labels = _labels(args.labels, meta)
         task = args.task or meta.get("task") or "other"
@@ -90,10 +97,8 @@ class ExportCommand(Command):
                                   "inputs": [t.to_dict() for t in sidecar.inputs],
                                   "outputs": [t.to_dict() for t in sidecar.outputs],
                                   "labels": len(sidecar.labels), "sha256": sidecar.content_sha256}
-        result["onnxruntime_vs_torch"] = _compare_with_torch(model, out, shape)
+        result["onnxruntime_vs_torch"] = compare_with_torch(model, out, shape)
         if args.check_trt:
-            from jetforge.runtime.tensorrt.onnx_check import check_onnx_builds
-
             check = check_onnx_builds(out)
             result["tensorrt_check"] = {"library": check.library, "version": check.version, "layers": check.num_layers}
         if args.json:
@@ -122,8 +127,6 @@ def print_checks(result: Dict[str, Any]) -> None:
 
 
 def _preprocess(spec: Optional[str], meta: Dict[str, Any]) -> Any:
-    from jetforge.runtime import preprocess as pre
-
     if spec is None:
         if meta.get("preprocess") is not None:
             return meta["preprocess"]
@@ -132,8 +135,6 @@ def _preprocess(spec: Optional[str], meta: Dict[str, Any]) -> Any:
         return pre.IMAGENET_TORCHVISION
     if spec in PRESETS:
         return pre.IMAGENET_TORCHVISION if spec == "imagenet_torchvision" else pre.IMAGENET_TFLITE
-    from jetforge.config import load_config
-
     return load_config(pre.Preprocess, spec)
 
 
@@ -141,11 +142,7 @@ def _labels(spec: Optional[str], meta: Dict[str, Any]) -> List[str]:
     if spec is None:
         return list(meta.get("labels") or [])
     if spec == "imagenet":
-        from jetforge.apps.labels import load_labels
-
         return list(load_labels("imagenet"))
-    from jetforge.fileio import require_file
-
     lines = require_file(spec, "labels file").read_text(encoding="utf-8").splitlines()
     labels = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
     if not labels:
@@ -153,33 +150,58 @@ def _labels(spec: Optional[str], meta: Dict[str, Any]) -> List[str]:
     return labels
 
 
-def _compare_with_torch(model: Any, onnx_path: Path, shape: Any) -> Optional[Dict[str, float]]:
-    """ONNX Runtime's output vs PyTorch's on one seeded random input; a mismatch is an error, not a warning."""
-    from jetforge.errors import ModelError
-    from jetforge.optional import is_available
+NOT_FOR_DETECTORS = ("weights", "prune_plan", "input_shape", "preprocess", "labels")
 
-    if not is_available("onnxruntime"):
-        log.info("onnxruntime is not installed: the exported model was not compared with PyTorch")
-        return None
-    import numpy as np
-    import torch
 
-    from jetforge.runtime.session import open_session
+def run_detector_export(args: argparse.Namespace, out: Path) -> int:
+    """The detector branch of ``jetforge export`` (task "detect" models): the body as ONNX, NMS in the sidecar."""
+    given = ["--" + name.replace("_", "-") for name in NOT_FOR_DETECTORS if getattr(args, name, None)]
+    if args.task not in (None, "detect"):
+        given.append("--task %s" % args.task)
+    if given:
+        raise ConfigError("%s cannot be used with %s: its weights, input size, preprocessing and labels come from its "
+                          "frozen graph" % (", ".join(given), args.model), hint="drop %s" % " ".join(given))
+    from jetforge.compress.export import compare_with_torch
+    from jetforge.compress.models import PRETRAINED
+    from jetforge.compress.models.ssdlite_export import export_person_detector
 
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    with torch.no_grad():
-        ref = model(torch.from_numpy(x))
-    refs = [ref] if isinstance(ref, torch.Tensor) else list(ref)
-    with open_session(onnx_path, backend="onnxruntime") as session:
-        outs = session.infer({session.inputs[0].name: x})
-    diffs, scales = [], []
-    for r, o in zip(refs, outs.values()):
-        r = r.numpy()
-        diffs.append(float(np.max(np.abs(r - o))) if r.size else 0.0)
-        scales.append(float(np.max(np.abs(r))) if r.size else 0.0)
-    diff, scale = max(diffs), max(scales)
-    if diff > 1e-3 * max(1.0, scale):
-        raise ModelError("the exported %s disagrees with PyTorch: max |diff| %.3g at output scale %.3g"
-                         % (onnx_path.name, diff, scale),
-                         hint="check for ops the exporter handles differently (rerun with --debug); try another --opset")
-    return {"max_abs_diff": diff, "output_scale": scale}
+    spec = PRETRAINED[args.model]
+    weights = asset_path(spec.asset, spec.filename)
+    made = export_person_detector(weights, out, dynamic_batch=not args.static_batch, opset=args.opset,
+                                  efficient_nms=bool(getattr(args, "efficient_nms", False)),
+                                  provenance={"source_model": args.model})
+    sidecar, ssd = made["sidecar"], made["spec"]
+    result: Dict[str, Any] = {"onnx": str(out), "sidecar": str(out) + ".json", "task": sidecar.task,
+                              "inputs": [t.to_dict() for t in sidecar.inputs],
+                              "outputs": [t.to_dict() for t in sidecar.outputs], "labels": list(sidecar.labels),
+                              "anchors": ssd.num_anchors, "sha256": sidecar.content_sha256,
+                              "pads_folded_into_convs": sidecar.extra.get("pads_folded_into_convs", 0)}
+    if "efficient_nms_onnx" in made:
+        result["efficient_nms_onnx"] = str(made["efficient_nms_onnx"])
+    result["onnxruntime_vs_torch"] = compare_with_torch(made["model"], out, tuple(spec.input_shape))
+    if args.check_trt:
+        result["tensorrt_check"] = check_onnx_builds(out).to_dict()
+    if args.json:
+        print_json(result)
+        return 0
+    _print_detector(args.model, out, result, ssd)
+    return 0
+
+
+def _print_detector(model: str, out: Path, result: Dict[str, Any], ssd: Any) -> None:
+    print("exported %s -> %s (+ %s): the convolutional body; decode + NMS run on the host"
+          % (model, out, Path(result["sidecar"]).name))
+    for t in result["inputs"]:
+        print("  input   %s %s %s" % (t["name"], t["shape"], t["dtype"]))
+    for t in result["outputs"]:
+        print("  output  %s %s %s" % (t["name"], t["shape"], t["dtype"]))
+    print("  task    detect, labels %s, %d anchors; sidecar extra.ssd: box coder %s, %s scores, NMS IoU %.2f, "
+          "at most %d boxes" % (", ".join(result["labels"]), result["anchors"],
+                                "/".join("%g" % f for f in ssd.scale_factors), ssd.score_converter,
+                                ssd.iou_threshold, ssd.max_total))
+    print("  graph   %d Pad node(s) folded into the convolutions' padding (DLA has no Pad layer)"
+          % result["pads_folded_into_convs"])
+    if "efficient_nms_onnx" in result:
+        print("  also    %s: the body + TensorRT's EfficientNMS_TRT plugin (TensorRT only; not runnable in ONNX "
+              "Runtime)" % result["efficient_nms_onnx"])
+    print_checks(result)

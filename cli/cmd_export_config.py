@@ -12,7 +12,6 @@ MAX_CHECK_IMAGES = 32
 
 class ExportConfigCommand(Command):
     name = "export-config"
-    summary = "write a DeepStream (nvinfer + deepstream-app) or Triton configuration for a bundle"
     description = ("Write the serving configuration of a bundle's model, checked before it is written:\n"
                    "  deepstream  nvinfer config (model, engine, precision, batch, DLA, INT8 cache, preprocessing\n"
                    "              mapped to net-scale-factor/offsets/model-color-format, labels, output parsing:\n"

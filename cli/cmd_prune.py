@@ -5,26 +5,15 @@ import logging
 from pathlib import Path
 from typing import Any, Tuple
 
-from jetforge.cli.app_models import add_model_flags, load_model_from_args, model_input_paths
-from jetforge.cli.base import Command, add_json_flag, add_target_flag, print_json
+from jetforge.cli.model_refs import add_model_flags, load_model_from_args, model_input_paths
+from jetforge.cli.base import Command, add_json_flag, add_target_flag, parse_input_shape, print_json
 from jetforge.errors import CompressError, ConfigError
 
 log = logging.getLogger(__name__)
 
 
-def parse_shape(text: str) -> Tuple[int, ...]:
-    try:
-        shape = tuple(int(p) for p in text.replace("x", ",").split(","))
-    except ValueError:
-        raise ConfigError("--input-shape must be integers like 1,3,224,224, got %r" % text) from None
-    if len(shape) < 2 or any(d < 1 for d in shape):
-        raise ConfigError("--input-shape must include the batch axis and be positive, got %r" % text)
-    return shape
-
-
 class PruneCommand(Command):
     name = "prune"
-    summary = "structured channel pruning: smaller weight tensors, a replayable plan, a report and an ONNX export"
     description = (
         "Remove whole channels from a torch model (for real: smaller weight tensors), keeping every coupled layer "
         "consistent (residuals, concat, split, depthwise/grouped conv, SE, flatten->Linear). Kept channel counts "
@@ -54,8 +43,14 @@ class PruneCommand(Command):
         goal.add_argument("--params-reduction", type=float, metavar="FACTOR", help="e.g. 2.0 = half the parameters")
         goal.add_argument("--latency-reduction", type=float, metavar="FACTOR",
                           help="measured on CPU ONNX Runtime, e.g. 1.5 = 1.5x faster")
-        parser.add_argument("--importance", default="l1", choices=["l1", "l2", "bn_scale", "random"],
-                            help="channel importance criterion (default l1; taylor needs data: use the Python API)")
+        from jetforge.compress.prune.importance import CRITERIA, criteria_without_data
+
+        offered = criteria_without_data()
+        parser.add_argument("--importance", default="l1", choices=offered,
+                            help="channel importance criterion (default l1): %s; criteria that need data (%s) are "
+                                 "for the Python API" % ("; ".join("%s = %s" % (n, CRITERIA.summary(n))
+                                                                   for n in offered),
+                                                         ", ".join(n for n in CRITERIA if n not in offered)))
         parser.add_argument("--global", dest="global_ranking", action="store_true",
                             help="rank channels across the whole model instead of a uniform ratio per layer")
         parser.add_argument("--min-keep", type=float, default=0.1, help="per-layer floor with --global (default 0.1)")
@@ -80,7 +75,7 @@ class PruneCommand(Command):
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        shape = parse_shape(args.input_shape)
+        shape = parse_input_shape(args.input_shape)
         target = args.target
         if target == "auto":
             from jetforge.targets import detect_target

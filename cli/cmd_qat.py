@@ -9,7 +9,6 @@ from jetforge.cli.cmd_distill import load_recipe
 
 class QatCommand(Command):
     name = "qat"
-    summary = "quantization-aware training -> Q/DQ ONNX (TensorRT/ORT INT8) + DLA cache from the trained scales"
     description = (
         "Fine-tune a trained model with INT8 fake quantization along TensorRT's rules (symmetric, per-channel "
         "weights, per-tensor activations on the inputs of Conv/Linear/residual Add, BatchNorm folded), starting "

@@ -20,7 +20,6 @@ def _fmt_number(value: Any) -> str:
 
 class TargetsCommand(Command):
     name = "targets"
-    summary = "list or show Jetson / GPU target profiles"
     description = ("Device profiles: compute capability, SMs, memory and bandwidth, INT8 TOPS, DLA cores and "
                    "generation, nvpmodel power modes, JetPack -> TensorRT versions and precision support. Every "
                    "number carries its source; uncertain values are marked.")

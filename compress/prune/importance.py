@@ -28,17 +28,21 @@ and a class's score is the mean over all its indices.  Criteria:
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 from torch import nn
 
-from jetforge.errors import CompressError, UnknownNameError
 from jetforge.compress.prune.graph import DependencyGraph, Slot
+from jetforge.errors import CompressError
+from jetforge.registry import Registry
 
 log = logging.getLogger(__name__)
 
-CRITERIA = ("l1", "l2", "bn_scale", "taylor", "random")
+# name -> criterion(graph, model, *, data, loss_fn, seed) -> one score per channel class.  Adding one: a
+# function with that signature and `@CRITERIA.register("name", summary=...)` above it; a criterion that
+# needs (inputs, targets) batches sets `needs_data = True` (the CLI, which has no data, leaves it out).
+CRITERIA: Registry[Callable[..., torch.Tensor]] = Registry("importance criterion")
 _NORM_TYPES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "FrozenBatchNorm2d")
 
 
@@ -163,13 +167,39 @@ def taylor(graph: DependencyGraph, model: nn.Module, data: Iterable[Any],
 def class_importance(graph: DependencyGraph, model: nn.Module, criterion: str = "l1", *, data: Any = None,
                      loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None, seed: int = 0) -> torch.Tensor:
     """One score per class of ``graph`` (higher = more important, kept first)."""
-    if criterion in ("l1", "l2"):
-        return magnitude(graph, model, criterion)
-    if criterion == "bn_scale":
-        return bn_scale(graph, model)
-    if criterion == "taylor":
-        return taylor(graph, model, data, loss_fn)
-    if criterion == "random":
-        gen = torch.Generator().manual_seed(seed)
-        return torch.rand(graph.num_classes, generator=gen, dtype=torch.float64)
-    raise UnknownNameError("importance criterion", criterion, CRITERIA)
+    return CRITERIA.get(criterion)(graph, model, data=data, loss_fn=loss_fn, seed=seed)
+
+
+@CRITERIA.register("l1", summary="mean |w| of each channel's weights")
+def _l1(graph: DependencyGraph, model: nn.Module, **_: Any) -> torch.Tensor:
+    return magnitude(graph, model, "l1")
+
+
+@CRITERIA.register("l2", summary="root mean square of each channel's weights")
+def _l2(graph: DependencyGraph, model: nn.Module, **_: Any) -> torch.Tensor:
+    return magnitude(graph, model, "l2")
+
+
+@CRITERIA.register("bn_scale", summary="|gamma| of the BatchNorm after the channel (network slimming)")
+def _bn_scale(graph: DependencyGraph, model: nn.Module, **_: Any) -> torch.Tensor:
+    return bn_scale(graph, model)
+
+
+@CRITERIA.register("taylor", summary="first-order Taylor loss change (needs data batches)")
+def _taylor(graph: DependencyGraph, model: nn.Module, *, data: Any = None,
+            loss_fn: Optional[Callable[[Any, Any], torch.Tensor]] = None, **_: Any) -> torch.Tensor:
+    return taylor(graph, model, data, loss_fn)
+
+
+_taylor.needs_data = True  # type: ignore[attr-defined]
+
+
+@CRITERIA.register("random", summary="uniform random scores: the baseline every criterion should beat")
+def _random(graph: DependencyGraph, model: nn.Module, *, seed: int = 0, **_: Any) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.rand(graph.num_classes, generator=gen, dtype=torch.float64)
+
+
+def criteria_without_data() -> List[str]:
+    """The criteria that need no data batches (what the command line can offer)."""
+    return [n for n in CRITERIA if not getattr(CRITERIA.get(n), "needs_data", False)]

@@ -236,10 +236,8 @@ def calibrate_qat(model: nn.Module, batches: Iterable[Any], method: str = "entro
     EntropyCalibration2, percentile, mse, max).  Returns ``{quantizer name: amax}``.
     """
     from jetforge.calibrate.algorithms import ALGORITHMS, compute_amax
-    from jetforge.errors import UnknownNameError
 
-    if method not in ALGORITHMS:
-        raise UnknownNameError("calibration algorithm", method, ALGORITHMS)
+    ALGORITHMS.get(method)  # an unknown name fails here, before any batch runs
     qs = quantizers(model)
     if not qs:
         raise CompressError("the model has no activation quantizers", hint="call prepare_qat(model) first")

@@ -17,7 +17,7 @@ from jetforge.apps.tasks.faces import FaceDetector, area_resize, blur_boxes, nms
 @pytest.fixture(scope="module")
 def mtcnn_dir():
     """pnet/rnet/onet.onnx exported from the real weights (cached; torch only on the first export)."""
-    from jetforge.cli.app_models import ensure_mtcnn_models, mtcnn_is_current, mtcnn_dir
+    from jetforge.cli.model_refs import ensure_mtcnn_models, mtcnn_is_current, mtcnn_dir
 
     if not mtcnn_is_current(mtcnn_dir()):
         pytest.importorskip("torch", reason="exporting MTCNN needs torch once")

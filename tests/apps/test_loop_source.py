@@ -8,7 +8,7 @@ import pytest
 
 from jetforge.cli.main import main
 from jetforge.apps.video import open_source
-from jetforge.apps.video.sources.factory import SourceOptions
+from jetforge.apps.video.sources import SourceOptions
 from jetforge.errors import ConfigError
 
 FRAMES = 7

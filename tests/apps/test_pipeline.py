@@ -11,7 +11,7 @@ import pytest
 from jetforge.apps.pipeline import (FusedPreprocess, Pipeline, PipelineError, PipelineOptions, Task, format_metrics,
                                     run_app)
 from jetforge.apps.video import open_source
-from jetforge.apps.video.sources.factory import LiveSource, SourceOptions
+from jetforge.apps.video.sources import LiveSource, SourceOptions
 from jetforge.errors import ConfigError, StreamError
 from jetforge.runtime.preprocess import IMAGENET_TFLITE, IMAGENET_TORCHVISION, Preprocess
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from jetforge.apps.video import open_source, open_video_sink, parse_source_uri
-from jetforge.apps.video.sinks.factory import GstStreamSink, WindowSink, gst_output_pipeline
-from jetforge.apps.video.sources.factory import (FrameDecodeError, ImageFolderSource, LiveSource, SourceOptions,
-                                                 gst_csi_pipeline, gst_rtsp_pipeline, opencv_has_gstreamer)
+from jetforge.apps.video.sinks import GstStreamSink, WindowSink, gst_output_pipeline
+from jetforge.apps.video.sources import (FrameDecodeError, ImageFolderSource, LiveSource, SourceOptions,
+                                         gst_csi_pipeline, gst_rtsp_pipeline, opencv_has_gstreamer)
 from jetforge.errors import ConfigError, InputFileError, StreamError
 
 FAST = SourceOptions(backoff_s=0.02, backoff_max_s=0.05, max_reconnects=2, stall_timeout_s=3.0)
@@ -273,7 +273,7 @@ def test_sinks_that_cannot_work_here_fail_when_created(tmp_path, monkeypatch):
     with pytest.raises(StreamError, match="no display"):
         open_video_sink("display://0", 10)
     monkeypatch.setenv("DISPLAY", ":99")
-    from jetforge.apps.video.sinks.factory import opencv_has_gui
+    from jetforge.apps.video.sinks import opencv_has_gui
 
     if not opencv_has_gui():
         with pytest.raises(StreamError, match="built without a GUI"):

@@ -58,7 +58,7 @@ PUBLIC = {
     "inspector_json": "jetforge.runtime.tensorrt.builder:parse_inspector_json",
     "tf_graphdef": "jetforge.compress.models.tf_graphdef:load_graphdef",
     "video_source": "jetforge.apps.video:parse_source_uri",
-    "video_source_kinds": "jetforge.apps.video.sources.factory:SOURCE_KINDS",
+    "video_source_kinds": "jetforge.apps.video.sources:SOURCES",
 }
 
 #: Seconds one input may take before it counts as a hang (generous: the machine may be shared).

@@ -1,30 +1,20 @@
-"""Video sources: the :class:`Frame` record, the :class:`VideoSource` interface and the file source.
+"""What every video source shares: the :class:`Frame` record, the :class:`VideoSource` interface, a parsed
+URI (:class:`SourceSpec`), the options of the live sources (:class:`SourceOptions`) and :class:`SourceKind`,
+the entry of the source registry.
 
 A source is an iterator of :class:`Frame` and a context manager.  The end of the
 stream is the normal end of iteration; a source that cannot be opened or decoded
 at all is a :class:`~jetforge.errors.StreamError` (or ``InputFileError`` when the
-file is simply not there), raised when the source is opened, not mid-loop.  Every
-other kind of source (image folders, V4L2 and CSI cameras, RTSP and HTTP streams)
-lives in :mod:`jetforge.apps.video.sources.factory`, whose :func:`open_source` is the one
-factory for all of them.
+file is simply not there), raised when the source is opened, not mid-loop.
 """
 
-import logging
-import os
-import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Union
-from urllib.parse import unquote, urlparse
-from urllib.request import url2pathname
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from urllib.parse import ParseResult
 
 import numpy as np
 
 from jetforge.errors import ConfigError, StreamError
-from jetforge.fileio import require_file
-from jetforge.optional import require
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,115 +73,90 @@ class VideoSource:
                 "frame_count": self.frame_count, "live": self.live}
 
 
-class FileSource(VideoSource):
-    """A video file decoded with OpenCV (FFmpeg on desktops; JetPack's OpenCV on a Jetson).
+class FrameDecodeError(StreamError):
+    """One frame could not be decoded; the source can go on with the next one.
 
-    ``loop=True`` plays the file again from the start each time it ends (soak tests, demos): frame
-    numbers and timestamps keep increasing across passes and ``frame_count`` is None (unbounded).
-    A pass that ends early (a truncated file) stops the loop and is reported like any truncation.
+    ``index`` is the frame number it would have had and ``name`` the file it came from (an image
+    folder), so the pipeline can report it where the user will look for it.
     """
 
-    def __init__(self, path: Union[str, "os.PathLike[str]"], loop: bool = False) -> None:
-        cv2 = require("cv2", "reading video files")
-        self.loop = bool(loop)
-        self.passes = 1  # passes started (loop)
-        self._pass_start = 0  # frame index where this pass began
-        self._offset = 0.0  # seconds played by the passes before this one
-        self._last_timestamp = 0.0
-        self.path = require_file(path, "video file", hint="check the path of the video (--video or --source)")
-        self.uri = str(self.path)
-        self._cv2 = cv2
-        cap = cv2.VideoCapture(str(self.path))
-        if not cap.isOpened():
-            cap.release()
-            raise StreamError("cannot decode video %s: OpenCV could not open it (not a video file, or its codec "
-                              "is missing from this OpenCV build)" % self.path,
-                              hint="check the file with `ffprobe`, or convert it to H.264 MP4")
-        self._cap: Any = cap
-        self.width = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH))
-        self.height = int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
-        fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
-        self.fps = fps if 0.0 < fps < 1000.0 else 0.0
-        count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
-        self._pass_frames = count if count > 0 else None  # what the header announces for one pass
-        self.frame_count = None if self.loop else self._pass_frames
-        self._index = 0
-        # Decode the first frame now so that an undecodable file fails at open, not mid-pipeline.
-        self._pending = self._decode()
-        if self._pending is None:
-            self.close()
-            raise StreamError("video %s contains no decodable frames" % self.path,
-                              hint="the file is damaged or uses a codec this OpenCV cannot decode")
-        self.width, self.height = self._pending.size
-
-    def _decode(self) -> Optional[Frame]:
-        if self._cap is None:
-            return None
-        ok, image = self._cap.read()
-        if not ok or image is None:
-            return None
-        ms = float(self._cap.get(self._cv2.CAP_PROP_POS_MSEC))
-        in_pass = self._index - self._pass_start
-        # The FFmpeg backend reports the presentation time of the frame just read; others may not.
-        if ms > 0.0 or in_pass == 0:
-            timestamp = ms / 1000.0
-        else:
-            timestamp = in_pass / self.fps if self.fps > 0 else 0.0
-        timestamp += self._offset
-        frame = Frame(index=self._index, timestamp=timestamp, image=image, captured=time.perf_counter())
-        self._last_timestamp = timestamp
-        self._index += 1
-        return frame
-
-    def _restart(self) -> Optional[Frame]:
-        """Open the file again for the next pass of a loop; None when it yields nothing this time."""
-        self._cap.release()
-        self._cap = self._cv2.VideoCapture(str(self.path))
-        if not self._cap.isOpened():
-            return None
-        self._offset = self._last_timestamp + (1.0 / self.fps if self.fps > 0 else 0.0)
-        self._pass_start = self._index
-        self.passes += 1
-        return self._decode()
-
-    def read(self) -> Optional[Frame]:
-        if self._pending is not None:
-            frame, self._pending = self._pending, None
-            return frame
-        frame = self._decode()
-        if frame is None and self._cap is not None:
-            played = self._index - self._pass_start
-            if self._pass_frames is not None and played < self._pass_frames - 1:
-                self.truncated = ("video %s ended after %d of the %d frames its header announces (the file is "
-                                  "truncated or damaged)" % (self.path.name, played, self._pass_frames))
-                log.warning("%s", self.truncated)
-            elif self.loop and played > 0:
-                frame = self._restart()
-                if frame is not None:
-                    return frame
-            self.close()
-        return frame
-
-    def close(self) -> None:
-        if getattr(self, "_cap", None) is not None:
-            self._cap.release()
-            self._cap = None
+    def __init__(self, message: str, *, hint: Optional[str] = None, index: Optional[int] = None,
+                 name: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.index = index
+        self.name = name
 
 
-def uri_to_path(uri: str) -> Optional[Path]:
-    """``file:///x/y.mp4`` or a plain path -> Path; None for other schemes (camera, rtsp, ...)."""
-    parsed = urlparse(uri)
-    if parsed.scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            raise ConfigError("file URI %r names host %r; only local files are supported" % (uri, parsed.netloc))
-        return Path(url2pathname(unquote(parsed.path)))
-    if parsed.scheme and len(parsed.scheme) > 1:  # a one-letter scheme is a Windows drive letter
-        return None
-    return Path(uri)
+@dataclass(frozen=True)
+class SourceSpec:
+    """A parsed source URI: ``kind`` (a name in :data:`jetforge.apps.video.sources.SOURCES`) and its ``location``."""
+
+    kind: str
+    location: str  # path, device path or index, CSI sensor id, or URL
+    uri: str
+    live: bool = field(default=False, compare=False)  # a camera or stream: newest-frame policy, reconnects
 
 
-def open_source(uri: Union[str, "os.PathLike[str]", int], **options: Any) -> VideoSource:
-    """Open any source by URI; see :func:`jetforge.apps.video.sources.factory.open_source`."""
-    from jetforge.apps.video.sources.factory import open_source as _open
+@dataclass
+class SourceOptions:
+    """Options of the live sources (files and folders use only ``fps``).
 
-    return _open(uri, **options)
+    ``width``/``height``/``fps``: the capture mode asked of a camera (0: its default;
+    for an image folder ``fps`` sets the timestamps).  ``buffer``: frames kept by a
+    live source (older ones are dropped, newest-frame policy).  ``reconnect``: retry a
+    lost live source; ``max_reconnects`` consecutive failed attempts, waiting
+    ``backoff_s`` doubling up to ``backoff_max_s`` between them, before giving up.
+    ``stall_timeout_s``: a live source that delivers nothing for this long is lost.
+    ``gstreamer``: "auto" (use it for RTSP where OpenCV has it and on Jetson), "yes" or "no".
+    ``loop``: play a video file again from the start when it ends (files only).
+    """
+
+    width: int = 0
+    height: int = 0
+    fps: float = 0.0
+    flip: int = 0  # nvvidconv flip-method for csi:// (0: none, 2: rotate 180)
+    latency_ms: int = 200  # rtspsrc jitter buffer
+    buffer: int = 1
+    reconnect: bool = True
+    max_reconnects: int = 5
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+    open_timeout_s: float = 10.0
+    stall_timeout_s: float = 30.0
+    gstreamer: str = "auto"
+    loop: bool = False
+
+    def __post_init__(self) -> None:
+        if self.buffer < 1:
+            raise ConfigError("source buffer must hold at least 1 frame, got %d" % self.buffer)
+        if self.max_reconnects < 0:
+            raise ConfigError("max_reconnects must be 0 or more, got %d" % self.max_reconnects)
+        if self.backoff_s <= 0 or self.backoff_max_s < self.backoff_s:
+            raise ConfigError("back-off must be positive and backoff_max_s >= backoff_s, got %r and %r"
+                              % (self.backoff_s, self.backoff_max_s))
+        if self.gstreamer not in ("auto", "yes", "no"):
+            raise ConfigError("gstreamer must be auto, yes or no, got %r" % self.gstreamer)
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait before reconnect attempt ``attempt`` (1-based): 0.5, 1, 2, 4, 8, 8, ..."""
+        return min(self.backoff_max_s, self.backoff_s * (2.0 ** (attempt - 1)))
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """One kind of video source in :data:`jetforge.apps.video.sources.SOURCES`: which URI schemes name it, how
+    its location is read from such a URI, and how it is opened.
+
+    ``locate(parsed, text)`` returns the location (path, device, sensor id or URL) or raises ConfigError when
+    the URI names none; ``open(spec, options)`` returns the :class:`VideoSource`.  ``example`` is the URI form
+    shown in ``--help``.
+    """
+
+    schemes: Tuple[str, ...]
+    locate: Callable[[ParseResult, str], str]
+    open: Callable[[SourceSpec, SourceOptions], VideoSource]
+    example: str
+    live: bool = False
+
+
+__all__ = ["Frame", "FrameDecodeError", "SourceKind", "SourceOptions", "SourceSpec", "VideoSource"]

@@ -1,8 +1,11 @@
-"""Torch models for the CLI: the files the bundled apps need, and the models ``export``/``prune`` take.
+"""Model names and files resolved into what the tasks and commands run: the one place the CLI reaches torch.
 
-``jetforge app faces`` runs MTCNN's three nets with ONNX Runtime; they are exported
-here from the verified ``mtcnn`` asset (facenet-pytorch's weights) the first time and
-reused while their sidecars match the files, these weights and this jetforge.
+The bundled apps run ONNX models with ONNX Runtime; the ONNX files are exported here, the first time,
+from verified assets, and reused while their sidecars match the files, the weights and this jetforge:
+torchvision's MobileNetV2 for ``jetforge app classify`` / ``jetforge demo --app classify``
+(:func:`ensure_default_model`) and MTCNN's three nets for ``jetforge app faces``
+(:func:`ensure_mtcnn_models`).  :func:`prepare_app_models` fills an app's model option before the app
+builds its task, so tasks never import the CLI or torch.
 
 ``export`` and ``prune`` take an architecture name with ``--weights`` (a state dict, read
 weights-only) and ``--prune-plan``; a model *file* that can run code when loaded (a pickled
@@ -15,7 +18,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import jetforge
+from jetforge.apps.labels import load_labels
+from jetforge.assets import asset_path, cache_root, get_spec
 from jetforge.errors import ConfigError, JetforgeError
+from jetforge.runtime.sidecar import read_sidecar, sidecar_path
 
 log = logging.getLogger(__name__)
 
@@ -24,15 +30,10 @@ MTCNN_WEIGHTS = {"pnet": "pnet.pt", "rnet": "rnet.pt", "onet": "onet.pt"}
 
 
 def mtcnn_dir(models_dir: Optional[Path] = None) -> Path:
-    from jetforge.assets import cache_root
-
     return Path(models_dir) if models_dir else cache_root() / "models" / "mtcnn"
 
 
 def mtcnn_is_current(folder: Path) -> bool:
-    from jetforge.assets import get_spec
-    from jetforge.runtime.sidecar import read_sidecar
-
     hashes = get_spec("mtcnn").files
     for name, fname in MTCNN_FILES.items():
         path = folder / fname
@@ -53,7 +54,6 @@ def ensure_mtcnn_models(models_dir: Optional[Path] = None) -> Tuple[Path, bool]:
     folder = mtcnn_dir(models_dir)
     if mtcnn_is_current(folder):
         return folder, False
-    from jetforge.assets import asset_path
     from jetforge.compress.models.mtcnn import export_mtcnn_onnx, load_mtcnn
 
     weights = asset_path("mtcnn", "pnet.pt").parent
@@ -62,18 +62,76 @@ def ensure_mtcnn_models(models_dir: Optional[Path] = None) -> Tuple[Path, bool]:
     return folder, True
 
 
+# The default classifier: torchvision's MobileNetV2 ImageNet weights, as a jetforge asset.
+DEFAULT_MODEL = "mobilenet_v2"
+DEFAULT_WEIGHTS = ("mobilenet_v2_imagenet", "mobilenet_v2-b0353104.pth")
+
+
+def models_cache_dir() -> Path:
+    return cache_root() / "models"
+
+
+def _weights_sha256() -> str:
+    return get_spec(DEFAULT_WEIGHTS[0]).files[DEFAULT_WEIGHTS[1]]
+
+
+def default_model_path(models_dir: Optional[Path] = None) -> Path:
+    return Path(models_dir or models_cache_dir()) / (Path(DEFAULT_WEIGHTS[1]).stem + ".onnx")
+
+
+def cached_model_is_current(path: Path) -> bool:
+    """Whether the cached export can be reused: its sidecar matches its hash, these weights, this jetforge."""
+    if not path.is_file() or not sidecar_path(path).is_file():
+        return False
+    try:
+        sidecar = read_sidecar(path, verify_hash=True)
+    except JetforgeError as err:
+        log.info("re-exporting the cached model: %s", err.one_line())
+        return False
+    made = sidecar.produced_by
+    return made.get("weights_sha256") == _weights_sha256() and made.get("version") == jetforge.__version__
+
+
+def ensure_default_model(models_dir: Optional[Path] = None) -> Tuple[Path, bool]:
+    """The default MobileNetV2 ONNX in the cache, exported now if missing or stale; (path, exported now)."""
+    path = default_model_path(models_dir)
+    if cached_model_is_current(path):
+        return path, False
+    # Export needs torch: the one place the apps reach into jetforge.compress.
+    from jetforge.compress.export import export_onnx
+    from jetforge.compress.models import get_pretrained_spec, load_pretrained
+
+    spec = get_pretrained_spec(DEFAULT_MODEL)
+    weights = asset_path(*DEFAULT_WEIGHTS)
+    log.info("exporting %s to %s (once; later runs reuse it)", DEFAULT_MODEL, path)
+    model = load_pretrained(DEFAULT_MODEL, weights)
+    export_onnx(model, path, spec.input_shape, task="classify", model_name=DEFAULT_MODEL,
+                labels=load_labels(spec.labels), preprocess=spec.preprocess,
+                provenance={"weights": weights.name, "weights_sha256": _weights_sha256(),
+                            "weights_source": spec.source})
+    return path, True
+
+
+EXPORTED_NOTE = ("the %s exported in this run, so torch was loaded in this process; "
+                 "rerun to measure memory without it")
+
+
 def prepare_app_models(app_name: str, args: Any) -> List[str]:
     """Fill in the model files an app needs that only the CLI can make (exporting needs torch); notes for the run.
 
-    Tasks never import the CLI: ``jetforge app faces`` without ``--models`` gets the MTCNN folder from here.
+    Tasks never import the CLI: ``jetforge app classify`` without ``--model`` gets the cached MobileNetV2
+    export, ``jetforge app faces`` without ``--models`` the MTCNN folder.
     """
-    if app_name == "faces" and not getattr(args, "models", None):
+    exported = False
+    if app_name == "classify" and not getattr(args, "model", None):
+        path, exported = ensure_default_model()
+        args.model = str(path)
+        what = "model was"
+    elif app_name == "faces" and not getattr(args, "models", None):
         folder, exported = ensure_mtcnn_models()
         args.models = str(folder)
-        if exported:
-            return ["the MTCNN nets were exported in this run (torch was loaded in this process); "
-                    "rerun to measure memory without it"]
-    return []
+        what = "MTCNN nets were"
+    return [EXPORTED_NOTE % what] if exported else []
 
 
 TRUST_FLAG = "--trust-pickle"
@@ -135,7 +193,6 @@ def load_torch_model(spec: str, weights: Optional[str] = None, prune_plan: Optio
         model = model_from_weights(spec, weights, prune_plan, trusted=trust_pickle, opt_in=TRUST_FLAG)
         return model, _fit_labels(meta, model)
     if spec in PRETRAINED:
-        from jetforge.assets import asset_path
         from jetforge.compress.models import load_pretrained
 
         p = PRETRAINED[spec]
@@ -150,7 +207,6 @@ def load_torch_model(spec: str, weights: Optional[str] = None, prune_plan: Optio
 
 
 def _pretrained_meta(spec: str) -> Dict[str, Any]:
-    from jetforge.apps.labels import load_labels
     from jetforge.compress.models import PRETRAINED
 
     p = PRETRAINED[spec]

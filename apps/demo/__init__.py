@@ -1,1 +1,0 @@
-"""The bundled demos: real models on real video, measured end to end (``jetforge demo``)."""
