@@ -30,9 +30,10 @@ import numpy as np
 
 from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, draw_status
 from jetforge.apps.tasks.base import App
-from jetforge.apps.tasks.people import HogPeopleDetector, score_to_unit
+from jetforge.apps.tasks.people import score_to_unit
 from jetforge.apps.tasks.tracking import Tracker, TrackerOptions
 from jetforge.runtime.clips import ClipContract
+from jetforge.runtime.hog import HogPeopleDetector
 from jetforge.errors import ConfigError, ModelError
 
 log = logging.getLogger(__name__)

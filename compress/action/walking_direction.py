@@ -44,6 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.runtime.boxes import greedy_match, iou_matrix
+from jetforge.runtime.hog import HogPeopleDetector
 
 from jetforge.errors import CompressError, InputFileError
 from jetforge.fileio import require_file, write_json_atomic
@@ -107,8 +108,9 @@ def detect_people(video: Path, hog_opts: HogOptions, progress: bool = True) -> T
     cap = cv2.VideoCapture(str(video))
     if not cap.isOpened():
         raise InputFileError("cannot decode %s" % video)
-    hog = cv2.HOGDescriptor()
-    hog.setSVMDetector(cv2.HOGDescriptor_getDefaultPeopleDetector())
+    # the people app's detector without its NMS and box tightening: every window HOG reports, as trained
+    hog = HogPeopleDetector(scale=hog_opts.scale, win_stride=hog_opts.win_stride, padding=hog_opts.padding,
+                            min_score=hog_opts.min_weight, nms_iou=None, tighten=False)
     out: List[np.ndarray] = []
     total = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
     info = {"width": int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), "height": int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)),
@@ -118,15 +120,8 @@ def detect_people(video: Path, hog_opts: HogOptions, progress: bool = True) -> T
         ok, frame = cap.read()
         if not ok:
             break
-        rects, weights = hog.detectMultiScale(frame, winStride=(hog_opts.win_stride,) * 2,
-                                              padding=(hog_opts.padding,) * 2, scale=hog_opts.scale)
-        boxes = np.zeros((0, 5), np.float32)
-        if len(rects):
-            w = np.asarray(weights, np.float32).reshape(-1)
-            r = np.asarray(rects, np.float32).reshape(-1, 4)
-            boxes = np.concatenate([r[:, :2], r[:, :2] + r[:, 2:], w[:, None]], axis=1)
-            boxes = boxes[boxes[:, 4] >= hog_opts.min_weight]
-        out.append(boxes)
+        found = hog(frame)
+        out.append(np.concatenate([found.boxes, found.scores[:, None]], axis=1).astype(np.float32))
         if bar is not None:
             bar.update(1)
     cap.release()
