@@ -1,6 +1,6 @@
 """TensorRT INT8 calibration caches: the text file ``IInt8Calibrator::writeCalibrationCache`` writes.
 
-Format (reference §4.1)::
+Format::
 
     TRT-100300-EntropyCalibration2
     input: 3c010a14
@@ -14,14 +14,14 @@ not its own, so a cache is stamped for one TensorRT version and this module refu
 one over to another version unless the caller explicitly retargets it.
 
 Parsing (and the rules a cache must meet) is the one reader's,
-:mod:`jetforge.runtime.tensorrt.calib_cache`, which the build planner and bundles use too; this
-module adds what calibration needs on top: amax <-> scale, version checks, retargeting, and the
-comparison with a model's tensors.
+:mod:`jetforge.runtime.tensorrt.calib_cache`, which the build planner and bundles use too, and the
+header number is the one version type's (``TensorRTVersion.cache_header_number``); this module adds
+what calibration needs on top: amax <-> scale, version checks, retargeting, and the comparison with a
+model's tensors.
 """
 
 import logging
 import math
-import re
 import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -32,6 +32,7 @@ from jetforge.errors import CalibrationError
 from jetforge.fileio import PathLike, write_text_atomic
 from jetforge.runtime.tensorrt import calib_cache
 from jetforge.runtime.tensorrt.calib_cache import hex_to_scale, scale_to_hex  # noqa: F401  (public here too)
+from jetforge.runtime.tensorrt.version import TensorRTVersion
 
 log = logging.getLogger(__name__)
 
@@ -49,42 +50,25 @@ DEFAULT_TOKEN = "EntropyCalibration2"
 #: The TensorRT versions each JetPack ships (for messages).
 JETPACK_TRT = {(8, 5, 2): "JetPack 5.1.x", (8, 6, 2): "JetPack 6.0", (10, 3, 0): "JetPack 6.1/6.2"}
 
-Version = Tuple[int, int, int]
+Version = TensorRTVersion
+_TRT_HINT = "give e.g. --trt 10.3 (JetPack 6.1/6.2), 8.6.2 (JetPack 6.0) or 8.5.2 (JetPack 5.1)"
 
 
-def parse_trt_version(text: Union[str, Tuple[int, ...], List[int]]) -> Version:
-    """``"10.3"`` / ``"10.3.0"`` / ``"8.6.2.3"`` / ``(8, 6, 2)`` -> ``(major, minor, patch)``."""
-    if isinstance(text, (tuple, list)):
-        parts = [int(p) for p in text]
-    else:
-        s = str(text).strip()
-        if s.lower().startswith("trt-") or s.lower().startswith("trt"):
-            s = s[3:].lstrip("-")
-        if not re.match(r"^\d+(\.\d+){0,3}$", s):
-            raise CalibrationError("TensorRT version %r is not of the form MAJOR.MINOR[.PATCH]" % (text,),
-                                   hint="give e.g. --trt 10.3 (JetPack 6.1/6.2), 8.6.2 (JetPack 6.0) or 8.5.2 "
-                                        "(JetPack 5.1)")
-        parts = [int(p) for p in s.split(".")]
-    parts = (parts + [0, 0, 0])[:3]
-    major, minor, patch = parts
-    if major < 7 or minor > 99 or patch > 99:
-        raise CalibrationError("TensorRT version %s.%s.%s is not one that writes calibration caches"
-                               % (major, minor, patch), hint="give a TensorRT version from 7.0 on, e.g. --trt 10.3")
-    return (major, minor, patch)
+def parse_trt_version(text: Union[str, Tuple[int, ...], List[int]]) -> TensorRTVersion:
+    """``"10.3"`` / ``"10.3.0"`` / ``"8.6.2.3"`` / ``(8, 6, 2)`` -> the version, one that writes caches.
+
+    The parser is the one version type's (:class:`~jetforge.runtime.tensorrt.version.TensorRTVersion`);
+    calibration adds its error class and the ``--trt`` fix.
+    """
+    version = TensorRTVersion.parse(text, error=CalibrationError, hint=_TRT_HINT)
+    if not version.writes_calibration_caches:
+        raise CalibrationError("TensorRT version %s is not one that writes calibration caches" % (version,),
+                               hint="give a TensorRT version from 7.0 on, e.g. --trt 10.3")
+    return version
 
 
-def version_string(version: Version) -> str:
-    return "%d.%d.%d" % tuple(version)
-
-
-def header_number(version: Union[str, Version]) -> int:
-    """The number in ``TRT-<N>-...``: 8.5.2 -> 8502, 8.6.2 -> 8602, 10.3.0 -> 100300."""
-    return calib_cache.header_number(parse_trt_version(version))
-
-
-def version_from_header_number(number: int) -> Version:
-    """Inverse of :func:`header_number` (8602 -> (8, 6, 2), 100300 -> (10, 3, 0))."""
-    return calib_cache.version_from_header_number(number)
+def version_string(version: Union[str, Tuple[int, ...], List[int]]) -> str:
+    return str(TensorRTVersion.parse(version, error=CalibrationError, hint=_TRT_HINT))
 
 
 def float32(value: float) -> float:
@@ -115,7 +99,7 @@ class CalibrationCache:
     """Per-tensor INT8 scales (``amax / 127``) stamped for one TensorRT version and calibrator."""
 
     scales: "OrderedDict[str, float]" = field(default_factory=OrderedDict)
-    trt_version: Version = (10, 3, 0)
+    trt_version: Version = TensorRTVersion(10, 3, 0)
     algorithm: str = DEFAULT_TOKEN
     source: Optional[str] = None
 
@@ -150,11 +134,11 @@ class CalibrationCache:
 
     @property
     def header(self) -> str:
-        return "TRT-%d-%s" % (header_number(self.trt_version), self.algorithm)
+        return "TRT-%d-%s" % (self.header_number, self.algorithm)
 
     @property
     def header_number(self) -> int:
-        return header_number(self.trt_version)
+        return self.trt_version.cache_header_number()
 
     def amax(self, name: str) -> float:
         return self.scales[name] * INT8_BOUND
@@ -190,7 +174,7 @@ class CalibrationCache:
     def check_version(self, trt_version: Union[str, Version]) -> None:
         """Refuse a cache stamped for another TensorRT: TensorRT would silently ignore it."""
         want = parse_trt_version(trt_version)
-        if header_number(want) == self.header_number:
+        if want.cache_header_number() == self.header_number:
             return
         have_s, want_s = version_string(self.trt_version), version_string(want)
         where = self.source or "calibration cache"

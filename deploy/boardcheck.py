@@ -80,7 +80,7 @@ def power_mode() -> Optional[str]:
 
 def engine_list(bundle: Any, board: Any) -> List[Tuple[str, str, Optional[int]]]:
     """(name, precision, DLA core) of each engine to build on this board."""
-    from jetforge.deploy.bundle import choose_int8_source
+    from jetforge.runtime.tensorrt.int8_source import choose_int8_source
 
     version = board.tensorrt_version
     caches = [c["tensorrt"] for c in bundle.manifest.calibration]

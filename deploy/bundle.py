@@ -39,7 +39,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import jetforge
 from jetforge.deploy.safety import (bundle_name_problem, bundle_path_problem, check_bundle_path, link_problem, links_in,
@@ -48,6 +48,9 @@ from jetforge.errors import EngineBuildError, InputFileError, JetforgeError, Mod
 from jetforge.fileio import PathLike, atomic_output, check_not_input, require_file, sha256_file, write_json_atomic
 from jetforge.runtime.sidecar import static_shape
 from jetforge.runtime.tensorrt import calib_cache
+from jetforge.runtime.tensorrt.int8_source import choose_int8_source  # noqa: F401  (deploy's modules use it here)
+from jetforge.runtime.tensorrt.version import TensorRTVersion
+from jetforge.runtime.tensorrt.version import version_text as trt_version_string  # noqa: F401  ("10.3" -> "10.3.0")
 
 log = logging.getLogger(__name__)
 
@@ -75,55 +78,6 @@ class BundleError(JetforgeError):
 
 class BundleNotPreparedError(BundleError):
     """The board's target or TensorRT version is not one the bundle was prepared for."""
-
-
-# ------------------------------------------------------------------------------------------------
-# TensorRT version helpers (the runtime's small parser; apps never import calibrate)
-# ------------------------------------------------------------------------------------------------
-def trt_version_string(version: str) -> str:
-    """``"10.3"`` / ``"10.3.0.30"`` -> ``"10.3.0"``."""
-    from jetforge.runtime.tensorrt.plan import trt_version_tuple
-
-    return "%d.%d.%d" % trt_version_tuple(version)
-
-
-def version_from_header_number(number: int) -> str:
-    """8502 -> ``"8.5.2"``, 100300 -> ``"10.3.0"`` (the inverse of ``cache_header_number``)."""
-    return "%d.%d.%d" % calib_cache.version_from_header_number(number)
-
-
-def choose_int8_source(tensorrt: str, device: str, precision: str, cache_versions: Iterable[str],
-                       have_qdq: bool) -> Tuple[Optional[str], str]:
-    """(``"cache"``, ``"qdq"`` or None, why) for a build with ``tensorrt`` on ``device``.
-
-    DLA takes INT8 only from a calibration cache (no Q/DQ on DLA through TensorRT 10.x); TensorRT 11
-    only from Q/DQ; TensorRT 10 GPU prefers the Q/DQ model; TensorRT 8.x prefers the cache.  None
-    with an empty reason means no INT8 source is needed (fp16/fp32); None with a reason means the
-    bundle has none for this build.
-    """
-    from jetforge.runtime.tensorrt.plan import trt_version_tuple
-
-    if precision not in ("int8", "best"):
-        return None, ""
-    version = trt_version_string(tensorrt)
-    has_cache = version in {trt_version_string(v) for v in cache_versions}
-    major = trt_version_tuple(version)[0]
-    if device == "dla":
-        order = ["cache"]
-    elif major >= 11:
-        order = ["qdq"]
-    elif major == 10:
-        order = ["qdq", "cache"]
-    else:
-        order = ["cache", "qdq"]
-    for source in order:
-        if (source == "cache" and has_cache) or (source == "qdq" and have_qdq):
-            return source, ""
-    if precision == "best":
-        return None, "no INT8 scales for TensorRT %s: builds FP16" % version
-    wants = {"cache": "a calibration cache for TensorRT %s" % version, "qdq": "a Q/DQ model"}
-    return None, "INT8 on %s with TensorRT %s needs %s" % (device.upper(), version,
-                                                           " or ".join(wants[s] for s in order))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -612,7 +566,7 @@ def create_bundle(model: PathLike, out: PathLike, targets: Sequence[str], *, cal
     a few real inputs with jetforge's FP32 and simulated-INT8 outputs, for ``jetforge board-check``.
     """
     from jetforge.config import to_dict
-    from jetforge.runtime.tensorrt.plan import BuildOptions, cache_header_number, make_plan
+    from jetforge.runtime.tensorrt.plan import BuildOptions, make_plan
     from jetforge.runtime.onnx_file import check_onnx_file
     from jetforge.runtime.sidecar import read_sidecar, sidecar_path
     from jetforge.targets import get_target
@@ -685,7 +639,7 @@ def create_bundle(model: PathLike, out: PathLike, targets: Sequence[str], *, cal
         first: Optional[Tuple[calib_cache.CacheInfo, str]] = None
         for cache in calib:
             parsed, data = _read_cache(Path(cache))
-            version, header = version_from_header_number(parsed.version_number), parsed.header
+            version, header = str(parsed.version), parsed.header
             if any(c["tensorrt"] == version for c in calibration):
                 raise BundleError("two calibration caches are stamped for TensorRT %s (%s)" % (version, cache),
                                   hint="give one cache per TensorRT version")
@@ -713,8 +667,8 @@ def create_bundle(model: PathLike, out: PathLike, targets: Sequence[str], *, cal
             for version in sorted({v for vs in per_target.values() for v in vs}):
                 if any(c["tensorrt"] == version for c in calibration):
                     continue
-                text = calib_cache.format_calibration_cache(cache_header_number(version), parsed.algorithm,
-                                                            parsed.scales)
+                text = calib_cache.format_calibration_cache(TensorRTVersion.parse(version).cache_header_number(),
+                                                            parsed.algorithm, parsed.scales)
                 new_header = text.split("\n", 1)[0]
                 rel = "%s/trt-%s.calib" % (CALIB_DIR, version)
                 _write(text.encode("ascii"), staging, rel, "calib", files)

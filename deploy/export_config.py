@@ -75,7 +75,7 @@ def _precision(requested: Optional[str], bundle: Any) -> str:
 def _calibration(bundle: Any, tensorrt: Optional[str]) -> Optional[Dict[str, Any]]:
     """The bundle's calibration entry for ``tensorrt`` (default: the newest version it has)."""
     from jetforge.deploy.bundle import trt_version_string
-    from jetforge.runtime.tensorrt.plan import trt_version_tuple
+    from jetforge.runtime.tensorrt.version import TensorRTVersion
 
     entries = list(bundle.manifest.calibration)
     if not entries:
@@ -88,7 +88,7 @@ def _calibration(bundle: Any, tensorrt: Optional[str]) -> Optional[Dict[str, Any
         raise ConfigError("the bundle has no calibration cache for TensorRT %s (it has %s)"
                           % (want, ", ".join(e["tensorrt"] for e in entries)),
                           hint="pass --tensorrt with one of those, or re-create the bundle with --calib")
-    return max(entries, key=lambda e: trt_version_tuple(e["tensorrt"]))
+    return max(entries, key=lambda e: TensorRTVersion.parse(e["tensorrt"]))
 
 
 def export_deepstream(bundle_path: PathLike, out: PathLike, opts: ds.DeepStreamOptions,

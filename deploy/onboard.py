@@ -7,7 +7,7 @@
 3. The bundle must have been prepared for that (target, TensorRT version); otherwise
    :class:`~jetforge.deploy.bundle.BundleNotPreparedError` names what it was prepared for.
 4. The calibration cache stamped for that TensorRT, or the Q/DQ model, is chosen by
-   :func:`~jetforge.deploy.bundle.choose_int8_source`; the plan is made with the bundle's options.
+   :func:`~jetforge.runtime.tensorrt.int8_source.choose_int8_source`; the plan is made with the bundle's options.
 5. With TensorRT: the engine comes from the :class:`~jetforge.runtime.tensorrt.engine_cache.EngineCache`
    (built once, then loaded).  Without TensorRT: nothing is built; the result says so and names the
    ONNX Runtime fallback (``jetforge bench BUNDLE/model.onnx``), and the CLI exits with
@@ -22,9 +22,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from jetforge.deploy.bundle import (PATH_OPTIONS, PRECISIONS, Bundle, BundleError, BundleNotPreparedError,
-                                    choose_int8_source, layer_precisions_from_file, open_bundle, trt_version_string)
+                                    layer_precisions_from_file, open_bundle)
 from jetforge.errors import TargetError
 from jetforge.fileio import PathLike, atomic_output
+from jetforge.runtime.tensorrt.int8_source import choose_int8_source
+from jetforge.runtime.tensorrt.version import TensorRTVersion
+from jetforge.runtime.tensorrt.version import version_text as trt_version_string
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +55,9 @@ class Board:
 
 def installed_tensorrt() -> Optional[str]:
     """The version of JetPack/desktop TensorRT (``import tensorrt``), or None where it is absent."""
-    from jetforge.optional import is_available
+    from jetforge.runtime.tensorrt.library import installed_version
 
-    if not is_available("tensorrt"):
-        return None
-    from jetforge.runtime.tensorrt import compat
-
-    return compat.version(compat.import_tensorrt())
+    return installed_version()
 
 
 def detect_board(target: Optional[str] = "auto", tensorrt: Optional[str] = None,
@@ -81,7 +80,7 @@ def detect_board(target: Optional[str] = "auto", tensorrt: Optional[str] = None,
         how = "--target %s" % target
     jetpack = det.jetpack if det is not None else None
     version = installed
-    if tensorrt and installed and trt_version_string(tensorrt).split(".")[:2] != trt_version_string(installed).split(".")[:2]:
+    if tensorrt and installed and not TensorRTVersion.parse(tensorrt).same_release(TensorRTVersion.parse(installed)):
         raise TargetError("--tensorrt %s differs from the installed TensorRT %s" % (tensorrt, installed),
                           hint="drop --tensorrt: engines are built with the installed TensorRT")
     if version is None:

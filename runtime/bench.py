@@ -21,7 +21,6 @@ desktop GPUs (Volta and later).  Torch-free; matplotlib only for :func:`plot_his
 
 import importlib
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
@@ -29,10 +28,11 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from jetforge.errors import ConfigError, DependencyError
+from jetforge.errors import ConfigError
 from jetforge.fileio import PathLike, atomic_output
 from jetforge.optional import require
 from jetforge.runtime.measure import latency_stats, memory_info, reset_peak_rss
+from jetforge.runtime.nvml import NvmlDevice
 from jetforge.runtime.sidecar import static_shape
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def run_benchmark(session: Any, feeds: Optional[Dict[str, np.ndarray]] = None, b
     split_n = split_iterations if split_iterations is not None else max(10, min(iterations, 100))
     reset_peak_rss()
     rss_before = memory_info()
-    nvml = _NvmlProbe()
+    nvml = NvmlDevice(purpose="GPU memory in benchmarks")
     gpu_before = nvml.memory()
 
     # 1. warm-up (the first call pays for lazy initialisation and graph capture)
@@ -184,60 +184,6 @@ def _progress(iterable: Any, enabled: bool, desc: str) -> Any:
     return tqdm(iterable, desc=desc, leave=False)
 
 
-class _NvmlProbe:
-    """GPU memory and the energy counter through NVML; silent (with a reason) where NVML is absent."""
-
-    def __init__(self, index: int = 0) -> None:
-        self.reason = ""
-        self._nvml: Any = None
-        self._handle: Any = None
-        try:
-            nvml = require("pynvml", "GPU memory in benchmarks")
-            nvml.nvmlInit()
-            self._handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            self._nvml = nvml
-        except DependencyError:
-            self.reason = "pynvml is not installed (pip install nvidia-ml-py)"
-        except Exception as err:  # no driver, no GPU, Jetson before JetPack 6: NVML says why
-            self.reason = "NVML unavailable: %s" % (" ".join(str(err).split()) or type(err).__name__)
-
-    def memory(self) -> Optional[Dict[str, Any]]:
-        if self._nvml is None:
-            return None
-        nvml, h = self._nvml, self._handle
-        mib = float(1 << 20)
-        try:
-            info = nvml.nvmlDeviceGetMemoryInfo(h)
-            name = nvml.nvmlDeviceGetName(h)
-            out: Dict[str, Any] = {"available": True, "device": name.decode() if isinstance(name, bytes) else name,
-                                   "used_mib": info.used / mib, "total_mib": info.total / mib}
-        except Exception as err:
-            return {"available": False, "reason": "NVML memory query failed: %s" % err}
-        try:  # per-process use is hidden in some containers
-            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(h):
-                if int(proc.pid) == os.getpid() and proc.usedGpuMemory is not None:
-                    out["process_used_mib"] = proc.usedGpuMemory / mib
-        except Exception:
-            pass
-        return out
-
-    def energy_mj(self) -> Optional[int]:
-        if self._nvml is None:
-            return None
-        try:
-            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
-        except Exception:
-            return None
-
-    def close(self) -> None:
-        if self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception:
-                pass
-            self._nvml = None
-
-
 def _tegrastats_monitor() -> Any:
     """A running :class:`jetforge.runtime.tegrastats.TegrastatsMonitor` on a Jetson, else None."""
     if shutil.which("tegrastats") is None:
@@ -257,7 +203,7 @@ def _stop_tegrastats(monitor: Any) -> Optional[Dict[str, Any]]:
     return dict(monitor.summary())
 
 
-def _energy(nvml: _NvmlProbe, start: Optional[int], end: Optional[int], inferences: int, tegra: Any,
+def _energy(nvml: NvmlDevice, start: Optional[int], end: Optional[int], inferences: int, tegra: Any,
             t0: float, t1: float) -> Dict[str, Any]:
     if tegra is not None:
         report = tegra.energy_per_inference(inferences, t0, t1)

@@ -20,8 +20,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from jetforge.errors import DependencyError
 from jetforge.optional import INSTALL_HINTS, require
-
-RTX_NOTE = "not JetPack TensorRT: no DLA, no INT8 calibration flags (used here for ONNX parse/build checks)"
+from jetforge.runtime import nvml
+from jetforge.runtime.tensorrt import probe as trt_probe
 
 
 @dataclass
@@ -43,10 +43,13 @@ def _hint(module: str) -> str:
     return INSTALL_HINTS.get(module, ("", "pip install " + module))[1]
 
 
-def _import(module: str) -> Tuple[Optional[Any], str]:
-    """(module, "") or (None, why it could not be imported); never raises."""
+def _import(module: str, load: Callable[[str], Any] = require) -> Tuple[Optional[Any], str]:
+    """(module, "") or (None, why it could not be imported); never raises.
+
+    ``load`` imports it (TensorRT through the TensorRT package's own seam, everything else via ``require``).
+    """
     try:
-        return require(module), ""
+        return load(module), ""
     except DependencyError:
         return None, "not installed"
     except ImportError as err:  # require() passes on what is not a plain absence: a broken install
@@ -55,7 +58,7 @@ def _import(module: str) -> Tuple[Optional[Any], str]:
         return None, "installed but fails to import: %s: %s" % (type(err).__name__, _short(err))
 
 
-def _short(err: BaseException, limit: int = 160) -> str:
+def _short(err: Any, limit: int = 160) -> str:
     text = " ".join(str(err).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
@@ -254,34 +257,33 @@ def probe_pycuda() -> Probe:
 @_safe("tensorrt")
 def probe_tensorrt() -> Probe:
     """JetPack / desktop TensorRT (``import tensorrt``)."""
-    mod, why = _import("tensorrt")
+    mod, why = _import("tensorrt", trt_probe.load)
     if mod is None:
         return Probe("tensorrt", False, detail=why + " (needed to build and run engines)", hint=_hint("tensorrt"))
-    return Probe("tensorrt", True, version=getattr(mod, "__version__", None))
+    return Probe("tensorrt", True, version=trt_probe.version(mod))
 
 
 @_safe("tensorrt-rtx")
 def probe_tensorrt_rtx() -> Probe:
     """TensorRT-RTX (``import tensorrt_rtx``), reported apart because it is not JetPack TensorRT."""
-    mod, why = _import("tensorrt_rtx")
+    mod, why = _import("tensorrt_rtx", trt_probe.load)
     if mod is None:
         return Probe("tensorrt-rtx", False, detail=why + " (optional: CPU-side ONNX parse/build checks)",
                      hint=_hint("tensorrt_rtx"))
-    return Probe("tensorrt-rtx", True, version=getattr(mod, "__version__", None), detail=RTX_NOTE)
+    return Probe("tensorrt-rtx", True, version=trt_probe.version(mod), detail=trt_probe.RTX_NOTE)
 
 
 @_safe("dla")
 def probe_dla(board: Optional[Board] = None) -> Probe:
     """DLA cores as TensorRT's builder reports them (``Builder.num_DLA_cores``); unknown without TensorRT."""
-    trt, why = _import("tensorrt")
+    trt, why = _import("tensorrt", trt_probe.load)
     if trt is None:
         detail = "unknown: needs TensorRT (%s)" % why
         target = getattr((board or detect_board())[0], "target", None)
         if target is not None:
             detail += "; the %s profile says %d" % (target.name, target.dla_cores)
         return Probe("dla", False, detail=detail, hint=_hint("tensorrt"), info={"cores": None})
-    builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
-    cores = int(builder.num_DLA_cores)
+    cores = trt_probe.dla_cores(trt)
     if cores:
         return Probe("dla", True, detail="%d DLA core(s)" % cores, info={"cores": cores})
     return Probe("dla", False, detail="TensorRT reports 0 DLA cores",
@@ -338,20 +340,14 @@ def probe_gstreamer() -> Probe:
 @_safe("pynvml")
 def probe_pynvml() -> Probe:
     """NVML bindings (desktop GPU memory and power); Jetson before JetPack 6 has no NVML, use tegrastats."""
-    mod, why = _import("pynvml")
+    mod, why = _import("pynvml", nvml.load)
     if mod is None:
         return Probe("pynvml", False, detail=why + " (optional: GPU memory/power on desktop GPUs)",
                      hint=_hint("pynvml"))
     version = _dist_version("nvidia-ml-py", "pynvml")
-    try:
-        mod.nvmlInit()
-    except Exception as err:
-        return Probe("pynvml", True, version=version, detail="installed; NVML unavailable: %s" % _short(err))
-    try:
-        driver = mod.nvmlSystemGetDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else driver
-    finally:
-        mod.nvmlShutdown()
+    driver, failure = nvml.driver_version(mod)
+    if driver is None:
+        return Probe("pynvml", True, version=version, detail="installed; NVML unavailable: %s" % _short(failure))
     return Probe("pynvml", True, version=version, detail="NVML driver %s" % driver)
 
 

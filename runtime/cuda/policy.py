@@ -88,23 +88,3 @@ class GraphPolicy:
 def shape_key(shapes: "dict") -> Tuple[Tuple[str, Tuple[int, ...]], ...]:
     """A hashable key of named input shapes, independent of dict order."""
     return tuple(sorted((str(name), tuple(int(d) for d in shape)) for name, shape in shapes.items()))
-
-
-def initial_graph_state(requested: bool, dla_core: Optional[int], tensorrt_version: str) -> Tuple[bool, str]:
-    """Whether a TensorRT session should try graphs at all: (enabled, reason when not).
-
-    TensorRT 8.x engines on DLA fail capture on Orin (NVIDIA/TensorRT#3524, TRT 8.5.2 on
-    JetPack 5): skip the attempt.  On TensorRT 10 with DLA the capture is tried and a
-    failure falls back to plain enqueue.
-    """
-    if not requested:
-        return False, ""
-    if dla_core is not None:
-        try:
-            major = int(str(tensorrt_version).split(".")[0])
-        except ValueError:
-            major = 0
-        if major < 10:
-            return False, ("DLA engines cannot be captured into CUDA graphs on TensorRT %s "
-                           "(NVIDIA/TensorRT#3524); plain enqueue" % tensorrt_version)
-    return True, ""

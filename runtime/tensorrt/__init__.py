@@ -1,10 +1,22 @@
-"""Everything TensorRT-specific: build plans validated as plain data (:mod:`.plan`), the engine sidecar
-(:mod:`.engine_sidecar`), the thin builder layer (:mod:`.builder`), ONNX parse/build checks shared by
-TensorRT and TensorRT-RTX (:mod:`.onnx_check`), the calibration-cache format (:mod:`.calib_cache`), the
-session backend (:mod:`.session`), the engine cache (:mod:`.engine_cache`) and DLA placement (:mod:`.dla`).
+"""Everything TensorRT-specific, in one package; nothing outside it imports ``tensorrt`` or ``tensorrt_rtx``.
 
-Nothing here imports TensorRT at module import time; every function imports ``tensorrt``
-(JetPack / desktop) or ``tensorrt_rtx`` (CPU-capable builder used in CI) when called.
+Shaped like an inference tool's backend folder (docs/architecture.md, "The TensorRT package"):
+
+* the library and its versions: :mod:`.library` (``load_tensorrt(prefer="tensorrt"|"rtx")``, the only
+  import of either), :mod:`.version` (``TensorRTVersion``: parsing, releases, the calibration-cache header
+  number), :mod:`.compat` (what each TensorRT has), :mod:`.logger` (the one ``ILogger``), :mod:`.probe`
+  (what ``jetforge doctor`` asks);
+* INT8: :mod:`.calib_cache` (the one calibration-cache reader/writer), :mod:`.calibrator` (the
+  cache-serving ``IInt8EntropyCalibrator2``), :mod:`.int8_source` (cache or Q/DQ, by version and device);
+* the build: :mod:`.plan` + :mod:`.plan_steps` + :mod:`.profile` + :mod:`.model_info` (a build as
+  validated plain data), :mod:`.network`, :mod:`.config`, :mod:`.builder`, :mod:`.inspect` (TensorRT
+  calls), :mod:`.engine_sidecar`, :mod:`.engine_cache`, :mod:`.onnx_check` (does an ONNX parse and build);
+* running: :mod:`.session` (the ``"tensorrt"`` session backend) over :mod:`.session_logic`;
+* DLA placement: :mod:`.dla`.
+
+Nothing here imports TensorRT at module import time; functions call :func:`.library.load_tensorrt`.
 """
 
-from jetforge.runtime.tensorrt.onnx_check import BuildCheck, check_onnx_builds, import_tensorrt  # noqa: F401
+from jetforge.runtime.tensorrt.library import load_tensorrt  # noqa: F401
+from jetforge.runtime.tensorrt.onnx_check import BuildCheck, check_onnx_builds  # noqa: F401
+from jetforge.runtime.tensorrt.version import TensorRTVersion  # noqa: F401

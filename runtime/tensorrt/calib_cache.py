@@ -7,7 +7,8 @@ A cache is the text file ``IInt8Calibrator::writeCalibrationCache`` writes::
     conv1_out: 3d8e5a2b
 
 The header number is ``getInferLibVersion()``: ``1000*major + 100*minor + patch`` up to TensorRT 9
-(8.5.2 -> 8502) and ``10000*major + 100*minor + patch`` from TensorRT 10 (10.3.0 -> 100300).
+(8.5.2 -> 8502) and ``10000*major + 100*minor + patch`` from TensorRT 10 (10.3.0 -> 100300); the one
+version type, :class:`~jetforge.runtime.tensorrt.version.TensorRTVersion`, converts both ways.
 Each value is the big-endian IEEE-754 float32 bit pattern of a tensor's scale (``amax / 127``).
 NVIDIA's own tools write values without zero padding (``1a2b3c`` for ``001a2b3c``), so 1 to 8 hex
 digits are read.
@@ -30,8 +31,8 @@ and what no calibration produces is refused with the line number:
 Error messages name the file, the line number and the rule, never the file's text: a path that
 was not meant to be a cache must not be echoed back.
 
-This module is self-contained (it imports only :mod:`jetforge.errors`): the runtime, calibrate and
-apps layers all use it, and it can move as one piece.
+This module imports only :mod:`jetforge.errors` and the version type: the runtime, calibrate, deploy and
+cli layers all use it.
 """
 
 import math
@@ -40,9 +41,10 @@ import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Mapping, Tuple, Union
+from typing import Dict, Mapping, Union
 
 from jetforge.errors import CalibrationError, InputFileError
+from jetforge.runtime.tensorrt.version import TensorRTVersion
 
 #: The smallest positive normal float32 (2**-126); a scale below it is subnormal.
 FLOAT32_MIN_NORMAL = 2.0 ** -126
@@ -54,26 +56,9 @@ _HEX_RE = re.compile(r"^(?:0[xX])?([0-9a-fA-F]{1,8})$")
 _NOT_PRINTABLE = re.compile(r"[^\x20-\x7e\t\r\n]")
 _HINT_DAMAGED = "the file is cut or damaged: recalibrate with `jetforge calibrate`, or copy the cache again"
 
-Version = Tuple[int, int, int]
-
-
 # ------------------------------------------------------------------------------------------------
-# header numbers and scale bits
+# header numbers and scale bits (the numbering itself is TensorRTVersion.cache_header_number)
 # ------------------------------------------------------------------------------------------------
-def header_number(version: Version) -> int:
-    """(major, minor, patch) -> the number in ``TRT-<N>-...``: (8, 5, 2) -> 8502, (10, 3, 0) -> 100300."""
-    major, minor, patch = (int(v) for v in tuple(version)[:3])
-    return (1000 if major < 10 else 10000) * major + 100 * minor + patch
-
-
-def version_from_header_number(number: int) -> Version:
-    """Inverse of :func:`header_number`: 8602 -> (8, 6, 2), 100300 -> (10, 3, 0)."""
-    n = int(number)
-    if n >= 100000:
-        return (n // 10000, (n // 100) % 100, n % 100)
-    return (n // 1000, (n // 100) % 10, n % 100)
-
-
 def is_header_number(number: int) -> bool:
     """Whether ``number`` is one a TensorRT that writes caches puts in the header (7.0 and later)."""
     return 7000 <= number < 10000 or 100000 <= number < 10000000
@@ -135,8 +120,8 @@ class CacheInfo:
     scales: Dict[str, float] = field(default_factory=OrderedDict)
 
     @property
-    def version(self) -> Version:
-        return version_from_header_number(self.version_number)
+    def version(self) -> TensorRTVersion:
+        return TensorRTVersion.from_header_number(self.version_number)
 
 
 def _text_of(data: Union[bytes, str], source: str) -> str:

@@ -14,36 +14,16 @@ module object, so that :mod:`jetforge.runtime.tensorrt.builder` reads as one cod
 from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
-from jetforge.optional import require
+from jetforge.runtime.tensorrt.library import is_rtx
+from jetforge.runtime.tensorrt.version import TensorRTVersion
 
 DTYPE_NAMES = {"FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16", "INT8": "int8", "INT32": "int32",
                "INT64": "int64", "BOOL": "bool", "UINT8": "uint8", "FP8": "float8", "INT4": "int4", "FP4": "float4"}
 PRECISION_DTYPES = {"fp32": "FLOAT", "fp16": "HALF", "int8": "INT8"}
 
 
-def import_tensorrt(name: str = "tensorrt") -> ModuleType:
-    """``tensorrt`` (JetPack / desktop) or ``tensorrt_rtx``, with the install hint when missing."""
-    return require(name, "building TensorRT engines" if name == "tensorrt" else "TensorRT-RTX builds")
-
-
-def is_rtx(trt: ModuleType) -> bool:
-    return trt.__name__.split(".")[0].startswith("tensorrt_rtx")
-
-
-def version(trt: ModuleType) -> str:
-    return str(getattr(trt, "__version__", "0"))
-
-
-def version_tuple(trt: ModuleType) -> Tuple[int, ...]:
-    out = []
-    for part in version(trt).split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit())
-        out.append(int(digits) if digits else 0)
-    return tuple(out)
-
-
 def major(trt: ModuleType) -> int:
-    return version_tuple(trt)[0] if version_tuple(trt) else 0
+    return TensorRTVersion.of_module(trt).major
 
 
 def network_flags(trt: ModuleType) -> int:
@@ -70,6 +50,7 @@ def supports_dla(trt: ModuleType) -> bool:
 
 
 def has_calibrator(trt: ModuleType) -> bool:
+    """Whether TensorRT takes an INT8 calibrator (implicit INT8: JetPack 8.x/10.x, not 11, not TensorRT-RTX)."""
     return hasattr(trt, "IInt8EntropyCalibrator2") and not is_rtx(trt)
 
 
@@ -86,8 +67,14 @@ def memory_pool(trt: ModuleType, name: str) -> Optional[Any]:
     return getattr(trt.MemoryPoolType, name.upper(), None)
 
 
+def enum_name(value: Any) -> str:
+    """``trt.DataType.HALF`` -> ``"HALF"`` (pybind11 enums have ``.name``; str() gives ``DataType.HALF``)."""
+    name = getattr(value, "name", None)
+    return str(name) if name else str(value).split(".")[-1]
+
+
 def dtype_name(dtype: Any) -> str:
-    text = str(dtype).split(".")[-1]
+    text = enum_name(dtype)
     return DTYPE_NAMES.get(text, text.lower())
 
 
@@ -113,28 +100,3 @@ def engine_io(trt: ModuleType, engine: Any) -> Tuple[List[Dict[str, Any]], List[
                 "dtype": dtype_name(engine.get_tensor_dtype(name))}
         (inputs if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else outputs).append(spec)
     return inputs, outputs
-
-
-def make_logger(trt: ModuleType, min_severity: str = "WARNING") -> Any:
-    """A ``trt.ILogger`` that keeps every message (the build error tells the user TensorRT's own words)."""
-    import logging
-
-    log = logging.getLogger("jetforge.runtime.tensorrt")
-    threshold = getattr(trt.ILogger.Severity, min_severity)
-
-    class CollectingLogger(trt.ILogger):  # type: ignore[misc, name-defined]
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-            self.messages: List[Tuple[str, str]] = []
-
-        def log(self, severity: Any, msg: str) -> None:
-            name = str(severity).split(".")[-1]
-            self.messages.append((name, msg))
-            if int(severity) <= int(threshold):
-                level = logging.ERROR if name in ("ERROR", "INTERNAL_ERROR") else logging.WARNING
-                log.log(level, "TensorRT: %s", msg)
-
-        def errors(self) -> List[str]:
-            return [m for s, m in self.messages if s in ("ERROR", "INTERNAL_ERROR")]
-
-    return CollectingLogger()

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 from jetforge.errors import InputFileError, ModelError
 from jetforge.fileio import PathLike, sha256_file, write_json_atomic
 from jetforge.runtime.preprocess import Preprocess
+from jetforge.runtime.tensorrt.version import TensorRTVersion
 from jetforge.runtime.sidecar import (ModelSidecar, TensorSpec, list_field, mapping_field, produced_by,
                                       read_sidecar, sidecar_path)
 
@@ -146,9 +147,7 @@ def read_engine_sidecar(engine_path: PathLike, verify_hash: bool = True,
         raise ModelError("sidecar %s does not belong to %s (the engine changed after it was written)"
                          % (path.name, Path(engine_path).name), hint="rebuild the engine with `jetforge build`")
     if tensorrt_version is not None:
-        have = sidecar.tensorrt_version.split(".")[:2]
-        want = str(tensorrt_version).split(".")[:2]
-        if have != want:
+        if not TensorRTVersion.lenient(sidecar.tensorrt_version).same_release(str(tensorrt_version)):
             raise ModelError("engine %s was built with TensorRT %s; this machine has TensorRT %s (plans do not load "
                              "across versions)" % (Path(engine_path).name, sidecar.tensorrt_version, tensorrt_version),
                              hint="rebuild the engine on this machine with `jetforge build`")

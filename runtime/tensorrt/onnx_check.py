@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from jetforge.errors import DependencyError, EngineBuildError, ModelError
-from jetforge.optional import INSTALL_HINTS
+from jetforge.errors import EngineBuildError, ModelError
+from jetforge.runtime.tensorrt import compat
+from jetforge.runtime.tensorrt.library import LIBRARY_NAMES, load_tensorrt, module_name
+from jetforge.runtime.tensorrt.logger import make_logger
 
 log = logging.getLogger(__name__)
-
-LIBRARIES = ("tensorrt", "tensorrt_rtx")
-LIBRARY_NAMES = {"tensorrt": "TensorRT", "tensorrt_rtx": "TensorRT-RTX"}
 
 
 @dataclass
@@ -47,45 +46,6 @@ class BuildCheck:
                 "outputs": list(self.outputs), "serialized_bytes": self.serialized_bytes,
                 "parse_seconds": round(self.parse_seconds, 3), "build_seconds": round(self.build_seconds, 3),
                 "warnings": list(self.warnings)}
-
-
-def import_tensorrt(prefer: str = "tensorrt"):
-    """``(module, import name)``: ``prefer`` first, then the other of tensorrt / tensorrt_rtx."""
-    import importlib
-
-    if prefer not in LIBRARIES:
-        raise ValueError("prefer must be one of %s, got %r" % (", ".join(LIBRARIES), prefer))
-    order = [prefer] + [m for m in LIBRARIES if m != prefer]
-    for name in order:
-        try:
-            return importlib.import_module(name), name
-        except ImportError:
-            continue
-    raise DependencyError("neither TensorRT nor TensorRT-RTX is installed; one is needed to parse and build ONNX",
-                          hint="%s; or %s" % (INSTALL_HINTS["tensorrt"][1], INSTALL_HINTS["tensorrt_rtx"][1]))
-
-
-def _major(version: str) -> int:
-    try:
-        return int(str(version).split(".")[0])
-    except ValueError:
-        return 0
-
-
-def _make_logger(trt):
-    class _Collect(trt.ILogger):
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-            self.messages: List[Tuple[object, str]] = []
-
-        def log(self, severity, msg) -> None:  # noqa: A003 - TensorRT's method name
-            self.messages.append((severity, str(msg)))
-
-        def at_least(self, severity) -> List[str]:
-            # TensorRT severities: INTERNAL_ERROR=0, ERROR=1, WARNING=2, INFO=3, VERBOSE=4
-            return [m for s, m in self.messages if int(s) <= int(severity)]
-
-    return _Collect()
 
 
 def _call(obj, name: str, default=None):
@@ -136,15 +96,12 @@ def check_onnx_builds(onnx_path, prefer: str = "tensorrt", input_shapes: Optiona
     from jetforge.runtime.onnx_file import check_onnx_file
 
     path = check_onnx_file(onnx_path)  # empty, damaged or hollow files get our message, not the parser's
-    trt, module = import_tensorrt(prefer)
+    trt = load_tensorrt(prefer, fallback=True)
+    module = module_name(trt)
     label = "%s %s" % (LIBRARY_NAMES[module], trt.__version__)
-    logger = _make_logger(trt)
+    logger = make_logger(trt, forward=None)  # kept, not logged: the errors below quote them
     builder = trt.Builder(logger)
-    if module == "tensorrt" and _major(trt.__version__) < 10:
-        flags = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
-    else:
-        flags = 0
-    network = builder.create_network(flags)
+    network = builder.create_network(compat.network_flags(trt))
     parser = trt.OnnxParser(network, logger)
     t0 = time.perf_counter()
     ok = parser.parse_from_file(str(path))
@@ -152,7 +109,7 @@ def check_onnx_builds(onnx_path, prefer: str = "tensorrt", input_shapes: Optiona
     if not ok or parser.num_errors:
         errors = parser_errors(parser, _onnx_nodes(path))
         if not errors:
-            errors = logger.at_least(trt.ILogger.Severity.ERROR) or ["no reason given"]
+            errors = logger.errors() or ["no reason given"]
         raise ModelError("%s cannot parse %s: %s" % (label, path.name, "; ".join(errors)),
                          hint="change or remove the named nodes (TensorRT's ONNX operator support: "
                               "https://github.com/onnx/onnx-tensorrt/blob/main/docs/operators.md)")
@@ -181,13 +138,12 @@ def check_onnx_builds(onnx_path, prefer: str = "tensorrt", input_shapes: Optiona
         serialized = builder.build_serialized_network(network, config)
         result.build_seconds = time.perf_counter() - t0
         if serialized is None:
-            errors = logger.at_least(trt.ILogger.Severity.ERROR)
+            errors = logger.errors()
             raise EngineBuildError("%s parsed %s but could not build it: %s"
                                    % (label, path.name, "; ".join(" ".join(e.split()) for e in errors[-5:])
                                       or "no reason given"),
                                    hint="rerun with --debug for TensorRT's log")
         result.serialized_bytes = int(serialized.nbytes)
-    result.warnings = [" ".join(m.split()) for m in logger.at_least(trt.ILogger.Severity.WARNING)
-                       if m not in logger.at_least(trt.ILogger.Severity.ERROR)][:50]
+    result.warnings = [" ".join(m.split()) for m in logger.at_least("WARNING") if m not in logger.errors()][:50]
     log.debug("%s: %d layers, %d bytes", label, result.num_layers, result.serialized_bytes)
     return result

@@ -16,9 +16,13 @@ and a capture TensorRT or CUDA refuses falls back to plain enqueue with a warnin
 ``info()["cuda_graph"] == "fallback: <reason>"``.
 
 Every decision -- dtype mapping, I/O discovery, shape binding, profile checks,
-buffer sizing -- is a plain function below, tested on the CPU with ``FakeTrtContext``
-(tests/runtime/trt/test_trt_session_logic.py); the class only wires them to TensorRT and
-CUDA.  Nothing here imports tensorrt or cuda-python at module import time.
+buffer sizing -- is a plain function of :mod:`.session_logic`, tested on the CPU with
+``FakeTrtContext`` (tests/runtime/trt/test_trt_session_logic.py); the class only wires them to
+TensorRT and CUDA.  Nothing here imports tensorrt or cuda-python at module import time.
+
+It is the ``"tensorrt"`` session backend: ``runtime/session/__init__.py`` registers
+``"jetforge.runtime.tensorrt.session:TrtSession"`` lazily, so this module is imported only when an
+engine is opened.
 """
 
 import logging
@@ -27,251 +31,18 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from jetforge.errors import BackendError, ConfigError, InputFileError, ModelError
+from jetforge.errors import BackendError, InputFileError, ModelError
 from jetforge.optional import require
-from jetforge.runtime.cuda.policy import CAPTURE, LAUNCH, GraphPolicy, initial_graph_state, shape_key
-from jetforge.runtime.session.base import BACKENDS, InferRequest, Session
-from jetforge.runtime.sidecar import TensorSpec, sidecar_path
+from jetforge.runtime.cuda.policy import CAPTURE, LAUNCH, GraphPolicy, shape_key
+from jetforge.runtime.session.base import InferRequest, Session
+from jetforge.runtime.tensorrt.library import load_tensorrt, version_string
+from jetforge.runtime.tensorrt.logger import make_logger
+from jetforge.runtime.tensorrt.session_logic import (EngineIO, bind_input_shapes, buffers_to_grow, check_input_shape,
+                                                     engine_io, initial_buffer_sizes, initial_graph_state,
+                                                     load_engine_sidecar, required_bytes, resolve_dla_core,
+                                                     resolve_output_shapes)
 
 log = logging.getLogger(__name__)
-
-# TensorRT DataType names -> numpy dtype names.  BF16/FP8/INT4/FP4 have no numpy type.
-TRT_DTYPES = {"FLOAT": "float32", "HALF": "float16", "INT8": "int8", "INT32": "int32", "INT64": "int64",
-              "BOOL": "bool", "UINT8": "uint8"}
-
-
-def enum_name(value: Any) -> str:
-    """``trt.DataType.HALF`` -> ``"HALF"`` (pybind11 enums have ``.name``; str() gives ``DataType.HALF``)."""
-    name = getattr(value, "name", None)
-    return str(name) if name else str(value).split(".")[-1]
-
-
-def numpy_dtype(trt_dtype: Any, tensor: str = "") -> str:
-    """The numpy dtype name of a TensorRT data type; a type numpy cannot hold is a ModelError."""
-    name = enum_name(trt_dtype)
-    if name not in TRT_DTYPES:
-        raise ModelError("engine tensor %r has TensorRT type %s, which numpy cannot hold" % (tensor, name),
-                         hint="rebuild the engine with FP32, FP16, INT8, INT32 or BOOL inputs and outputs")
-    return TRT_DTYPES[name]
-
-
-def dims(shape: Any) -> Tuple[int, ...]:
-    """A TensorRT ``Dims`` (or any sequence) as a tuple of ints."""
-    return tuple(int(d) for d in shape)
-
-
-class EngineIO:
-    """One I/O tensor of an engine: name, input or output, shape (-1 = dynamic), dtype, profile range."""
-
-    def __init__(self, name: str, is_input: bool, shape: Tuple[int, ...], dtype: str,
-                 profile: Optional[Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]] = None) -> None:
-        self.name = name
-        self.is_input = is_input
-        self.shape = shape
-        self.dtype = dtype
-        self.profile = profile  # (min, opt, max) of optimization profile 0, for dynamic inputs
-
-    @property
-    def spec(self) -> TensorSpec:
-        return TensorSpec(name=self.name, shape=list(self.shape), dtype=self.dtype)
-
-    @property
-    def max_shape(self) -> Tuple[int, ...]:
-        """The largest shape this tensor can take (profile max for a dynamic input, else the shape)."""
-        if self.profile is not None:
-            return self.profile[2]
-        return self.shape
-
-    def __repr__(self) -> str:
-        return "EngineIO(%r, %s, %s, %s)" % (self.name, "input" if self.is_input else "output", self.shape, self.dtype)
-
-
-def engine_io(engine: Any) -> List[EngineIO]:
-    """The engine's I/O tensors in engine order (named-tensor API; TensorRT >= 8.5)."""
-    tensors = []
-    for i in range(int(engine.num_io_tensors)):
-        name = str(engine.get_tensor_name(i))
-        mode = enum_name(engine.get_tensor_mode(name))
-        if mode not in ("INPUT", "OUTPUT"):
-            continue
-        is_input = mode == "INPUT"
-        shape = dims(engine.get_tensor_shape(name))
-        check_linear_format(engine, name)
-        profile = None
-        if is_input and any(d < 0 for d in shape):
-            # get_tensor_profile_shape(name, profile_index) -> [min, opt, max]
-            lo, opt, hi = engine.get_tensor_profile_shape(name, 0)
-            profile = (dims(lo), dims(opt), dims(hi))
-        tensors.append(EngineIO(name, is_input, shape, numpy_dtype(engine.get_tensor_dtype(name), name), profile))
-    if not any(t.is_input for t in tensors) or not any(not t.is_input for t in tensors):
-        raise ModelError("engine has %d inputs and %d outputs; a session needs at least one of each"
-                         % (sum(t.is_input for t in tensors), sum(not t.is_input for t in tensors)))
-    return tensors
-
-
-def check_linear_format(engine: Any, name: str) -> None:
-    """Refuse vectorized I/O formats (CHW32, DLA HWC4...): jetforge feeds dense row-major (linear) arrays."""
-    getter = getattr(engine, "get_tensor_format", None)
-    if getter is None:
-        return
-    fmt = enum_name(getter(name))
-    if fmt != "LINEAR":
-        raise ModelError("engine tensor %r uses the %s I/O format; jetforge sessions feed dense (LINEAR) arrays"
-                         % (name, fmt),
-                         hint="rebuild the engine without --inputIOFormats/--outputIOFormats (TensorRT then "
-                              "reformats on the device)")
-
-
-def check_input_shape(tensor: EngineIO, shape: Tuple[int, ...]) -> None:
-    """A ModelError if ``shape`` does not fit the engine's static dims or its optimization profile."""
-    if len(shape) != len(tensor.shape):
-        raise ModelError("input %r of the engine has %d dimensions, got shape %s"
-                         % (tensor.name, len(tensor.shape), shape))
-    for axis, (want, got) in enumerate(zip(tensor.shape, shape)):
-        if want >= 0 and want != got:
-            raise ModelError("input %r of the engine expects %s, got %s (axis %d)" % (tensor.name, tensor.shape,
-                                                                                        shape, axis))
-    if tensor.profile is not None:
-        lo, _, hi = tensor.profile
-        if any(g < a or g > b for g, a, b in zip(shape, lo, hi)):
-            raise ModelError("input %r shape %s is outside the engine's optimization profile %s..%s"
-                             % (tensor.name, shape, lo, hi),
-                             hint="rebuild the engine with a profile that covers this shape")
-
-
-def bind_input_shapes(context: Any, shapes: Mapping[str, Tuple[int, ...]],
-                      bound: Dict[str, Tuple[int, ...]]) -> List[str]:
-    """``context.set_input_shape`` for each input whose shape differs from ``bound``; returns the changed names.
-
-    ``bound`` (name -> shape last set) is updated in place.  A shape TensorRT refuses
-    (``set_input_shape`` returns False) is a ModelError.
-    """
-    changed = []
-    for name, shape in shapes.items():
-        shape = tuple(int(d) for d in shape)
-        if bound.get(name) == shape:
-            continue
-        if context.set_input_shape(name, shape) is False:
-            raise ModelError("TensorRT refused input shape %s for %r" % (shape, name),
-                             hint="check the shape against the engine's optimization profile")
-        bound[name] = shape
-        changed.append(name)
-    return changed
-
-
-def resolve_output_shapes(context: Any, outputs: Sequence[EngineIO]) -> Dict[str, Tuple[int, ...]]:
-    """Output shapes once the input shapes are set; a data-dependent (-1) output is a ModelError."""
-    shapes = {}
-    for tensor in outputs:
-        shape = dims(context.get_tensor_shape(tensor.name))
-        if any(d < 0 for d in shape):
-            raise ModelError("output %r has a data-dependent shape %s; jetforge sessions need outputs whose "
-                             "shape follows from the input shapes" % (tensor.name, shape),
-                             hint="make the output shape static (e.g. pad detections to a fixed count)")
-        shapes[tensor.name] = shape
-    return shapes
-
-
-def required_bytes(shapes: Mapping[str, Tuple[int, ...]], dtypes: Mapping[str, str]) -> Dict[str, int]:
-    """Bytes of each tensor at its current shape."""
-    out = {}
-    for name, shape in shapes.items():
-        count = 1
-        for d in shape:
-            count *= int(d)
-        out[name] = count * np.dtype(dtypes[name]).itemsize
-    return out
-
-
-def buffers_to_grow(required: Mapping[str, int], capacity: Mapping[str, int]) -> Dict[str, int]:
-    """Tensors whose buffers must be (re)allocated, with their new size: missing or too small.
-
-    Buffers only grow (a smaller shape reuses the buffer), so that tensor addresses -- which a
-    captured CUDA graph bakes in -- stay fixed as long as possible.  Sizes are rounded up to
-    256 bytes (CUDA's allocation granularity for alignment).
-    """
-    grow = {}
-    for name, need in required.items():
-        if capacity.get(name, -1) < need:
-            grow[name] = max(256, (int(need) + 255) // 256 * 256)
-    return grow
-
-
-def initial_buffer_sizes(tensors: Sequence[EngineIO]) -> Dict[str, int]:
-    """Input buffers sized at the profile's max shape up front (outputs are sized at the first call)."""
-    return {t.name: required_bytes({t.name: t.max_shape}, {t.name: t.dtype})[t.name] for t in tensors if t.is_input}
-
-
-def resolve_dla_core(requested: Optional[int], sidecar_core: Optional[int], sidecar_device: Optional[str],
-                     num_dla_cores: int) -> Optional[int]:
-    """The DLA core to set on ``runtime.DLA_core`` before deserializing, or None for a GPU engine.
-
-    ``requested`` overrides the core recorded at build time (an engine built for DLA runs on
-    either core of the same board).  Errors name the fix: no DLA on this machine, a core
-    number that does not exist, a GPU engine asked to run on DLA.
-    """
-    if requested is not None:
-        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 0:
-            raise ConfigError("dla_core must be a DLA core number (0 or 1), got %r" % (requested,))
-        if sidecar_device == "gpu":
-            raise ConfigError("this engine was built for the GPU; dla_core=%d does not apply" % requested,
-                              hint="build a DLA engine (`jetforge build --dla-core %d`), or drop dla_core" % requested)
-    core = requested if requested is not None else sidecar_core
-    if core is None:
-        return None
-    if num_dla_cores <= 0:
-        raise BackendError("the engine runs on DLA core %d but this machine has no DLA" % core,
-                           hint="DLA exists on Jetson AGX Orin, Orin NX and Xavier; rebuild for the GPU elsewhere")
-    if core >= num_dla_cores:
-        raise ConfigError("DLA core %d does not exist; this machine has %d (0..%d)" % (core, num_dla_cores,
-                                                                                       num_dla_cores - 1))
-    return core
-
-
-def load_engine_sidecar(path: Path, verify: bool, tensorrt_version: Optional[str]) -> Any:
-    """The engine's sidecar (``model.engine.json``) or None when it has none (e.g. an engine from trtexec).
-
-    Uses :mod:`jetforge.runtime.tensorrt.engine_sidecar` (which checks the content hash and the
-    TensorRT version); a sidecar that is not in its format but holds ``inputs``/``outputs``
-    is read as a plain description.
-    """
-    if not sidecar_path(path).is_file():
-        log.warning("%s has no sidecar %s: tensor specs come from the engine, preprocessing is unknown",
-                    path.name, sidecar_path(path).name)
-        return None
-    try:
-        from jetforge.runtime.tensorrt.engine_sidecar import read_engine_sidecar
-    except ImportError:  # the build package is optional for a deployment that only runs engines
-        read_engine_sidecar = None
-    if read_engine_sidecar is not None:
-        try:
-            return read_engine_sidecar(path, verify_hash=verify, tensorrt_version=tensorrt_version)
-        except ModelError as err:
-            if "is not an engine sidecar" not in err.message:
-                raise
-    import json
-
-    try:
-        data = json.loads(sidecar_path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ModelError("engine sidecar %s is not valid JSON: %s" % (sidecar_path(path).name, err)) from err
-    return PlainEngineSidecar(data)
-
-
-class PlainEngineSidecar:
-    """A sidecar given as a plain dict (``inputs``, ``outputs``, optional ``preprocess``/``dla_core``)."""
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        try:
-            self.inputs = [TensorSpec.from_dict(t) for t in data.get("inputs", [])]
-            self.outputs = [TensorSpec.from_dict(t) for t in data.get("outputs", [])]
-        except (KeyError, TypeError) as err:
-            raise ModelError("engine sidecar is malformed: %s" % err, hint="rebuild the engine") from err
-        self.preprocess = data.get("preprocess")
-        self.dla_core = data.get("dla_core")
-        self.device = data.get("device")
-        self.labels = list(data.get("labels", []))
-        self.task = data.get("task", "other")
 
 
 class _Pending:
@@ -283,7 +54,6 @@ class _Pending:
         self.outputs: Optional[Dict[str, np.ndarray]] = None
 
 
-@BACKENDS.register("tensorrt")
 class TrtSession(Session):
     """A TensorRT engine with its own stream, pinned/device buffers and (by default) CUDA graphs."""
 
@@ -323,11 +93,11 @@ class TrtSession(Session):
     @classmethod
     def open(cls, path: Path, dla_core: Optional[int] = None, cuda_graph: bool = True,
              verify_sidecar: bool = True) -> "TrtSession":
-        trt = require("tensorrt", "running TensorRT engines")
+        trt = load_tensorrt(purpose="running TensorRT engines")
         require("cuda", "TensorRT sessions (device buffers, streams, CUDA graphs through cuda-python)")
-        version = str(trt.__version__)
+        version = version_string(trt)
         sidecar = load_engine_sidecar(path, verify_sidecar, version)
-        runtime = trt.Runtime(_trt_logger(trt))
+        runtime = trt.Runtime(make_logger(trt, keep=False, forward="VERBOSE", log=log))
         core = resolve_dla_core(dla_core, getattr(sidecar, "dla_core", None), getattr(sidecar, "device", None),
                                 int(getattr(runtime, "num_DLA_cores", 0)))
         if core is not None:
@@ -474,7 +244,7 @@ class TrtSession(Session):
     # -- description ----------------------------------------------------------------------
     @property
     def version(self) -> str:
-        return str(self._trt.__version__)
+        return version_string(self._trt)
 
     def describe(self) -> str:
         where = "DLA core %d" % self.dla_core if self.dla_core is not None else "GPU"
@@ -488,18 +258,3 @@ class TrtSession(Session):
 
 def _nbytes(shape: Tuple[int, ...], dtype: str) -> int:
     return required_bytes({"t": shape}, {"t": dtype})["t"]
-
-
-def _trt_logger(trt: Any) -> Any:
-    """A ``trt.ILogger`` that routes TensorRT's messages into this module's logger."""
-    levels = {"INTERNAL_ERROR": logging.ERROR, "ERROR": logging.ERROR, "WARNING": logging.WARNING,
-              "INFO": logging.DEBUG, "VERBOSE": logging.DEBUG}
-
-    class _Logger(trt.ILogger):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-
-        def log(self, severity: Any, msg: str) -> None:
-            log.log(levels.get(enum_name(severity), logging.INFO), "TensorRT: %s", msg)
-
-    return _Logger()

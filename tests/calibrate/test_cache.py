@@ -4,8 +4,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from jetforge.calibrate.cache import (CalibrationCache, header_number, hex_to_scale, scale_to_hex,
-                                      version_from_header_number)
+from jetforge.calibrate.cache import CalibrationCache, hex_to_scale, parse_trt_version, scale_to_hex
 from jetforge.errors import CalibrationError
 
 # lines of NVIDIA's sampleINT8 README (TensorRT 7), as TensorRT wrote them
@@ -21,8 +20,8 @@ prob: 3c010a14
 @pytest.mark.parametrize("version,number", [("8.5.2", 8502), ("8.6.2", 8602), ("8.6.1", 8601), ("10.3.0", 100300),
                                             ("10.3", 100300), ("7.0", 7000), ("10.7.1", 100701)])
 def test_header_numbers(version, number):
-    assert header_number(version) == number
-    assert header_number(version_from_header_number(number)) == number
+    assert parse_trt_version(version).cache_header_number() == number
+    assert CalibrationCache.from_amax({"x": 1.0}, version).header == "TRT-%d-EntropyCalibration2" % number
 
 
 def test_decode_real_tensorrt_lines():
@@ -95,14 +94,14 @@ def test_bad_caches_are_clear_errors(text, fragment):
                                   b"x: 3c010a14\nx: 3c010a14\n", b"caf\xc3\xa9: 3c010a14\n"])
 def test_calibrate_and_the_build_side_read_with_one_set_of_rules(tmp_path, body):
     """`calibrate --check-cache` (CalibrationCache.read) and the build planner refuse alike, word for word."""
-    from jetforge.runtime.tensorrt.plan import read_calibration_cache
+    from jetforge.runtime.tensorrt.calib_cache import parse_calibration_cache
 
     path = tmp_path / "m.calib"
     path.write_bytes(b"TRT-100300-EntropyCalibration2\n" + body)
     with pytest.raises(CalibrationError) as calibrate_side:
         CalibrationCache.read(path)
     with pytest.raises(CalibrationError) as build_side:
-        read_calibration_cache(path.read_bytes(), "calibration cache %s" % path)
+        parse_calibration_cache(path.read_bytes(), "calibration cache %s" % path)
     assert calibrate_side.value.one_line() == build_side.value.one_line()
 
 

@@ -16,9 +16,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from jetforge.cli.main import main  # noqa: E402
 from jetforge.deploy import bundle as bundle_mod  # noqa: E402
-from jetforge.deploy.bundle import (BundleError, BundleNotPreparedError, choose_int8_source,  # noqa: E402
-                                         create_bundle, open_bundle, read_manifest, verify_bundle,
-                                         version_from_header_number)
+from jetforge.deploy.bundle import (BundleError, BundleNotPreparedError, create_bundle, open_bundle,  # noqa: E402
+                                    read_manifest, verify_bundle)
 from jetforge.deploy.onboard import Board, build_bundle, select  # noqa: E402
 from jetforge.errors import InputFileError  # noqa: E402
 from jetforge.runtime.tensorrt.plan import BuildOptions  # noqa: E402
@@ -184,20 +183,6 @@ def test_tar_is_extracted_once_and_unsafe_tars_are_refused(inputs, tmp_path, mon
     with pytest.raises(BundleError) as err:
         open_bundle(evil)
     assert "escapes" in err.value.one_line() and not (tmp_path / "cache" / "escape.yaml").exists()
-
-
-def test_int8_source_follows_the_tensorrt_rules():
-    assert choose_int8_source("10.3.0", "dla", "int8", ["10.3.0"], True) == ("cache", "")
-    assert choose_int8_source("10.3.0", "gpu", "int8", ["10.3.0"], True) == ("qdq", "")
-    assert choose_int8_source("10.3.0", "gpu", "int8", ["10.3.0"], False) == ("cache", "")
-    assert choose_int8_source("8.6.2", "gpu", "int8", ["8.6.2"], True) == ("cache", "")
-    assert choose_int8_source("8.6.2", "gpu", "int8", [], True) == ("qdq", "")
-    assert choose_int8_source("10.13.3", "gpu", "int8", ["10.13.3"], True) == ("qdq", "")
-    assert choose_int8_source("11.0", "gpu", "int8", ["11.0.0"], False)[0] is None
-    source, why = choose_int8_source("8.5.2", "dla", "int8", ["10.3.0"], True)
-    assert source is None and "calibration cache for TensorRT 8.5.2" in why
-    assert choose_int8_source("10.3", "gpu", "fp16", [], False) == (None, "")
-    assert version_from_header_number(8502) == "8.5.2" and version_from_header_number(100300) == "10.3.0"
 
 
 def test_dla_bundle_prepared_only_where_a_cache_exists(inputs, tmp_path):

@@ -1,8 +1,9 @@
 """Real engine builds with JetPack's TensorRT on a Jetson: GPU FP16, DLA FP16 with fallback, DLA INT8 from a cache.
 
 Run on the board (``pytest -m "tensorrt and jetson" tests/hardware``). Everywhere else these skip:
-JetPack's TensorRT cannot be installed in this workplace (see shared/docs/design.md). The placement the
-engine inspector reports is compared with ``jetforge dla-check``'s prediction for the same model.
+JetPack's TensorRT cannot be installed in the development workplace. The placement the engine inspector
+reports is compared with ``jetforge dla-check``'s prediction for the same model.  TensorRT is reached
+through the TensorRT package only (``load_tensorrt``), as everywhere in jetforge.
 """
 
 import struct
@@ -12,22 +13,23 @@ import pytest
 
 pytestmark = [pytest.mark.tensorrt, pytest.mark.jetson]
 
-try:
-    import tensorrt as trt  # JetPack: python3-libnvinfer
-except ImportError:  # pragma: no cover - the normal case off the board
-    trt = None
+from jetforge.errors import DependencyError  # noqa: E402
+from jetforge.runtime.tensorrt.library import load_tensorrt, version_string  # noqa: E402
 
-if trt is None:
+try:
+    trt = load_tensorrt()  # JetPack: python3-libnvinfer
+except (DependencyError, ImportError):  # pragma: no cover - the normal case off the board
     pytest.skip("TensorRT not installed", allow_module_level=True)
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from jetforge.runtime.tensorrt.plan import BuildOptions, cache_header_number, make_plan  # noqa: E402
-from jetforge.runtime.tensorrt.engine_sidecar import read_engine_sidecar  # noqa: E402
-from jetforge.runtime.tensorrt.dla.analyze import analyze_onnx  # noqa: E402
-from jetforge.runtime.tensorrt import compat  # noqa: E402
 from jetforge.runtime.tensorrt.builder import build_engine  # noqa: E402
+from jetforge.runtime.tensorrt.dla.analyze import analyze_onnx  # noqa: E402
+from jetforge.runtime.tensorrt.engine_sidecar import read_engine_sidecar  # noqa: E402
+from jetforge.runtime.tensorrt.plan import BuildOptions, make_plan  # noqa: E402
+from jetforge.runtime.tensorrt.probe import dla_cores  # noqa: E402
+from jetforge.runtime.tensorrt.version import TensorRTVersion  # noqa: E402
 from jetforge.targets import detect_target  # noqa: E402
 
 
@@ -41,7 +43,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def dla_target(target):
-    if not target.has_dla or trt.Builder(trt.Logger(trt.Logger.WARNING)).num_DLA_cores < 1:
+    if not target.has_dla or dla_cores(trt) < 1:
         pytest.skip("this Jetson has no DLA core")
     return target
 
@@ -68,14 +70,14 @@ def _model(path, hardswish=False):
 
 
 def _cache(path, tensors, scale=0.05):
-    header = "TRT-%d-EntropyCalibration2" % cache_header_number(compat.version_tuple(trt))
+    header = "TRT-%d-EntropyCalibration2" % TensorRTVersion.of_module(trt).cache_header_number()
     lines = [header] + ["%s: %s" % (t, struct.pack(">f", scale).hex()) for t in tensors]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def _options(**kw):
-    return BuildOptions(tensorrt_version=compat.version(trt), **kw)
+    return BuildOptions(tensorrt_version=version_string(trt), **kw)
 
 
 def test_fp16_gpu_engine(tmp_path, target):
@@ -86,14 +88,14 @@ def test_fp16_gpu_engine(tmp_path, target):
     inspector = result.report["inspector"]
     assert inspector["available"] and inspector["summary"]["dla"] == 0 and inspector["summary"]["gpu"] >= 1
     assert any("FP16" in p or "Half" in p for l in inspector["layers"] for p in l["precisions"])
-    sidecar = read_engine_sidecar(tmp_path / "m.engine", tensorrt_version=compat.version(trt))
+    sidecar = read_engine_sidecar(tmp_path / "m.engine", tensorrt_version=version_string(trt))
     assert sidecar.device == "gpu" and sidecar.outputs[0].shape == [1, 16, 64, 64]
 
 
 @pytest.mark.dla
 def test_fp16_dla_with_gpu_fallback_matches_the_prediction(tmp_path, dla_target):
     onnx_path, _ = _model(tmp_path / "hs.onnx", hardswish=True)
-    predicted = analyze_onnx(onnx_path, dla_target, tensorrt_version=compat.version(trt))
+    predicted = analyze_onnx(onnx_path, dla_target, tensorrt_version=version_string(trt))
     assert [l.onnx_op for l in predicted.gpu_layers] == ["HardSwish"]
     plan = make_plan(onnx_path, dla_target, _options(precision="fp16", dla_core=0))
     result = build_engine(plan, tmp_path / "hs.engine")

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from jetforge.optional import is_available
+from jetforge.runtime.tensorrt.library import installed_version
 from tests.hardware.trt_build import build_test_engine as build_engine
 
+HAVE_TENSORRT = installed_version() is not None
 pytestmark = [pytest.mark.tensorrt, pytest.mark.gpu,
-              pytest.mark.skipif(not is_available("tensorrt"), reason="TensorRT is not installed"),
+              pytest.mark.skipif(not HAVE_TENSORRT, reason="TensorRT is not installed"),
               pytest.mark.skipif(not is_available("cuda.bindings.runtime") and not is_available("cuda.cudart"),
                                  reason="cuda-python is not installed (pip install 'jetforge[cuda]')")]
 
@@ -21,11 +23,12 @@ FRAMES = (5, 30, 75, 140)
 
 
 def _num_dla_cores():
-    if not is_available("tensorrt"):
+    if not HAVE_TENSORRT:
         return 0
-    import tensorrt as trt
+    from jetforge.runtime.tensorrt.library import load_tensorrt
+    from jetforge.runtime.tensorrt.probe import dla_cores
 
-    return int(trt.Builder(trt.Logger(trt.Logger.ERROR)).num_DLA_cores)
+    return dla_cores(load_tensorrt())
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +96,9 @@ def test_shape_outside_profile_is_refused(mobilenet_onnx, frames, tmp_path):
 @pytest.mark.skipif(_num_dla_cores() == 0, reason="no DLA core (TensorRT is missing, or it reports 0 DLA cores)")
 @pytest.mark.parametrize("core", [0, 1])
 def test_dla_engine_runs_on_the_chosen_core(mobilenet_onnx, frames, reference, tmp_path, core):
-    import tensorrt as trt
     from jetforge.runtime.session import open_session
+    from jetforge.runtime.tensorrt.library import installed_version
+    from jetforge.runtime.tensorrt.version import major_of
 
     if core >= _num_dla_cores():
         pytest.skip("this board has %d DLA core(s)" % _num_dla_cores())
@@ -103,7 +107,7 @@ def test_dla_engine_runs_on_the_chosen_core(mobilenet_onnx, frames, reference, t
         out = s.infer({"input": frames})["logits"]
         info = s.info()
         assert info["device"] == "dla" and info["dla_core"] == core
-        if int(trt.__version__.split(".")[0]) < 10:
+        if major_of(installed_version()) < 10:
             assert info["cuda_graph"].startswith("fallback: DLA engines cannot be captured")
         else:  # captured, or fell back with the reason CUDA gave
             assert info["cuda_graph"] == "on" or info["cuda_graph"].startswith("fallback: ")

@@ -1,14 +1,19 @@
-"""Building a test engine with the documented TensorRT API (shared by the hardware and contract tests)."""
+"""Building a test engine with the documented TensorRT API (shared by the hardware and contract tests).
+
+TensorRT is reached through the TensorRT package (its import seam, logger and network flags), as everywhere.
+"""
 
 
 def build_test_engine(onnx_path, engine_path, fp16, max_batch=8, dla_core=None):
     """A TensorRT engine from ``onnx_path`` with a batch profile 1..max_batch (documented TensorRT API)."""
-    import tensorrt as trt
+    from jetforge.runtime.tensorrt import compat
+    from jetforge.runtime.tensorrt.library import load_tensorrt
+    from jetforge.runtime.tensorrt.logger import make_logger
 
-    logger = trt.Logger(trt.Logger.WARNING)
+    trt = load_tensorrt()
+    logger = make_logger(trt)
     builder = trt.Builder(logger)
-    major = int(trt.__version__.split(".")[0])
-    network = builder.create_network(0 if major >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH))
+    network = builder.create_network(compat.network_flags(trt))
     parser = trt.OnnxParser(network, logger)
     assert parser.parse(onnx_path.read_bytes()), [str(parser.get_error(i)) for i in range(parser.num_errors)]
     config = builder.create_builder_config()

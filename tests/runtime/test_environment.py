@@ -16,6 +16,7 @@ import pytest
 
 from jetforge.runtime import environment as env
 from jetforge.runtime.environment import Probe
+from jetforge.runtime.tensorrt import probe as trt_probe
 
 AGX_ORIN_JP511 = {
     "etc/nv_tegra_release": "# R35 (release), REVISION: 3.1, GCID: 32827747, BOARD: t186ref, EABI: aarch64\n",
@@ -53,7 +54,7 @@ def test_real_onnxruntime_found_with_cpu_provider():
 
 
 def test_real_tensorrt_missing_with_jetpack_hint():
-    if env._import("tensorrt")[0] is not None:
+    if env._import("tensorrt", trt_probe.load)[0] is not None:
         pytest.skip("TensorRT is installed on this machine")
     probe = env.probe_tensorrt()
     assert probe.found is False
@@ -67,7 +68,7 @@ def test_real_tensorrt_missing_with_jetpack_hint():
 
 
 def test_real_tensorrt_rtx_is_reported_as_not_jetpack_tensorrt():
-    rtx = env._import("tensorrt_rtx")[0]
+    rtx = env._import("tensorrt_rtx", trt_probe.load)[0]
     if rtx is None:
         pytest.skip("tensorrt-rtx is not installed")
     probe = env.probe_tensorrt_rtx()
@@ -196,24 +197,24 @@ def test_a_probe_that_raises_is_reported_not_raised(monkeypatch):
 
 # ---- TensorRT with DLA (hardware that does not exist here) --------------------------------------------
 
-class FakeLogger:
-    ERROR = 1
+class FakeILogger:
+    """trt.ILogger: jetforge subclasses it (the one TensorRT logger) and calls its __init__."""
 
-    def __init__(self, severity):
-        self.severity = severity
+    def __init__(self):
+        self.initialised = True
 
 
 class FakeBuilder:
     num_DLA_cores = 2
 
     def __init__(self, logger):
-        assert isinstance(logger, FakeLogger)
+        assert isinstance(logger, FakeILogger) and logger.initialised and callable(logger.log)
 
 
 def _fake_tensorrt(cores):
     module = types.ModuleType("tensorrt")
     module.__version__ = "8.5.2.2"
-    module.Logger = FakeLogger
+    module.ILogger = FakeILogger
     module.Builder = type("FakeBuilder%d" % cores, (FakeBuilder,), {"num_DLA_cores": cores})
     return module
 

@@ -26,7 +26,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Uni
 
 from jetforge.errors import TargetError
 from jetforge.runtime.tensorrt.dla.rules import (GPU, INFO, OP_SUGGESTIONS, UNCERTAIN_KINDS, WARN, Rule, dla_generation,
-                                                 rules_for, version_tuple)
+                                                 rules_for)
+from jetforge.runtime.tensorrt.version import TensorRTVersion
 
 log = logging.getLogger(__name__)
 
@@ -680,7 +681,7 @@ def analyze_onnx(model: Union[str, Path, Any], target: Any = None, *, dla_versio
     if gen not in (1, 2):
         raise TargetError("unknown DLA version %r" % (dla_version,), hint="use 1 (Xavier) or 2 (Orin)")
     trt_text = tensorrt_version or "10.3.0"
-    trt = version_tuple(trt_text)
+    trt = TensorRTVersion.lenient(trt_text)
     limit = int(loadables_per_core or DEFAULT_LOADABLES_PER_CORE)
     proto, name = _load_model(model, input_shapes)
     g = _Graph(proto)

@@ -17,6 +17,8 @@ primary source it names (header = ``NVIDIA/TensorRT:include/NvInfer.h``).
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from jetforge.runtime.tensorrt.version import TensorRTVersion
+
 # --- source citations ---------------------------------------------------------------------------
 SRC_GLOBAL = ("dla_trt_jetson.md §1.1: docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/"
               "dla-layer-restrictions.html")
@@ -59,9 +61,9 @@ class Rule:
     def applies(self, dla_generation: int, trt_version: Tuple[int, ...], precision: str) -> bool:
         if self.dla_versions and dla_generation not in self.dla_versions:
             return False
-        if self.trt_min is not None and trt_version < version_tuple(self.trt_min):
+        if self.trt_min is not None and trt_version < TensorRTVersion.lenient(self.trt_min):
             return False
-        if self.trt_below is not None and trt_version >= version_tuple(self.trt_below):
+        if self.trt_below is not None and trt_version >= TensorRTVersion.lenient(self.trt_below):
             return False
         if self.precisions and precision not in self.precisions:
             return False
@@ -83,16 +85,6 @@ class Rule:
                 "source": self.source, "dla_versions": list(self.dla_versions), "trt_min": self.trt_min,
                 "trt_below": self.trt_below, "precisions": list(self.precisions), "effect": self.effect,
                 "uncertain": self.uncertain}
-
-
-def version_tuple(text: str) -> Tuple[int, ...]:
-    out = []
-    for part in str(text).split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        out.append(int(digits) if digits else 0)
-    while len(out) < 3:
-        out.append(0)
-    return tuple(out)
 
 
 def _show(value: Any) -> str:

@@ -15,8 +15,10 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from jetforge.cli.main import main  # noqa: E402
 from jetforge.config import load_config  # noqa: E402
 from jetforge.errors import CalibrationError, ConfigError, EngineBuildError, InputFileError  # noqa: E402
-from jetforge.runtime.tensorrt.plan import (BuildOptions, BuildPlan, ShapeRange, cache_header_number,  # noqa: E402
-                                         load_build_options, make_plan, parse_shape, read_calibration_cache)
+from jetforge.runtime.tensorrt.calib_cache import parse_calibration_cache  # noqa: E402
+from jetforge.runtime.tensorrt.plan import (BuildOptions, BuildPlan, ShapeRange, load_build_options,  # noqa: E402
+                                            make_plan, parse_shape)
+from jetforge.runtime.tensorrt.version import TensorRTVersion  # noqa: E402
 from jetforge.runtime.tensorrt.engine_sidecar import (EngineSidecar, read_engine_sidecar,  # noqa: E402
                                             write_engine_sidecar)
 from jetforge.runtime.sidecar import TensorSpec  # noqa: E402
@@ -105,17 +107,18 @@ def test_int8_dla_plan_with_a_matching_cache(static_onnx, tmp_path):
 
 
 def test_cache_header_numbers_and_parser():
-    assert cache_header_number("8.5.2") == 8502 and cache_header_number("8.6.2") == 8602
-    assert cache_header_number("10.3.0") == 100300 and cache_header_number("10.3") == 100300
-    info = read_calibration_cache(b"TRT-8600-EntropyCalibration2\nimages: 3c00f9f4\nprob: 3c010a14\n")
+    number = lambda text: TensorRTVersion.parse(text).cache_header_number()  # noqa: E731
+    assert number("8.5.2") == 8502 and number("8.6.2") == 8602
+    assert number("10.3.0") == 100300 and number("10.3") == 100300
+    info = parse_calibration_cache(b"TRT-8600-EntropyCalibration2\nimages: 3c00f9f4\nprob: 3c010a14\n")
     assert info.version_number == 8600 and info.algorithm == "EntropyCalibration2"
     assert info.scales["images"] == pytest.approx(0.0078721, rel=1e-4)     # cuDLA-samples value, §4.1
     assert info.scales["prob"] == pytest.approx(1 / 127.0, rel=1e-3)
     # the planner reads caches with the one reader (tests/runtime/trt/test_calib_cache.py has its rules)
     with pytest.raises(CalibrationError):
-        read_calibration_cache(b"not a cache\n")
+        parse_calibration_cache(b"not a cache\n")
     with pytest.raises(CalibrationError):
-        read_calibration_cache(b"TRT-8502-EntropyCalibration2\nx: zz\n")
+        parse_calibration_cache(b"TRT-8502-EntropyCalibration2\nx: zz\n")
 
 
 @pytest.mark.parametrize("body,fragment", [

@@ -11,9 +11,9 @@ import struct
 import pytest
 
 from jetforge.errors import CalibrationError, InputFileError
-from jetforge.runtime.tensorrt.calib_cache import (FLOAT32_MIN_NORMAL, format_calibration_cache, header_number,
-                                                   parse_calibration_cache, read_calibration_cache_file,
-                                                   version_from_header_number)
+from jetforge.runtime.tensorrt.calib_cache import (FLOAT32_MIN_NORMAL, format_calibration_cache,
+                                                   parse_calibration_cache, read_calibration_cache_file)
+from jetforge.runtime.tensorrt.version import TensorRTVersion
 
 HEADER = "TRT-100300-EntropyCalibration2"
 
@@ -104,7 +104,8 @@ def test_damaged_caches_are_one_clear_error_that_never_echoes_the_file(data, fra
 def test_header_numbers_both_encodings():
     for version, number in (((8, 5, 2), 8502), ((8, 6, 2), 8602), ((7, 0, 0), 7000), ((10, 3, 0), 100300),
                             ((10, 7, 1), 100701), ((10, 13, 3), 101303)):
-        assert header_number(version) == number and version_from_header_number(number) == version
+        assert TensorRTVersion(*version).cache_header_number() == number
+        assert TensorRTVersion.from_header_number(number) == version
     info = parse_calibration_cache("TRT-8502-MinMaxCalibration\n")  # a header alone: no tensors yet
     assert info.version == (8, 5, 2) and info.algorithm == "MinMaxCalibration" and info.scales == {}
 

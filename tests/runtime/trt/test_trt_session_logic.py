@@ -14,8 +14,9 @@ import pytest
 
 from jetforge.errors import BackendError, ConfigError, DependencyError, ModelError
 from jetforge.optional import is_available
-from jetforge.runtime.cuda.policy import CAPTURE, ENQUEUE, LAUNCH, GraphPolicy, initial_graph_state, shape_key
-from jetforge.runtime.tensorrt import session as tb
+from jetforge.runtime.cuda.policy import CAPTURE, ENQUEUE, LAUNCH, GraphPolicy, shape_key
+from jetforge.runtime.tensorrt import session_logic as tb
+from jetforge.runtime.tensorrt.session_logic import initial_graph_state
 
 
 def _enum(name):
