@@ -12,9 +12,8 @@ from jetforge.deploy.bundle import is_bundle_path
 from jetforge.deploy.onboard import EXIT_NO_TENSORRT, NO_TENSORRT, build_bundle
 from jetforge.errors import ConfigError, DependencyError
 from jetforge.fileio import check_not_input
-from jetforge.optional import is_available
-from jetforge.runtime.tensorrt import compat
 from jetforge.runtime.tensorrt.builder import build_engine
+from jetforge.runtime.tensorrt.library import installed_version
 from jetforge.runtime.tensorrt.plan import JETPACK_HINT, load_build_options, make_plan, parse_shape
 from jetforge.targets import get_target
 
@@ -77,10 +76,8 @@ class BuildCommand(Command):
             raise ConfigError("--target is required to build an ONNX model",
                               hint="pass --target NAME (see `jetforge targets list`)")
         target = get_target(args.target)
-        have_trt = is_available("tensorrt")
-        installed: Optional[str] = None
-        if have_trt:
-            installed = compat.version(compat.import_tensorrt())
+        installed: Optional[str] = installed_version()
+        have_trt = installed is not None
         plan = make_plan(model, target, options, installed_tensorrt=installed)
 
         if args.plan_only or not have_trt:
