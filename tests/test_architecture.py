@@ -254,3 +254,57 @@ def test_no_test_folder_shadows_an_imported_package():
     bad = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("*")
                  if p.is_dir() and p.name in shadowing)
     assert not bad, "test folders named like packages the code imports: %s" % bad
+
+
+# ---- TensorRT has one home: runtime/tensorrt (docs/architecture.md, "The TensorRT package") --------------------
+TENSORRT_LIBRARIES = {"tensorrt", "tensorrt_rtx"}
+TENSORRT_PACKAGE = "runtime/tensorrt/"
+# calls that import (or probe) a module named by a literal string
+_IMPORTING_CALLS = {"require", "is_available", "import_module", "__import__", "find_spec", "importorskip"}
+
+
+def tensorrt_imports(source: str, rel: str) -> List[str]:
+    """Every place in ``source`` that imports TensorRT or TensorRT-RTX itself: an import statement, or a call
+    such as ``require("tensorrt")`` / ``is_available("tensorrt_rtx")`` / ``importlib.import_module("tensorrt")``."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename=rel)):
+        names: List[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            arg = node.args[0]
+            if called in _IMPORTING_CALLS and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                names = [arg.value]
+        for name in names:
+            if name.split(".")[0] in TENSORRT_LIBRARIES:
+                found.append("%s:%d: imports %s outside %s; use jetforge.runtime.tensorrt.library.load_tensorrt"
+                             % (rel, node.lineno, name, TENSORRT_PACKAGE))
+    return found
+
+
+def test_nothing_outside_the_tensorrt_package_imports_tensorrt():
+    """Source folders and tests/hardware reach TensorRT and TensorRT-RTX only through runtime/tensorrt."""
+    files = [(p, rel) for p, rel in _python_files() if not rel.startswith(TENSORRT_PACKAGE)]
+    files += [(p, p.relative_to(ROOT).as_posix()) for p in sorted((ROOT / "tests" / "hardware").rglob("*.py"))]
+    problems = []
+    for path, rel in files:
+        problems.extend(tensorrt_imports(path.read_text(encoding="utf-8"), rel))
+    assert not problems, "TensorRT imported outside its package:\n  " + "\n  ".join(problems)
+    inside = [rel for p, rel in _python_files() if rel.startswith(TENSORRT_PACKAGE)
+              and tensorrt_imports(p.read_text(encoding="utf-8"), rel)]
+    assert inside == [], "the package imports TensorRT only through library.load_tensorrt: %s" % inside
+
+
+@pytest.mark.parametrize("source, count", [
+    ("import tensorrt as trt", 1), ("from tensorrt_rtx import Builder", 1), ("import tensorrt.plugin", 1),
+    ("def f():\n    trt = require('tensorrt', 'x')", 1), ("importlib.import_module('tensorrt_rtx')", 1),
+    ("if is_available('tensorrt'):\n    pass", 1), ("pytest.importorskip('tensorrt_rtx')", 1),
+    ("from jetforge.runtime.tensorrt import load_tensorrt\ntrt = load_tensorrt('rtx')", 0),
+    ("x = {'tensorrt': 1}\nprint('tensorrt')\nimport tensorrt_tools_unrelated", 0),
+])
+def test_tensorrt_import_scanner(source, count):
+    assert len(tensorrt_imports(source, "apps/x.py")) == count
