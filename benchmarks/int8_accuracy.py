@@ -352,7 +352,7 @@ def run_fashion(folder: Path) -> Dict[str, object]:
     from jetforge.calibrate import algorithms, evaluate as ev, mixed, stats
     from jetforge.calibrate.qdq import insert_qdq
     from jetforge.compress.export import export_onnx
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
 
     print("== fashion-mnist", flush=True)
     torch.manual_seed(0)

@@ -189,25 +189,15 @@ class Evaluator:
 
 def preprocess_samples(samples: Iterable[Tuple[str, np.ndarray]], preprocess, batch_size: int = 16,
                        fixed_batch: Optional[int] = None) -> Tuple[List[np.ndarray], List[str]]:
-    """(name, uint8 BGR image) pairs -> preprocessed batches and the sample names, in order."""
-    if fixed_batch:
-        batch_size = fixed_batch
+    """(name, uint8 BGR image) pairs -> batches prepared by ``preprocess`` (the image input contract) and names."""
+    from jetforge.calibrate.sources import PreprocessedBatches
+
     batches: List[np.ndarray] = []
     names: List[str] = []
-    pending: List[np.ndarray] = []
-    for name, image in samples:
-        pending.append(preprocess.apply(image))
-        names.append(name)
-        if len(pending) == batch_size:
-            batches.append(np.stack(pending))
-            pending = []
-    if pending:
-        if fixed_batch and len(pending) != fixed_batch:
-            log.warning("dropping the last %d evaluation samples: the model's batch is fixed at %d",
-                        len(pending), fixed_batch)
-            names = names[:len(names) - len(pending)]
-        else:
-            batches.append(np.stack(pending))
+    for batch, batch_names in PreprocessedBatches(samples, preprocess, batch_size, fixed_batch,
+                                                  what="evaluation samples"):
+        batches.append(batch)
+        names.extend(batch_names)
     return batches, names
 
 

@@ -1,4 +1,4 @@
-"""The one place INT8 evaluation creates ONNX Runtime sessions, for each kind of arithmetic.
+"""How INT8 evaluation runs a model, for each kind of arithmetic (sessions through ``open_session``).
 
 * ``"simulated"`` (the default for every INT8 number jetforge prints): the Q/DQ model rewritten by
   :func:`jetforge.calibrate.int8sim.simulation_model` and run with ``ORT_DISABLE_ALL``, so no Q/DQ
@@ -8,8 +8,9 @@
   :mod:`jetforge.runtime.cpu_features`) -- a second, labelled measurement;
 * ``"float"``: a float model (the FP32 reference) with all optimisations.
 
-Sessions are built from in-memory models (candidates are made by graph surgery, never written), so
-this does not go through :func:`jetforge.runtime.session.open_session`, which opens files.
+Sessions are opened by :func:`jetforge.runtime.session.open_session` from in-memory models (candidates
+are made by graph surgery, never written), on ONNX Runtime's CPU provider, with the optimisation level
+the arithmetic needs (``"disable"`` for the simulation, ``"all"`` otherwise).
 """
 
 import logging
@@ -18,7 +19,7 @@ from typing import Dict, Sequence
 
 import numpy as np
 
-from jetforge.errors import ModelError, UnknownNameError
+from jetforge.errors import UnknownNameError
 from jetforge.optional import require
 
 log = logging.getLogger(__name__)
@@ -50,29 +51,22 @@ def prepare(model, arithmetic: str = "simulated"):
 
 
 def session(model, arithmetic: str = "simulated", threads: int = 0, optimized_path=None, prepared: bool = False):
-    """An ONNX Runtime CPU session running ``model`` with ``arithmetic`` (module doc).
+    """A :class:`~jetforge.runtime.session.Session` (ONNX Runtime, CPU) running ``model`` with ``arithmetic``.
 
-    ``prepared=True``: ``model`` already is what :func:`prepare` returns (e.g. a simulation model built with
-    non-default options); it is run as ``arithmetic`` runs, without rewriting it again.
+    ``threads`` 0 leaves ONNX Runtime's default.  ``prepared=True``: ``model`` already is what
+    :func:`prepare` returns (e.g. a simulation model built with non-default options); it is run as
+    ``arithmetic`` runs, without rewriting it again.  ``optimized_path``: where ONNX Runtime saves the
+    graph it actually runs (see :func:`executed_ops`).
     """
-    ort = require("onnxruntime", "INT8 accuracy evaluation")
+    from jetforge.runtime.session import open_session
+
     if arithmetic not in ARITHMETICS:
         raise UnknownNameError("INT8 arithmetic", arithmetic, ARITHMETICS)
     prepared = _load(model) if prepared else prepare(model, arithmetic)
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL if arithmetic == "simulated"
-                                     else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
-    if threads:
-        opts.intra_op_num_threads = int(threads)
-    if optimized_path is not None:
-        opts.optimized_model_filepath = str(optimized_path)
-    opts.log_severity_level = 3
-    try:
-        return ort.InferenceSession(prepared.SerializeToString(), sess_options=opts,
-                                    providers=["CPUExecutionProvider"])
-    except Exception as err:
-        raise ModelError("ONNX Runtime cannot load the model for evaluation: %s" % " ".join(str(err).split())[:400],
-                         hint="check the model with `python -m onnx.checker`") from err
+    return open_session(prepared, backend="onnxruntime", providers="cpu", threads=int(threads or 0),
+                        optimization="disable" if arithmetic == "simulated" else "all",
+                        optimized_model_path=None if optimized_path is None else str(optimized_path),
+                        name="the %s evaluation model" % arithmetic)
 
 
 def executed_ops(model, arithmetic: str = "simulated") -> Dict[str, int]:
@@ -84,7 +78,7 @@ def executed_ops(model, arithmetic: str = "simulated") -> Dict[str, int]:
     fd, path = tempfile.mkstemp(suffix=".onnx", prefix="jf_ort_")
     os.close(fd)
     try:
-        session(model, arithmetic, optimized_path=path)
+        session(model, arithmetic, optimized_path=path).close()
         return dict(Counter(n.op_type for n in onnx.load(path).graph.node))
     finally:
         os.unlink(path)
@@ -98,10 +92,11 @@ def integer_kernels(ops: Dict[str, int]) -> Dict[str, int]:
 def run(model, batches: Sequence[np.ndarray], arithmetic: str = "simulated", threads: int = 0,
         prepared: bool = False):
     """Every output of ``model`` over ``batches``, each concatenated along axis 0."""
-    sess = session(model, arithmetic, threads, prepared=prepared)
-    name = sess.get_inputs()[0].name
-    outs = [sess.run(None, {name: b}) for b in batches]
-    return [np.concatenate([np.asarray(o[k]) for o in outs], axis=0) for k in range(len(outs[0]))]
+    with session(model, arithmetic, threads, prepared=prepared) as sess:
+        name = sess.inputs[0].name
+        outs = [sess.infer({name: b}) for b in batches]
+        names = [t.name for t in sess.outputs]
+    return [np.concatenate([np.asarray(o[n]) for o in outs], axis=0) for n in names]
 
 
 __all__ = ["ARITHMETICS", "INT8_KERNELS", "executed_ops", "integer_kernels", "prepare", "run", "session"]

@@ -155,7 +155,7 @@ def layer_sensitivity(fp32_model, qdq_model, batches: Sequence[np.ndarray], meth
     if arithmetic is None:
         arithmetic = evaluator.arithmetic if evaluator is not None else "simulated"
     sess = ortrun.session(model, arithmetic, threads=threads)
-    in_name = sess.get_inputs()[0].name
+    in_name = sess.inputs[0].name
     fetch = [t for _, a, b in pairs for t in (a, b)]
     signal = np.zeros(len(pairs))
     noise = np.zeros(len(pairs))
@@ -166,12 +166,14 @@ def layer_sensitivity(fp32_model, qdq_model, batches: Sequence[np.ndarray], meth
         b = b[:max_samples - seen]
         # small chunks: every layer's output is fetched twice
         for start in range(0, len(b), 4):
-            res = sess.run(fetch, {in_name: b[start:start + 4]})
+            out = sess.infer({in_name: b[start:start + 4]}, outputs=fetch)
+            res = [out[t] for t in fetch]
             for k in range(len(pairs)):
                 ref = res[2 * k].astype(np.float64)
                 signal[k] += float(np.sum(ref * ref))
                 noise[k] += float(np.sum((ref - res[2 * k + 1]) ** 2))
         seen += len(b)
+    sess.close()
     ops = {q.name: q.op for q in layers}
     result = []
     for k, (name, _, _) in enumerate(pairs):

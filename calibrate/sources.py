@@ -19,7 +19,7 @@ list) is a :class:`~jetforge.errors.CalibrationError` naming the path.
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -314,3 +314,43 @@ def collect_sources(data: Union[str, Path, Sequence[Union[str, Path]]], max_samp
         sources.extend(open_source(item, sampling, scene_threshold))
     plan = allocate([s.available for s in sources], max_samples)
     return Samples(sources, plan)
+
+
+class PreprocessedBatches:
+    """``(name, uint8 BGR image)`` samples -> ``(batch, names)`` through the model's image input contract.
+
+    Batches hold ``batch_size`` samples, or the model's fixed batch when it has one (``fixed_batch``);
+    a last partial batch a fixed-batch model cannot take is dropped with a warning and counted in
+    :attr:`dropped`.  ``on_sample(name, image)`` sees every sample before it is prepared (the quality
+    tracker, perceptual hashes).  Calibration statistics and evaluation batch their samples here, so
+    both feed the model exactly what ``contract.apply`` (:mod:`jetforge.runtime.inputs`) makes.
+    """
+
+    def __init__(self, samples: Iterable[Tuple[str, np.ndarray]], contract: Any, batch_size: int,
+                 fixed_batch: Optional[int] = None, what: str = "samples",
+                 on_sample: Optional[Callable[[str, np.ndarray], None]] = None) -> None:
+        if fixed_batch is not None and fixed_batch != batch_size:
+            log.info("the model's input has a fixed batch of %d; using it instead of %d", fixed_batch, batch_size)
+        self.samples, self.contract = samples, contract
+        self.batch_size = int(fixed_batch or batch_size)
+        self.fixed_batch, self.what, self.on_sample = fixed_batch, what, on_sample
+        self.dropped = 0
+
+    def __iter__(self) -> Iterator[Tuple[np.ndarray, List[str]]]:
+        pending: List[np.ndarray] = []
+        names: List[str] = []
+        for name, image in self.samples:
+            if self.on_sample is not None:
+                self.on_sample(name, image)
+            pending.append(self.contract.apply(image))
+            names.append(name)
+            if len(pending) == self.batch_size:
+                yield np.stack(pending), names
+                pending, names = [], []
+        if pending:
+            if self.fixed_batch and len(pending) != self.fixed_batch:
+                self.dropped = len(pending)
+                log.warning("dropping the last %d %s: the model's batch is fixed at %d", len(pending), self.what,
+                            self.fixed_batch)
+            else:
+                yield np.stack(pending), names

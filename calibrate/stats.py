@@ -1,5 +1,9 @@
 """Activation statistics: run the ONNX model in ONNX Runtime over the samples and histogram tensors.
 
+The model runs in a session from :func:`jetforge.runtime.session.open_session` (an in-memory copy
+with the observed tensors as outputs, ONNX Runtime's "basic" optimisation so no observed tensor is
+fused away), and samples are prepared by the model's input contract (:mod:`jetforge.runtime.inputs`).
+
 A copy of the model gets the tensors to observe added as graph outputs; it runs batch by
 batch, and every batch updates one :class:`StreamingHistogram` per tensor, so memory is one
 batch of activations plus ``O(bins)`` per tensor, whatever the number of samples.
@@ -14,8 +18,6 @@ Which tensors:
 """
 
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -24,7 +26,7 @@ import numpy as np
 
 from jetforge.calibrate.histogram import DEFAULT_BINS, StreamingHistogram
 from jetforge.calibrate.quality import QualityTracker
-from jetforge.errors import CalibrationError, ModelError
+from jetforge.errors import BackendError, CalibrationError, ModelError
 from jetforge.optional import require
 
 log = logging.getLogger(__name__)
@@ -154,27 +156,11 @@ def with_outputs(model, names: Sequence[str]):
 
 
 def make_session(model, providers: Optional[Sequence[str]] = None, threads: int = 0):
-    """An ONNX Runtime session over an in-memory model (spilled to a temporary file past 1.5 GB)."""
-    ort = require("onnxruntime", "INT8 calibration statistics")
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    if threads:
-        opts.intra_op_num_threads = int(threads)
-    opts.log_severity_level = 3
-    providers = list(providers or ["CPUExecutionProvider"])
-    try:
-        if model.ByteSize() < 1_500_000_000:
-            return ort.InferenceSession(model.SerializeToString(), sess_options=opts, providers=providers)
-        onnx = _onnx()
-        tmp = tempfile.mkdtemp(prefix="jetforge-calib-")
-        path = os.path.join(tmp, "model.onnx")
-        onnx.save(model, path, save_as_external_data=True, location="model.onnx.data")
-        return ort.InferenceSession(path, sess_options=opts, providers=providers)
-    except Exception as err:
-        if isinstance(err, CalibrationError):
-            raise
-        raise ModelError("ONNX Runtime cannot load the model for calibration: %s" % " ".join(str(err).split())[:400],
-                         hint="check the model with `python -m onnx.checker`, or export it again") from err
+    """A session (ONNX Runtime, "basic" optimisation) over an in-memory model; ``threads`` 0: ORT's default."""
+    from jetforge.runtime.session import open_session
+
+    return open_session(model, backend="onnxruntime", optimization="basic", threads=int(threads or 0),
+                        providers=list(providers or ["CPUExecutionProvider"]), name="the model being calibrated")
 
 
 @dataclass
@@ -190,16 +176,16 @@ class InputSpec:
 
 
 def input_spec(session) -> InputSpec:
-    inputs = session.get_inputs()
+    """The one float input of a calibration session (:class:`~jetforge.runtime.session.Session`)."""
+    inputs = session.inputs
     if len(inputs) != 1:
         raise CalibrationError("the model has %d inputs (%s); image calibration feeds exactly one"
                                % (len(inputs), ", ".join(i.name for i in inputs)),
                                hint="calibrate a single-input model, or feed tensors with collect_from_batches()")
     i = inputs[0]
-    dtype = {"tensor(float)": "float32", "tensor(float16)": "float16"}.get(i.type)
-    if dtype is None:
-        raise CalibrationError("model input %s has type %s; calibration feeds float images" % (i.name, i.type))
-    return InputSpec(i.name, list(i.shape), dtype)
+    if i.dtype not in ("float32", "float16"):
+        raise CalibrationError("model input %s has type %s; calibration feeds float images" % (i.name, i.dtype))
+    return InputSpec(i.name, list(i.shape), i.dtype)
 
 
 @dataclass
@@ -323,7 +309,7 @@ def collect_from_batches(model, batches: Iterable[np.ndarray], tensors: Union[st
     ort_threads, hist_threads = thread_plan(threads)
     session = make_session(with_outputs(model, names), providers, threads=ort_threads)
     spec = input_spec(session)
-    out_names = [o.name for o in session.get_outputs()]
+    out_names = [o.name for o in session.outputs]
     observed = [n for n in names if n in out_names or n == spec.name]
     missing = [n for n in names if n not in observed]
     if missing:
@@ -336,13 +322,13 @@ def collect_from_batches(model, batches: Iterable[np.ndarray], tensors: Union[st
         batch = np.asarray(batch, dtype=np.dtype(spec.dtype))
         _check_shape(spec, batch)
         try:
-            results = session.run(fetch, {spec.name: batch})
-        except Exception as err:
+            results = session.infer({spec.name: batch}, outputs=fetch)
+        except (BackendError, ModelError) as err:
             raise ModelError("ONNX Runtime failed on a calibration batch of shape %s: %s"
-                             % (batch.shape, " ".join(str(err).split())[:400]),
+                             % (batch.shape, " ".join(str(err.message).split())[:400]),
                              hint="check that the sidecar's preprocessing matches the model input") from err
         tensors_ = [(spec.name, batch)] if spec.name in hists else []
-        tensors_ += [(n, np.asarray(v)) for n, v in zip(fetch, results) if np.asarray(v).dtype.kind == "f"]
+        tensors_ += [(n, np.asarray(results[n])) for n in fetch if np.asarray(results[n]).dtype.kind == "f"]
         # largest first, so that the histogram threads finish a batch at about the same time
         return sorted(tensors_, key=lambda t: -t[1].size)
 
@@ -366,6 +352,7 @@ def collect_from_batches(model, batches: Iterable[np.ndarray], tensors: Union[st
     finally:
         if pool is not None:
             pool.shutdown(wait=True)
+        session.close()
     # a tensor that turned out not to be floating point (type unknown up front) has no data
     for name in [n for n, h in hists.items() if h.empty]:
         del hists[name]
@@ -377,43 +364,26 @@ def collect_statistics(model, samples: Iterable[Tuple[str, np.ndarray]], preproc
                        tensors: Union[str, Sequence[str]] = "all", providers: Optional[Sequence[str]] = None,
                        num_bins: int = DEFAULT_BINS, total: Optional[int] = None, progress: bool = True,
                        quality: Optional[QualityTracker] = None) -> ActivationStats:
-    """Preprocess ``(name, uint8 BGR image)`` samples, run them in batches, histogram the tensors."""
+    """Prepare ``(name, uint8 BGR image)`` samples with ``preprocess`` (the model's image input contract),
+    run them in batches, histogram the tensors."""
+    from jetforge.calibrate.sources import PreprocessedBatches
+
     model = load_model(model)
     if batch_size < 1:
         raise CalibrationError("batch size must be at least 1, got %d" % batch_size)
     quality = quality if quality is not None else QualityTracker()
     # the batch axis of a static-batch model decides the batch size
-    fixed = fixed_batch(model)
-    if fixed is not None and fixed != batch_size:
-        log.info("the model's input has a fixed batch of %d; using it instead of %d", fixed, batch_size)
-        batch_size = fixed
-    dropped = [0]
-
-    def batches() -> Iterable[np.ndarray]:
-        pending: List[np.ndarray] = []
-        for name, image in samples:
-            quality.update(name, image)
-            pending.append(preprocess.apply(image))
-            if len(pending) == batch_size:
-                yield np.stack(pending)
-                pending = []
-        if pending:
-            if fixed is not None and len(pending) != fixed:
-                dropped[0] = len(pending)
-                log.warning("dropping the last %d samples: the model's batch is fixed at %d", len(pending), fixed)
-            else:
-                yield np.stack(pending)
-
+    batches = PreprocessedBatches(samples, preprocess, batch_size, fixed_batch(model), on_sample=quality.update)
     bar = None
     if progress:
         tqdm = require("tqdm").tqdm
         bar = tqdm(total=total, unit="img", desc="calibrating", leave=False)
     try:
-        stats = collect_from_batches(model, batches(), tensors, providers, num_bins,
+        stats = collect_from_batches(model, (b for b, _ in batches), tensors, providers, num_bins,
                                      progress=bar.update if bar is not None else None)
     finally:
         if bar is not None:
             bar.close()
     stats.quality = quality
-    stats.dropped = dropped[0]
+    stats.dropped = batches.dropped
     return stats

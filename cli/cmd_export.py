@@ -19,7 +19,7 @@ from jetforge.cli.model_refs import add_model_flags, load_model_from_args, model
 from jetforge.config import load_config
 from jetforge.errors import ConfigError
 from jetforge.fileio import check_not_input, require_file
-from jetforge.runtime import preprocess as pre
+from jetforge.runtime import inputs as pre
 from jetforge.runtime.tensorrt.onnx_check import check_onnx_builds
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class ExportCommand(Command):
         parser.add_argument("--out", required=True, metavar="FILE.onnx", help="the ONNX file to write")
         parser.add_argument("--input-shape", help="input shape with the batch axis, e.g. 1x3x224x224 "
                                                   "(default: the pretrained model's, else 1x3x224x224)")
-        parser.add_argument("--preprocess", help="%s, or a YAML file with jetforge.runtime.preprocess.Preprocess "
+        parser.add_argument("--preprocess", help="%s, or a YAML file with jetforge.runtime.inputs.Preprocess "
                                                  "fields (default: the pretrained model's, else imagenet_torchvision)"
                                                  % " or ".join(PRESETS))
         parser.add_argument("--labels", help="'imagenet' or a text file with one class name per line")

@@ -21,7 +21,7 @@ import numpy as np
 from jetforge.errors import CompressError, DependencyError, ModelError
 from jetforge.fileio import PathLike, atomic_output
 from jetforge.optional import is_available, require
-from jetforge.runtime.preprocess import Preprocess
+from jetforge.runtime.inputs import Preprocess
 from jetforge.runtime.session import open_session
 from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, produced_by, sidecar_path, write_sidecar
 

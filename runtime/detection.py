@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.errors import ModelError
-from jetforge.runtime.preprocess import ResizePlan
+from jetforge.runtime.inputs import ResizePlan, input_contract
 
 SSD_EXTRA_KEY = "ssd"
 
@@ -382,12 +382,15 @@ class SSDDetector:
 
         self.session = open_session(model_path, backend=backend, **session_options)
         sidecar = self.session.sidecar
-        if sidecar is None or sidecar.preprocess is None:
+        try:
+            if sidecar is None:
+                raise ModelError("%s has no sidecar with its input contract and SSD parameters" % model_path,
+                                 hint="export the detector with `jetforge export --model ssdlite_mobilenet_v2_person`")
+            self.preprocess = input_contract(sidecar, "image", purpose="the SSD detector")
+            self.spec = spec_from_sidecar(sidecar)
+        except Exception:
             self.session.close()
-            raise ModelError("%s has no sidecar with its preprocessing" % model_path,
-                             hint="export the detector with `jetforge export --model ssdlite_mobilenet_v2_person`")
-        self.spec = spec_from_sidecar(sidecar)
-        self.preprocess = sidecar.preprocess
+            raise
         self.anchors = self.spec.anchors()
         self.input_name = self.session.inputs[0].name
 

@@ -2,9 +2,16 @@
 
 ``model.onnx`` is accompanied by ``model.onnx.json`` recording what the next
 stage needs and must agree with: the task, labels, input/output tensors, the
-preprocessing contract, what produced the file and the file's content hash.
-A stage reading a model reads its sidecar through :func:`read_sidecar`, which
-refuses a missing, malformed or stale sidecar with a message that names the fix.
+input contract (:mod:`jetforge.runtime.inputs`: how frames become input tensors),
+what produced the file and the file's content hash.  A stage reading a model reads
+its sidecar through :func:`read_sidecar`, which refuses a missing, malformed or stale
+sidecar with a message that names the fix.
+
+Format 2 records the input contract as one ``input`` block ``{"kind": ..., ...}``.
+Format 1 (still read, and still what older writers pass in) kept it in three places:
+``preprocess`` (the image kind), ``extra.clip`` (the action model's clip) and, for
+MTCNN's PNet, a nominal 12x12 ``preprocess`` plus ``extra.family/stage``, which stood
+for the image pyramid; :func:`contract_from_format1` turns those into the one contract.
 """
 
 import datetime
@@ -15,9 +22,11 @@ from typing import Any, Dict, List, Optional, Union
 
 from jetforge.errors import InputFileError, ModelError
 from jetforge.fileio import PathLike, sha256_file, write_json_atomic
-from jetforge.runtime.preprocess import Preprocess
+from jetforge.runtime.inputs.base import InputContract, contract_from_dict, contract_to_dict
+from jetforge.runtime.inputs.image import Preprocess
 
-SIDECAR_FORMAT = 1
+SIDECAR_FORMAT = 2
+READABLE_FORMATS = (1, 2)
 TASKS = ("classify", "detect", "action", "embed", "other")
 
 
@@ -48,7 +57,13 @@ class TensorSpec:
 
 @dataclass
 class ModelSidecar:
-    """What a model file is and how to feed it; serialised as ``<model>.json``."""
+    """What a model file is and how to feed it; serialised as ``<model>.json``.
+
+    ``input`` is the model's one input contract (any kind); ``preprocess`` is the same object when
+    it is of the ``image`` kind, else None (the name every image consumer has always read).  Either
+    may be given when constructing; format-1 conventions in ``preprocess``/``extra`` are upgraded
+    (:func:`contract_from_format1`).
+    """
 
     task: str
     model_name: str
@@ -60,10 +75,19 @@ class ModelSidecar:
     produced_by: Dict[str, Any] = field(default_factory=dict)
     extra: Dict[str, Any] = field(default_factory=dict)
     format: int = SIDECAR_FORMAT
+    input: Optional[InputContract] = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ModelError("sidecar task %r is not one of %s" % (self.task, ", ".join(TASKS)))
+        if self.input is None:
+            self.extra = dict(self.extra)  # the upgrade takes extra.clip out; the caller's dict stays as it was
+            self.input = contract_from_format1(self.preprocess, self.extra)
+        elif self.preprocess is not None and self.preprocess != self.input:
+            raise ModelError("sidecar of %s gives two different input contracts (input and preprocess)"
+                             % (self.model_name or "a model"), hint="give the contract once, as input")
+        self.preprocess = self.input if isinstance(self.input, Preprocess) else None
+        self.format = SIDECAR_FORMAT
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -72,7 +96,7 @@ class ModelSidecar:
             "model_name": self.model_name,
             "inputs": [t.to_dict() for t in self.inputs],
             "outputs": [t.to_dict() for t in self.outputs],
-            "preprocess": self.preprocess.to_dict() if self.preprocess else None,
+            "input": contract_to_dict(self.input) if self.input is not None else None,
             "labels": list(self.labels),
             "content_sha256": self.content_sha256,
             "produced_by": dict(self.produced_by),
@@ -83,10 +107,12 @@ class ModelSidecar:
     def from_dict(cls, data: Dict[str, Any], where: str = "sidecar") -> "ModelSidecar":
         try:
             fmt = int(data.get("format", 0))
-            if fmt != SIDECAR_FORMAT:
-                raise ModelError("%s has format %s; this jetforge reads format %d" % (where, fmt, SIDECAR_FORMAT),
+            if fmt not in READABLE_FORMATS:
+                raise ModelError("%s has format %s; this jetforge reads formats %s"
+                                 % (where, fmt, ", ".join(str(f) for f in READABLE_FORMATS)),
                                  hint="re-export the model with this jetforge version")
-            pre = data.get("preprocess")
+            pre = data.get("preprocess")  # format 1 (format 2 writes "input"; a hand-written preprocess still reads)
+            block = data.get("input")
             return cls(
                 task=str(data["task"]),
                 model_name=str(data.get("model_name", "")),
@@ -97,9 +123,31 @@ class ModelSidecar:
                 content_sha256=str(data.get("content_sha256", "")),
                 produced_by=mapping_field(data, "produced_by"),
                 extra=mapping_field(data, "extra"),
+                input=contract_from_dict(block) if block is not None else None,
             )
         except (KeyError, TypeError, ValueError, OverflowError) as err:  # OverflowError: "format": Infinity
             raise ModelError("%s is malformed: %s" % (where, err), hint="re-export the model to regenerate it") from err
+
+
+def contract_from_format1(preprocess: Optional[Preprocess], extra: Dict[str, Any]) -> Optional[InputContract]:
+    """The input contract that format-1 fields stood for (``extra`` loses its ``clip`` block to it).
+
+    ``extra.clip`` -> the clip kind; a ``preprocess`` block with ``extra.family == "mtcnn"`` and
+    ``extra.stage == "pnet"`` -> the image pyramid it was the nominal size of; any other
+    ``preprocess`` -> the image kind.
+    """
+    if "clip" in extra:
+        from jetforge.runtime.inputs.clip import ClipContract
+
+        block = extra.pop("clip")
+        if not isinstance(block, dict):
+            raise TypeError("extra.clip must be a JSON object")
+        return ClipContract.from_legacy(block)
+    if preprocess is not None and extra.get("family") == "mtcnn" and extra.get("stage") == "pnet":
+        from jetforge.runtime.inputs.pyramid import pyramid_from_legacy
+
+        return pyramid_from_legacy(preprocess)
+    return preprocess
 
 
 def mapping_field(data: Dict[str, Any], key: str) -> Dict[str, Any]:

@@ -89,7 +89,7 @@ def test_device_side_modules_import_without_torch(tmp_path):
     assert not result["failures"], "modules that fail to import without torch:\n" + "\n".join(
         "%s:\n%s" % item for item in result["failures"].items())
     assert result["leaked"] == []
-    for required in ("jetforge.errors", "jetforge.config", "jetforge.cli.main", "jetforge.runtime.preprocess"):
+    for required in ("jetforge.errors", "jetforge.config", "jetforge.cli.main", "jetforge.runtime.inputs"):
         assert required in result["imported"]
 
 

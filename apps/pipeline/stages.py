@@ -1,5 +1,5 @@
 """The typed pieces a pipeline is made of: the per-frame :class:`Item`, the :class:`Task` interface,
-and reusable stages (the fused preprocessing, a session-backed batched model).
+and reusable stages (a session-backed batched model; the fused preprocessing is the image input kind's).
 
 A task plugs four callables into the pipeline; each is usable on its own, outside it:
 
@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.apps.video.sources.base import Frame
-from jetforge.runtime.preprocess import Preprocess
+from jetforge.runtime.inputs.image import FusedImage
 
 log = logging.getLogger(__name__)
 
@@ -95,42 +95,8 @@ class Task:
         return {"task": self.name, "model": self.model_label}
 
 
-class FusedPreprocess:
-    """:class:`~jetforge.runtime.preprocess.Preprocess` in two OpenCV calls instead of five.
-
-    One ``cv2.resize`` and one ``cv2.dnn.blobFromImageWithParams`` (crop view, BGR->RGB,
-    ``(x*scale - mean)/std`` per channel, HWC->CHW, float32) give the same tensor as
-    ``Preprocess.apply`` (checked to 1e-5 in the tests) at a third less CPU.  Modes the
-    fused call cannot express (letterbox, grey, NHWC, float16) fall back to ``apply``.
-    """
-
-    def __init__(self, preprocess: Preprocess) -> None:
-        self.preprocess = preprocess
-        self.fused = (preprocess.resize in ("short_side_crop", "stretch") and preprocess.color in ("rgb", "bgr")
-                      and preprocess.layout == "nchw" and preprocess.dtype == "float32")
-        std = np.broadcast_to(np.asarray(preprocess.std, np.float64), (3,))
-        mean = np.broadcast_to(np.asarray(preprocess.mean, np.float64), (3,))
-        # (x*scale - mean)/std == (x - mean/scale) * (scale/std); OpenCV applies (x - mean) * scalefactor.
-        self._scalefactor = tuple(float(preprocess.scale / s) for s in std) + (0.0,)
-        self._mean = tuple(float(m / preprocess.scale) for m in mean) + (0.0,)
-        self._plans: Dict[Any, Any] = {}
-        self._params: Any = None
-
-    def __call__(self, image: np.ndarray) -> np.ndarray:
-        if not self.fused or image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-            return self.preprocess.apply(image)
-        import cv2
-
-        p = self.preprocess
-        hw = image.shape[:2]
-        plan = self._plans.get(hw)
-        if plan is None:
-            plan = self._plans[hw] = p.geometry(hw)
-        resized = p.resize_crop(image, plan)
-        if self._params is None:
-            self._params = cv2.dnn.Image2BlobParams(scalefactor=self._scalefactor, size=(p.width, p.height),
-                                                    mean=self._mean, swapRB=p.color == "rgb", ddepth=cv2.CV_32F)
-        return cv2.dnn.blobFromImageWithParams(resized, self._params)[0]
+FusedPreprocess = FusedImage
+"""The image input kind's fused OpenCV path (:meth:`jetforge.runtime.inputs.Preprocess.fused`), under its old name."""
 
 
 class SessionModel:

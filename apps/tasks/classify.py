@@ -19,7 +19,7 @@ import numpy as np
 
 from jetforge.errors import ConfigError, ModelError
 from jetforge.fileio import sha256_file
-from jetforge.runtime.preprocess import IMAGENET_TORCHVISION, Preprocess
+from jetforge.runtime.inputs import IMAGENET_TORCHVISION, Preprocess
 from jetforge.runtime.session import Session, open_session
 from jetforge.apps.tasks.base import App
 from jetforge.apps.pipeline.stages import FusedPreprocess, Item, SessionModel, Status, Task, draw_status

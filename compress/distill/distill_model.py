@@ -65,7 +65,7 @@ class DistillResult:
 
 def _preprocess():
     from jetforge.compress.data import MEAN, STD
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
 
     return Preprocess(height=28, width=28, resize="stretch", color="gray", mean=(MEAN,), std=(STD,))
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 from jetforge.errors import CompressError, DependencyError, ModelError, UnknownNameError
 from jetforge.fileio import PathLike, require_file, sha256_file
 from jetforge.optional import require
-from jetforge.runtime.preprocess import IMAGENET_TFLITE, IMAGENET_TORCHVISION, Preprocess
+from jetforge.runtime.inputs import IMAGENET_TFLITE, IMAGENET_TORCHVISION, Preprocess
 
 log = logging.getLogger(__name__)
 

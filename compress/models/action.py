@@ -8,7 +8,7 @@ the feature map is flattened with its spatial layout kept (position matters: the
 direction of motion is the change of position over time), then two 1-D convolutions
 over time, a mean over time and a linear layer give the class logits.
 
-The window contract (region, crop size, normalisation) is ``jetforge.runtime.clips.ClipContract``,
+The window contract (region, crop size, normalisation) is ``jetforge.runtime.inputs.ClipContract``,
 shared with the app; the exported sidecar records its numbers.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from jetforge.runtime.clips import ClipContract
+from jetforge.runtime.inputs import ClipContract
 
 WINDOW = 8          # frames per clip (0.8 s at vtest's 10 fps)
 CROP_H, CROP_W = 64, 32

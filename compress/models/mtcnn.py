@@ -34,7 +34,7 @@ from torch import nn
 
 from jetforge.errors import CompressError, ModelError
 from jetforge.fileio import PathLike, atomic_output, require_file, sha256_file
-from jetforge.runtime.preprocess import Preprocess
+from jetforge.runtime.inputs import Preprocess
 from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, produced_by, write_sidecar
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from jetforge.errors import CompressError, ModelError
 from jetforge.fileio import PathLike, atomic_output, sha256_file
 from jetforge.optional import require
 from jetforge.runtime.detection import SSD_EXTRA_KEY, SSDSpec
-from jetforge.runtime.preprocess import Preprocess
+from jetforge.runtime.inputs import Preprocess
 from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, produced_by, write_sidecar
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import numpy as np
 from jetforge.compress.models.tf_graphdef import GraphDef, NodeDef
 from jetforge.errors import ModelError
 from jetforge.runtime.detection import AnchorLayer, SSDSpec
-from jetforge.runtime.preprocess import Preprocess
+from jetforge.runtime.inputs import Preprocess
 
 ANCHORS = "MultipleGridAnchorGenerator"
 NMS_SCOPE = "Postprocessor/BatchMultiClassNonMaxSuppression/map/while/MultiClassNonMaxSuppression"

@@ -332,10 +332,11 @@ def _zero_floor_activation(node, inits, g) -> bool:
 
 
 def ort_session(model: Union[PathLike, Any], threads: int = 0, arithmetic: str = "simulated"):
-    """A CPU session for a Q/DQ model: simulated TensorRT INT8 arithmetic (default) or ``"ort-int8"`` kernels.
+    """A CPU session (:class:`~jetforge.runtime.session.Session`) for a Q/DQ model: simulated TensorRT INT8
+    arithmetic (default) or ``"ort-int8"`` kernels.
 
-    Sessions are made by :func:`jetforge.calibrate.ortrun.session`, the one place INT8 evaluation
-    creates them; ``"ort-int8"`` numbers depend on this CPU (see :mod:`jetforge.runtime.cpu_features`).
+    Sessions are opened by :func:`jetforge.calibrate.ortrun.session` (through ``open_session``), as INT8
+    evaluation opens them; ``"ort-int8"`` numbers depend on this CPU (see :mod:`jetforge.runtime.cpu_features`).
     """
     from jetforge.calibrate import ortrun
 
@@ -354,11 +355,18 @@ def ort_kernels(model: Any, folder: Optional[PathLike] = None) -> Dict[str, int]
 
 def onnx_logits(model: Any, x: np.ndarray, batch_size: int = 1000, threads: int = 0,
                 arithmetic: str = "simulated") -> np.ndarray:
-    sess = (model if hasattr(model, "run") and hasattr(model, "get_inputs")
-            else ort_session(model, threads, arithmetic))
-    name = sess.get_inputs()[0].name
-    return np.concatenate([sess.run(None, {name: x[i:i + batch_size].astype(np.float32)})[0]
-                           for i in range(0, len(x), batch_size)])
+    """First output of a Q/DQ model (path, ModelProto or an open session) on ``x``, in batches."""
+    from jetforge.runtime.session import Session
+
+    own = not isinstance(model, Session)
+    sess = ort_session(model, threads, arithmetic) if own else model
+    try:
+        name, first = sess.inputs[0].name, sess.outputs[0].name
+        return np.concatenate([sess.infer({name: x[i:i + batch_size].astype(np.float32)}, outputs=[first])[first]
+                               for i in range(0, len(x), batch_size)])
+    finally:
+        if own:
+            sess.close()
 
 
 def onnx_accuracy(model: Any, x: np.ndarray, y: np.ndarray, batch_size: int = 1000, threads: int = 0,

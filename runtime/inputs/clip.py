@@ -1,39 +1,103 @@
-"""How a window of one tracked person becomes the input of a clip-based action model.
+"""The ``clip`` input kind: a window of frames of one tracked person -> the input of a clip-based action model.
 
 Shared by training (``jetforge.compress.action.walking_direction``, ``jetforge.compress.models.action``)
 and the app (``jetforge.apps.tasks.action``) so that the crops a model was trained on and
 the crops it sees on the device cannot drift apart; the numbers travel in the model's
-sidecar (``extra.clip``).  numpy + OpenCV only.
+sidecar (the ``input`` block, kind ``clip``; format-1 sidecars kept them in ``extra.clip``).
+
+The window is cut at one fixed region (the union of the track's boxes over the window, scaled by
+``margin``, at the crop's aspect ratio), each frame's crop is area-resized to ``crop_height x
+crop_width`` grey, and values become ``(g / 255 - gray_mean) / gray_std``.  :meth:`ClipContract.clip`
+is the numpy path; :meth:`ClipContract.fused` normalises every crop in one
+``cv2.dnn.blobFromImages`` call (same values to float rounding).  numpy + OpenCV only.
 """
 
-from typing import Any, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Sequence, Tuple
 
 import numpy as np
 
 from jetforge.errors import ModelError
+from jetforge.runtime.inputs.base import INPUT_KINDS, InputContract
+
+CLIP_FIELDS = ("window", "crop_height", "crop_width", "margin", "gray_mean", "gray_std", "fps_trained",
+               "stride_trained", "color")
 
 
-class ClipContract:
-    """How a window of one track becomes the model input, read from the model's sidecar (``extra.clip``)."""
+@INPUT_KINDS.register("clip", summary="a window of T frames of one track -> (T, H, W) grey crops of one region")
+@dataclass(frozen=True)
+class ClipContract(InputContract):
+    """How a window of one track becomes the model input (the ``clip`` input kind).
 
-    def __init__(self, window: int = 8, crop_height: int = 64, crop_width: int = 32, margin: float = 1.25,
-                 gray_mean: float = 0.5, gray_std: float = 0.25, fps_trained: float = 10.0) -> None:
-        self.window = int(window)
-        self.crop_h = int(crop_height)
-        self.crop_w = int(crop_width)
-        self.margin = float(margin)
-        self.mean = float(gray_mean)
-        self.std = float(gray_std)
-        self.fps_trained = float(fps_trained or 10.0)
+    ``stride_trained`` is the step (in sampled frames) between the windows the model was trained on
+    (0: not recorded); ``fps_trained`` the frame rate it was trained at (the app samples frames to it).
+    """
+
+    window: int = 8
+    crop_height: int = 64
+    crop_width: int = 32
+    margin: float = 1.25
+    gray_mean: float = 0.5
+    gray_std: float = 0.25
+    fps_trained: float = 10.0
+    stride_trained: int = 0
+    color: str = "gray"
+
+    kind = "clip"
+
+    def __post_init__(self) -> None:
+        if self.window < 1 or self.crop_height < 1 or self.crop_width < 1:
+            raise ValueError("window, crop_height and crop_width must be positive")
+        if self.margin <= 0 or self.gray_std == 0:
+            raise ValueError("margin must be positive and gray_std non-zero")
+        if self.color != "gray":
+            raise ValueError("clip color must be gray (the only clip colour jetforge's action models use), got %r"
+                             % self.color)
+        if not self.fps_trained:  # 0 / None in old sidecars: the rate the first model was trained at
+            object.__setattr__(self, "fps_trained", 10.0)
+
+    # the names the app and the training code have always used
+    @property
+    def crop_h(self) -> int:
+        return int(self.crop_height)
+
+    @property
+    def crop_w(self) -> int:
+        return int(self.crop_width)
+
+    @property
+    def mean(self) -> float:
+        return float(self.gray_mean)
+
+    @property
+    def std(self) -> float:
+        return float(self.gray_std)
+
+    @property
+    def input_shape(self) -> Tuple[int, int, int]:
+        """Shape of one clip (without the batch axis)."""
+        return (int(self.window), self.crop_h, self.crop_w)
 
     @classmethod
     def from_sidecar(cls, sidecar: Any) -> "ClipContract":
-        clip = dict((sidecar.extra or {}).get("clip", {})) if sidecar is not None else {}
-        if not clip:
-            raise ModelError("the action model's sidecar has no clip contract (extra.clip)",
+        """The clip contract of an action model's sidecar (see :func:`jetforge.runtime.inputs.input_contract`)."""
+        from jetforge.runtime.inputs.base import input_contract
+
+        if sidecar is None:
+            raise ModelError("the action model has no sidecar, so its clip contract is unknown",
                              hint="train and export it with python -m jetforge.compress.action.walking_direction")
-        keys = ("window", "crop_height", "crop_width", "margin", "gray_mean", "gray_std", "fps_trained")
-        return cls(**{k: clip[k] for k in keys if k in clip})
+        return input_contract(sidecar, "clip", purpose="the action app")  # type: ignore[return-value]
+
+    @classmethod
+    def from_legacy(cls, block: Dict[str, Any]) -> "ClipContract":
+        """A format-1 ``extra.clip`` block: known fields taken, descriptions (``region``) left out."""
+        return cls.from_dict({k: block[k] for k in CLIP_FIELDS if block.get(k) is not None})
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {k: getattr(self, k) for k in CLIP_FIELDS}
+
+    def describe(self) -> str:
+        return "clip %d x %dx%d grey" % (self.window, self.crop_w, self.crop_h)
 
     def region(self, boxes: np.ndarray) -> Tuple[int, int, int, int]:
         """Union of the window's boxes, scaled by margin, at the crop aspect, around its centre (may leave the frame)."""
@@ -50,6 +114,7 @@ class ClipContract:
         return (int(round(cx - w / 2)), int(round(cy - h / 2)), int(round(cx + w / 2)), int(round(cy + h / 2)))
 
     def crop(self, gray: np.ndarray, region: Tuple[int, int, int, int]) -> np.ndarray:
+        """One HxW uint8 grey frame -> the crop_h x crop_w uint8 crop of ``region`` (grey 128 outside the frame)."""
         import cv2
 
         x0, y0, x1, y1 = region
@@ -60,8 +125,43 @@ class ClipContract:
         patch = gray[y0 + pad:y1 + pad, x0 + pad:x1 + pad]
         return cv2.resize(patch, (self.crop_w, self.crop_h), interpolation=cv2.INTER_AREA)
 
+    def normalize(self, crops: np.ndarray) -> np.ndarray:
+        """uint8 grey crops (any leading axes) -> float32 ``(g / 255 - gray_mean) / gray_std``."""
+        return ((crops.astype(np.float32) / np.float32(255.0)) - np.float32(self.mean)) / np.float32(self.std)
+
     def clip(self, grays: Sequence[np.ndarray], boxes: np.ndarray) -> np.ndarray:
         """T grey frames and T boxes of one track -> (T, crop_h, crop_w) float32 model input."""
         region = self.region(boxes)
-        crops = np.stack([self.crop(g, region) for g in grays]).astype(np.float32)
-        return ((crops / np.float32(255.0)) - np.float32(self.mean)) / np.float32(self.std)
+        return self.normalize(np.stack([self.crop(g, region) for g in grays]))
+
+    def fused(self) -> "FusedClip":
+        return FusedClip(self)
+
+
+class FusedClip:
+    """:meth:`ClipContract.clip` with the normalisation of all T crops in one ``cv2.dnn.blobFromImages`` call.
+
+    OpenCV computes ``(g - 255 * gray_mean) * (1 / (255 * gray_std))``: the same values as the numpy
+    path up to float32 rounding (a few units in the last place; checked in the tests).
+    """
+
+    def __init__(self, contract: ClipContract) -> None:
+        self.contract = contract
+        self._scalefactor = 1.0 / (255.0 * contract.std)
+        self._mean = 255.0 * contract.mean
+
+    def __call__(self, grays: Sequence[np.ndarray], boxes: np.ndarray) -> np.ndarray:
+        import cv2
+
+        c = self.contract
+        region = c.region(boxes)
+        crops = [c.crop(g, region) for g in grays]
+        blob = cv2.dnn.blobFromImages(crops, scalefactor=self._scalefactor, size=(c.crop_w, c.crop_h),
+                                      mean=(self._mean, 0.0, 0.0, 0.0), swapRB=False, crop=False, ddepth=cv2.CV_32F)
+        return blob[:, 0]
+
+
+ClipInput = ClipContract
+"""The clip kind under its kind name."""
+
+__all__ = ["CLIP_FIELDS", "ClipContract", "ClipInput", "FusedClip"]

@@ -1,10 +1,14 @@
 """The backend-agnostic half of a runtime session: the interface, input checking, backend choice.
 
-A :class:`Session` runs one model file on one backend.  Everything a caller sees is
-plain data (``TensorSpec`` lists, numpy arrays, a sidecar), so apps, benchmarks and
-calibration never touch a backend's own API.  Backends register a ``Session``
-subclass in :data:`BACKENDS` under their name; :func:`open_session` picks one from
-the file's suffix when asked for ``backend="auto"``.  Torch-free and Python 3.8.
+A :class:`Session` runs one model on one backend.  Everything a caller sees is
+plain data (``TensorSpec`` lists, numpy arrays, a sidecar), so apps, benchmarks,
+calibration and evaluation never touch a backend's own API: :func:`open_session` is
+the one way jetforge opens a model for inference, from a file or, for the backends
+that take one (ONNX Runtime), from memory (``bytes`` or an ``onnx.ModelProto``: the
+models calibration and the INT8 evaluator build by graph surgery).  Backends are
+registered in :data:`BACKENDS` with :func:`register_backend` as lazy ``"module:Class"``
+entries with their file suffixes, so choosing one by suffix imports no backend module.
+Torch-free and Python 3.8.
 
 Besides the blocking :meth:`Session.infer`, every session has an asynchronous pair
 for pipelining: ``request = session.submit(feeds)`` queues the work and returns at
@@ -29,8 +33,6 @@ from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, read_sidecar, sid
 
 log = logging.getLogger(__name__)
 
-# Suffixes of model files whose backend is planned but may not be registered in this build,
-# so that `auto` can say which backend a file needs instead of "unknown suffix".
 
 class Session:
     """One model loaded on one backend.
@@ -44,6 +46,8 @@ class Session:
     display_name = ""
     suffixes: Tuple[str, ...] = ()
     option_names: Tuple[str, ...] = ()
+    # True for backends with ``open_in_memory(model, name=..., **options)`` (models given as bytes / ModelProto)
+    in_memory = False
     # How :meth:`last_timing` is measured: "host clock" (around the backend call) or "cuda events"
     # (the backend records h2d/compute/d2h itself).
     timing_source = "host clock"
@@ -71,10 +75,17 @@ class Session:
     def closed(self) -> bool:
         return self._closed
 
-    def infer(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """Run the model on named inputs; returns every output by name, as numpy arrays."""
+    def infer(self, feeds: Mapping[str, np.ndarray],
+              outputs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+        """Run the model on named inputs; returns every output (or only ``outputs``) by name, as numpy arrays."""
         self._check_open()
         checked = self.check_feeds(feeds)
+        if outputs is not None:
+            known = [t.name for t in self.outputs]
+            for name in outputs:
+                if name not in known:
+                    raise UnknownNameError("output of %s" % self.path.name, str(name), known)
+            return self._run_outputs(checked, list(outputs))
         if self._timing and self.timing_source == "host clock":
             t0 = time.perf_counter()
             out = self._run(checked)
@@ -174,6 +185,11 @@ class Session:
     def _run(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         raise NotImplementedError
 
+    def _run_outputs(self, feeds: Dict[str, np.ndarray], names: List[str]) -> Dict[str, np.ndarray]:
+        """Only the outputs ``names``; backends that can skip the others (ONNX Runtime) override this."""
+        out = self._run(feeds)
+        return {n: out[n] for n in names}
+
     def _submit(self, feeds: Dict[str, np.ndarray]) -> "InferRequest":
         """Default: run :meth:`_run` on the session's one worker thread (requests run in submit order)."""
         with self._worker_lock:
@@ -236,7 +252,27 @@ class InferRequest:
 
 
 BACKENDS: Registry[Type[Session]] = Registry("runtime backend")
-"""Backend name -> Session subclass.  ONNX Runtime registers here; TensorRT and PyTorch will."""
+"""Backend name -> Session subclass (lazy ``"module:Class"`` entries until first used); see :func:`register_backend`."""
+
+_SUFFIXES: Dict[str, Tuple[str, ...]] = {}
+
+
+def register_backend(name: str, target: str, suffixes: Sequence[str], summary: str = "") -> None:
+    """Register the Session subclass ``target`` (``"package.module:Class"``) as backend ``name``.
+
+    ``suffixes`` are the model files it opens (the class's own ``suffixes``, repeated here so that
+    choosing a backend by suffix imports nothing; a test checks they agree).  The module is imported
+    the first time the backend is used, so registering TensorRT costs no import of it.
+    """
+    BACKENDS.add_lazy(name, target, summary=summary)
+    _SUFFIXES[name] = tuple(s.lower() for s in suffixes)
+
+
+def backend_suffixes(name: str) -> Tuple[str, ...]:
+    """The model-file suffixes of backend ``name`` (without importing a lazily registered one)."""
+    if name in _SUFFIXES:
+        return _SUFFIXES[name]
+    return tuple(BACKENDS.get(name).suffixes)
 
 
 def check_tensor(spec: TensorSpec, array: np.ndarray, model_name: str = "the model") -> None:
@@ -275,25 +311,44 @@ def backend_for_path(path: PathLike) -> str:
     """The registered backend that opens files like ``path`` (by suffix)."""
     suffix = Path(path).suffix.lower()
     for name in BACKENDS:
-        if suffix in BACKENDS.get(name).suffixes:
+        if suffix in backend_suffixes(name):
             return name
-    known = sorted("%s (%s)" % (s, n) for n in BACKENDS for s in BACKENDS.get(n).suffixes)
+    known = sorted("%s (%s)" % (s, n) for n in BACKENDS for s in backend_suffixes(n))
     raise ModelError("cannot tell which backend runs %s from its suffix %r" % (Path(path).name, suffix or ""),
                      hint="known model files: %s; or pass the backend explicitly" % ", ".join(known))
 
 
-def open_session(path: Any, backend: str = "auto", dla_core: Optional[int] = None,
-                 cuda_graph: Optional[bool] = None, **options: Any) -> Session:
-    """Open ``path`` on ``backend`` ("auto": chosen by suffix) with backend-specific ``options``.
+def is_in_memory_model(model: Any) -> bool:
+    """``bytes`` of a serialised model, or a protobuf model object (``onnx.ModelProto``)."""
+    return isinstance(model, (bytes, bytearray, memoryview)) or (
+        hasattr(model, "SerializeToString") and hasattr(model, "graph"))
 
-    ``dla_core`` selects a DLA core (TensorRT only); ``cuda_graph`` (default: the
-    backend's default, True where graphs exist) turns CUDA-graph capture on or off;
-    asking for either from a backend without it is a ConfigError.  Common options:
-    ``verify_sidecar`` (default True: a sidecar whose content hash does not match the
-    model file is refused).  A missing file is an InputFileError; a file the backend
-    cannot parse is a ModelError naming the file.  ``path`` may also be a
-    ``torch.nn.Module`` (backend "pytorch", development and comparison only).
+
+def open_session(path: Any, backend: str = "auto", dla_core: Optional[int] = None,
+                 cuda_graph: Optional[bool] = None, optimization: Optional[str] = None, **options: Any) -> Session:
+    """Open a model on ``backend`` ("auto": chosen by the file suffix) with backend-specific ``options``.
+
+    ``path`` is a model file, or an in-memory model (``bytes`` or an ``onnx.ModelProto``; backend
+    "auto" = "onnxruntime"; ``name=`` names it in messages), or a ``torch.nn.Module`` (backend
+    "pytorch", development and comparison only).  ``dla_core`` selects a DLA core (TensorRT only);
+    ``cuda_graph`` (default: the backend's default, True where graphs exist) turns CUDA-graph
+    capture on or off; ``optimization`` is the backend's graph-optimisation level (ONNX Runtime:
+    "disable", "basic", "extended", "all"; default "all"); asking for any of them from a backend
+    without it is a ConfigError.  Common options: ``verify_sidecar`` (default True: a sidecar whose
+    content hash does not match the model file is refused); ONNX Runtime also takes ``threads``
+    (0: its own default), ``providers`` and ``spinning`` (see :mod:`jetforge.runtime.session.ort`).
+    A missing file is an InputFileError; a model the backend cannot parse is a ModelError naming it.
     """
+    if optimization is not None:
+        options["optimization"] = optimization
+    if is_in_memory_model(path):
+        name = "onnxruntime" if backend == "auto" else backend
+        cls = BACKENDS.get(name)
+        if not cls.in_memory:
+            raise ConfigError("the %s backend opens model files, not in-memory models" % name,
+                              hint="save the model to a file, or use backend='onnxruntime'")
+        options = _common_options(name, cls, dla_core, cuda_graph, options, extra=("name",))
+        return cls.open_in_memory(path, **options)  # type: ignore[attr-defined]
     if not isinstance(path, (str, os.PathLike)):
         name = "pytorch" if backend == "auto" else backend
         cls = BACKENDS.get(name)
@@ -310,8 +365,12 @@ def open_session(path: Any, backend: str = "auto", dla_core: Optional[int] = Non
 
 
 def _common_options(name: str, cls: Type[Session], dla_core: Optional[int], cuda_graph: Optional[bool],
-                    options: Dict[str, Any]) -> Dict[str, Any]:
+                    options: Dict[str, Any], extra: Sequence[str] = ()) -> Dict[str, Any]:
     options = dict(options)
+    if "optimization" in options and "optimization" not in cls.option_names:
+        raise ConfigError("the %s backend has no graph-optimisation level (optimization=%r)"
+                          % (name, options["optimization"]),
+                          hint="optimisation levels are ONNX Runtime's; TensorRT optimises when it builds the engine")
     if dla_core is not None:
         if "dla_core" not in cls.option_names:
             raise ConfigError("the %s backend does not run on DLA cores (dla_core=%r)" % (name, dla_core),
@@ -323,9 +382,9 @@ def _common_options(name: str, cls: Type[Session], dla_core: Optional[int], cuda
         elif cuda_graph:
             raise ConfigError("the %s backend has no CUDA-graph mode" % name,
                               hint="CUDA graphs are used by the tensorrt and pytorch (CUDA) backends")
-    unknown = [k for k in options if k not in cls.option_names]
+    unknown = [k for k in options if k not in cls.option_names and k not in extra]
     if unknown:
-        raise UnknownNameError("option of the %s backend" % name, unknown[0], cls.option_names)
+        raise UnknownNameError("option of the %s backend" % name, unknown[0], tuple(cls.option_names) + tuple(extra))
     return options
 
 
@@ -351,5 +410,5 @@ def check_positive_int(name: str, value: Any) -> int:
     return value
 
 
-__all__ = ["Session", "InferRequest", "BACKENDS", "open_session", "backend_for_path", "check_tensor", "default_threads",
-           "load_sidecar_if_present"]
+__all__ = ["Session", "InferRequest", "BACKENDS", "open_session", "backend_for_path", "backend_suffixes",
+           "check_tensor", "default_threads", "is_in_memory_model", "load_sidecar_if_present", "register_backend"]

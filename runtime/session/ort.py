@@ -3,9 +3,24 @@
 ``onnxruntime`` is imported when a session is opened, never at import time.  The
 providers actually in use are read back from ONNX Runtime after loading, so
 :meth:`OrtSession.describe` states what ran the model, not what was asked for.
+
+This is the only place in jetforge that creates an ``onnxruntime.InferenceSession``
+(a test checks it): from a file (:meth:`OrtSession.open`) or from memory
+(:meth:`OrtSession.open_in_memory`: ``bytes`` or an ``onnx.ModelProto``, which is how
+calibration and the INT8 evaluator run the models they build by graph surgery).
+
+Options beyond the common ones: ``threads`` (intra-op threads; 0 = ONNX Runtime's own
+default, one per physical core), ``optimization`` (graph optimisation level),
+``providers``, ``spinning`` (whether idle intra-op workers spin-wait for work: ONNX
+Runtime's default is to spin, which costs the other threads of a busy small CPU time;
+``False`` turns it off, None keeps ONNX Runtime's default) and
+``optimized_model_path`` (where ONNX Runtime saves the graph it optimised: what it runs).
 """
 
 import logging
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -14,8 +29,7 @@ import numpy as np
 from jetforge.errors import BackendError, ConfigError, ModelError, UnknownNameError
 from jetforge.optional import require
 from jetforge.runtime.onnx_file import REEXPORT_HINT, check_onnx_file
-from jetforge.runtime.session.base import (BACKENDS, Session, check_positive_int, default_threads,
-                                           load_sidecar_if_present)
+from jetforge.runtime.session.base import Session, check_positive_int, default_threads, load_sidecar_if_present
 from jetforge.runtime.sidecar import TensorSpec
 
 log = logging.getLogger(__name__)
@@ -39,49 +53,77 @@ OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 
 ProviderSpec = Union[str, Tuple[str, Dict[str, Any]]]
 
+# In-memory models at least this large are written to a temporary folder (with external data) and
+# opened from there: ONNX Runtime parses a model given as bytes as one protobuf, which stops at 2 GB.
+IN_MEMORY_LIMIT = 1_500_000_000
 
-@BACKENDS.register("onnxruntime")
+
 class OrtSession(Session):
     """An ONNX model in an ``onnxruntime.InferenceSession``."""
 
     name = "onnxruntime"
     display_name = "ONNX Runtime"
     suffixes = (".onnx",)
-    option_names = ("threads", "providers", "optimization", "verify_sidecar")
+    option_names = ("threads", "providers", "optimization", "verify_sidecar", "spinning", "optimized_model_path")
+    in_memory = True
 
     def __init__(self, path: Path, ort_session: Any, threads: int, sidecar: Any) -> None:
         self._sess = ort_session
         self.threads = threads
         self.providers: List[str] = list(ort_session.get_providers())
         self._output_names = [o.name for o in ort_session.get_outputs()]
+        self._spill: Optional[str] = None  # temporary folder of a large in-memory model, removed on close
         super().__init__(path, [_spec(t) for t in ort_session.get_inputs()],
                          [_spec(t) for t in ort_session.get_outputs()], sidecar)
 
     @classmethod
     def open(cls, path: Path, threads: Optional[int] = None, providers: Union[str, Sequence[ProviderSpec]] = "auto",
-             optimization: str = "all", verify_sidecar: bool = True) -> "OrtSession":
+             optimization: str = "all", verify_sidecar: bool = True, spinning: Optional[bool] = None,
+             optimized_model_path: Optional[str] = None) -> "OrtSession":
         ort = require("onnxruntime", "running ONNX models")
-        threads = default_threads() if threads is None else check_positive_int("threads", threads)
-        if optimization not in OPTIMIZATION_LEVELS:
-            raise UnknownNameError("ONNX Runtime optimization level", str(optimization), OPTIMIZATION_LEVELS)
+        opts, threads = session_options(ort, threads, optimization, spinning, optimized_model_path)
         chosen = resolve_providers(providers, ort.get_available_providers())
         sidecar = load_sidecar_if_present(path, verify=verify_sidecar)
-
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.graph_optimization_level = {
-            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[optimization]
-        opts.log_severity_level = 3  # errors only: ORT's warnings would interleave with progress bars
         check_onnx_file(path, parse=False)  # empty or text files; ORT's own parser reports damaged ones
         try:
             sess = ort.InferenceSession(str(path), sess_options=opts, providers=chosen)
         except Exception as err:  # ORT raises its own pybind exception types
             raise _load_error(path, err) from err
+        return cls._opened(path, sess, threads, sidecar)
+
+    @classmethod
+    def open_in_memory(cls, model: Any, name: str = "in-memory model", threads: Optional[int] = None,
+                       providers: Union[str, Sequence[ProviderSpec]] = "auto", optimization: str = "all",
+                       spinning: Optional[bool] = None, optimized_model_path: Optional[str] = None,
+                       verify_sidecar: bool = True) -> "OrtSession":
+        """A session over ``model`` (``bytes`` or an ``onnx.ModelProto``), named ``name`` in messages; no sidecar."""
+        del verify_sidecar  # an in-memory model has no sidecar
+        ort = require("onnxruntime", "running ONNX models")
+        opts, threads = session_options(ort, threads, optimization, spinning, optimized_model_path)
+        chosen = resolve_providers(providers, ort.get_available_providers())
+        label = Path(name)
+        spill = None
+        try:
+            if isinstance(model, (bytes, bytearray, memoryview)):
+                source: Any = bytes(model)
+            elif model.ByteSize() < IN_MEMORY_LIMIT:
+                source = model.SerializeToString()
+            else:
+                spill = tempfile.mkdtemp(prefix="jetforge-model-")
+                source = _spill(model, spill)
+            sess = ort.InferenceSession(source, sess_options=opts, providers=chosen)
+        except Exception as err:  # ORT raises its own pybind exception types
+            if spill is not None:
+                shutil.rmtree(spill, ignore_errors=True)
+            if isinstance(err, ModelError):
+                raise
+            raise _load_error(label, err) from err
+        session = cls._opened(label, sess, threads, None)
+        session._spill = spill
+        return session
+
+    @classmethod
+    def _opened(cls, path: Path, sess: Any, threads: int, sidecar: Any) -> "OrtSession":
         if not sess.get_inputs() or not sess.get_outputs():
             raise ModelError("%s is not a complete ONNX model: it has no %s" % (
                 path, "inputs" if not sess.get_inputs() else "outputs"), hint=REEXPORT_HINT)
@@ -90,15 +132,21 @@ class OrtSession(Session):
         return session
 
     def _run(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        return self._run_outputs(feeds, self._output_names)
+
+    def _run_outputs(self, feeds: Dict[str, np.ndarray], names: List[str]) -> Dict[str, np.ndarray]:
         try:
-            values = self._sess.run(self._output_names, feeds)
+            values = self._sess.run(names, feeds)
         except Exception as err:
             raise BackendError("ONNX Runtime failed to run %s: %s" % (self.path.name, _first_line(err)),
                                hint="check the inputs against session.inputs; rerun with --debug") from err
-        return dict(zip(self._output_names, values))
+        return dict(zip(names, values))
 
     def _close(self) -> None:
         self._sess = None
+        if self._spill is not None:
+            shutil.rmtree(self._spill, ignore_errors=True)
+            self._spill = None
 
     @property
     def version(self) -> str:
@@ -108,8 +156,10 @@ class OrtSession(Session):
         """E.g. ``ONNX Runtime 1.32.0 CPUExecutionProvider, 2 threads``."""
         main = self.providers[0] if self.providers else "no provider"
         text = "%s %s %s" % (self.display_name, self.version, main)
-        if main == "CPUExecutionProvider":
+        if main == "CPUExecutionProvider" and self.threads:
             text += ", %d thread%s" % (self.threads, "" if self.threads == 1 else "s")
+        elif main == "CPUExecutionProvider":
+            text += ", ONNX Runtime's default threads"
         elif len(self.providers) > 1:
             text += " (fallback: %s)" % ", ".join(self.providers[1:])
         return text
@@ -119,6 +169,43 @@ class OrtSession(Session):
         return {"backend": self.name, "description": self.describe(), "version": self.version,
                 "providers": list(self.providers), "device": "cpu" if main == "CPUExecutionProvider" else "gpu",
                 "intra_op_threads": self.threads}
+
+
+def session_options(ort: Any, threads: Optional[int], optimization: str, spinning: Optional[bool],
+                    optimized_model_path: Optional[str]) -> Tuple[Any, int]:
+    """``onnxruntime.SessionOptions`` for the backend's options, and the intra-op thread count (0: ORT's default)."""
+    if threads is None:
+        threads = default_threads()
+    elif threads != 0:
+        threads = check_positive_int("threads", threads)
+    if optimization not in OPTIMIZATION_LEVELS:
+        raise UnknownNameError("ONNX Runtime optimization level", str(optimization), OPTIMIZATION_LEVELS)
+    if spinning not in (None, True, False):
+        raise ConfigError("spinning must be true, false or unset, got %r" % (spinning,))
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[optimization]
+    opts.log_severity_level = 3  # errors only: ORT's warnings would interleave with progress bars
+    if spinning is not None:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    if optimized_model_path is not None:
+        opts.optimized_model_filepath = str(optimized_model_path)
+    return opts, threads
+
+
+def _spill(model: Any, folder: str) -> str:
+    """Write a large ``onnx.ModelProto`` into ``folder`` with its weights as external data; returns the path."""
+    onnx = require("onnx", "opening a large in-memory ONNX model")
+    path = os.path.join(folder, "model.onnx")
+    onnx.save(model, path, save_as_external_data=True, location="model.onnx.data")
+    return path
 
 
 def resolve_providers(requested: Union[str, Sequence[ProviderSpec]], available: Sequence[str]) -> List[ProviderSpec]:

@@ -26,7 +26,7 @@ import numpy as np
 from jetforge.errors import BackendError, ConfigError, ModelError, UnknownNameError
 from jetforge.optional import require
 from jetforge.runtime.cuda.policy import CAPTURE, LAUNCH, GraphPolicy, shape_key
-from jetforge.runtime.session.base import BACKENDS, InferRequest, Session, load_sidecar_if_present
+from jetforge.runtime.session.base import InferRequest, Session, load_sidecar_if_present
 from jetforge.runtime.sidecar import TensorSpec
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,6 @@ class _Captured:
         self.static_out = static_out
 
 
-@BACKENDS.register("pytorch")
 class TorchSession(Session):
     """A torch model on the CPU or a CUDA GPU (with CUDA graphs), behind the Session interface."""
 

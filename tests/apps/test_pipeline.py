@@ -13,7 +13,7 @@ from jetforge.apps.pipeline import (FusedPreprocess, Pipeline, PipelineError, Pi
 from jetforge.apps.video import open_source
 from jetforge.apps.video.sources import LiveSource, SourceOptions
 from jetforge.errors import ConfigError, StreamError
-from jetforge.runtime.preprocess import IMAGENET_TFLITE, IMAGENET_TORCHVISION, Preprocess
+from jetforge.runtime.inputs import IMAGENET_TFLITE, IMAGENET_TORCHVISION, Preprocess
 
 
 class MeanColour(Task):

@@ -97,7 +97,7 @@ def export_net(path: Path, seed: int = 0, batch_dynamic: bool = True) -> Path:
 
 
 def write_sidecar_for(model: Path):
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
     from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, write_sidecar
 
     sc = ModelSidecar(task="classify", model_name="tiny-net",
@@ -132,6 +132,6 @@ def fixed_batch_model(tmp_path) -> Path:
 
 @pytest.fixture
 def preprocess():
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
 
     return Preprocess(height=MODEL_SIZE, width=MODEL_SIZE)

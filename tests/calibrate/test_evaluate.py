@@ -47,7 +47,7 @@ def test_softmax_keeps_probabilities():
 
 @pytest.fixture(scope="module")
 def tiny_qdq(tiny_model_master, real_frames):
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
     from tests.calibrate.conftest import MODEL_SIZE
 
     pre = Preprocess(height=MODEL_SIZE, width=MODEL_SIZE)
@@ -107,8 +107,8 @@ def test_sqnr_sensitivity_is_each_layer_alone(tiny_qdq):
     fp = stats.with_outputs(m, [first.output])
     qq = stats.with_outputs(alone, [first.output])
     x = np.concatenate(batches)[:16]
-    ref = ev.session(fp).run([first.output], {"input": x})[0].astype(np.float64)
-    got = ev.session(qq).run([first.output], {"input": x})[0]
+    ref = ev.session(fp).infer({"input": x}, outputs=[first.output])[first.output].astype(np.float64)
+    got = ev.session(qq).infer({"input": x}, outputs=[first.output])[first.output]
     expected = 10 * math.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2))
     assert next(s.sqnr_db for s in sens if s.name == first.name) == pytest.approx(expected, abs=0.05)
     kl = ev.layer_sensitivity(m, q, batches, "kl", max_samples=16)
@@ -225,7 +225,7 @@ def small_qdq_models(real_frames, tmp_path_factory):
 
     import torch
 
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
 
     pre = Preprocess(height=48, width=48)
     x = np.stack([pre.apply(f) for f in real_frames])

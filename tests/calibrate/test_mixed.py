@@ -46,7 +46,7 @@ def _diverse_net(path, x):
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, real_frames):
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
     from tests.calibrate.conftest import MODEL_SIZE
 
     pre = Preprocess(height=MODEL_SIZE, width=MODEL_SIZE)

@@ -139,7 +139,7 @@ def test_fixed_batch_model_uses_its_batch(fixed_batch_model, image_dir, preproce
 
 def test_shape_mismatch_is_clear(tiny_model, image_dir):
     from jetforge.errors import CalibrationError
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
 
     src = collect_sources(image_dir, max_samples=4)
     with pytest.raises(CalibrationError, match="3x32x32 but model input input expects 3x64x64"):

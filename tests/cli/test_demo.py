@@ -11,7 +11,7 @@ import pytest
 
 from jetforge.cli.main import main
 from jetforge.apps.tasks.classify import ClassifyHead, draw_overlay, softmax
-from jetforge.runtime.preprocess import IMAGENET_TORCHVISION
+from jetforge.runtime.inputs import IMAGENET_TORCHVISION
 from jetforge.runtime.sidecar import sidecar_path
 
 STAGES = ["decode", "preprocess", "infer", "postprocess", "sink"]

@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 
 from jetforge.compress.models import PRETRAINED, load_pretrained  # noqa: E402
 from jetforge.compress.models.efficientnet_lite import EfficientNetLite, same_padding  # noqa: E402
-from jetforge.runtime.preprocess import IMAGENET_TFLITE  # noqa: E402
+from jetforge.runtime.inputs import IMAGENET_TFLITE  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -12,7 +12,7 @@ from jetforge.compress.export import export_onnx  # noqa: E402
 from jetforge.compress.models import load_pretrained  # noqa: E402
 from jetforge.errors import CompressError  # noqa: E402
 from jetforge.fileio import sha256_file  # noqa: E402
-from jetforge.runtime.preprocess import IMAGENET_TORCHVISION  # noqa: E402
+from jetforge.runtime.inputs import IMAGENET_TORCHVISION  # noqa: E402
 from jetforge.runtime.session import open_session  # noqa: E402
 from jetforge.runtime.sidecar import read_sidecar, sidecar_path  # noqa: E402
 

@@ -41,7 +41,7 @@ def test_same_output_as_torchvision(pretrained, mobilenet_weights):
 
 
 def test_real_frame_top1(pretrained, bikes_frames):
-    from jetforge.runtime.preprocess import IMAGENET_TORCHVISION
+    from jetforge.runtime.inputs import IMAGENET_TORCHVISION
     from jetforge.apps.labels import load_labels
 
     x = torch.from_numpy(IMAGENET_TORCHVISION.apply(bikes_frames[5])[None])

@@ -94,8 +94,14 @@ def test_sidecars_record_detect_task_and_mtcnn_preprocessing(exported):
     pre = read_sidecar(exported["pnet"])
     assert pre.task == "detect" and pre.labels == ["background", "face"]
     assert pre.inputs[0].shape == ["batch", 3, "height", "width"]
-    p = pre.preprocess
-    assert p == MTCNN_PREPROCESS["pnet"] and p.color == "rgb" and p.mean == (127.5,) and p.std == (128.0,)
+    # PNet's input is the image pyramid (format-1 convention: a nominal 12x12 preprocess block + family/stage)
+    from jetforge.runtime.inputs import ImagePyramid, input_contract
+
+    p = input_contract(pre, "image_pyramid")
+    assert p == ImagePyramid(window=12, min_size=20.0, factor=0.709, color="rgb", scale=1.0, mean=(127.5,),
+                             std=(128.0,))
+    for name in ("rnet", "onet"):
+        assert input_contract(read_sidecar(exported[name]), "image") == MTCNN_PREPROCESS[name]
     onet = read_sidecar(exported["onet"])
     assert [t.name for t in onet.outputs] == ["reg", "landmarks", "prob"]
     assert onet.inputs[0].shape == ["batch", 3, 48, 48]

@@ -40,7 +40,7 @@ HOST = "127.0.0.1"
 
 # ---- the model and bundle ------------------------------------------------------------------------
 def make_model(path: Path, pad_bytes: int = 0) -> Path:
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
     from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, write_sidecar
 
     rng = np.random.default_rng(1)

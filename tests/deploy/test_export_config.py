@@ -26,7 +26,7 @@ from jetforge.cli.main import main  # noqa: E402
 from jetforge.deploy.bundle import create_bundle, verify_bundle  # noqa: E402
 from jetforge.deploy.deepstream import nvinfer_preprocess  # noqa: E402
 from jetforge.deploy.keyfile import read_keyfile  # noqa: E402
-from jetforge.runtime.preprocess import Preprocess  # noqa: E402
+from jetforge.runtime.inputs import Preprocess  # noqa: E402
 
 NX = "orin-nx-16gb"
 FAKE_DS = Path(__file__).parent / "fake_deepstream"

@@ -516,7 +516,7 @@ def _tegrastats(work: Path) -> ParserTarget:
 
 
 def _sidecar_seeds() -> List[Dict[str, Any]]:
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
 
     sidecar_cls = public("model_sidecar_class")
     spec = importlib.import_module(sidecar_cls.__module__).TensorSpec
@@ -550,7 +550,7 @@ def _model_sidecar(work: Path) -> ParserTarget:
 
 
 def _engine_sidecar(work: Path) -> ParserTarget:
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
 
     read, cls = public("engine_sidecar"), public("engine_sidecar_class")
     spec = importlib.import_module(public("model_sidecar_class").__module__).TensorSpec

@@ -8,7 +8,7 @@ import pytest
 from jetforge.errors import ModelError
 from jetforge.runtime.detection import (AnchorLayer, Detections, SSDSpec, decode_boxes, generate_anchors, nms,
                                         postprocess, ssd_anchor_layers)
-from jetforge.runtime.preprocess import Preprocess
+from jetforge.runtime.inputs import Preprocess
 
 GRIDS = [(19, 19), (10, 10), (5, 5), (3, 3), (2, 2), (1, 1)]
 

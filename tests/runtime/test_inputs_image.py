@@ -1,9 +1,9 @@
-"""The shared Preprocess against a hand-computed numpy reference, on a real video frame."""
+"""The image input kind (Preprocess) against a hand-computed numpy reference, on a real video frame."""
 
 import numpy as np
 import pytest
 
-from jetforge.runtime.preprocess import IMAGENET_TORCHVISION, Preprocess
+from jetforge.runtime.inputs import IMAGENET_TFLITE, IMAGENET_TORCHVISION, Preprocess
 
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float64)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float64)
@@ -44,3 +44,20 @@ def test_tflite_style_constants_and_nhwc():
     out = pre.apply(image)
     assert out.shape == (224, 224, 3)
     np.testing.assert_allclose(out[0, 0], [(255 - 127) / 128.0, 0.0, (0 - 127) / 128.0], atol=1e-6)  # R, G, B
+
+
+def test_fused_opencv_path_matches_the_numpy_path(bikes_frames):
+    """Two OpenCV calls (resize, blobFromImageWithParams) = apply() to float32 rounding (x*a+b vs (x-m)*k)."""
+    modes = [IMAGENET_TORCHVISION, IMAGENET_TFLITE, Preprocess(height=300, width=300, resize="stretch", color="bgr",
+                                                              scale=2.0 / 255.0, mean=(1.0,), std=(1.0,))]
+    for p in modes:
+        fused = p.fused()
+        assert fused.fused
+        for frame in bikes_frames.values():
+            np.testing.assert_allclose(fused(frame), p.apply(frame), atol=1e-5)
+    for p in (Preprocess(resize="letterbox"), Preprocess(color="gray", mean=(0.5,), std=(0.25,)),
+              Preprocess(layout="nhwc"), Preprocess(dtype="float16")):  # not expressible: falls back to apply
+        fused = p.fused()
+        assert not fused.fused
+        frame = bikes_frames[5]
+        np.testing.assert_array_equal(fused(frame), p.apply(frame))

@@ -1,4 +1,4 @@
-"""Sessions over ONNX Runtime, on the real exported MobileNetV2 and real video frames."""
+"""Sessions over ONNX Runtime, on the real exported MobileNetV2 and real video frames; how backends register."""
 
 import json
 import shutil
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jetforge.errors import BackendError, InputFileError, ModelError, UnknownNameError
-from jetforge.runtime.preprocess import IMAGENET_TORCHVISION
+from jetforge.runtime.inputs import IMAGENET_TORCHVISION
 from jetforge.runtime.session import BACKENDS, Session, backend_for_path, open_session
 from jetforge.runtime.sidecar import TensorSpec, sidecar_path
 
@@ -145,3 +145,104 @@ def test_a_closed_session_refuses_to_run(mobilenet_onnx):
     with pytest.raises(BackendError, match="closed"):
         s.infer({"input": np.zeros((1, 3, 224, 224), np.float32)})
     s.close()  # idempotent
+
+
+def test_in_memory_models_give_the_file_sessions_numbers(mobilenet_onnx, bikes_frames):
+    """bytes and onnx.ModelProto open through open_session (the calibration/evaluation path), same numbers."""
+    onnx = pytest.importorskip("onnx")
+    x = IMAGENET_TORCHVISION.batch([bikes_frames[5], bikes_frames[75]])
+    with open_session(mobilenet_onnx, threads=1) as s:
+        ref = s.infer({"input": x})["logits"]
+    proto = onnx.load(str(mobilenet_onnx))
+    for model in (proto, mobilenet_onnx.read_bytes()):
+        with open_session(model, threads=1, name="candidate") as s:
+            assert s.backend == "onnxruntime" and s.sidecar is None and s.path.name == "candidate"
+            np.testing.assert_array_equal(s.infer({"input": x})["logits"], ref)  # same graph, same kernels
+    with open_session(proto, threads=1, optimization="disable") as s:
+        # another optimisation level runs other (unfused) kernels: float rounding only, logits of scale ~10
+        np.testing.assert_allclose(s.infer({"input": x})["logits"], ref, atol=1e-3)
+    with pytest.raises(ModelError, match="ONNX model broken is not a readable ONNX model"):
+        open_session(b"\x08\x01 not a model", name="broken")
+    with pytest.raises(Exception, match="opens model files, not in-memory models"):
+        open_session(proto, backend="tensorrt")
+
+
+def test_selected_outputs_and_ort_options(mobilenet_onnx, bikes_frames):
+    from jetforge.runtime.session.ort import session_options
+
+    x = IMAGENET_TORCHVISION.apply(bikes_frames[5])[None]
+    with open_session(mobilenet_onnx, threads=0, spinning=False) as s:  # 0 threads: ONNX Runtime's default
+        assert s.info()["intra_op_threads"] == 0 and "default threads" in s.describe()
+        assert list(s.infer({"input": x}, outputs=["logits"])) == ["logits"]
+        with pytest.raises(UnknownNameError, match="did you mean 'logits'"):
+            s.infer({"input": x}, outputs=["logit"])
+    import onnxruntime
+
+    opts, threads = session_options(onnxruntime, 3, "basic", False, None)
+    assert threads == 3 and opts.intra_op_num_threads == 3
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert opts.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    opts, _ = session_options(onnxruntime, 0, "all", None, None)
+    with pytest.raises(RuntimeError, match="does not have configuration"):  # unset: ORT's default (spin) kept
+        opts.get_session_config_entry("session.intra_op.allow_spinning")
+    with pytest.raises(Exception, match="has no graph-optimisation level"):
+        open_session(mobilenet_onnx, backend="tensorrt", optimization="all")  # refused before any loading
+
+
+def test_backends_register_lazily_with_their_suffixes():
+    """Choosing a backend by suffix imports no backend module; each class agrees with its registration."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from jetforge.runtime.session import backend_for_path as b; "
+            "assert (b('m.onnx'), b('m.engine'), b('m.pt2')) == ('onnxruntime', 'tensorrt', 'pytorch'); "
+            "mods = [m for m in ('jetforge.runtime.session.ort', 'jetforge.runtime.tensorrt.session', "
+            "'jetforge.runtime.session.torch_backend', 'onnxruntime', 'tensorrt', 'torch') if m in sys.modules]; "
+            "assert not mods, mods")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    from jetforge.runtime.session import backend_suffixes
+
+    for name in BACKENDS:
+        cls = BACKENDS.get(name)
+        assert cls.name == name and tuple(cls.suffixes) == backend_suffixes(name)
+
+
+def test_a_new_backend_is_one_module_and_one_registration(tmp_path, monkeypatch):
+    """Where to add a session backend (docs/architecture.md): a Session subclass in a module + register_backend."""
+    from jetforge.runtime.session import base, register_backend
+
+    (tmp_path / "jf_test_echo_backend.py").write_text(
+        "from pathlib import Path\n"
+        "from jetforge.runtime.session import Session\n"
+        "from jetforge.runtime.sidecar import TensorSpec\n"
+        "class EchoSession(Session):\n"
+        "    name = 'test_echo'\n"
+        "    suffixes = ('.echo',)\n"
+        "    option_names = ('verify_sidecar',)\n"
+        "    @classmethod\n"
+        "    def open(cls, path, verify_sidecar=True):\n"
+        "        return cls(Path(path), [TensorSpec('x', [-1], 'float32')], [TensorSpec('y', [-1], 'float32')], None)\n"
+        "    def _run(self, feeds):\n"
+        "        return {'y': feeds['x'] * 2}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    model = tmp_path / "m.echo"
+    model.write_bytes(b"echo")
+    register_backend("test_echo", "jf_test_echo_backend:EchoSession", (".echo",), "doubles its input (test dummy)")
+    try:
+        assert backend_for_path(model) == "test_echo"
+        with open_session(model) as s:
+            np.testing.assert_array_equal(s.infer({"x": np.arange(3, dtype=np.float32)})["y"], [0, 2, 4])
+    finally:
+        BACKENDS.remove("test_echo")
+        base._SUFFIXES.pop("test_echo", None)
+
+
+def test_only_the_ort_backend_creates_onnxruntime_sessions():
+    """Every inference goes through open_session: InferenceSession( appears in runtime/session/ort.py alone."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    folders = ("jetforge", "targets", "runtime", "calibrate", "compress", "apps", "deploy", "cli")
+    found = sorted(str(f.relative_to(root)) for folder in folders for f in (root / folder).rglob("*.py")
+                   if "InferenceSession(" in f.read_text(encoding="utf-8"))
+    assert found == ["runtime/session/ort.py"]

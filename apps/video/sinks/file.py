@@ -28,13 +28,13 @@ log = logging.getLogger(__name__)
 def fit_frame(image: np.ndarray, size: Tuple[int, int]) -> np.ndarray:
     """``image`` as a frame of ``size`` (width, height): itself if it fits, else letterboxed into it.
 
-    The geometry is preprocessing's letterbox (:meth:`~jetforge.runtime.preprocess.Preprocess.resize_crop`),
+    The geometry is preprocessing's letterbox (:meth:`~jetforge.runtime.inputs.Preprocess.resize_crop`),
     so the picture is scaled to fit whole, its aspect kept, and centred on grey bars.
     """
     width, height = int(size[0]), int(size[1])
     if image.shape[1] == width and image.shape[0] == height:
         return image
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
 
     return Preprocess(height=height, width=width, resize="letterbox", interpolation="area").resize_crop(image)
 

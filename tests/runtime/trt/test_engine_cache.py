@@ -25,7 +25,7 @@ NX = "orin-nx-16gb"
 
 
 def make_model(path, qdq=False):
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
     from jetforge.runtime.sidecar import ModelSidecar, write_sidecar
 
     rng = np.random.default_rng(0)
