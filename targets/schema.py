@@ -322,13 +322,6 @@ class Target:
         """Spec keys whose value is marked uncertain."""
         return [k for k, v in self.specs.items() if v.uncertain and v.value is not None]
 
-    @classmethod
-    def detect(cls, root: str = "/") -> "Optional[Target]":
-        """The profile of the machine this runs on (see :func:`jetforge.targets.detect.detect_target`)."""
-        from jetforge.targets.detect import detect_target
-
-        return detect_target(root=root)
-
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-friendly view with every source."""
         def sourced(s: Optional[Sourced]) -> Optional[Dict[str, Any]]:

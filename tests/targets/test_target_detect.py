@@ -192,8 +192,6 @@ def test_live_query_without_nvidia_smi_or_pynvml(monkeypatch):
     assert det.query_gpu_names() == []
 
 
-def test_target_detect_classmethod(tmp_path):
-    from jetforge.targets import Target
-
+def test_detect_target_on_a_thor_device_tree(tmp_path):
     root = board(tmp_path, model="NVIDIA Jetson AGX Thor Developer Kit\x00")
-    assert Target.detect(root=str(root)).name == "jetson-thor"
+    assert detect_target(root=str(root)).name == "jetson-thor"
