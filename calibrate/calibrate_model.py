@@ -127,13 +127,11 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
         raise UnknownNameError("cache algorithm token", cache_algorithm, ALGORITHM_TOKENS)
     version = parse_trt_version(trt_version)
     model_file = require_file(model_path, "ONNX model", hint="give the path of an exported .onnx file")
+    from jetforge.runtime.inputs import input_contract
     from jetforge.runtime.sidecar import read_sidecar
 
     sidecar = read_sidecar(model_file)
-    if sidecar.preprocess is None:
-        raise CalibrationError("the sidecar of %s has no preprocess block, so calibration cannot prepare images the "
-                               "way deployment will" % model_file.name,
-                               hint="add a \"preprocess\" block (size, colour, mean/std) to %s.json" % model_file.name)
+    contract = input_contract(sidecar, "image", purpose="calibration from images and video frames")
     paths = output_paths(model_file, out)
     data_items = [data] if isinstance(data, (str, Path)) else list(data)
     eval_items = _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items,
@@ -146,7 +144,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     source = collect_sources(data_items, max_samples=samples, sampling=video_sampling)
     model = load_model(model_file)
     tracker = QualityTracker()
-    stats = collect_statistics(model, source, sidecar.preprocess, batch_size=batch_size, tensors="all",
+    stats = collect_statistics(model, source, contract, batch_size=batch_size, tensors="all",
                                providers=providers, total=source.total, progress=progress, quality=tracker)
     quality = tracker.check(min_samples=min_samples)
     for w in quality.warnings:
@@ -260,8 +258,10 @@ def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar,
     from jetforge.calibrate import eval_data
     from jetforge.calibrate import evaluate as ev
     from jetforge.calibrate.stats import fixed_batch
+    from jetforge.runtime.inputs import input_contract
 
-    data = eval_data.gather(items, sidecar.preprocess, fixed_batch(model), samples, video_sampling)
+    data = eval_data.gather(items, input_contract(sidecar, "image", purpose="INT8 evaluation"), fixed_batch(model),
+                            samples, video_sampling)
     names = data.names
     y = ev.read_labels(labels, names, sidecar.labels) if labels is not None else None
     evaluator = ev.Evaluator(model, data.batches, labels=y)
