@@ -166,7 +166,9 @@ def long_run(args: argparse.Namespace, out: Path, on_samples: Any = None) -> Dic
     with tqdm(total=args.frames, desc="soak %s" % args.detector, unit="frame", mininterval=10.0) as bar:
         while proc.poll() is None:
             if args.max_minutes and not stopped_for_time and time.time() - started > args.max_minutes * 60.0:
-                proc.send_signal(signal.SIGINT)  # Ctrl-C: the app closes its outputs, status "interrupted"
+                # SIGTERM, not SIGINT: a background shell starts its jobs with SIGINT ignored, and the app inherits
+                # that; jetforge handles SIGTERM as Ctrl-C (outputs closed, status "interrupted", exit 130)
+                proc.send_signal(signal.SIGTERM)
                 stopped_for_time = True
             if on_samples is not None and time.time() - last_save > 60.0:
                 on_samples(samples)  # a run stopped from outside keeps the samples so far
@@ -267,7 +269,8 @@ def main(argv: Any = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="seed of the SIGTERM moment (default: random, recorded)")
     parser.add_argument("--skip-long", action="store_true", help="only the SIGTERM run")
     parser.add_argument("--max-minutes", type=float, default=None,
-                        help="stop the long run with Ctrl-C (SIGINT) after this many minutes (a shared machine); "
+                        help="stop the long run with SIGTERM (handled as Ctrl-C) after this many minutes "
+                             "(a shared machine); "
                              "the fit uses the frames done, the JSON says stopped_at_time_limit")
     parser.add_argument("--work", default=None, help="folder for the runs' outputs (default: a temporary folder)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "soak_people.json"))
