@@ -198,6 +198,14 @@ def test_video_source_path_longer_than_the_file_system_allows_is_one_clear_error
     assert "cannot be a file or folder" in err.value.one_line()
 
 
+@pytest.mark.parametrize("uri", ["v4l2:\u00b2", "V4L2:\u0660", "v4l2://\u0663"])
+def test_v4l2_camera_index_in_unicode_digits_is_refused(uri):
+    # "v4l2:²" was a camera "²" whose int() failed when the capture opened (found by the long run)
+    with pytest.raises(ConfigError):
+        public("video_source")(uri)
+    assert public("video_source")("v4l2://1").location == "1"
+
+
 def test_csi_sensor_in_unicode_digits_is_refused():
     with pytest.raises(ConfigError):
         public("video_source")("csi://\u0663")

@@ -58,6 +58,8 @@ def _v4l2_location(parsed: ParseResult, text: str) -> str:
     location = parsed.netloc + parsed.path  # v4l2:///dev/video0 -> /dev/video0, v4l2://0 -> 0
     if not location:
         raise ConfigError("camera URI %r names no device" % text, hint="e.g. v4l2:///dev/video0")
+    if location.isdigit() and not location.isascii():  # "v4l2:²": isdigit() but int() fails when opening
+        raise ConfigError("camera URI %r: a camera index is written in the digits 0-9" % text, hint="e.g. v4l2://0")
     return location
 
 
