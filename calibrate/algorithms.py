@@ -1,7 +1,7 @@
 """Calibration algorithms: histogram -> amax (the clipping threshold; the INT8 scale is amax/127).
 
 * ``entropy`` -- TensorRT's EntropyCalibration2 as pytorch-quantization/ModelOpt implement it
-  (``_compute_amax_entropy``, reference §4.4): ``bins[0] = bins[1]``; for every candidate
+  (``_compute_amax_entropy``): ``bins[0] = bins[1]``; for every candidate
   ``i`` from ``start_bin`` (128) to ``len(bins)`` step ``stride``, P = first ``i`` bins with the
   tail folded into the last one, Q = those bins merged into 128 levels and spread back over
   each level's non-empty bins; KL(P||Q) as ``scipy.stats.entropy``; the **last** argmin wins

@@ -1,6 +1,6 @@
 """Streaming histograms of ``|x|`` whose range grows as later batches exceed it.
 
-Semantics follow pytorch-quantization's ``HistogramCalibrator`` (reference §4.4): the first
+Semantics follow pytorch-quantization's ``HistogramCalibrator`` (``calib/histogram.py``): the first
 batch fixes ``num_bins`` (2048) equal-width bins over ``[0, max|x|]``; when a later batch
 holds a larger value, bins *of the same width* are appended, so the histogram over all
 batches equals a one-pass histogram with that bin width over the combined data.  Unlike

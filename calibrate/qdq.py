@@ -1,4 +1,5 @@
-"""Explicit quantization: a Q/DQ ONNX built with onnx-graphsurgeon along TensorRT's rules (reference §5).
+"""Explicit quantization: a Q/DQ ONNX built with onnx-graphsurgeon along TensorRT's rules (its developer guide's
+explicit-quantization chapter).
 
 * Weighted ops (Conv, ConvTranspose, Gemm, MatMul): the activation input gets a per-tensor
   QuantizeLinear/DequantizeLinear pair with scale ``amax/127``; a constant weight gets a

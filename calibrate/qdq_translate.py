@@ -1,7 +1,7 @@
 """QAT -> DLA: a Q/DQ ONNX becomes a plain ONNX + a TensorRT calibration cache + the layers to keep in FP16.
 
 DLA through TensorRT <= 10 takes INT8 only from a calibration cache (implicit quantization); it
-refuses Q/DQ networks (reference §1.5).  NVIDIA's separate qdq-translator fills that gap; this is
+refuses Q/DQ networks (TensorRT's DLA documentation).  NVIDIA's separate qdq-translator fills that gap; this is
 the same translation, built in:
 
 * every activation ``QuantizeLinear`` (per tensor, zero point 0) gives the cache line of the

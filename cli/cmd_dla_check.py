@@ -16,8 +16,8 @@ class DlaCheckCommand(Command):
     description = ("Before any board is involved: for each layer, whether the target's DLA can run it under its\n"
                    "DLA generation and TensorRT version, and if not, which documented restriction it breaks.\n"
                    "Prints the predicted GPU-fallback layers, the number of DLA subgraphs against the per-core\n"
-                   "loadable limit, the share of FLOPs on DLA and suggestions. Rules cite their sources\n"
-                   "(shared/reference/dla_trt_jetson.md §1); '?' marks verdicts that rest on uncertain rules.")
+                   "loadable limit, the share of FLOPs on DLA and suggestions. Each rule cites its source (the\n"
+                   "TensorRT developer guide's DLA chapters); '?' marks verdicts that rest on uncertain rules.")
     examples = """examples:
   jetforge dla-check model.onnx --target agx-orin-64gb
   jetforge dla-check model.onnx --target agx-xavier --precision int8 --calib model.calib

@@ -1,8 +1,8 @@
 """``tegrastats`` on Jetson: parse its lines, run it alongside a benchmark, and turn power into energy.
 
 NVML does not work on Jetson before JetPack 6 (and only partly after), so RAM, GPU load, EMC,
-DLA clocks, temperatures and power rails come from ``tegrastats`` (reference §6).  The parser
-handles every sample line recorded in the reference: an optional ``MM-DD-YYYY HH:MM:SS``
+DLA clocks, temperatures and power rails come from ``tegrastats``.  The parser
+handles every real sample line in ``tests/runtime/test_tegrastats.py``: an optional ``MM-DD-YYYY HH:MM:SS``
 timestamp; ``RAM``/``SWAP``/``IRAM``; per-core ``CPU [..]`` with ``off``; ``EMC_FREQ``;
 ``GR3D_FREQ`` as ``X%``, ``X%@Y``, ``X%@[a,b]`` and ``@[a,b,c]``; engines such as
 ``NVDLA0 off`` / ``NVDLA0_FREQ @1600`` / ``VIC_FREQ 729`` / ``APE 174``; ``MTS fg X% bg Y%``;

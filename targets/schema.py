@@ -4,10 +4,10 @@ A profile (``targets/profiles/<name>.yaml``) is data, and every number in it
 carries its source.  Numbers live under ``specs:`` as ``{value, source,
 uncertain, note}`` mappings whose keys and units are fixed by
 :data:`SPEC_FIELDS`; power modes, JetPack releases and precision support carry
-a source of their own.  ``uncertain: true`` marks a value that the reference
-(`dla_trt_jetson.md`) marks [M] / UNCERTAIN, or that comes from a datasheet not
-checked here; such values are shown with a mark by the CLI and must never be
-treated as measured.
+a source of their own.  ``uncertain: true`` marks a value from general
+knowledge, a derivation, a third-party report or a datasheet not checked here;
+such values are shown with a mark by the CLI and must never be treated as
+measured.  A value whose primary source was not recorded says so in its source.
 
 Loading and validation live in :mod:`jetforge.targets.loader`; this module only
 defines what a valid profile looks like and the read-only :class:`Target` view.

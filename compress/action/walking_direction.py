@@ -1,7 +1,7 @@
 """Train the walking-direction action model on vtest.avi with labels derived from real person tracks.
 
-No pretrained action model and no labelled action video can be had offline (see
-docs: offline assets §6), so the labels are *derived*, by a transparent rule, from
+No pretrained action model and no labelled action video can be had offline (none is in the
+PyPI or Debian packages that jetforge's assets come from), so the labels are *derived*, by a transparent rule, from
 real pedestrian tracks:
 
 1. OpenCV's HOG people detector (Dalal-Triggs) runs on every frame of vtest.avi (fixed

@@ -1,4 +1,4 @@
-"""Quantized layers: quantizers on the *inputs* of quantizable operations (TensorRT's placement, §5).
+"""Quantized layers: quantizers on the *inputs* of quantizable operations (TensorRT's Q/DQ placement rules).
 
 ``QuantConv2d`` / ``QuantLinear`` quantize their input per tensor and their weight per output
 channel; the bias stays float (TensorRT quantizes it to INT32 itself).  ``QuantAdd`` replaces a

@@ -1,4 +1,4 @@
-"""Fake quantization along TensorRT's INT8 rules (reference §5).
+"""Fake quantization along TensorRT's INT8 rules (its developer guide's explicit-quantization chapter).
 
 * symmetric INT8, zero point 0, scale ``amax / 127``, values rounded half-to-even and clamped to
   [-128, 127] -- exactly what ONNX ``QuantizeLinear``/``DequantizeLinear`` compute, so the exported

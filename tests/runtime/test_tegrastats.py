@@ -1,8 +1,7 @@
-"""tegrastats parsing on the real sample lines of reference §6, the monitor, and energy per inference.
+"""tegrastats parsing on real sample lines, the monitor, and energy per inference.
 
-The sample lines are copied verbatim from ``shared/reference/dla_trt_jetson.md`` §6 (sources there:
-DataDog/datadog-agent jetson_test.go, rbonghi/jetson_stats test_06_tegra_parse.py, NVIDIA/skills
-tegrastats-fields.md).  ``fake_tegrastats`` stands in for the Jetson binary, which does not exist here.
+The sample lines are copied verbatim from real boards' output as recorded in DataDog/datadog-agent
+(jetson_test.go), rbonghi/jetson_stats (test_06_tegra_parse.py) and NVIDIA/skills (tegrastats-fields.md).  ``fake_tegrastats`` stands in for the Jetson binary, which does not exist here.
 """
 
 import stat

