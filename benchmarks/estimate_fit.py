@@ -148,7 +148,8 @@ def summary(pairs: Sequence[Sequence[float]]) -> Dict[str, float]:
         return {"n": 0}
     errs = [abs(p - m) / m for p, m in pairs if m > 0]
     ratios = [max(p / m, m / p) for p, m in pairs if m > 0 and p > 0]
-    return {"n": len(errs), "median_abs_pct": 100.0 * float(np.median(errs)), "mean_abs_pct": 100.0 * float(np.mean(errs)),
+    return {"n": len(errs), "median_abs_pct": 100.0 * float(np.median(errs)),
+            "mean_abs_pct": 100.0 * float(np.mean(errs)),
             "within_2x_pct": 100.0 * sum(1 for r in ratios if r <= 2.0) / max(1, len(ratios)),
             "worst_ratio": float(max(ratios)) if ratios else float("nan")}
 

@@ -287,7 +287,8 @@ def profile_modules(model: Any, x: Any, cuda: bool, passes: int = 2) -> Dict[str
         durations = per.get(key, [])
         modules[key] = dict(meta, calls=meta["calls"] // passes, kernel_us=sum(durations) / passes,
                             kernels=len(durations) // passes)
-    return {"modules": modules, "kernel_total_us": total / passes, "kernels": sum(len(v) for v in per.values()) // passes,
+    return {"modules": modules, "kernel_total_us": total / passes,
+            "kernels": sum(len(v) for v in per.values()) // passes,
             "unattributed_us": sum(per.get("<unattributed>", [])) / passes, "orphan_kernels": orphans // passes}
 
 
@@ -364,7 +365,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="CPU, two tiny models, batches 1,2")
     parser.add_argument("--out", help="JSON path (default $OUT/estimate_h200_measured.json)")
-    parser.add_argument("--budget-s", type=float, default=300.0, help="start no new model after this many seconds (300)")
+    parser.add_argument("--budget-s", type=float, default=300.0,
+                        help="start no new model after this many seconds (300)")
     parser.add_argument("--batches", default=None, help="batch sizes (default 1,8,32; dry run 1,2)")
     parser.add_argument("--models", default=None, help="comma-separated subset of model names")
     args = parser.parse_args(argv)

@@ -199,7 +199,8 @@ def report(measured: Dict[str, Any], configs: List[Dict[str, Any]], prior: Dict,
             "target_profile": TARGET, "efficiency_start": "pytorch_eager", "folds": folds,
             "models": len({c["model"] for c in configs}), "configs": len(configs),
             "skipped_in_measurement": measured.get("skipped", []),
-            "failed_in_measurement": [{"name": m["name"], "error": m["error"]} for m in measured["models"] if m["error"]],
+            "failed_in_measurement": [{"name": m["name"], "error": m["error"]} for m in measured["models"]
+                                      if m["error"]],
             "totals": totals, "layers": layer_stats, "goal_held_out": goal,
             "fitted_params": {k: round(v, 4) for k, v in final.items()}, "rows": rows}
 
@@ -213,9 +214,10 @@ def print_table(result: Dict[str, Any]) -> None:
             r["held_out_ms"], r["held_out_error_pct"]))
     for label in ("a_priori", "held_out", "fitted"):
         t, l = result["totals"][label], result["layers"][label]["all"]
-        print("%-9s totals: n=%d median |err| %.1f %%, within 2x %.0f %%, worst %.2fx | layers: n=%d median |err| %.1f %%, "
-              "within 2x %.0f %%" % (label, t["n"], t["median_abs_pct"], t["within_2x_pct"], t["worst_ratio"], l["n"],
-                                    l.get("median_abs_pct", float("nan")), l.get("within_2x_pct", float("nan"))))
+        print("%-9s totals: n=%d median |err| %.1f %%, within 2x %.0f %%, worst %.2fx | layers: n=%d "
+              "median |err| %.1f %%, within 2x %.0f %%" % (
+                  label, t["n"], t["median_abs_pct"], t["within_2x_pct"], t["worst_ratio"], l["n"],
+                  l.get("median_abs_pct", float("nan")), l.get("within_2x_pct", float("nan"))))
     print("goal (held out): %s" % result["goal_held_out"])
 
 

@@ -12,8 +12,8 @@ Three numbers per point:
 * **a priori**: the efficiency set's starting factors (hand-set), without its ``fit`` block;
 * **fitted**: eight parameters fitted on all used points -- a scale on every GPU compute factor, one on
   every DLA compute factor, one more on the DLA's depthwise convolutions, one on the GPU's and one on
-  the DLA's memory factors, and the per-GPU-kernel, per-DLA-loadable and per-inference overheads -- minimising the squared log
-  error plus a weak pull towards the starting values (``PRIOR_WEIGHT``);
+  the DLA's memory factors, and the per-GPU-kernel, per-DLA-loadable and per-inference overheads --
+  minimising the squared log error plus a weak pull towards the starting values (``PRIOR_WEIGHT``);
 * **held out**: the same fit on the other boards only, applied to this board (leave-one-board-out):
   the number that says how the estimator does on a board it was not fitted on.
 

@@ -200,13 +200,14 @@ def place(model: Union[str, Path, Any], batch: int, precision: str, *, target: A
           dla_core: Optional[int] = None, fusion: str = "tensorrt",
           input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Placed:
     """Shape-infer ``model`` at ``batch``, predict DLA placement (with ``dla_core``) and build the kernels."""
-    from jetforge.runtime.tensorrt.dla.analyze import FOLDED, _Graph, _load_model, analyze_onnx
+    from jetforge.runtime.tensorrt.dla.analyze import FOLDED, analyze_onnx
+    from jetforge.runtime.tensorrt.dla.graph import OnnxGraph, load_model
 
     base = read_model(model)
     name = str(model) if isinstance(model, (str, Path)) else (base.graph.name or "model")
-    proto, _ = _load_model(base, batch_shapes(base, batch, input_shapes))
+    proto, _ = load_model(base, batch_shapes(base, batch, input_shapes))
     proto = fold_constants(proto)
-    g = _Graph(proto)
+    g = OnnxGraph(proto)
     info = graph_info(proto, g)
     devices: Dict[int, str] = {}
     folded: Set[int] = set()

@@ -165,7 +165,8 @@ def _first(target: Any, keys: Tuple[str, ...], scale: float, used: List[RateUse]
             used.append(RateUse(key, float(record.value), record.unit or "", record.source, record.uncertain, scale))
             return float(record.value) * unit_scale * scale
     if required:
-        raise TargetError("target %s has no %s in its profile: the estimate needs it" % (target.name, " or ".join(keys)),
+        raise TargetError("target %s has no %s in its profile: the estimate needs it"
+                          % (target.name, " or ".join(keys)),
                           hint="add it with its source to %s, or estimate for another target" % (target.path or
                                                                                                  "the profile"))
     return None

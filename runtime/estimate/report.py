@@ -46,7 +46,8 @@ def format_table(est: Estimate, all_layers: bool = False) -> str:
              for t in first.transitions]))
     parts.append(_table(["batch", "latency ms", "throughput/s", "GPU ms", "DLA ms", "transitions ms", "DLA loadables",
                          "weights MB", "peak activations MB", "workspace >= MB", "I/O MB"],
-                        [[b.batch, "%.3f" % (b.latency_s * 1e3), "%.1f" % b.throughput, "%.3f" % (b.device_s(GPU) * 1e3),
+                        [[b.batch, "%.3f" % (b.latency_s * 1e3), "%.1f" % b.throughput,
+                          "%.3f" % (b.device_s(GPU) * 1e3),
                           "%.3f" % ((b.device_s(DLA) + b.subgraph_s) * 1e3), "%.3f" % (b.transitions_s * 1e3),
                           b.dla_subgraphs, _mb(b.memory.weights), _mb(b.memory.activations_peak),
                           _mb(b.memory.workspace_lower_bound), _mb(b.memory.io_bindings)] for b in est.batches]))

@@ -125,7 +125,8 @@ def _warnings(est: Estimate, placed: Placed, target: Any) -> List[str]:
             key = "%s on %s" % (cat, k.kernel.device)
             shares[key] = shares.get(key, 0.0) + k.time_s
     if shares:
-        listed = ", ".join("%s %.0f%%" % (k, 100.0 * v / total) for k, v in sorted(shares.items(), key=lambda kv: -kv[1]))
+        ranked = sorted(shares.items(), key=lambda kv: -kv[1])
+        listed = ", ".join("%s %.0f%%" % (k, 100.0 * v / total) for k, v in ranked)
         out.append("layer types without calibration data in efficiency set %r (share of the estimated time): %s"
                    % (est.efficiency.name, listed))
     unknown = sorted({k.kernel.head.op for k in first.kernels if k.kernel.category == "other"})

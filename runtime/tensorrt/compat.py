@@ -4,7 +4,7 @@ Everything that depends on *which* TensorRT is imported lives here, as small fun
 module object, so that :mod:`jetforge.runtime.tensorrt.builder` reads as one code path:
 
 * network creation flags: ``EXPLICIT_BATCH`` before 10 (deprecated in 10.0, implicit batch removed),
-  none from 10, ``STRONGLY_TYPED`` on 11 (reference §1.6, §1.5);
+  none from 10, ``STRONGLY_TYPED`` on 11 (TensorRT 11 networks are strongly typed);
 * precision builder flags (FP16/INT8) exist on 8.x/10.x only: TensorRT 11 removed them and TensorRT-RTX
   has none (its networks are strongly typed);
 * DLA (device types, DLA core, GPU fallback) and the INT8 calibrator are JetPack-TensorRT features

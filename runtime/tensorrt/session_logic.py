@@ -1,10 +1,11 @@
 """The decisions of a TensorRT session, as plain functions of TensorRT's objects.
 
 dtype mapping, I/O discovery (named-tensor API, TensorRT >= 8.5), shape checks against the engine's
-optimization profile, shape binding, output shapes, buffer sizing, the DLA core to deserialize on, and
-the engine's sidecar, and whether to try CUDA graphs at all.  :class:`~jetforge.runtime.tensorrt.session.TrtSession` wires them to TensorRT and
-CUDA; here they are tested on the CPU with ``FakeTrtContext``/``FakeTrtEngine``
-(tests/runtime/trt/test_trt_session_logic.py).  Nothing here imports tensorrt.
+optimization profile, shape binding, output shapes, buffer sizing, the DLA core to deserialize on,
+the engine's sidecar, and whether to try CUDA graphs at all.
+:class:`~jetforge.runtime.tensorrt.session.TrtSession` wires them to TensorRT and CUDA; here they are
+tested on the CPU with ``FakeTrtContext``/``FakeTrtEngine`` (tests/runtime/trt/test_trt_session_logic.py).
+Nothing here imports tensorrt.
 """
 
 import json

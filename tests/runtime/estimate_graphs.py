@@ -35,7 +35,8 @@ def tiny_net(batch="N", opset=17):
         helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
         helper.make_node("Gemm", ["f", "w4", "b4"], ["y"], name="fc", transB=1),
     ]
-    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
+    graph = helper.make_graph(nodes, "tiny",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8

@@ -7,11 +7,11 @@ named ``check``.  A rule can be restricted to DLA generations (1 = Xavier, 2 = O
 range of TensorRT versions and to precisions.  ``effect`` says what a violation means:
 ``"gpu"`` the layer falls back to the GPU, ``"warn"`` it still runs on DLA but something
 needs attention (INT8 range equality), ``"info"`` a remark (INT8 auto-upgraded to FP16).
-``uncertain`` marks a rule the reference flags as unverified, conflicting or inferred: the
+``uncertain`` marks a rule whose documentation is unverified, conflicting or inferred: the
 report shows it so that a prediction built on it is read as a prediction.
 
-Sources are section references into ``shared/reference/dla_trt_jetson.md`` plus the
-primary source it names (header = ``NVIDIA/TensorRT:include/NvInfer.h``).
+Sources are the primary documents: NVIDIA's DLA layer-restrictions page, TensorRT's public header
+(``NVIDIA/TensorRT:include/NvInfer.h``), the DLA-SW operator list, the ONNX parser's source, issues.
 """
 
 from dataclasses import dataclass
@@ -20,15 +20,18 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from jetforge.runtime.tensorrt.version import TensorRTVersion
 
 # --- source citations ---------------------------------------------------------------------------
-SRC_GLOBAL = ("dla_trt_jetson.md §1.1: docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/"
-              "dla-layer-restrictions.html")
-SRC_HEADER = "dla_trt_jetson.md §1.2: NVIDIA/TensorRT include/NvInfer.h @release/8.6 and @release/10.3"
-SRC_HEADER86 = "dla_trt_jetson.md §1.2: NVIDIA/TensorRT include/NvInfer.h @release/8.6 (absent @release/10.3)"
-SRC_DG84 = "dla_trt_jetson.md §1.2: TensorRT 8.4 developer guide §12 (HeKun-NVIDIA translation)"
-SRC_LATEST = "dla_trt_jetson.md §1.2: latest dla-layer-restrictions summary table"
-SRC_DLASW = "dla_trt_jetson.md §1.2: NVIDIA/Deep-Learning-Accelerator-SW operators/README.md (Orin, TRT 8.6/JP6)"
-SRC_INT8 = "dla_trt_jetson.md §1.1: INT8 dynamic-range equality constraints (header; dev guide for concat)"
-SRC_QDQ = "dla_trt_jetson.md §1.5: explicit quantization (Q/DQ) on DLA, by version"
+_DLA_DOCS = "docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/dla-layer-restrictions.html"
+SRC_GLOBAL = _DLA_DOCS + " (global restrictions)"
+SRC_HEADER = "NVIDIA/TensorRT include/NvInfer.h @release/8.6 and @release/10.3"
+SRC_HEADER86 = "NVIDIA/TensorRT include/NvInfer.h @release/8.6 (absent @release/10.3)"
+SRC_DG84 = "TensorRT 8.4 developer guide, DLA chapter (§12; HeKun-NVIDIA translation)"
+SRC_LATEST = _DLA_DOCS + " (summary table)"
+SRC_DLASW = "NVIDIA/Deep-Learning-Accelerator-SW operators/README.md (Orin, TRT 8.6/JP6)"
+SRC_INT8 = "NVIDIA/TensorRT include/NvInfer.h: INT8 dynamic-range equality constraints (developer guide for concat)"
+SRC_QDQ = ("NVIDIA/TensorRT#2222 (no Q/DQ on DLA in 8.x); NVIDIA/Model-Optimizer#1661 (DLA still implicit-only "
+           "in 10.x)")
+SRC_SHUFFLE = ("NVIDIA/Deep-Learning-Accelerator-SW operators/README.md lists Reshape/Transpose as native "
+               "('see Shuffle layer'); the 8.6/10.x Shuffle restriction text was not found (unverified)")
 SRC_ONNX_GAP = ("onnx/onnx-tensorrt builtin_op_importers.cpp, GlobalAveragePool importer: 'implemented via "
                 "Reduce layers rather than Pooling layers' (ReduceOperation::kAVG)")
 
@@ -141,7 +144,7 @@ DLA_LAYER_KINDS = frozenset([
     "concatenation", "resize", "unary", "softmax", "slice", "shuffle", "matmul", "comparison", "reduce",
 ])
 
-# Kinds whose DLA restriction text was not retrieved (reference §8.1): a DLA verdict on them is uncertain.
+# Kinds whose DLA restriction text was not found for TensorRT 8.6/10.x: a DLA verdict on them is uncertain.
 UNCERTAIN_KINDS = frozenset(["shuffle", "reduce", "comparison"])
 
 HARD_SWISH_FIX = ("write HardSwish as x * Clip(x + 3, 0, 6) * (1/6) (Add, Clip, Mul), which DLA runs "
@@ -397,11 +400,11 @@ RULES: List[Rule] = [
     Rule("shuffle.rank4", "shuffle", "rank", "eq", 4,
          "shuffle input must be 4-D (restriction text not retrieved for 8.6/10.x)",
          "shuffle input has rank {value}", "keep reshapes between 4-D tensors",
-         "dla_trt_jetson.md §1.2 Shuffle and §8.1 (memory, unverified)", uncertain=True),
+         SRC_SHUFFLE, uncertain=True),
     Rule("shuffle.batch", "shuffle", "reshapes_batch", "false", None,
          "no reshape across the batch dimension (restriction text not retrieved)",
          "the reshape moves data across the batch dimension", "keep the batch dimension unchanged",
-         "dla_trt_jetson.md §1.2 Shuffle and §8.1 (memory, unverified)", uncertain=True),
+         SRC_SHUFFLE, uncertain=True),
 
     # ---------------- reduce ----------------
     Rule("reduce.global_avg", "reduce", "onnx_op", "not_in", frozenset(["GlobalAveragePool", "ReduceMean",

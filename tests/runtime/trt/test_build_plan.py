@@ -1,4 +1,6 @@
-"""Build plans: every impossible combination is a one-line EngineBuildError naming the fix (reference §0, §1, §4).
+"""Build plans: every impossible combination is a one-line EngineBuildError naming the fix.
+
+The rules are listed in runtime/tensorrt/plan_steps.py and docs/architecture.md ("The TensorRT package").
 
 Targets are the real profiles of ``jetforge.targets``; models are small ONNX graphs made with onnx.helper.
 """
@@ -112,7 +114,7 @@ def test_cache_header_numbers_and_parser():
     assert number("10.3.0") == 100300 and number("10.3") == 100300
     info = parse_calibration_cache(b"TRT-8600-EntropyCalibration2\nimages: 3c00f9f4\nprob: 3c010a14\n")
     assert info.version_number == 8600 and info.algorithm == "EntropyCalibration2"
-    assert info.scales["images"] == pytest.approx(0.0078721, rel=1e-4)     # cuDLA-samples value, §4.1
+    assert info.scales["images"] == pytest.approx(0.0078721, rel=1e-4)     # the value NVIDIA cuDLA-samples ship
     assert info.scales["prob"] == pytest.approx(1 / 127.0, rel=1e-3)
     # the planner reads caches with the one reader (tests/runtime/trt/test_calib_cache.py has its rules)
     with pytest.raises(CalibrationError):
