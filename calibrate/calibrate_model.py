@@ -14,9 +14,8 @@ Outputs for ``model.onnx`` (or next to ``out``, a named cache path ``X.calib``):
   FP16, for TensorRT's ``--layerPrecisions``), ``model.precisions.png`` (the metric against the number of
   FP16 layers on the selection and report splits) and ``model.mixed.qdq.onnx`` (+ sidecar).
 
-:func:`check_cache` reads an existing cache (one of ours or TensorRT's), refuses one for another
-TensorRT version unless ``retarget`` is set (the retargeted copy goes to ``model.trt<version>.calib``,
-never over the input), and checks its tensor names against the model.
+:func:`check_cache` (:mod:`jetforge.calibrate.cache_check`, re-exported here) reads an existing cache and
+checks its TensorRT version and tensor names.
 """
 
 import logging
@@ -26,11 +25,12 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 from jetforge.calibrate import algorithms
-from jetforge.calibrate.cache import (ALGORITHM_TOKENS, DEFAULT_TOKEN, CacheValidation, CalibrationCache,
-                                      parse_trt_version, version_string)
+from jetforge.calibrate.cache import (ALGORITHM_TOKENS, DEFAULT_TOKEN, CalibrationCache, parse_trt_version,
+                                      version_string)
+from jetforge.calibrate.cache_check import CacheCheck, check_cache, retarget_path  # noqa: F401  (re-exported)
 from jetforge.calibrate.quality import RECOMMENDED_SAMPLES, QualityReport, QualityTracker
 from jetforge.calibrate.sources import SAMPLINGS, collect_sources
-from jetforge.calibrate.stats import ActivationStats, activation_tensors, collect_statistics, load_model
+from jetforge.calibrate.stats import ActivationStats, collect_statistics, load_model
 from jetforge.errors import CalibrationError, UnknownNameError
 from jetforge.fileio import PathLike, check_not_input, require_file
 from jetforge.optional import require
@@ -120,11 +120,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     ``plots``: True (an overview and the most clipped tensors), ``"all"`` (every tensor) or False.
     """
     t0 = time.perf_counter()
-    algorithms.ALGORITHMS.get(algorithm)  # an unknown name fails here, before any sample is read
-    if video_sampling not in SAMPLINGS:
-        raise UnknownNameError("video sampling", video_sampling, SAMPLINGS)
-    if cache_algorithm not in ALGORITHM_TOKENS:
-        raise UnknownNameError("cache algorithm token", cache_algorithm, ALGORITHM_TOKENS)
+    _check_names(algorithm, video_sampling, cache_algorithm)  # unknown names fail before any sample is read
     version = parse_trt_version(trt_version)
     model_file = require_file(model_path, "ONNX model", hint="give the path of an exported .onnx file")
     from jetforge.runtime.inputs import input_contract
@@ -162,22 +158,8 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     result = CalibrationResult(cache_path=paths["cache"], cache=cache, amax=amax, algorithm=algorithm,
                                samples=stats.samples, warnings=warnings, tensor_algorithms=per_tensor)
 
-    qdq_info: Dict[str, object] = {}
-    if qdq:
-        qdq_info = _write_qdq(model, amax, paths["qdq"], model_file, sidecar, algorithm, version)
-        result.qdq_path = paths["qdq"]
-        if check_build:
-            from jetforge.runtime.tensorrt import check_onnx_builds
-
-            qdq_info["build_check"] = check_onnx_builds(paths["qdq"]).to_dict()
-    if plots:
-        try:
-            result.plots = _plots(stats, amax, paths["plots"], algorithm, every=plots == "all")
-        except Exception as err:  # plots are a convenience: never lose the calibration for them
-            if isinstance(err, CalibrationError):
-                raise
-            warnings.append("histogram plots were not written: %s" % err)
-            log.warning("%s", warnings[-1])
+    qdq_info = _write_qdq_and_plots(result, stats, model, paths, model_file, sidecar, version, qdq, check_build,
+                                    plots)
     if eval_items or mixed_precision is not None or sensitivity:
         result.evaluation = _evaluate(model, result, paths, sidecar, model_file,
                                       eval_items or data_items, labels, eval_samples, video_sampling,
@@ -194,10 +176,41 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     return result
 
 
+def _check_names(algorithm: str, video_sampling: str, cache_algorithm: str) -> None:
+    algorithms.ALGORITHMS.get(algorithm)
+    if video_sampling not in SAMPLINGS:
+        raise UnknownNameError("video sampling", video_sampling, SAMPLINGS)
+    if cache_algorithm not in ALGORITHM_TOKENS:
+        raise UnknownNameError("cache algorithm token", cache_algorithm, ALGORITHM_TOKENS)
+
+
+def _write_qdq_and_plots(result: CalibrationResult, stats: ActivationStats, model, paths: Dict[str, Path],
+                         model_file: Path, sidecar, version, qdq: bool, check_build: bool,
+                         plots: Union[bool, str]) -> Dict[str, object]:
+    """The Q/DQ model (+ optional TensorRT parse/build check) and the plots; returns the report's qdq block."""
+    qdq_info: Dict[str, object] = {}
+    if qdq:
+        qdq_info = _write_qdq(model, result.amax, paths["qdq"], model_file, sidecar, result.algorithm, version)
+        result.qdq_path = paths["qdq"]
+        if check_build:
+            from jetforge.runtime.tensorrt import check_onnx_builds
+
+            qdq_info["build_check"] = check_onnx_builds(paths["qdq"]).to_dict()
+    if plots:
+        try:
+            result.plots = _plots(stats, result.amax, paths["plots"], result.algorithm, every=plots == "all")
+        except Exception as err:  # plots are a convenience: never lose the calibration for them
+            if isinstance(err, CalibrationError):
+                raise
+            result.warnings.append("histogram plots were not written: %s" % err)
+            log.warning("%s", result.warnings[-1])
+    return qdq_info
+
+
 def _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items,
                      eval_samples: Optional[int] = None) -> List:
     """The ``eval_data`` items, after refusing combinations that cannot work (before any slow step)."""
-    from jetforge.calibrate.evaluate import SENSITIVITY_METHODS
+    from jetforge.calibrate.sensitivity import SENSITIVITY_METHODS
     from jetforge.calibrate.mixed import METRICS
 
     items = [] if eval_data is None else ([eval_data] if isinstance(eval_data, (str, Path)) else list(eval_data))
@@ -393,6 +406,9 @@ def _mixed_lines(mp: Dict[str, object]) -> List[str]:
                      % (rep_["samples"], mp["metric"], rep_["value"], _metric_of(rep_["all_int8"], mp["metric"]),
                         "" if rep_["meets_bound"] else ", below the bound"))
         lines.extend("  " + line for line in _eval_lines("mixed, report split", _from_dict(rep_["chosen"])))
+    plot = (mp.get("outputs") or {}).get("plot")
+    if plot:
+        lines.append("  curve (%s against FP16 layers, both splits): %s" % (mp["metric"], plot))
     return lines
 
 
@@ -474,71 +490,3 @@ def _report(result: CalibrationResult, stats: ActivationStats, quality: QualityR
                      "per_tensor_algorithm": dict(result.tensor_algorithms)},
         data={"sources": source.describe(), "quality": quality.to_dict()},
         qdq=qdq_info, tensors=tensor_rows(stats.histograms, result.amax))
-
-
-@dataclass
-class CacheCheck:
-    cache: CalibrationCache
-    validation: Optional[CacheValidation] = None
-    retargeted_to: Optional[str] = None
-    written: Optional[Path] = None
-
-    def to_dict(self) -> Dict[str, object]:
-        d: Dict[str, object] = dict(self.cache.to_dict())
-        d["source"] = self.cache.source
-        if self.validation is not None:
-            d["validation"] = self.validation.to_dict()
-        d["retargeted_to"] = self.retargeted_to
-        d["written"] = str(self.written) if self.written else None
-        return d
-
-
-def retarget_path(cache_path: PathLike, version) -> Path:
-    """``model.calib`` retargeted to 8.6.2 -> ``model.trt8.6.2.calib`` next to it."""
-    p = Path(cache_path)
-    stem = p.stem if p.suffix == ".calib" else p.name
-    return p.with_name("%s.trt%s.calib" % (stem, version_string(parse_trt_version(version))))
-
-
-def check_cache(cache_path: PathLike, model_path: Optional[PathLike] = None, trt_version: Optional[str] = None,
-                retarget: bool = False, out: Optional[PathLike] = None) -> CacheCheck:
-    """Read a cache, check its version (refuse another one unless ``retarget``) and its tensor names.
-
-    With ``retarget`` the header is rewritten for ``trt_version`` into ``out`` (default:
-    ``<stem>.trt<version>.calib`` next to the input, which is never overwritten).
-    Names in the cache that are not tensors of the model are an error.
-    """
-    cache = CalibrationCache.read(cache_path)
-    check = CacheCheck(cache)
-    if trt_version is not None:
-        try:
-            cache.check_version(trt_version)
-        except CalibrationError:
-            if not retarget:
-                raise
-            new = cache.retarget(trt_version)
-            target = Path(out) if out is not None else retarget_path(cache_path, new.trt_version)
-            check_not_input(target, [cache_path] + ([model_path] if model_path is not None else []))
-            new.write(target)
-            new.source = str(target)
-            check.cache, check.retargeted_to, check.written = new, version_string(new.trt_version), target
-    elif retarget:
-        raise CalibrationError("--retarget needs the TensorRT version to retarget to", hint="add --trt VERSION")
-    if model_path is not None:
-        model = load_model(require_file(model_path, "ONNX model"))
-        names = activation_tensors(model)
-        validation = check.cache.validate_against(names)
-        check.validation = validation
-        if validation.not_in_model:
-            message = ("%d of %d tensors in %s are not in %s, e.g. %r"
-                       % (len(validation.not_in_model), len(check.cache), Path(cache_path).name,
-                          Path(model_path).name, validation.not_in_model[0]))
-            if len(validation.not_in_model) * 2 > len(check.cache) - len(validation.internal):
-                raise CalibrationError(message + ": the cache belongs to another model or export",
-                                       hint="recalibrate this model with `jetforge calibrate %s --data DIR`"
-                                            % model_path)
-            log.warning("%s; TensorRT ignores those entries", message)
-        if validation.missing:
-            log.info("%d model tensors have no scale in the cache (TensorRT keeps them in higher precision)",
-                     len(validation.missing))
-    return check

@@ -40,7 +40,6 @@ from jetforge.calibrate.metrics import (CONFIDENCE, METRICS, ClassificationMetri
                                         make_metric, softmax)
 from jetforge.calibrate.qdq_surgery import (QuantizedLayer, dequantize_layers, load, only_layers,
                                             quantized_layers)
-from jetforge.calibrate.sensitivity import SENSITIVITY_METHODS, LayerSensitivity, layer_sensitivity
 from jetforge.errors import CalibrationError, InputFileError, UnknownNameError
 
 log = logging.getLogger(__name__)
@@ -271,7 +270,7 @@ def read_labels(path: Union[str, Path], names: Sequence[str], class_names: Seque
     return out
 
 
-__all__ = ["ARITHMETICS", "CONFIDENCE", "DEFAULT_METRICS", "EvalResult", "Evaluator", "LayerSensitivity",
-           "QuantizedLayer", "SENSITIVITY_METHODS", "SIMULATED_LABEL", "arithmetic_label", "compare_outputs",
-           "dequantize_layers", "layer_sensitivity", "load", "only_layers", "preprocess_samples", "quantized_layers",
+__all__ = ["ARITHMETICS", "CONFIDENCE", "DEFAULT_METRICS", "EvalResult", "Evaluator",
+           "QuantizedLayer", "SIMULATED_LABEL", "arithmetic_label", "compare_outputs",
+           "dequantize_layers", "load", "only_layers", "preprocess_samples", "quantized_layers",
            "read_labels", "run_model", "session", "softmax"]

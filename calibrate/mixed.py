@@ -9,7 +9,7 @@ Contiguous blocks keep consecutive video frames together (at most 9 block bounda
 part of a clip or folder feeds both splits.
 
 **The rule, honest about non-monotonicity.**  The layers are ranked by
-:func:`~jetforge.calibrate.evaluate.layer_sensitivity` on the selection split; ``k`` = the number of
+:func:`~jetforge.calibrate.sensitivity.layer_sensitivity` on the selection split; ``k`` = the number of
 most sensitive layers kept in FP16 (their Q/DQ pairs bypassed by
 :func:`~jetforge.calibrate.evaluate.dequantize_layers`).  INT8 accuracy is *not* monotone in ``k``
 (MobileNetV2 measured 0.972 with 22 FP16 layers and 0.986 with 24, below and above a 0.98 bound
@@ -44,8 +44,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from jetforge.calibrate.evaluate import (EvalResult, Evaluator, LayerSensitivity, dequantize_layers, layer_sensitivity,
-                                         load, quantized_layers)
+from jetforge.calibrate.evaluate import EvalResult, Evaluator, dequantize_layers, load, quantized_layers
+from jetforge.calibrate.sensitivity import LayerSensitivity, layer_sensitivity
 from jetforge.errors import CalibrationError, UnknownNameError
 from jetforge.fileio import PathLike, write_json_atomic
 

@@ -112,6 +112,84 @@ def _is_float32(tensor) -> bool:
         return False
 
 
+class _QdqBuilder:
+    """Adds Q/DQ pairs to one onnx-graphsurgeon graph: one pair per activation (shared by its readers), one
+    per-channel pair per weight, every new name unique in the graph."""
+
+    def __init__(self, graph, gs, amax: Dict[str, float], summary: QdqSummary) -> None:
+        self.graph, self.gs, self.amax, self.summary = graph, gs, amax, summary
+        self.used = set(graph.tensors().keys())
+        self.dq_of: Dict[str, "object"] = {}
+
+    def unique(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name = "%s_%d" % (base, k)
+            k += 1
+        self.used.add(name)
+        return name
+
+    def _pair(self, source, scale, zp, base: str, shape, attrs: Dict[str, int]):
+        gs, unique = self.gs, self.unique
+        q_out = gs.Variable(unique(base + "_quantized"), dtype=np.int8, shape=shape)
+        dq_out = gs.Variable(unique(base + "_dequantized"), dtype=np.float32, shape=shape)
+        self.graph.nodes.append(gs.Node("QuantizeLinear", unique(base + "_QuantizeLinear"), attrs=dict(attrs),
+                                        inputs=[source, scale, zp], outputs=[q_out]))
+        self.graph.nodes.append(gs.Node("DequantizeLinear", unique(base + "_DequantizeLinear"), attrs=dict(attrs),
+                                        inputs=[q_out, scale, zp], outputs=[dq_out]))
+        return dq_out
+
+    def activation_dq(self, tensor):
+        """The dequantized copy of ``tensor`` (None without a calibrated range)."""
+        if tensor.name in self.dq_of:
+            return self.dq_of[tensor.name]
+        a = self.amax.get(tensor.name)
+        if a is None:
+            return None
+        a = float(a)
+        if not np.isfinite(a) or a < 0:
+            raise CalibrationError("range of tensor %r is %r" % (tensor.name, a), hint="recalibrate")
+        base = _safe(tensor.name)
+        scale = self.gs.Constant(self.unique(base + "_scale"), np.array((a if a > 0 else 1.0) / INT8_BOUND,
+                                                                        dtype=np.float32))
+        zp = self.gs.Constant(self.unique(base + "_zero_point"), np.array(0, dtype=np.int8))
+        dq_out = self._pair(tensor, scale, zp, base, tensor.shape, {})
+        self.dq_of[tensor.name] = dq_out
+        self.summary.activations.append(tensor.name)
+        return dq_out
+
+    def weight_dq(self, node, w: np.ndarray, base: str):
+        """A per-output-channel Q/DQ pair over the constant weight ``w`` of ``node``."""
+        axis = weight_axis(node.op, node.attrs, w.ndim)
+        scales = weight_scales(w, axis)
+        const_w = self.gs.Constant(self.unique(base + "_weight"), w.astype(np.float32))
+        scale = self.gs.Constant(self.unique(base + "_weight_scale"), scales)
+        zp = self.gs.Constant(self.unique(base + "_weight_zero_point"), np.zeros(scales.shape, dtype=np.int8))
+        dq_out = self._pair(const_w, scale, zp, base + "_weight", list(w.shape), {} if axis is None else {"axis": axis})
+        self.summary.weights[base] = (axis, int(scales.size))
+        return dq_out
+
+    def quantize_node(self, node) -> None:
+        """Q/DQ on the activation inputs of a weighted op or Add, and on a weighted op's constant weight."""
+        n_inputs = 1 if node.op in ("Conv", "ConvTranspose") else 2
+        for idx in range(min(n_inputs, len(node.inputs))):
+            tensor = node.inputs[idx]
+            if _constant_value(tensor, self.gs) is not None:
+                continue  # a constant: a weight (handled below) or a constant operand, which stays float
+            if not _is_float32(tensor):
+                continue
+            dq = self.activation_dq(tensor)
+            if dq is None:
+                if tensor.name not in self.summary.skipped:
+                    self.summary.skipped.append(tensor.name)
+                continue
+            node.inputs[idx] = dq
+        if node.op in WEIGHTED_OPS and len(node.inputs) > 1:
+            value = _constant_value(node.inputs[1], self.gs)
+            if value is not None and value.dtype.kind == "f" and value.ndim >= 2:
+                node.inputs[1] = self.weight_dq(node, value, _safe(node.name or node.inputs[1].name))
+
+
 def insert_qdq(model, amax: Dict[str, float], opset: int = MIN_OPSET, quantize_add: bool = True,
                summary: Optional[QdqSummary] = None):
     """A copy of ``model`` (``onnx.ModelProto``) with Q/DQ pairs; ``amax`` maps activation names to ranges."""
@@ -120,77 +198,10 @@ def insert_qdq(model, amax: Dict[str, float], opset: int = MIN_OPSET, quantize_a
     summary = summary if summary is not None else QdqSummary()
     model = _ensure_opset(model, max(opset, MIN_OPSET))
     graph = gs.import_onnx(model)
-    used = set(graph.tensors().keys())
-
-    def unique(base: str) -> str:
-        name, k = base, 1
-        while name in used:
-            name = "%s_%d" % (base, k)
-            k += 1
-        used.add(name)
-        return name
-
-    dq_of: Dict[str, "object"] = {}
-
-    def activation_dq(tensor):
-        if tensor.name in dq_of:
-            return dq_of[tensor.name]
-        a = amax.get(tensor.name)
-        if a is None:
-            return None
-        a = float(a)
-        if not np.isfinite(a) or a < 0:
-            raise CalibrationError("range of tensor %r is %r" % (tensor.name, a), hint="recalibrate")
-        scale = gs.Constant(unique(_safe(tensor.name) + "_scale"),
-                            np.array((a if a > 0 else 1.0) / INT8_BOUND, dtype=np.float32))
-        zp = gs.Constant(unique(_safe(tensor.name) + "_zero_point"), np.array(0, dtype=np.int8))
-        q_out = gs.Variable(unique(_safe(tensor.name) + "_quantized"), dtype=np.int8, shape=tensor.shape)
-        dq_out = gs.Variable(unique(_safe(tensor.name) + "_dequantized"), dtype=np.float32, shape=tensor.shape)
-        graph.nodes.append(gs.Node("QuantizeLinear", unique(_safe(tensor.name) + "_QuantizeLinear"),
-                                   inputs=[tensor, scale, zp], outputs=[q_out]))
-        graph.nodes.append(gs.Node("DequantizeLinear", unique(_safe(tensor.name) + "_DequantizeLinear"),
-                                   inputs=[q_out, scale, zp], outputs=[dq_out]))
-        dq_of[tensor.name] = dq_out
-        summary.activations.append(tensor.name)
-        return dq_out
-
-    def weight_dq(node, w: np.ndarray, base: str):
-        axis = weight_axis(node.op, node.attrs, w.ndim)
-        scales = weight_scales(w, axis)
-        const_w = gs.Constant(unique(base + "_weight"), w.astype(np.float32))
-        scale = gs.Constant(unique(base + "_weight_scale"), scales)
-        zp = gs.Constant(unique(base + "_weight_zero_point"), np.zeros(scales.shape, dtype=np.int8))
-        q_out = gs.Variable(unique(base + "_weight_quantized"), dtype=np.int8, shape=list(w.shape))
-        dq_out = gs.Variable(unique(base + "_weight_dequantized"), dtype=np.float32, shape=list(w.shape))
-        attrs = {} if axis is None else {"axis": axis}
-        graph.nodes.append(gs.Node("QuantizeLinear", unique(base + "_weight_QuantizeLinear"), attrs=attrs,
-                                   inputs=[const_w, scale, zp], outputs=[q_out]))
-        graph.nodes.append(gs.Node("DequantizeLinear", unique(base + "_weight_DequantizeLinear"), attrs=dict(attrs),
-                                   inputs=[q_out, scale, zp], outputs=[dq_out]))
-        summary.weights[base] = (axis, int(scales.size))
-        return dq_out
-
+    builder = _QdqBuilder(graph, gs, amax, summary)
     for node in list(graph.nodes):
-        if node.op not in WEIGHTED_OPS and not (quantize_add and node.op == "Add"):
-            continue
-        n_inputs = 1 if node.op in ("Conv", "ConvTranspose") else 2
-        for idx in range(min(n_inputs, len(node.inputs))):
-            tensor = node.inputs[idx]
-            value = _constant_value(tensor, gs)
-            if value is not None:
-                continue  # a constant: a weight (handled below) or a constant operand, which stays float
-            if not _is_float32(tensor):
-                continue
-            dq = activation_dq(tensor)
-            if dq is None:
-                if tensor.name not in summary.skipped:
-                    summary.skipped.append(tensor.name)
-                continue
-            node.inputs[idx] = dq
-        if node.op in WEIGHTED_OPS and len(node.inputs) > 1:
-            value = _constant_value(node.inputs[1], gs)
-            if value is not None and value.dtype.kind == "f" and value.ndim >= 2:
-                node.inputs[1] = weight_dq(node, value, _safe(node.name or node.inputs[1].name))
+        if node.op in WEIGHTED_OPS or (quantize_add and node.op == "Add"):
+            builder.quantize_node(node)
     if summary.skipped:
         log.warning("%d quantizable tensors have no calibrated range and stay float, e.g. %s",
                     len(summary.skipped), summary.skipped[0])

@@ -121,22 +121,53 @@ def _zero_floor(node, consts: Dict[str, np.ndarray]) -> bool:
     return False
 
 
-def translate_qdq(model: Union[PathLike, Any], trt_version: str = "10.3", algorithm: str = DEFAULT_TOKEN,
-                  infer_scales: bool = True) -> QdqTranslation:
-    """Translate a Q/DQ model (path or ``onnx.ModelProto``); see the module docstring."""
-    onnx = _onnx()
-    from onnx import numpy_helper
-
-    m = _load(model)
-    g = m.graph
-    consts = _constants(g)
-    nodes = list(g.node)
+def _users(nodes) -> Dict[str, List[Any]]:
     users: Dict[str, List[Any]] = {}
     for n in nodes:
         for i in n.input:
             users.setdefault(i, []).append(n)
+    return users
+
+
+def _checked_scale(q, consts: Dict[str, np.ndarray], users: Dict[str, List[Any]]) -> Tuple[np.ndarray, List[Any]]:
+    """A QuantizeLinear's scale and its DequantizeLinear readers, refused unless TensorRT can take them."""
+    if len(q.input) < 2 or q.input[1] not in consts:
+        raise CalibrationError("QuantizeLinear %r has a scale that is not a constant" % q.name,
+                               hint="export the Q/DQ model with constant scales (jetforge qat does)")
+    scale = consts[q.input[1]].astype(np.float32)
+    zp = consts.get(q.input[2]) if len(q.input) > 2 and q.input[2] else None
+    if zp is not None and zp.any():
+        raise CalibrationError("QuantizeLinear %r has a non-zero zero point; TensorRT and the cache are symmetric"
+                               % q.name, hint="quantize symmetrically (zero point 0)")
+    if zp is not None and zp.dtype == np.uint8:
+        raise CalibrationError("QuantizeLinear %r is UINT8; TensorRT takes INT8 only" % q.name,
+                               hint="re-export with int8 zero points")
+    if not (np.all(np.isfinite(scale)) and np.all(scale > 0)):
+        raise CalibrationError("QuantizeLinear %r has a scale that is not positive and finite" % q.name)
+    dqs = users.get(q.output[0], [])
+    if not dqs or any(d.op_type != "DequantizeLinear" for d in dqs):
+        raise CalibrationError("QuantizeLinear %r is not followed by DequantizeLinear only; cannot translate"
+                               % q.name, hint="give a model in explicit Q/DQ form (Q -> DQ pairs)")
+    return scale, dqs
+
+
+def _weight_scale_matches(q, w: np.ndarray, scale: np.ndarray) -> bool:
+    """Whether a weight pair's scale is TensorRT's own max|w|/127 per output channel (it recomputes it)."""
+    if scale.size > 1:
+        axis = _axis(q, w.ndim)
+        amax = np.moveaxis(np.abs(w), axis, 0).reshape(w.shape[axis], -1).max(axis=1)
+    else:
+        amax = np.array(np.abs(w).max())
+    expect = np.where(amax > 0, amax, 1.0).astype(np.float32) / np.float32(INT8_BOUND)
+    return not (expect.shape != scale.reshape(-1).shape and scale.size > 1 or
+                not np.allclose(scale.reshape(-1), expect.reshape(-1), rtol=WEIGHT_RTOL, atol=0))
+
+
+def _read_pairs(nodes, consts: Dict[str, np.ndarray]):
+    """Every Q -> DQ pair: (DQ output -> tensor it stands for, trained activation scales, weight pairs whose
+    scales differ from TensorRT's, ids of the nodes to drop)."""
+    users = _users(nodes)
     rename: Dict[str, str] = {}  # DQ output -> float tensor it stands for
-    new_inits: Dict[str, np.ndarray] = {}
     trained: "OrderedDict[str, float]" = OrderedDict()
     mismatch: List[str] = []
     drop = set()
@@ -144,33 +175,9 @@ def translate_qdq(model: Union[PathLike, Any], trt_version: str = "10.3", algori
         if q.op_type != "QuantizeLinear":
             continue
         x = q.input[0]
-        if len(q.input) < 2 or q.input[1] not in consts:
-            raise CalibrationError("QuantizeLinear %r has a scale that is not a constant" % q.name,
-                                   hint="export the Q/DQ model with constant scales (jetforge qat does)")
-        scale = consts[q.input[1]].astype(np.float32)
-        zp = consts.get(q.input[2]) if len(q.input) > 2 and q.input[2] else None
-        if zp is not None and zp.any():
-            raise CalibrationError("QuantizeLinear %r has a non-zero zero point; TensorRT and the cache are symmetric"
-                                   % q.name, hint="quantize symmetrically (zero point 0)")
-        if zp is not None and zp.dtype == np.uint8:
-            raise CalibrationError("QuantizeLinear %r is UINT8; TensorRT takes INT8 only" % q.name,
-                                   hint="re-export with int8 zero points")
-        if not (np.all(np.isfinite(scale)) and np.all(scale > 0)):
-            raise CalibrationError("QuantizeLinear %r has a scale that is not positive and finite" % q.name)
-        dqs = users.get(q.output[0], [])
-        if not dqs or any(d.op_type != "DequantizeLinear" for d in dqs):
-            raise CalibrationError("QuantizeLinear %r is not followed by DequantizeLinear only; cannot translate"
-                                   % q.name, hint="give a model in explicit Q/DQ form (Q -> DQ pairs)")
+        scale, dqs = _checked_scale(q, consts, users)
         if x in consts:  # a weight pair: TensorRT recomputes max|w|/127 per output channel
-            w = consts[x].astype(np.float32)
-            if scale.size > 1:
-                axis = _axis(q, w.ndim)
-                amax = np.moveaxis(np.abs(w), axis, 0).reshape(w.shape[axis], -1).max(axis=1)
-            else:
-                amax = np.array(np.abs(w).max())
-            expect = np.where(amax > 0, amax, 1.0).astype(np.float32) / np.float32(INT8_BOUND)
-            if expect.shape != scale.reshape(-1).shape and scale.size > 1 or \
-                    not np.allclose(scale.reshape(-1), expect.reshape(-1), rtol=WEIGHT_RTOL, atol=0):
+            if not _weight_scale_matches(q, consts[x].astype(np.float32), scale):
                 mismatch.append(x)
         else:
             if scale.size != 1:
@@ -186,7 +193,12 @@ def translate_qdq(model: Union[PathLike, Any], trt_version: str = "10.3", algori
             rename[d.output[0]] = x
             drop.add(id(d))
         drop.add(id(q))
-    # lone DequantizeLinear of INT8 weights (TensorRT 10 style pre-quantized weights)
+    return rename, trained, mismatch, drop
+
+
+def _lone_weight_dqs(nodes, consts: Dict[str, np.ndarray], rename: Dict[str, str], drop: set) -> Dict[str, np.ndarray]:
+    """Lone DequantizeLinear of INT8 weights (TensorRT 10 style pre-quantized weights) -> float initializers."""
+    new_inits: Dict[str, np.ndarray] = {}
     for d in nodes:
         if d.op_type == "DequantizeLinear" and id(d) not in drop and d.input[0] in consts:
             qw = consts[d.input[0]]
@@ -201,9 +213,12 @@ def translate_qdq(model: Union[PathLike, Any], trt_version: str = "10.3", algori
         elif d.op_type == "DequantizeLinear" and id(d) not in drop:
             raise CalibrationError("DequantizeLinear %r has no QuantizeLinear before it and no constant input"
                                    % d.name, hint="give a model in explicit Q/DQ form (Q -> DQ pairs)")
-    if not trained:
-        raise CalibrationError("the model has no activation QuantizeLinear nodes; there is nothing to translate",
-                               hint="give the Q/DQ ONNX that `jetforge qat` exported (model.qdq.onnx)")
+    return new_inits
+
+
+def _strip_pairs(g, nodes, drop: set, rename: Dict[str, str], new_inits: Dict[str, np.ndarray]) -> None:
+    """Remove the dropped nodes, rewire their readers to the float tensors, add/prune initializers."""
+    from onnx import numpy_helper
 
     kept = [n for n in nodes if id(n) not in drop]
     for n in kept:
@@ -225,34 +240,53 @@ def translate_qdq(model: Union[PathLike, Any], trt_version: str = "10.3", algori
     keep_inits = [i for i in g.initializer if i.name in used]
     del g.initializer[:]
     g.initializer.extend(keep_inits)
-    consts = _constants(g)
-    del g.value_info[:]
 
+
+def _infer_scales(g, consts: Dict[str, np.ndarray], trained: "OrderedDict[str, float]"):
+    """Scales carried through pass-through ops and onto the input of a fused zero-floor activation."""
     scales: "OrderedDict[str, float]" = OrderedDict(trained)
     inferred: "OrderedDict[str, Tuple[float, str]]" = OrderedDict()
     producer = {o: n for n in g.node for o in n.output}
-    users = {}
-    for n in g.node:
-        for i in n.input:
-            users.setdefault(i, []).append(n)
+    users = _users(g.node)
+    changed = True
+    while changed:
+        changed = False
+        for n in g.node:
+            if not n.input or not n.output:
+                continue
+            x, y = n.input[0], n.output[0]
+            if _zero_floor(n, consts) and y in scales and x not in scales and len(users.get(x, [])) == 1 \
+                    and x in producer:
+                scales[x] = scales[y]
+                inferred[x] = (scales[y], "%s output %s (fused activation)" % (n.op_type, y))
+                changed = True
+            if x in scales and y not in scales and (n.op_type in PASS_THROUGH + SHRINKING or _zero_floor(n, consts)):
+                scales[y] = scales[x]
+                inferred[y] = (scales[x], "%s input %s" % (n.op_type, x))
+                changed = True
+    return scales, inferred
+
+
+def translate_qdq(model: Union[PathLike, Any], trt_version: str = "10.3", algorithm: str = DEFAULT_TOKEN,
+                  infer_scales: bool = True) -> QdqTranslation:
+    """Translate a Q/DQ model (path or ``onnx.ModelProto``); see the module docstring."""
+    onnx = _onnx()
+    m = _load(model)
+    g = m.graph
+    consts = _constants(g)
+    nodes = list(g.node)
+    rename, trained, mismatch, drop = _read_pairs(nodes, consts)
+    new_inits = _lone_weight_dqs(nodes, consts, rename, drop)
+    if not trained:
+        raise CalibrationError("the model has no activation QuantizeLinear nodes; there is nothing to translate",
+                               hint="give the Q/DQ ONNX that `jetforge qat` exported (model.qdq.onnx)")
+    _strip_pairs(g, nodes, drop, rename, new_inits)
+    consts = _constants(g)
+    del g.value_info[:]
     if infer_scales:
-        changed = True
-        while changed:
-            changed = False
-            for n in g.node:
-                if not n.input or not n.output:
-                    continue
-                x, y = n.input[0], n.output[0]
-                if _zero_floor(n, consts) and y in scales and x not in scales and len(users.get(x, [])) == 1 \
-                        and x in producer:
-                    scales[x] = scales[y]
-                    inferred[x] = (scales[y], "%s output %s (fused activation)" % (n.op_type, y))
-                    changed = True
-                if x in scales and y not in scales and (n.op_type in PASS_THROUGH + SHRINKING
-                                                        or _zero_floor(n, consts)):
-                    scales[y] = scales[x]
-                    inferred[y] = (scales[x], "%s input %s" % (n.op_type, x))
-                    changed = True
+        scales, inferred = _infer_scales(g, consts, trained)
+    else:
+        scales, inferred = OrderedDict(trained), OrderedDict()
     float_tensors = _activation_tensors(g, consts)
     int8, fp16 = [], []
     for n in g.node:

@@ -246,6 +246,103 @@ def test_checker_allows(rel, source):
     assert check_source(source, rel) == []
 
 
+# ---- no import cycles (module level and inside functions alike) ------------------------------------------------
+def _module_name(rel: str) -> str:
+    """``runtime/session/ort.py`` -> ``jetforge.runtime.session.ort``; a package's ``__init__.py`` -> the package."""
+    parts = rel[:-3].split("/")
+    base = ["jetforge"] if parts[0] == "jetforge" else ["jetforge", parts[0]]
+    inner = parts[1:-1] if parts[-1] == "__init__" else parts[1:]
+    return ".".join(base + inner)
+
+
+def module_graph(sources: Dict[str, str]) -> Dict[str, Set[str]]:
+    """{module: modules of ours it imports} from ``{rel path: source}``; lazy imports count, TYPE_CHECKING ones not.
+
+    ``from package import name`` is an edge to ``package.name`` when that is a module, else to the package.
+    A package's ``__init__`` importing its own submodules (re-exporting them) is not an edge: importing a
+    submodule runs its package's ``__init__`` anyway, and the re-export cannot form a loop by itself.
+    """
+    modules = {_module_name(rel): rel for rel in sources}
+    graph: Dict[str, Set[str]] = {m: set() for m in modules}
+    for module, rel in modules.items():
+        is_package = rel.endswith("__init__.py")
+        tree = ast.parse(sources[rel], filename=rel)
+        targets = {imp.module for imp in scan_imports(sources[rel], rel) if not imp.type_checking}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = _package_of(rel).split(".")
+                    base = ".".join(pkg[:len(pkg) - (node.level - 1)] + ([node.module] if node.module else []))
+                targets.update(base + "." + alias.name for alias in node.names if base + "." + alias.name in modules)
+        for target in targets:
+            if target not in modules or target == module:
+                continue
+            if is_package and target.startswith(module + "."):
+                continue
+            graph[module].add(target)
+    return graph
+
+
+def import_cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted; sorted."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    cycles: List[List[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(cycles)
+
+
+def test_no_import_cycles():
+    sources = {rel: path.read_text(encoding="utf-8") for path, rel in _python_files()}
+    cycles = import_cycles(module_graph(sources))
+    assert not cycles, "import cycles (lazy imports included; break them by moving the shared part down):\n  " + \
+        "\n  ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_cycle_finder_on_small_graphs():
+    sources = {
+        "apps/a.py": "from jetforge.apps import b\n",
+        "apps/b.py": "def f():\n    from jetforge.apps.c import x\n",  # a lazy edge closes the loop too
+        "apps/c.py": "import jetforge.apps.a\n",
+        "apps/pkg/__init__.py": "from jetforge.apps.pkg.m import y\n",  # a re-export is not an edge
+        "apps/pkg/m.py": "from jetforge.apps.pkg import z\n",
+        "apps/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jetforge.apps.e import T\n",
+        "apps/e.py": "from jetforge.apps.d import U\n",
+    }
+    graph = module_graph(sources)
+    assert graph["jetforge.apps.a"] == {"jetforge.apps.b"} and graph["jetforge.apps.pkg"] == set()
+    assert import_cycles(graph) == [["jetforge.apps.a", "jetforge.apps.b", "jetforge.apps.c"]]
+
+
 def test_no_test_folder_shadows_an_imported_package():
     """pytest puts test folders on ``sys.path`` (no ``__init__.py``: rootdir-relative imports), so a folder
     ``tests/runtime/tensorrt/`` would make ``import tensorrt`` find that folder instead of TensorRT.  Test

@@ -8,7 +8,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from jetforge.calibrate import algorithms, evaluate as ev, stats  # noqa: E402
+from jetforge.calibrate import algorithms, evaluate as ev, sensitivity, stats  # noqa: E402
 from jetforge.calibrate.qdq import insert_qdq  # noqa: E402
 from jetforge.errors import CalibrationError, InputFileError  # noqa: E402
 
@@ -96,7 +96,7 @@ def test_evaluator_int8_against_fp32(tiny_qdq):
 
 def test_sqnr_sensitivity_is_each_layer_alone(tiny_qdq):
     m, q, batches = tiny_qdq
-    sens = ev.layer_sensitivity(m, q, batches, "sqnr", max_samples=16)
+    sens = sensitivity.layer_sensitivity(m, q, batches, "sqnr", max_samples=16)
     names = [l.name for l in ev.quantized_layers(q)]
     assert sorted(s.name for s in sens) == sorted(names)
     values = [s.sqnr_db for s in sens]
@@ -111,7 +111,7 @@ def test_sqnr_sensitivity_is_each_layer_alone(tiny_qdq):
     got = ev.session(qq).infer({"input": x}, outputs=[first.output])[first.output]
     expected = 10 * math.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2))
     assert next(s.sqnr_db for s in sens if s.name == first.name) == pytest.approx(expected, abs=0.05)
-    kl = ev.layer_sensitivity(m, q, batches, "kl", max_samples=16)
+    kl = sensitivity.layer_sensitivity(m, q, batches, "kl", max_samples=16)
     assert sorted(s.name for s in kl) == sorted(names) and all(s.kl >= 0 for s in kl)
     assert [s.kl for s in kl] == sorted((s.kl for s in kl), reverse=True)
 
