@@ -20,15 +20,13 @@ def reference_samples(model: Path, source: str, count: int, qdq: Optional[Path] 
     from jetforge.calibrate import ortrun
     from jetforge.calibrate.int8sim import SIMULATED_LABEL
     from jetforge.calibrate.sources import collect_sources
+    from jetforge.runtime.inputs import input_contract
     from jetforge.runtime.sidecar import read_sidecar
 
     if not 1 <= count <= MAX_SAMPLES:
         raise SamplesError("--samples-count must be 1 to %d, got %d" % (MAX_SAMPLES, count))
     sidecar = read_sidecar(model)
-    pre = sidecar.preprocess
-    if pre is None:
-        raise SamplesError("the model's sidecar records no preprocessing: samples cannot be prepared",
-                           hint="export the model with its preprocessing")
+    pre = input_contract(sidecar, "image", purpose="bundle create --samples")
     names: List[str] = []
     crops: List[np.ndarray] = []
     inputs: List[np.ndarray] = []

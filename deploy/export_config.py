@@ -21,6 +21,7 @@ from jetforge.deploy import deepstream as ds
 from jetforge.deploy import triton as tr
 from jetforge.errors import ConfigError
 from jetforge.fileio import PathLike
+from jetforge.runtime.inputs import input_contract
 
 SUMMARY = "export-config.json"
 
@@ -98,9 +99,7 @@ def export_deepstream(bundle_path: PathLike, out: PathLike, opts: ds.DeepStreamO
     from jetforge.deploy.bundle_samples import sample_crops
 
     bundle, sidecar = _bundle(bundle_path)
-    if sidecar.preprocess is None:
-        raise ConfigError("the model's sidecar records no preprocessing; nvinfer's input cannot be derived",
-                          hint="export the model with its preprocessing (jetforge export --preprocess)")
+    contract = input_contract(sidecar, "image", purpose="export-config deepstream (nvinfer's input)")
     if sidecar.task not in ("classify", "detect"):
         raise ConfigError("export-config deepstream handles classifiers and the SSD detector, not task %r"
                           % sidecar.task, hint="use export-config triton for other models")
@@ -117,18 +116,18 @@ def export_deepstream(bundle_path: PathLike, out: PathLike, opts: ds.DeepStreamO
     source_model = bundle.qdq if use_qdq else bundle.onnx
     with staged_folder(out, force, [bundle.path]) as staging:
         model_name = "model.qdq.onnx" if use_qdq else "model.onnx"
-        pre = sidecar.preprocess
+        pre = contract
         calib_name: Optional[str] = None
         entry = _calibration(bundle, opts.tensorrt) if precision == "int8" and not use_qdq else None
         calib_bytes = (bundle.path / entry["file"]).read_bytes() if entry else None
         if normalize_in_model:
             summary["normalization"] = _normalize(source_model, staging / model_name, sidecar, check_images,
                                                   sample_crops(bundle.path))
-            pre = dataclasses.replace(pre, scale=1.0, mean=(0.0,), std=(1.0,))
-            if calib_bytes is not None:
-                from jetforge.deploy.normalize_onnx import retarget_cache
+            from jetforge.deploy.normalize_onnx import identity_preprocess, retarget_cache
 
-                calib_bytes = retarget_cache(calib_bytes, sidecar.inputs[0].name, sidecar.preprocess)
+            pre = identity_preprocess(contract)
+            if calib_bytes is not None:
+                calib_bytes = retarget_cache(calib_bytes, sidecar.inputs[0].name, contract)
         else:
             ds.copy_file(source_model, staging / model_name)
         if calib_bytes is not None:
@@ -160,8 +159,9 @@ def _normalize(source: Path, dst: Path, sidecar: Any, images: Sequence[np.ndarra
     from jetforge.deploy.normalize_onnx import check_equivalence, network_crops, normalize_in_model
 
     normalize_in_model(source, dst, sidecar)
-    crops = network_crops(sidecar.preprocess, images) if images else list(bundle_crops)
-    check = check_equivalence(source, dst, sidecar.preprocess, crops)
+    contract = input_contract(sidecar, "image", purpose="--normalize-in-model")
+    crops = network_crops(contract, images) if images else list(bundle_crops)
+    check = check_equivalence(source, dst, contract, crops)
     if not check.ok:  # pragma: no cover - a bug in the graph surgery, not a user error
         raise ConfigError("the normalised model differs from the original: %s" % json.dumps(check.to_dict()),
                           hint="report this as a jetforge bug; use the configuration without --normalize-in-model")

@@ -49,13 +49,11 @@ def normalize_in_model(src: PathLike, dst: PathLike, sidecar: Any) -> Any:
     onnx = require("onnx", "writing the normalisation into the model")
     from onnx import helper, numpy_helper
 
+    from jetforge.runtime.inputs import input_contract
     from jetforge.runtime.onnx_file import read_onnx
     from jetforge.runtime.sidecar import ModelSidecar, produced_by, write_sidecar
 
-    pre = sidecar.preprocess
-    if pre is None:
-        raise ModelError("the model's sidecar records no preprocessing to move into the model",
-                         hint="export it with --preprocess")
+    pre = input_contract(sidecar, "image", purpose="--normalize-in-model (moving the normalisation into the model)")
     check_not_input(dst, [src, str(src) + ".json"])
     model = read_onnx(src, "model to normalise")
     graph = model.graph

@@ -17,8 +17,8 @@ tracker -> per track a sliding window of its boxes and the stream's grey frames 
 through the action model (ONNX Runtime, all ready tracks of a frame in one batch) ->
 per-track probabilities averaged over the last ``smooth`` windows -> top-k over time.
 
-The clip contract (region, crop size, normalisation) is ``jetforge.runtime.clips.ClipContract``,
-shared with training; the sidecar carries its numbers.  Torch-free.
+The clip contract (region, crop size, normalisation) is the ``clip`` input kind,
+``jetforge.runtime.inputs.ClipContract``, shared with training; the sidecar carries its numbers.  Torch-free.
 """
 
 import collections
@@ -32,7 +32,7 @@ from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, draw_s
 from jetforge.apps.tasks.base import App
 from jetforge.apps.tasks.people import score_to_unit
 from jetforge.apps.tasks.tracking import Tracker, TrackerOptions
-from jetforge.runtime.clips import ClipContract
+from jetforge.runtime.inputs import ClipContract, input_contract
 from jetforge.runtime.hog import HogPeopleDetector
 from jetforge.errors import ConfigError, ModelError
 
@@ -69,7 +69,7 @@ class ActionTask(Task):
             raise ModelError("%s is not an action model (its sidecar must say task \"action\")"
                              % getattr(session, "path", "the model"),
                              hint="export it with python -m jetforge.compress.action.walking_direction")
-        self.contract = ClipContract.from_sidecar(sc)
+        self.contract: ClipContract = input_contract(sc, "clip", purpose="the action app")  # type: ignore
         self.labels = list(sc.labels)
         self.input_name = session.inputs[0].name
         self.output_name = session.outputs[0].name

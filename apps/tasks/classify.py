@@ -19,10 +19,10 @@ import numpy as np
 
 from jetforge.errors import ConfigError, ModelError
 from jetforge.fileio import sha256_file
-from jetforge.runtime.inputs import IMAGENET_TORCHVISION, Preprocess
+from jetforge.runtime.inputs import IMAGENET_TORCHVISION, Preprocess, input_contract
 from jetforge.runtime.session import Session, open_session
 from jetforge.apps.tasks.base import App
-from jetforge.apps.pipeline.stages import FusedPreprocess, Item, SessionModel, Status, Task, draw_status
+from jetforge.apps.pipeline.stages import Item, SessionModel, Status, Task, draw_status
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +118,12 @@ def resolve_model_contract(session: Session) -> Tuple[Preprocess, List[str], Lis
         if sidecar.task != "classify":
             raise ModelError("%s is a %r model; the demo classifies images" % (session.path.name, sidecar.task),
                              hint="give a classification model (sidecar task \"classify\")")
-        preprocess = sidecar.preprocess or IMAGENET_TORCHVISION
         labels = list(sidecar.labels)
-        if sidecar.preprocess is None:
-            notes.append("sidecar has no preprocessing; assuming torchvision ImageNet preprocessing")
+        if sidecar.input is None:
+            preprocess = IMAGENET_TORCHVISION
+            notes.append("sidecar has no input contract; assuming torchvision ImageNet preprocessing")
+        else:
+            preprocess = input_contract(sidecar, "image", purpose="the classify app")
     else:
         preprocess = IMAGENET_TORCHVISION
         labels = []
@@ -147,7 +149,7 @@ class ClassifyTask(Task):
         self.session = session
         self.preprocessing, labels, self.notes = resolve_model_contract(session)
         self.head = ClassifyHead(labels, EVENT_TOP_K)
-        self._prep = FusedPreprocess(self.preprocessing) if fused_preprocess else self.preprocessing.apply
+        self._prep = self.preprocessing.fused() if fused_preprocess else self.preprocessing.apply
         self.model = SessionModel(session)
         self.output_name = session.outputs[0].name
         self.backend_text = session.describe()

@@ -97,8 +97,7 @@ def test_port_equals_tensorflow_on_real_frames(model, graph, reference):
     pre = read_preprocess(SSDGraph(graph))
     spec = read_spec(SSDGraph(graph))
     images = reference["images"]  # RGB uint8, already 300x300: TF's in-graph resize is the identity on them
-    a, b = pre._affine()
-    x = (images.astype(np.float32) * a + b).transpose(0, 3, 1, 2).copy()
+    x = pre.normalize(images)  # (N, 3, 300, 300) float32: the port's input layout
     with torch.no_grad():
         boxes, logits = (t.numpy() for t in model(torch.from_numpy(x)))
     # float32 through ~70 layers in a different convolution library: observed 1e-5 at output scale 15;
