@@ -17,6 +17,8 @@ graphs) and on CPU ONNX Runtime is ``benchmarks/prune_gpu.py``; its results are 
 
 import argparse
 import json
+import os
+import platform
 import sys
 import time
 
@@ -67,8 +69,12 @@ def main(argv=None) -> int:
     print("MACs: " + result.report.to_dict()["counting_method"])
     print("host: %s, torch %s, %d thread(s)" % (sys.platform, torch.__version__, args.threads))
     if args.json:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        out = {"host": "%s %s, %d cores" % (platform.machine(), sys.platform, os.cpu_count() or 0),
+               "load_average_1min_at_end": load, "torch": torch.__version__, "threads": args.threads,
+               "counting_method": result.report.to_dict()["counting_method"], "models": rows}
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+            json.dump(out, f, indent=2)
     return 0
 
 
