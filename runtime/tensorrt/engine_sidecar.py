@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from jetforge.errors import InputFileError, ModelError
 from jetforge.fileio import PathLike, sha256_file, write_json_atomic
-from jetforge.runtime.preprocess import Preprocess
+from jetforge.runtime.inputs import Preprocess
 from jetforge.runtime.tensorrt.version import TensorRTVersion
 from jetforge.runtime.sidecar import (ModelSidecar, TensorSpec, list_field, mapping_field, produced_by,
                                       read_sidecar, sidecar_path)

@@ -27,7 +27,7 @@ NX = "orin-nx-16gb"
 
 
 def make_model(path, qdq=False):
-    from jetforge.runtime.preprocess import Preprocess
+    from jetforge.runtime.inputs import Preprocess
     from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, write_sidecar
 
     rng = np.random.default_rng(0)
