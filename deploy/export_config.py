@@ -75,14 +75,13 @@ def _precision(requested: Optional[str], bundle: Any) -> str:
 
 def _calibration(bundle: Any, tensorrt: Optional[str]) -> Optional[Dict[str, Any]]:
     """The bundle's calibration entry for ``tensorrt`` (default: the newest version it has)."""
-    from jetforge.deploy.bundle import trt_version_string
-    from jetforge.runtime.tensorrt.version import TensorRTVersion
+    from jetforge.runtime.tensorrt.version import TensorRTVersion, version_text
 
     entries = list(bundle.manifest.calibration)
     if not entries:
         return None
     if tensorrt:
-        want = trt_version_string(tensorrt)
+        want = version_text(tensorrt)
         for entry in entries:
             if entry["tensorrt"] == want:
                 return entry

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, TextIO
 
 import jetforge
-from jetforge.deploy.bundle import ONNX, BundleNotPreparedError, open_bundle, trt_version_string
+from jetforge.deploy.bundle import ONNX, BundleNotPreparedError, open_bundle
 from jetforge.deploy.onboard import EXIT_NO_TENSORRT
 from jetforge.deploy.remote import (DeployError, RemoteCommandError, RemoteInfo, RemoteJetforgeMissingError, SshTarget,
                                     check_free_space, fetch_dir, install_instructions, last_line, probe, push_rsync,
@@ -40,6 +40,7 @@ from jetforge.deploy.remote import (DeployError, RemoteCommandError, RemoteInfo,
 from jetforge.deploy.safety import check_app_command, check_bundle_name, check_env_key, expand_app_command
 from jetforge.errors import ConfigError
 from jetforge.fileio import PathLike, write_json_atomic
+from jetforge.runtime.tensorrt.version import version_text
 
 STEPS = ("doctor", "build", "bench", "board-check", "app")
 VIDEO_PATTERNS = ("*.mp4", "*.avi", "*.mkv", "*.mov")
@@ -117,7 +118,7 @@ def check_board_prepared(manifest: Any, info: RemoteInfo) -> Optional[str]:
         return None
     if info.tensorrt is None:
         return "L4T %s is not in jetforge's JetPack table: the board's TensorRT version is unknown" % info.l4t
-    version = trt_version_string(info.tensorrt)
+    version = version_text(info.tensorrt)
     ok = [p for p in manifest.prepared if p.ok]
     listing = ", ".join("%s/TensorRT %s" % (p.target, p.tensorrt) for p in ok)
     if info.target is not None and info.target not in manifest.target_names:

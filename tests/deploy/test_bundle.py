@@ -15,7 +15,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from jetforge.cli.main import main  # noqa: E402
-from jetforge.deploy import bundle as bundle_mod  # noqa: E402
+from jetforge.deploy.bundle import create as bundle_create  # noqa: E402
 from jetforge.deploy.bundle import (BundleError, BundleNotPreparedError, create_bundle, open_bundle,  # noqa: E402
                                     read_manifest, verify_bundle)
 from jetforge.deploy.onboard import Board, build_bundle, select  # noqa: E402
@@ -135,23 +135,23 @@ def test_an_edited_manifest_and_a_folder_without_one_are_refused(inputs, tmp_pat
 
 def test_interrupted_create_leaves_nothing_that_looks_complete(inputs, tmp_path, monkeypatch):
     out = tmp_path / "b"
-    real = bundle_mod.write_json_atomic
+    real = bundle_create.write_json_atomic
 
     def interrupted(path, data):  # the process dies just before the manifest
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bundle_mod, "write_json_atomic", interrupted)
+    monkeypatch.setattr(bundle_create, "write_json_atomic", interrupted)
     with pytest.raises(KeyboardInterrupt):
         create_bundle(inputs["model"], out, [NX], calib=[inputs["cache"]])
     assert not out.exists() and list(tmp_path.glob(".b.*")) == []
     # --force over an existing bundle: an interrupted replacement keeps the old one
-    monkeypatch.setattr(bundle_mod, "write_json_atomic", real)
+    monkeypatch.setattr(bundle_create, "write_json_atomic", real)
     first = create_bundle(inputs["model"], out, [NX], options=BuildOptions(precision="fp16"))
-    monkeypatch.setattr(bundle_mod, "write_json_atomic", interrupted)
+    monkeypatch.setattr(bundle_create, "write_json_atomic", interrupted)
     with pytest.raises(KeyboardInterrupt):
         create_bundle(inputs["model"], out, [NX], calib=[inputs["cache"]], force=True)
     assert read_manifest(out).bundle_hash == first.manifest.bundle_hash and verify_bundle(out).ok
-    monkeypatch.setattr(bundle_mod, "write_json_atomic", real)
+    monkeypatch.setattr(bundle_create, "write_json_atomic", real)
     with pytest.raises(BundleError) as err:
         create_bundle(inputs["model"], out, [NX])
     assert "already exists" in err.value.one_line() and "--force" in err.value.one_line()
