@@ -8,6 +8,7 @@ from jetforge.cli.base import Command, add_json_flag, print_json
 from jetforge.table import format_table
 from jetforge.errors import ConfigError
 from jetforge.fileio import check_not_input, check_output_path, write_json_atomic
+from jetforge.runtime.session import BACKENDS, backend_suffixes
 
 
 class BenchCommand(Command):
@@ -26,7 +27,10 @@ class BenchCommand(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("model", metavar="MODEL", help="model file (.onnx, .engine/.plan, .pt/.ts)")
-        parser.add_argument("--backend", default="auto", help="onnxruntime, tensorrt, pytorch (default: by suffix)")
+        parser.add_argument("--backend", default="auto", metavar="NAME",
+                            help="auto (default: by the file suffix) or one of: %s" % "; ".join(
+                                "%s (%s) = %s" % (name, " ".join(backend_suffixes(name)), summary)
+                                for name, summary in BACKENDS.summaries()))
         parser.add_argument("--batch", type=int, default=1, help="batch size (dynamic batch axis; default 1)")
         parser.add_argument("--iterations", type=int, default=200, help="timed steady-state calls (default 200)")
         parser.add_argument("--warmup", type=int, default=20, help="untimed warm-up calls (default 20)")

@@ -37,6 +37,8 @@ class CalibrateCommand(Command):
                             help="TensorRT version the cache is for: 10.3 (JetPack 6.1/6.2, default), 8.6.2 "
                                  "(JetPack 6.0), 8.5.2 (JetPack 5.1)")
         from jetforge.calibrate.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
+        from jetforge.calibrate.mixed import METRICS as MIXED_METRICS
+        from jetforge.calibrate.sensitivity import SENSITIVITY_METHODS
 
         parser.add_argument("--algorithm", default=DEFAULT_ALGORITHM, choices=ALGORITHMS.names(),
                             help="range selection (default: %s): %s" % (DEFAULT_ALGORITHM, "; ".join(
@@ -81,11 +83,11 @@ class CalibrateCommand(Command):
                                  "MODEL.precisions.json/.txt (TensorRT --layerPrecisions), MODEL.precisions.png (the "
                                  "metric against FP16 layers on both halves) and MODEL.mixed.qdq.onnx")
         parser.add_argument("--mixed-metric", default="agreement_confident",
-                            choices=["agreement_confident", "agreement", "accuracy_drop"],
+                            choices=MIXED_METRICS,
                             help="what BOUND bounds: top-1 agreement with FP32 on confident samples (default), on "
                                  "all samples (both minima), or the labelled accuracy drop (a maximum, 0.002 = 0.2 "
                                  "points)")
-        parser.add_argument("--sensitivity", choices=["sqnr", "kl"],
+        parser.add_argument("--sensitivity", choices=SENSITIVITY_METHODS,
                             help="per-layer sensitivity in the report: sqnr (each layer quantized alone from FP32 "
                                  "inputs, one pass; the default ranking for --mixed-precision) or kl (quantize one "
                                  "layer at a time, output KL)")
