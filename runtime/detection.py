@@ -351,6 +351,15 @@ def postprocess(box_encodings: np.ndarray, class_logits: np.ndarray, spec: SSDSp
     return [_select(boxes_all[i], scores_all[i], spec, threshold) for i in range(len(enc))]
 
 
+def select_detections(boxes: np.ndarray, scores: np.ndarray, spec: SSDSpec, threshold: float) -> Detections:
+    """One image's detections from its decoded ``(K, 4)`` boxes and ``(K, classes)`` scores (no background).
+
+    The host half of :func:`postprocess` (per-class NMS, sort, clip, ``max_total``), also run on the few
+    candidates the GPU decoder (``runtime.cuda.kernels.ssd``) sends back, in anchor order.
+    """
+    return _select(boxes, scores, spec, threshold)
+
+
 def _select(boxes: np.ndarray, scores: np.ndarray, spec: SSDSpec, threshold: float) -> Detections:
     picked_boxes, picked_scores, picked_classes = [], [], []
     for c in range(scores.shape[1]):
@@ -417,4 +426,4 @@ class SSDDetector:
 
 
 __all__ = ["AnchorLayer", "Detections", "SSDDetector", "SSDSpec", "SSD_EXTRA_KEY", "convert_scores", "decode_boxes",
-           "generate_anchors", "nms", "postprocess", "spec_from_sidecar", "ssd_anchor_layers"]
+           "generate_anchors", "nms", "postprocess", "select_detections", "spec_from_sidecar", "ssd_anchor_layers"]

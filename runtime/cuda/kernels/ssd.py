@@ -1,0 +1,195 @@
+"""GPU postprocessing for the SSD person detector: box decoding, scores and candidate compaction in one kernel.
+
+The detector's body outputs 1917 anchors x (4 box encodings + 2 logits) per frame; the host
+postprocess (:func:`jetforge.runtime.detection.postprocess`) decodes all of them and then keeps
+the few above the score threshold.  Here the GPU decodes boxes and scores for the whole batch
+and appends only the anchors whose best class score is above the threshold to one compact list
+(an atomic counter), so a few hundred floats come back to the host instead of 1917 x 6 per frame,
+and the host runs only the existing numpy NMS (:func:`jetforge.runtime.detection.select_detections`)
+on them.  The arithmetic is that of ``detection.decode_boxes`` / ``convert_scores`` in float32
+(compiled with ``--fmad=false`` so each product is rounded as numpy rounds it; ``expf`` is within
+2 ulp of numpy's ``exp``), so the detections equal the host postprocess's.
+
+:func:`candidates_reference` is the numpy model of the kernel's output (CPU-testable), and
+:func:`finish` is the host half shared by both.
+"""
+
+import ctypes
+from typing import Any, List, Optional
+
+import numpy as np
+
+from jetforge.errors import ConfigError, ModelError
+from jetforge.runtime.cuda.kernels.sources import SSD_KERNEL, ssd_source
+from jetforge.runtime.cuda.memory import DeviceBuffer, PinnedBuffer
+from jetforge.runtime.detection import (Detections, SSDSpec, convert_scores, decode_boxes, select_detections)
+
+CONVERTERS = ("sigmoid", "softmax", "identity")
+HEADER_WORDS = 4
+BLOCK = 128
+
+
+class SsdArgs(ctypes.Structure):
+    """Mirror of the kernel's ``struct SsdArgs`` (:data:`.sources.SSD_SOURCE`)."""
+
+    _fields_ = ([(n, ctypes.c_uint64) for n in ("enc", "logits", "anchors", "out")]
+                + [(n, ctypes.c_int32) for n in ("count", "num_anchors", "classes", "capacity", "converter")]
+                + [(n, ctypes.c_float) for n in ("sf0", "sf1", "sf2", "sf3", "logit_scale", "threshold")])
+
+
+def anchor_centres(spec: SSDSpec, anchors: Optional[np.ndarray] = None) -> np.ndarray:
+    """``(A, 4)`` float32 ``[yc, xc, h, w]`` of each anchor, computed as ``detection.decode_boxes`` does."""
+    a = (spec.anchors() if anchors is None else anchors).astype(np.float32)
+    ha, wa = a[:, 2] - a[:, 0], a[:, 3] - a[:, 1]
+    yca, xca = a[:, 0] + ha / np.float32(2), a[:, 1] + wa / np.float32(2)
+    return np.ascontiguousarray(np.stack([yca, xca, ha, wa], axis=1), dtype=np.float32)
+
+
+def record_width(spec: SSDSpec) -> int:
+    """Words per candidate: anchor, frame, 4 box corners, one score per class (background excluded)."""
+    return 6 + spec.num_classes - 1
+
+
+def effective_threshold(spec: SSDSpec, score_threshold: Optional[float]) -> float:
+    """The threshold ``detection.postprocess`` applies: the caller's, never below the exported model's."""
+    return spec.score_threshold if score_threshold is None else max(float(score_threshold), spec.score_threshold)
+
+
+def kernel_threshold(threshold: float) -> float:
+    """The largest float32 not above ``threshold``: the kernel compares float32 scores, the host compares them
+    with the float64 threshold, so the kernel's candidates always include every anchor the host keeps."""
+    t = np.float32(threshold)
+    return float(np.nextafter(t, np.float32(-np.inf)) if float(t) > threshold else t)
+
+
+def candidates_reference(box_encodings: np.ndarray, class_logits: np.ndarray, spec: SSDSpec,
+                         threshold: float) -> np.ndarray:
+    """What the kernel returns, computed with the host's numpy code: ``(K, width)`` float32 records (any order)."""
+    boxes = decode_boxes(box_encodings, spec.anchors(), spec.scale_factors)
+    scores = convert_scores(class_logits, spec.score_converter, spec.logit_scale)[..., 1:]
+    frame, anchor = np.nonzero(scores.max(axis=-1) > threshold)
+    out = np.zeros((len(frame), record_width(spec)), np.float32)
+    ids = out.view(np.int32)
+    ids[:, 0], ids[:, 1] = anchor, frame
+    out[:, 2:6] = boxes[frame, anchor]
+    out[:, 6:] = scores[frame, anchor]
+    return out
+
+
+def finish(records: np.ndarray, frames: int, spec: SSDSpec, threshold: float) -> List[Detections]:
+    """Candidate records -> one :class:`Detections` per frame (per-class NMS etc. on the host, as postprocess).
+
+    Candidates are put back in anchor order first: NMS breaks score ties by the lower anchor index,
+    and the kernel appends them in whatever order its threads ran.
+    """
+    ids = records.view(np.int32)
+    out = []
+    for n in range(frames):
+        mine = records[ids[:, 1] == n]
+        mine = mine[np.argsort(mine.view(np.int32)[:, 0], kind="stable")]
+        out.append(select_detections(mine[:, 2:6], mine[:, 6:], spec, threshold))
+    return out
+
+
+class GpuSsdDecoder:
+    """SSD outputs on the GPU -> detections per frame, with only the candidates copied back.
+
+    ``batch`` is the most frames one :meth:`run` takes.  The anchors are uploaded once.
+    """
+
+    def __init__(self, spec: SSDSpec, batch: int, prefetch_per_frame: int = 64) -> None:
+        from jetforge.runtime.cuda.kernels.launch import Kernel
+
+        if spec.score_converter not in CONVERTERS:
+            raise ModelError("unknown SSD score converter %r" % spec.score_converter)
+        if int(batch) < 1:
+            raise ConfigError("the SSD decoder batch must be at least 1, got %s" % batch)
+        self.spec = spec
+        self.batch = int(batch)
+        self.width = record_width(spec)
+        self.capacity = self.batch * spec.num_anchors  # every anchor of every frame: the list cannot overflow
+        self.prefetch = min(self.capacity, self.batch * int(prefetch_per_frame))
+        self.kernel = Kernel(ssd_source(spec.num_classes), SSD_KERNEL, ("--fmad=false",))
+        centres = anchor_centres(spec)
+        self._anchors = DeviceBuffer(centres.nbytes)
+        self._out = DeviceBuffer(4 * (HEADER_WORDS + self.capacity * self.width))
+        self._host = PinnedBuffer(self._out.nbytes)
+        staging = PinnedBuffer(centres.nbytes)
+        try:
+            staging.array(centres.shape, np.float32)[...] = centres
+            self._anchors.copy_from_host(staging)
+            from jetforge.runtime.cuda.bindings import synchronize_device
+
+            synchronize_device()
+        finally:
+            staging.close()
+        self.last_candidates = 0
+        self.last_bytes_copied = 0
+
+    def launch(self, enc_ptr: int, logits_ptr: int, frames: int, stream: Any, threshold: float) -> None:
+        """Queue the counter reset and the decode kernel (asynchronous)."""
+        if not 1 <= frames <= self.batch:
+            raise ConfigError("the SSD decoder got %d frames; it takes 1..%d" % (frames, self.batch))
+        s = self.spec
+        self._out.fill_bytes(0, 4 * HEADER_WORDS, stream)
+        args = SsdArgs(enc=int(enc_ptr), logits=int(logits_ptr), anchors=self._anchors.ptr, out=self._out.ptr,
+                       count=frames, num_anchors=s.num_anchors, classes=s.num_classes, capacity=self.capacity,
+                       converter=CONVERTERS.index(s.score_converter), sf0=s.scale_factors[0],
+                       sf1=s.scale_factors[1], sf2=s.scale_factors[2], sf3=s.scale_factors[3],
+                       logit_scale=s.logit_scale, threshold=threshold)
+        grid = ((s.num_anchors + BLOCK - 1) // BLOCK, frames, 1)
+        self.kernel.launch(grid, (BLOCK, 1, 1), args, stream)
+
+    def fetch(self, stream: Any) -> np.ndarray:
+        """Copy the candidates back (one copy of the header + the first ``prefetch`` records, more only if needed)."""
+        first = 4 * (HEADER_WORDS + self.prefetch * self.width)
+        self._out.copy_to_host(self._host, first, stream)
+        _sync(stream)
+        count = int(self._host.array((1,), np.int32)[0])
+        copied = first
+        if count > self.prefetch:
+            whole = 4 * (HEADER_WORDS + count * self.width)
+            self._out.copy_to_host(self._host, whole, stream)
+            _sync(stream)
+            copied += whole
+        self.last_candidates, self.last_bytes_copied = count, copied
+        flat = self._host.array((HEADER_WORDS + count * self.width,), np.float32)
+        return flat[HEADER_WORDS:].reshape(count, self.width).copy()
+
+    def run(self, enc_ptr: int, logits_ptr: int, frames: int, stream: Any = None,
+            score_threshold: Optional[float] = None) -> List[Detections]:
+        """Detections of ``frames`` frames from the session's device outputs ``(n, A, 4)`` and ``(n, A, classes)``.
+
+        Equal to ``detection.postprocess(enc, logits, spec, score_threshold)`` on the same outputs;
+        synchronises ``stream`` (it must read how many candidates there are).
+        """
+        threshold = effective_threshold(self.spec, score_threshold)
+        self.launch(enc_ptr, logits_ptr, frames, stream, kernel_threshold(threshold))
+        return finish(self.fetch(stream), frames, self.spec, threshold)
+
+    def close(self) -> None:
+        for buf in (self._anchors, self._out, self._host):
+            buf.close()
+
+    def __enter__(self) -> "GpuSsdDecoder":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _sync(stream: Any) -> None:
+    if stream is None:
+        from jetforge.runtime.cuda.bindings import synchronize_device
+
+        synchronize_device()
+    elif hasattr(stream, "synchronize"):
+        stream.synchronize()
+    else:
+        from jetforge.runtime.cuda.bindings import check, runtime_api
+
+        check(runtime_api().cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+
+
+__all__ = ["CONVERTERS", "GpuSsdDecoder", "SsdArgs", "anchor_centres", "candidates_reference", "effective_threshold",
+           "finish", "kernel_threshold", "record_width"]
