@@ -1,7 +1,7 @@
 """Every extension point takes a new entry through the one registry type, and the new entry is then used.
 
-Each test registers a dummy (a command, an app task, a calibration algorithm, a pruning criterion, a video
-source kind, a video output, a target board as a data file) the way docs/architecture.md says to, checks that
+Each test registers a dummy (a command, an app task, a calibration algorithm, a pruning criterion, a session
+backend, a video source kind, a video output, a target board as a data file) the way docs/architecture.md says to, checks that
 the CLI's help or choices list it, runs it end to end on a tiny input where there is an end, and takes it out
 again.
 """
@@ -26,6 +26,9 @@ from jetforge.cli import main as cli
 from jetforge.cli.base import Command
 from jetforge.errors import UnknownNameError
 from jetforge.registry import Registry
+from jetforge.runtime.session import BACKENDS, Session, backend_for_path, open_session, register_backend
+from jetforge.runtime.session import base as session_base
+from jetforge.runtime.sidecar import TensorSpec
 
 
 def run_cli(capsys, *argv):
@@ -236,3 +239,50 @@ def test_a_new_target_board_is_a_data_file(tmp_path):
     board = get_target("my-board", directory=str(folder))
     assert board.name == "my-carrier-board" and board.dla_cores == 2 and board.has_dla
     assert [t.name for t in list_targets(directory=str(folder))] == ["my-carrier-board"]
+
+
+# -- a session backend --------------------------------------------------------------------------------------------
+
+class ScaleSession(Session):
+    """``.scale`` files hold one number k; the model is ``y = k * x`` for ``x`` of shape (batch, 4), float32."""
+
+    name = "scale"
+    display_name = "scale (test backend)"
+    suffixes = (".scale",)
+
+    def __init__(self, path, factor):
+        super().__init__(path, [TensorSpec("x", [-1, 4])], [TensorSpec("y", [-1, 4])], sidecar=None)
+        self.factor = factor
+
+    @classmethod
+    def open(cls, path, **options):
+        return cls(path, float(Path(path).read_text(encoding="utf-8")))
+
+    def _run(self, feeds):
+        return {"y": (self.factor * feeds["x"]).astype(np.float32)}
+
+
+def test_a_new_session_backend(capsys, monkeypatch, tmp_path):
+    module = types.ModuleType("jetforge_test_scale_backend")
+    module.ScaleSession = ScaleSession
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    register_backend("scale", module.__name__ + ":ScaleSession", (".scale",), "multiplies by k (test)")
+    try:
+        model = tmp_path / "double.scale"
+        model.write_text("2.5", encoding="utf-8")
+        assert backend_for_path(model) == "scale" and BACKENDS.target("scale") is not None  # not imported yet
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        with open_session(model) as session:  # chosen by the suffix
+            assert session.backend == "scale"
+            np.testing.assert_array_equal(session.infer({"x": x})["y"], 2.5 * x)  # 2.5 * small ints: exact
+            np.testing.assert_array_equal(session.wait(session.submit({"x": x}))["y"], 2.5 * x)
+        code, out, _ = run_cli(capsys, "bench", "--help")
+        assert code == 0 and "multiplies by k (test)" in " ".join(out.split())
+        code, out, err = run_cli(capsys, "bench", model, "--iterations", "5", "--warmup", "1", "--json")
+        assert code == 0, err
+        result = json.loads(out)
+        assert result["backend"]["backend"] == "scale" and result["inputs"]["x"]["shape"] == [1, 4], result
+        assert result["iterations"] == 5 and len(result["latency_samples_ms"]) == 5
+    finally:
+        BACKENDS.remove("scale")
+        session_base._SUFFIXES.pop("scale", None)
