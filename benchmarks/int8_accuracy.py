@@ -61,6 +61,9 @@ SMOKE = {"squirrel_cls.jpg": ["fox squirrel"], "baboon.jpg": ["baboon"], "orange
 MODELS = ("mobilenet_v2", "efficientnet_lite0")
 METHODS = ("entropy", "percentile", "mse", "max", "auto")
 DEFAULT = "percentile"  # jetforge.calibrate.algorithms.DEFAULT_ALGORITHM (checked in main)
+SHARED_NOTE = ("run with nice -n 10 on a machine shared with other jobs: the accuracy numbers (agreement, KL, SQNR, "
+               "accuracy) do not depend on the load (simulated arithmetic, deterministic calibration); the seconds "
+               "(calibration_seconds, search s) do, and are only indicative")
 
 
 # --------------------------------------------------------------------------- data
@@ -436,7 +439,9 @@ def machine() -> Dict[str, object]:
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "onnxruntime": onnxruntime.__version__, "torch": torch.__version__, "numpy": np.__version__,
             "platform": platform.platform(), "cpu_flags": _cpu_flags(),
-            "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30, 1)}
+            "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30, 1),
+            "load_average_at_start": [round(v, 2) for v in os.getloadavg()],
+            "shared": SHARED_NOTE}
 
 
 def _cpu_flags() -> Dict[str, object]:
@@ -527,6 +532,7 @@ def main() -> int:
     results["modelopt"] = ("not attempted: NVIDIA ModelOpt's ONNX PTQ (nvidia-modelopt[onnx]) would add new pinned "
                            "packages to the project's environment, which this benchmark may not install")
     results["seconds"] = round(time.perf_counter() - t0, 1)
+    results["machine"]["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1))
     print("rows: %s; right columns: %s" % (results["evaluators"]["rows"], results["evaluators"]["ort_int8_kernels"]))

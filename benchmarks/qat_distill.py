@@ -28,6 +28,7 @@ INT8 number.)
 import argparse
 import datetime
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -77,7 +78,11 @@ def main() -> int:
     results = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
                "machine": {"python": platform.python_version(), "torch": torch.__version__,
                            "onnxruntime": __import__("onnxruntime").__version__, "threads": args.threads,
-                           "cpu": platform.processor() or platform.machine(), "cpu_flags": cpu_features().to_dict()},
+                           "cpu": platform.processor() or platform.machine(), "cpu_flags": cpu_features().to_dict(),
+                           "load_average_at_start": [round(v, 2) for v in os.getloadavg()],
+                           "shared": "run with nice -n 10 on a machine shared with other jobs: the accuracies do not "
+                                     "depend on the load (seeded training with fixed threads, simulated INT8 "
+                                     "arithmetic); the seconds do, and are only indicative"},
                "evaluators": {"int8": SIMULATED_LABEL, "ort_int8_kernels": ort_kernel_label()},
                "data": {"dataset": "Fashion-MNIST", "test_images": int(len(yte))}, "models": {}}
     work = Path(tempfile.mkdtemp(prefix="jf_qat_distill_"))
@@ -195,6 +200,7 @@ def main() -> int:
 
 def _finish(results, args, t_all) -> int:
     results["seconds_total"] = round(time.perf_counter() - t_all, 1)
+    results["machine"]["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print(table(results))
