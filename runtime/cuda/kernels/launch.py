@@ -33,7 +33,13 @@ def driver_api() -> Any:
             except ImportError:
                 raise DependencyError("cuda-python is not installed; it is needed to launch the GPU kernels",
                                       hint="pip install 'jetforge[cuda]'") from None
-        _driver_check(drv.cuInit(0), "cuInit")
+        try:
+            result = drv.cuInit(0)
+        except Exception as err:  # cuda-python raises (not returns) when libcuda itself is missing
+            raise BackendError("the NVIDIA driver library (libcuda) cannot be loaded: %s" % err,
+                               hint="run on a machine with an NVIDIA GPU and driver, or use the CPU path "
+                                    "(--decode cpu)") from None
+        _driver_check(result, "cuInit")
         _DRIVER = drv
     return _DRIVER
 

@@ -77,3 +77,23 @@ def test_kernel_threshold_never_drops_what_the_host_keeps():
         assert k <= t and k <= float(np.float32(t)) and float(np.float32(k)) == k
         assert float(np.nextafter(np.float32(k), np.float32(np.inf))) > t  # the largest such float32
     assert effective_threshold(SSDSpec(tuple(ssd_anchor_layers([(1, 1)])), score_threshold=0.2), 0.1) == 0.2
+
+
+def test_without_a_gpu_the_kernels_are_one_clear_error():
+    """On a machine without a driver (CI), making a kernel object fails with a BackendError, not a traceback."""
+    from jetforge.errors import JetforgeError
+    from jetforge.optional import is_available
+
+    if not is_available("cuda.bindings.runtime"):
+        pytest.skip("cuda-python is not installed")
+    from jetforge.runtime.cuda import device_count
+
+    if device_count() > 0:
+        pytest.skip("a CUDA GPU is present (test_kernels_gpu.py covers it)")
+    from jetforge.runtime.cuda.kernels import GpuPreprocessor, GpuSsdDecoder
+    from jetforge.runtime.inputs import Preprocess
+
+    with pytest.raises(JetforgeError, match="cuda|CUDA|driver"):
+        GpuPreprocessor(Preprocess(), batch=4)
+    with pytest.raises(JetforgeError, match="cuda|CUDA|driver"):
+        GpuSsdDecoder(SSDSpec(tuple(ssd_anchor_layers([(2, 2)]))), batch=2)
