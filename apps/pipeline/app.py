@@ -37,7 +37,7 @@ import jetforge
 from jetforge.errors import StreamError
 from jetforge.fileio import check_not_input, check_output_path, write_json_atomic
 from jetforge.apps.pipeline.metrics import format_metrics, plot_metrics
-from jetforge.apps.pipeline.runner import NOT_PROCESSED, Pipeline, PipelineOptions
+from jetforge.apps.pipeline.runner import NOT_PROCESSED, Pipeline, PipelineOptions, PipelineResult
 from jetforge.apps.pipeline.stages import Item, Status, Task
 from jetforge.apps.video.sinks.file import JsonLinesSink, Mp4Sink
 from jetforge.apps.video.sources.base import FrameDecodeError, VideoSource
@@ -93,32 +93,24 @@ def _video_name(stream: int, streams: int) -> str:
     return "annotated.mp4" if streams == 1 else "annotated_%d.mp4" % stream
 
 
-def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: Optional[PipelineOptions] = None,
-            write_video: bool = True, display: bool = False, stream_to: Optional[str] = None,
-            plots: bool = True, progress: bool = True, inputs: Sequence[Any] = (),
-            notes: Sequence[str] = ()) -> AppResult:
-    """Run ``task`` over ``sources`` and write video, events, metrics and plots into ``out_dir``."""
-    from jetforge.apps.video.sinks.uri import open_video_sink
-
-    options = options or PipelineOptions()
-    out = Path(out_dir)
-    streams = len(sources)
+def _output_files(out: Path, streams: int, write_video: bool, plots: bool,
+                  inputs: Sequence[Any]) -> Dict[str, Any]:
+    """The files a run writes, each checked before any frame is read (never over an input)."""
     files: Dict[str, Any] = {"events": out / "events.jsonl", "metrics": out / "metrics.json",
                              "video": [out / _video_name(i, streams) for i in range(streams)] if write_video else [],
                              "plots": [out / "fps.png", out / "latency.png"] if plots else []}
-    all_inputs = [getattr(s, "path", None) for s in sources] + list(inputs)
     for target in [files["events"], files["metrics"]] + files["video"] + files["plots"]:
-        check_not_input(target, [p for p in all_inputs if p is not None])
+        check_not_input(target, [p for p in inputs if p is not None])
         check_output_path(target)
+    return files
 
-    # Live outputs first: a --display without a display fails before any frame is read.
-    window = open_video_sink("display://0", 0.0, title="jetforge %s" % task.name) if display else None
-    streamer = None
-    if stream_to:
-        streamer = open_video_sink(stream_to, sources[0].fps or 25.0, (sources[0].width, sources[0].height))
 
-    # Warm-up on the first frame (the model's lazy initialisation stays out of the numbers); frames
-    # skipped before it are put back too, so that the pipeline reports them in order like any other.
+def _warm_up(task: Task, sources: Sequence[VideoSource]) -> List[VideoSource]:
+    """Warm the task up on the first frame and return the sources to run, with that frame put back.
+
+    The model's lazy initialisation stays out of the numbers; frames skipped before the first one are
+    put back too, so that the pipeline reports them in order like any other.
+    """
     replay: List[Any] = []
     first = None
     while first is None:
@@ -130,17 +122,42 @@ def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: O
         if first is None:
             raise StreamError("source %s delivered no frame" % sources[0].uri)
     task.warmup(first)
-    pushed = _Pushback(sources[0], replay + [first])
-    run_sources: List[VideoSource] = [pushed] + list(sources[1:])
+    return [_Pushback(sources[0], replay + [first])] + list(sources[1:])
 
-    videos: List[Optional[Mp4Sink]] = [Mp4Sink(p, s.fps or 25.0) for p, s in zip(files["video"], sources)]
-    events = JsonLinesSink(files["events"])
-    bar = _progress(progress, task.name, options.max_frames, sources)
-    pipeline: Optional[Pipeline] = None
 
-    def sink(item: Item, status: Status) -> None:
+class _AppSink:
+    """The pipeline's sink in an app run: the per-frame record and events, the annotated video, the live outputs."""
+
+    def __init__(self, task: Task, events: JsonLinesSink, videos: List[Optional[Mp4Sink]], streamer: Any,
+                 window: Any) -> None:
+        self.task = task
+        self.events = events
+        self.videos = videos
+        self.streamer = streamer
+        self.window = window
+        self.pipeline: Optional[Pipeline] = None  # set once built: closing the window stops it
+
+    def __call__(self, item: Item, status: Status) -> None:
+        event = self._write_events(item)
+        image = item.frame.image
+        if image is None:
+            return
+        if event.get("type") not in NOT_PROCESSED:
+            self.task.annotate(image, item, status)
+        if self.videos and self.videos[item.stream] is not None:
+            self.videos[item.stream].write(image)  # type: ignore[union-attr]
+        if item.stream == 0:
+            if self.streamer is not None:
+                self.streamer.write(image)
+            if self.window is not None:
+                self.window.write(image)
+                if self.window.closed_by_user and self.pipeline is not None:
+                    self.pipeline.request_stop()
+
+    def _write_events(self, item: Item) -> Dict[str, Any]:
+        """The frame's record and the task's discrete events; returns the frame's event (without them)."""
         frame = item.frame
-        record = {"type": task.name, "stream": item.stream, "frame": frame.index, "t": round(frame.timestamp, 4)}
+        record = {"type": self.task.name, "stream": item.stream, "frame": frame.index, "t": round(frame.timestamp, 4)}
         name = getattr(frame, "name", "")
         if name:
             record["image"] = name
@@ -151,58 +168,88 @@ def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: O
         else:
             record["latency_ms"] = round((time.perf_counter() - item.t_start) * 1000.0, 3)
             record.update(event)
-        events.write(record)
+        self.events.write(record)
         for e in extra:
-            events.write(dict({"stream": item.stream, "frame": frame.index, "t": round(frame.timestamp, 4)}, **e))
-        image = frame.image
-        if image is None:
-            return
-        if event.get("type") not in NOT_PROCESSED:
-            task.annotate(image, item, status)
-        if videos and videos[item.stream] is not None:
-            videos[item.stream].write(image)  # type: ignore[union-attr]
-        if item.stream == 0:
-            if streamer is not None:
-                streamer.write(image)
-            if window is not None:
-                window.write(image)
-                if window.closed_by_user and pipeline is not None:
-                    pipeline.request_stop()
+            self.events.write(dict({"stream": item.stream, "frame": frame.index, "t": round(frame.timestamp, 4)},
+                                   **e))
+        return event
 
-    status_label = task.status_label or task.model_label
+    def close(self, bar: Any) -> None:
+        """Close every output, keeping what was written (a video with no frame is removed)."""
+        if bar is not None:
+            bar.close()
+        for v in self.videos:
+            if v is not None:
+                if v.frames:
+                    v.close()
+                else:
+                    v.abort()
+        self.events.close()
+        for live in (self.window, self.streamer):
+            if live is not None:
+                live.close()
+
+
+def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: Optional[PipelineOptions] = None,
+            write_video: bool = True, display: bool = False, stream_to: Optional[str] = None,
+            plots: bool = True, progress: bool = True, inputs: Sequence[Any] = (),
+            notes: Sequence[str] = ()) -> AppResult:
+    """Run ``task`` over ``sources`` and write video, events, metrics and plots into ``out_dir``."""
+    from jetforge.apps.video.sinks.uri import open_video_sink
+
+    options = options or PipelineOptions()
+    out = Path(out_dir)
+    files = _output_files(out, len(sources), write_video, plots,
+                          [getattr(s, "path", None) for s in sources] + list(inputs))
+
+    # Live outputs first: a --display without a display fails before any frame is read.
+    window = open_video_sink("display://0", 0.0, title="jetforge %s" % task.name) if display else None
+    streamer = None
+    if stream_to:
+        streamer = open_video_sink(stream_to, sources[0].fps or 25.0, (sources[0].width, sources[0].height))
+    run_sources = _warm_up(task, sources)
+
+    videos: List[Optional[Mp4Sink]] = [Mp4Sink(p, s.fps or 25.0) for p, s in zip(files["video"], sources)]
+    sink = _AppSink(task, JsonLinesSink(files["events"]), videos, streamer, window)
+    bar = _progress(progress, task.name, options.max_frames, sources)
     pipeline = Pipeline(run_sources, task, sink, options, on_done=lambda item: bar.update(1) if bar else None,
-                        status_label=status_label)
-    ended = "finished"
+                        status_label=task.status_label or task.model_label)
+    sink.pipeline = pipeline
     error: Optional[BaseException] = None
     result = None
     try:
         result = pipeline.run()
     except BaseException as err:  # keep what was written, record why it ended, then re-raise
         error = err
-        ended = "interrupted" if isinstance(err, KeyboardInterrupt) else "stopped by an error"
     finally:
-        if bar is not None:
-            bar.close()
-        for v in videos:
-            if v is not None:
-                if v.frames:
-                    v.close()
-                else:
-                    v.abort()
-        events.close()
-        for live in (window, streamer):
-            if live is not None:
-                live.close()
+        sink.close(bar)
+    report = _report(task, sources, options, pipeline, result, error, files, videos, notes)
+    if plots and report["frames"] > 0:
+        _plot(report, pipeline, files, task.name)
+    write_json_atomic(files["metrics"], report)
+    if error is not None:
+        raise error
+    return AppResult(report, out, files, report["stream_errors"])
+
+
+def _report(task: Task, sources: Sequence[VideoSource], options: PipelineOptions, pipeline: Pipeline,
+            result: Optional[PipelineResult], error: Optional[BaseException], files: Dict[str, Any],
+            videos: List[Optional[Mp4Sink]], notes: Sequence[str]) -> Dict[str, Any]:
+    """``metrics.json``: how the run ended, the pipeline's metrics, the model, the sources, the machine, the outputs."""
     metrics = pipeline.metrics.to_dict()
     gpu = gpu_memory_mib()
     if gpu is not None:
         metrics["memory"]["gpu_mib"] = gpu
     stream_errors = result.stream_errors if result is not None else list(pipeline._stream_errors)
+    if error is not None:
+        ended = "interrupted" if isinstance(error, KeyboardInterrupt) else "stopped by an error"
+    else:
+        ended = "finished with stream errors" if stream_errors else "finished"
     report: Dict[str, Any] = {
         "jetforge_version": jetforge.__version__,
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "task": task.name,
-        "status": ended if error is not None else ("finished with stream errors" if stream_errors else "finished"),
+        "status": ended,
         "ended_by": (result.stopped if result is not None else (error.__class__.__name__ if error else "")),
         "error": (error.one_line() if hasattr(error, "one_line") else repr(error)) if error is not None else None,
         "stream_errors": stream_errors,
@@ -221,18 +268,18 @@ def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: O
     report["video"] = [{"path": str(p), "frames": v.frames, "letterboxed": v.letterboxed, "size": list(v.size or ())}
                        for p, v in zip(files["video"], videos) if v is not None and p.exists()]
     report["notes"] = list(notes)
-    if plots and metrics["frames"] > 0:
-        try:
-            plot_metrics(report, [x * 1000.0 for x in pipeline.metrics.end_to_end], files["plots"][0],
-                         files["plots"][1], title=task.name)
-            report["outputs"]["plots"] = [str(p) for p in files["plots"]]
-        except Exception as err:  # matplotlib missing or broken: the run's numbers are still written
-            log.warning("plots skipped: %s", err)
-            report["notes"].append("plots skipped: %s" % err)
-    write_json_atomic(files["metrics"], report)
-    if error is not None:
-        raise error
-    return AppResult(report, out, files, stream_errors)
+    return report
+
+
+def _plot(report: Dict[str, Any], pipeline: Pipeline, files: Dict[str, Any], title: str) -> None:
+    """``fps.png`` and ``latency.png``; without matplotlib (or if it fails) a note instead, the numbers stay."""
+    try:
+        plot_metrics(report, [x * 1000.0 for x in pipeline.metrics.end_to_end], files["plots"][0],
+                     files["plots"][1], title=title)
+        report["outputs"]["plots"] = [str(p) for p in files["plots"]]
+    except Exception as err:  # matplotlib missing or broken: the run's numbers are still written
+        log.warning("plots skipped: %s", err)
+        report["notes"].append("plots skipped: %s" % err)
 
 
 def format_report(m: Dict[str, Any], task_lines: Sequence[str] = ()) -> str:

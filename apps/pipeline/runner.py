@@ -16,7 +16,8 @@ the stage, the frame and the error.  A source that is lost (camera unplugged,
 stream gone after its reconnects) ends its stream and is reported in
 ``result.stream_errors``; the end of a file is the normal end.  ``overlap=False``
 runs the same stages one frame at a time on the calling thread (the baseline the
-benchmark compares against).
+benchmark compares against); the threads of the overlapped mode are in
+:mod:`jetforge.apps.pipeline.threads`.
 
 ``infer_workers=N`` runs N inference threads that take batches from the same queue
 and call ``task.infer`` concurrently (ONNX Runtime runs one session on several
@@ -36,7 +37,6 @@ error policy: it is a bad input, not a failing stage.  It reaches the sink as a
 """
 
 import logging
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -45,6 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from jetforge.errors import ConfigError, JetforgeError, StreamError
 from jetforge.apps.pipeline.metrics import PipelineMetrics
 from jetforge.apps.pipeline.stages import Item, Status, Task
+from jetforge.apps.pipeline.threads import ThreadedRun
 from jetforge.apps.video.sources.base import FrameDecodeError, VideoSource
 
 log = logging.getLogger(__name__)
@@ -111,13 +112,6 @@ class PipelineResult:
 
 
 SinkFn = Callable[[Item, Status], None]
-
-
-class _End:
-    """End of one stream (from its decode thread) or of all (``stream=None``)."""
-
-    def __init__(self, stream: Optional[int]) -> None:
-        self.stream = stream
 
 
 class Pipeline:
@@ -205,7 +199,7 @@ class Pipeline:
         self.metrics.start()
         try:
             if self.options.overlap:
-                self._run_threads()
+                ThreadedRun(self).run()
             else:
                 self._run_sequential()
         finally:
@@ -330,174 +324,6 @@ class Pipeline:
                     break
                 self._finish(item)
 
-    # -- threaded mode --------------------------------------------------------------------
-    def _put(self, q: "queue.Queue[Any]", value: Any, droppable: bool = False) -> bool:
-        while not self._abort.is_set():
-            if droppable and self.options.drop == "oldest" and q.full():
-                try:
-                    old = q.get_nowait()
-                    if isinstance(old, _End):
-                        q.put(old)  # never drop an end marker
-                    else:
-                        with self._lock:
-                            self.metrics.dropped_pipeline += 1
-                except queue.Empty:
-                    pass
-            try:
-                q.put(value, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _get(self, q: "queue.Queue[Any]", timeout: Optional[float] = None) -> Any:
-        deadline = None if timeout is None else time.perf_counter() + timeout
-        while not self._abort.is_set():
-            wait = 0.05 if deadline is None else min(0.05, deadline - time.perf_counter())
-            if deadline is not None and wait <= 0:
-                return _EMPTY
-            try:
-                return q.get(timeout=max(wait, 0.0))
-            except queue.Empty:
-                continue
-        return _EMPTY
-
-    def _acquire(self, slots: threading.BoundedSemaphore) -> bool:
-        """Take one slot, waiting while the pipeline runs; False when it was aborted."""
-        while not self._abort.is_set():
-            if slots.acquire(timeout=0.05):
-                return True
-        return False
-
-    def _run_threads(self) -> None:
-        size = self.options.queue_size
-        q_pre: "queue.Queue[Any]" = queue.Queue(size)
-        q_inf: "queue.Queue[Any]" = queue.Queue(max(size, self.options.batch_size * 2))
-        q_post: "queue.Queue[Any]" = queue.Queue(size)
-        q_sink: "queue.Queue[Any]" = queue.Queue(size)
-        n = len(self.sources)
-        n_infer = self.options.infer_workers
-        # Frames between preprocess (which numbers them) and the end of the reorder buffer: what the
-        # queues and the infer workers hold when they are full.  Preprocess waits for a free slot, so a
-        # worker that is slow on one frame cannot make the reorder buffer grow without bound.
-        in_flight = threading.BoundedSemaphore(q_inf.maxsize + n_infer * self.options.batch_size + q_post.maxsize + 1)
-
-        def decode(stream: int) -> None:
-            count = 0
-            while True:
-                item = self._read(stream, self.sources[stream], count)
-                if item is None:
-                    break
-                count += 1
-                if not self._put(q_pre, item, droppable=True):
-                    return
-            self._put(q_pre, _End(stream))
-
-        def preprocess() -> None:
-            ended = 0
-            seq = 0
-            while True:
-                item = self._get(q_pre)
-                if item is _EMPTY:
-                    return
-                if isinstance(item, _End):
-                    ended += 1
-                    if ended == n:
-                        for _ in range(n_infer):  # one end marker for each infer worker
-                            if not self._put(q_inf, _End(None)):
-                                return
-                        return
-                    continue
-                if self._ok(item):
-                    self._preprocess(item)
-                if not self._acquire(in_flight):
-                    return
-                if not self._put(q_inf if self._ok(item) else q_post, _Seq(seq, item)):
-                    return
-                seq += 1
-
-        def infer(worker: int) -> None:
-            done = False
-            while not done:
-                first = self._get(q_inf)
-                if first is _EMPTY:
-                    return
-                if isinstance(first, _End):
-                    break
-                batch = [first]
-                deadline = time.perf_counter() + self.options.batch_timeout_s
-                while len(batch) < self.options.batch_size:
-                    nxt = self._get(q_inf, timeout=max(0.0, deadline - time.perf_counter()))
-                    if nxt is _EMPTY:
-                        break
-                    if isinstance(nxt, _End):
-                        done = True
-                        break
-                    batch.append(nxt)
-                if self._abort.is_set():
-                    return
-                self._infer([s.item for s in batch])
-                for s in batch:
-                    if not self._put(q_post, s):
-                        return
-            self._put(q_post, _End(None))
-
-        def postprocess() -> None:
-            pending: Dict[int, Item] = {}  # the reorder buffer: sequence number -> frame back from infer
-            expected = 0
-            ended = 0
-            while True:
-                got = self._get(q_post)
-                if got is _EMPTY:
-                    return
-                if isinstance(got, _End):
-                    ended += 1
-                    if ended < n_infer:
-                        continue
-                    # Every worker has finished, so every frame has arrived; whatever is left goes out in order.
-                    ready = [pending.pop(k) for k in sorted(pending)]
-                else:
-                    pending[got.seq] = got.item
-                    ready = []
-                    while expected in pending:
-                        ready.append(pending.pop(expected))
-                        expected += 1
-                for item in ready:
-                    in_flight.release()
-                    if self._ok(item):
-                        self._postprocess(item)
-                    if not self._put(q_sink, item):
-                        return
-                if isinstance(got, _End):
-                    self._put(q_sink, got)
-                    return
-
-        def sink() -> None:
-            while True:
-                item = self._get(q_sink)
-                if item is _EMPTY or isinstance(item, _End):
-                    return
-                self._finish(item)
-
-        workers = [threading.Thread(target=self._guard(decode), args=(i,), name="jetforge-decode-%d" % i,
-                                    daemon=True) for i in range(n)]
-        for name, fn in (("preprocess", preprocess), ("postprocess", postprocess), ("sink", sink)):
-            workers.append(threading.Thread(target=self._guard(fn), name="jetforge-" + name, daemon=True))
-        workers += [threading.Thread(target=self._guard(infer), args=(i,), daemon=True,
-                                     name="jetforge-infer" + ("-%d" % i if n_infer > 1 else ""))
-                    for i in range(n_infer)]
-        for w in workers:
-            w.start()
-        try:
-            for w in workers:
-                while w.is_alive():
-                    w.join(timeout=0.2)
-        except BaseException:  # Ctrl-C: stop every stage, then let the caller see the interrupt
-            self._abort.set()
-            for w in workers:
-                w.join(timeout=5.0)
-            raise
-
     def _guard(self, fn: Callable[..., None]) -> Callable[..., None]:
         """A worker that dies of a bug takes the pipeline down with the bug, not silently."""
         def run(*args: Any) -> None:
@@ -519,18 +345,7 @@ class _Marker:
         return self.name
 
 
-class _Seq:
-    """A frame with its place in the order frames left preprocessing (the key of the reorder buffer)."""
-
-    __slots__ = ("seq", "item")
-
-    def __init__(self, seq: int, item: Item) -> None:
-        self.seq = seq
-        self.item = item
-
-
 _FAILED = _Marker("FAILED")
-_EMPTY = _Marker("EMPTY")
 
 
 class _NoFrame:
