@@ -7,6 +7,7 @@ from typing import Any, Dict, List
 from jetforge.cli.base import Command, add_json_flag, print_json
 from jetforge.table import format_table
 from jetforge.errors import TargetError
+from jetforge.targets.schema import KINDS
 
 MARK = "*"
 LEGEND = "%s = uncertain value (the reference marks it unverified, or it comes from a data sheet not checked here)" % MARK
@@ -36,7 +37,7 @@ class TargetsCommand(Command):
                                 description="A table of all target profiles (uncertain values marked %s)." % MARK)
         add_json_flag(p_list)
         p_list.add_argument("--dla-only", action="store_true", help="only targets with DLA cores")
-        p_list.add_argument("--kind", choices=["jetson", "desktop", "server"], help="only this kind of target")
+        p_list.add_argument("--kind", choices=KINDS, help="only this kind of target")
         p_show = sub.add_parser("show", help="every field of one profile, with sources",
                                 description="Every field of one profile with its source; uncertain values marked.")
         p_show.add_argument("target", metavar="NAME", help="target name or alias (see `jetforge targets list`)")
@@ -97,115 +98,15 @@ class TargetsCommand(Command):
     # ---- show -----------------------------------------------------------------------------------------
     def _show(self, args: argparse.Namespace) -> int:
         from jetforge.targets import get_target
-        from jetforge.targets.schema import PRECISIONS, SPEC_FIELDS
 
         t = get_target(args.target)
         if getattr(args, "json", False):
             print_json(t.to_dict())
             return 0
+        sections = (_heading_lines, _spec_lines, _precision_lines, _power_mode_lines, _tensorrt_lines, _detection_lines)
         out: List[str] = []
-        head = "%s: %s (%s" % (t.name, t.display_name, t.kind)
-        if t.module:
-            head += ", module %s" % t.module
-        if t.soc:
-            head += ", SoC %s" % t.soc
-        out.append(head + ")")
-        if t.aliases:
-            out.append("aliases: " + ", ".join(t.aliases))
-        if t.path:
-            out.append("profile: " + t.path)
-        out.append("")
-        out.append("SPECS   ([UNCERTAIN] = not verified against a primary source; see the note and source)")
-        width = max(len(SPEC_FIELDS[k].label) for k in t.specs)
-        for key, spec in SPEC_FIELDS.items():
-            if key not in t.specs:
-                continue
-            rec = t.specs[key]
-            flag = "   [UNCERTAIN]" if rec.uncertain and rec.known else ""
-            out.append("  %s  %s%s" % (spec.label.ljust(width), rec.text(), flag))
-            if rec.source:
-                out.append("      source: %s" % rec.source)
-            if rec.note:
-                out.append("      note: %s" % rec.note)
-        derived = []
-        if "dla_loadables_per_core" not in t.specs and t.has_dla:
-            derived.append("DLA loadables per core: %d (jetforge default setting)" % t.dla_loadables_per_core)
-        if "channel_multiple" not in t.specs:
-            derived.append("channel multiple: %d (jetforge default setting)" % t.channel_multiple)
-        for line in derived:
-            out.append("  " + line)
-
-        out.append("")
-        out.append("PRECISIONS")
-        gpu_bits = []
-        for p in PRECISIONS:
-            rec = t.gpu_precisions[p]
-            gpu_bits.append("%s %s%s" % (p, "yes" if rec.value else "no", MARK if rec.uncertain else ""))
-        out.append("  GPU: " + ", ".join(gpu_bits))
-        for src in sorted({rec.source for rec in t.gpu_precisions.values() if rec.source}):
-            out.append("       source: " + src)
-        dla = t.dla_precisions
-        out.append("  DLA: " + (", ".join(dla.value) if dla.value else "none (no DLA)"))
-        if dla.source and dla.value:
-            out.append("       source: " + dla.source)
-
-        out.append("")
-        if t.power_modes:
-            out.append("POWER MODES (sudo nvpmodel -m ID)")
-            rows = []
-            for m in t.power_modes:
-                clocks = ", ".join("%s=%s" % (k, _fmt_number(v)) for k, v in m.clocks.items())
-                extra = []
-                if m.super_mode:
-                    extra.append("Super, JetPack >= %s" % m.min_jetpack if m.min_jetpack else "Super")
-                rows.append(["-" if m.id is None else m.id, m.name + (MARK if m.uncertain else ""),
-                             "-" if m.watts is None else _fmt_number(m.watts), "yes" if m.default else "",
-                             m.conf or "", clocks or "-", "; ".join(extra)])
-            for line in format_table(["ID", "NAME", "WATTS", "DEFAULT", "CONF", "CLOCKS (MHz)", "NOTE"], rows).splitlines():
-                out.append("  " + line)
-            for src in _unique(m.source for m in t.power_modes):
-                out.append("  source: " + src)
-            for m in t.power_modes:
-                if m.note:
-                    out.append("  note (%s): %s" % (m.name, m.note))
-            out.append("")
-
-        if t.jetpack_releases:
-            out.append("JETPACK -> TENSORRT (default TensorRT for builds: %s)" % t.default_tensorrt)
-            rows = [[r.jetpack + (MARK if r.uncertain else ""), r.l4t, r.tensorrt or "-", r.cuda or "-"]
-                    for r in t.jetpack_releases]
-            for line in format_table(["JETPACK", "L4T", "TENSORRT", "CUDA"], rows).splitlines():
-                out.append("  " + line)
-            js = t.jetpack_source
-            if js is not None:
-                out.append("  support on this board%s: %s" % (" [UNCERTAIN]" if js.uncertain else "", js.source))
-                if js.note:
-                    out.append("  note: " + js.note)
-            out.append("  per release (targets/jetpack.yaml):")
-            for r in t.jetpack_releases:
-                out.append("    %s%s: %s" % (r.jetpack, " [UNCERTAIN: %s]" % (r.note or "partly unverified")
-                                              if r.uncertain else "", r.source))
-        elif t.tensorrt_any is not None:
-            rec = t.tensorrt_any
-            out.append("TENSORRT: %s" % rec.value)
-            if rec.source:
-                out.append("  source: " + rec.source)
-            if rec.note:
-                out.append("  note: " + rec.note)
-        out.append("")
-        detect_bits = []
-        if t.module_ids:
-            detect_bits.append("module ids " + ", ".join(t.module_ids))
-        if t.model_patterns:
-            detect_bits.append("device-tree model ~ " + " | ".join(t.model_patterns))
-        if t.gpu_name_patterns:
-            detect_bits.append("GPU name ~ " + " | ".join(t.gpu_name_patterns))
-        if detect_bits:
-            out.append("DETECTED BY: " + "; ".join(detect_bits))
-        if t.notes:
-            out.append("NOTES")
-            for note in t.notes:
-                out.append("  - " + note)
+        for section in sections:
+            out.extend(section(t))
         print("\n".join(out).rstrip())
         return 0
 
@@ -246,3 +147,119 @@ def _unique(items: Any) -> List[str]:
         if item and item not in seen:
             seen[item] = None
     return list(seen)
+
+
+# ---- the sections of `targets show` (each returns its lines, ending with a blank line where one follows) ----------
+def _heading_lines(t: Any) -> List[str]:
+    head = "%s: %s (%s" % (t.name, t.display_name, t.kind)
+    if t.module:
+        head += ", module %s" % t.module
+    if t.soc:
+        head += ", SoC %s" % t.soc
+    out = [head + ")"]
+    if t.aliases:
+        out.append("aliases: " + ", ".join(t.aliases))
+    if t.path:
+        out.append("profile: " + t.path)
+    return out + [""]
+
+
+def _spec_lines(t: Any) -> List[str]:
+    from jetforge.targets.schema import SPEC_FIELDS
+
+    out = ["SPECS   ([UNCERTAIN] = not verified against a primary source; see the note and source)"]
+    width = max(len(SPEC_FIELDS[k].label) for k in t.specs)
+    for key, spec in SPEC_FIELDS.items():
+        if key not in t.specs:
+            continue
+        rec = t.specs[key]
+        flag = "   [UNCERTAIN]" if rec.uncertain and rec.known else ""
+        out.append("  %s  %s%s" % (spec.label.ljust(width), rec.text(), flag))
+        if rec.source:
+            out.append("      source: %s" % rec.source)
+        if rec.note:
+            out.append("      note: %s" % rec.note)
+    if "dla_loadables_per_core" not in t.specs and t.has_dla:
+        out.append("  DLA loadables per core: %d (jetforge default setting)" % t.dla_loadables_per_core)
+    if "channel_multiple" not in t.specs:
+        out.append("  channel multiple: %d (jetforge default setting)" % t.channel_multiple)
+    return out + [""]
+
+
+def _precision_lines(t: Any) -> List[str]:
+    from jetforge.targets.schema import PRECISIONS
+
+    gpu_bits = []
+    for p in PRECISIONS:
+        rec = t.gpu_precisions[p]
+        gpu_bits.append("%s %s%s" % (p, "yes" if rec.value else "no", MARK if rec.uncertain else ""))
+    out = ["PRECISIONS", "  GPU: " + ", ".join(gpu_bits)]
+    for src in sorted({rec.source for rec in t.gpu_precisions.values() if rec.source}):
+        out.append("       source: " + src)
+    dla = t.dla_precisions
+    out.append("  DLA: " + (", ".join(dla.value) if dla.value else "none (no DLA)"))
+    if dla.source and dla.value:
+        out.append("       source: " + dla.source)
+    return out + [""]
+
+
+def _power_mode_lines(t: Any) -> List[str]:
+    if not t.power_modes:
+        return []
+    rows = []
+    for m in t.power_modes:
+        clocks = ", ".join("%s=%s" % (k, _fmt_number(v)) for k, v in m.clocks.items())
+        extra = []
+        if m.super_mode:
+            extra.append("Super, JetPack >= %s" % m.min_jetpack if m.min_jetpack else "Super")
+        rows.append(["-" if m.id is None else m.id, m.name + (MARK if m.uncertain else ""),
+                     "-" if m.watts is None else _fmt_number(m.watts), "yes" if m.default else "",
+                     m.conf or "", clocks or "-", "; ".join(extra)])
+    table = format_table(["ID", "NAME", "WATTS", "DEFAULT", "CONF", "CLOCKS (MHz)", "NOTE"], rows)
+    out = ["POWER MODES (sudo nvpmodel -m ID)"] + ["  " + line for line in table.splitlines()]
+    out += ["  source: " + src for src in _unique(m.source for m in t.power_modes)]
+    out += ["  note (%s): %s" % (m.name, m.note) for m in t.power_modes if m.note]
+    return out + [""]
+
+
+def _tensorrt_lines(t: Any) -> List[str]:
+    out: List[str] = []
+    if t.jetpack_releases:
+        out.append("JETPACK -> TENSORRT (default TensorRT for builds: %s)" % t.default_tensorrt)
+        rows = [[r.jetpack + (MARK if r.uncertain else ""), r.l4t, r.tensorrt or "-", r.cuda or "-"]
+                for r in t.jetpack_releases]
+        out += ["  " + line for line in format_table(["JETPACK", "L4T", "TENSORRT", "CUDA"], rows).splitlines()]
+        js = t.jetpack_source
+        if js is not None:
+            out.append("  support on this board%s: %s" % (" [UNCERTAIN]" if js.uncertain else "", js.source))
+            if js.note:
+                out.append("  note: " + js.note)
+        out.append("  per release (targets/jetpack.yaml):")
+        for r in t.jetpack_releases:
+            out.append("    %s%s: %s" % (r.jetpack, " [UNCERTAIN: %s]" % (r.note or "partly unverified")
+                                          if r.uncertain else "", r.source))
+    elif t.tensorrt_any is not None:
+        rec = t.tensorrt_any
+        out.append("TENSORRT: %s" % rec.value)
+        if rec.source:
+            out.append("  source: " + rec.source)
+        if rec.note:
+            out.append("  note: " + rec.note)
+    return out + [""]
+
+
+def _detection_lines(t: Any) -> List[str]:
+    out: List[str] = []
+    detect_bits = []
+    if t.module_ids:
+        detect_bits.append("module ids " + ", ".join(t.module_ids))
+    if t.model_patterns:
+        detect_bits.append("device-tree model ~ " + " | ".join(t.model_patterns))
+    if t.gpu_name_patterns:
+        detect_bits.append("GPU name ~ " + " | ".join(t.gpu_name_patterns))
+    if detect_bits:
+        out.append("DETECTED BY: " + "; ".join(detect_bits))
+    if t.notes:
+        out.append("NOTES")
+        out += ["  - " + note for note in t.notes]
+    return out
