@@ -310,21 +310,13 @@ def jetpack_release(version: str) -> JetPackRelease:
 
 # ---- one profile --------------------------------------------------------------------------------------
 
-def load_profile(path: Union[str, Path]) -> Target:  # noqa: C901 - one linear validation
-    """Read and validate one profile file."""
+def load_profile(path: Union[str, Path]) -> Target:
+    """Read and validate one profile file (the sections in file order, so the first problem is the one reported)."""
     p = Path(path)
     ctx = _Ctx(p)
     data = _read_yaml(p)
     data = ctx.check_keys(data, _TOP_KEYS, "top level")
-    name = ctx.string(data, "name", "top level") or ""
-    if not NAME_PATTERN.match(name):
-        raise ctx.fail("name", "%r must be lower-case letters, digits and '-'" % name)
-    if p.suffix in (".yaml", ".yml") and p.stem != name:
-        raise ctx.fail("name", "%r does not match the file name %r" % (name, p.name),
-                       hint="rename the file to %s.yaml or fix the name" % name)
-    kind = ctx.string(data, "kind", "top level") or ""
-    if kind not in KINDS:
-        raise ctx.fail("kind", "%r is not one of %s" % (kind, ", ".join(KINDS)))
+    name, kind = _name_and_kind(ctx, data, p)
     specs = _specs(ctx, data.get("specs"))
     dla_cores = specs["dla_cores"].value
     if kind == "jetson" and ("memory_gb" not in specs or specs["memory_gb"].value is None):
@@ -332,61 +324,23 @@ def load_profile(path: Union[str, Path]) -> Target:  # noqa: C901 - one linear v
     if kind != "jetson" and dla_cores:
         raise ctx.fail("specs.dla_cores", "only Jetson targets have DLA cores")
     gpu_prec, dla_prec = _precisions(ctx, data.get("precisions"), dla_cores)
-
-    detect = ctx.check_keys(data.get("detect") or {}, _DETECT_KEYS, "detect")
-    module_ids = _str_list(ctx, detect.get("module_ids"), "detect.module_ids")
-    for mid in module_ids:
-        if not re.match(r"^p\d{4}-\d{4}$", mid):
-            raise ctx.fail("detect.module_ids", "%r is not a module id like p3767-0000" % mid)
-    patterns = _str_list(ctx, detect.get("model_patterns"), "detect.model_patterns")
-    gpu_patterns = _str_list(ctx, detect.get("gpu_name_patterns"), "detect.gpu_name_patterns")
-    for where, plist in (("detect.model_patterns", patterns), ("detect.gpu_name_patterns", gpu_patterns)):
-        for pat in plist:
-            try:
-                re.compile(pat)
-            except re.error as err:
-                raise ctx.fail(where, "%r is not a valid regular expression: %s" % (pat, err))
-
-    releases: Tuple[JetPackRelease, ...] = ()
-    jetpack_source = None
-    tensorrt_any = None
+    module_ids, patterns, gpu_patterns = _detection(ctx, data.get("detect") or {})
     if kind == "jetson":
-        if "tensorrt" in data:
-            raise ctx.fail("tensorrt", "a Jetson target takes its TensorRT versions from 'jetpack'")
-        jp = ctx.check_keys(data.get("jetpack"), _JETPACK_KEYS, "jetpack")
-        names = _str_list(ctx, jp.get("releases"), "jetpack.releases")
-        if not names:
-            raise ctx.fail("jetpack.releases", "a Jetson target must list its JetPack releases")
-        table = {r.jetpack: r for r in jetpack_table()}
-        for jp_name in names:
-            if jp_name not in table:
-                close = difflib.get_close_matches(jp_name, list(table), n=1)
-                raise ctx.fail("jetpack.releases", "unknown JetPack release %r%s" % (
-                    jp_name, "; did you mean %r?" % close[0] if close else ""),
-                    hint="add it to %s or use one of %s" % (JETPACK_FILE.name, ", ".join(table)))
-        releases = tuple(table[n] for n in names)
-        jetpack_source = _sourced(ctx, {"value": list(names), "source": jp.get("source"),
-                                        "uncertain": jp.get("uncertain", False), "note": jp.get("note")},
-                                  "jetpack", list, None)
+        releases, jetpack_source = _jetson_releases(ctx, data)
+        tensorrt_any = None
     else:
-        if "jetpack" in data:
-            raise ctx.fail("jetpack", "only Jetson targets have JetPack releases")
-        tensorrt_any = _sourced(ctx, data.get("tensorrt"), "tensorrt", str, None)
-        if tensorrt_any.value is None:
-            raise ctx.fail("tensorrt", "a desktop/server target must say which TensorRT releases apply")
-
+        releases, jetpack_source = (), None
+        tensorrt_any = _desktop_tensorrt(ctx, data)
     modes = _power_modes(ctx, data.get("power_modes"))
     if kind == "jetson" and not modes:
         raise ctx.fail("power_modes", "a Jetson target must list its nvpmodel power modes")
     for mode in modes:
         if mode.min_jetpack and mode.min_jetpack not in {r.jetpack for r in jetpack_table()}:
             raise ctx.fail("power_modes.%s.min_jetpack" % mode.name, "unknown JetPack release %r" % mode.min_jetpack)
-
     aliases = _str_list(ctx, data.get("aliases"), "aliases")
     for alias in aliases:
         if not NAME_PATTERN.match(alias):
             raise ctx.fail("aliases", "%r must be lower-case letters, digits and '-'" % alias)
-
     return Target(
         name=name,
         display_name=ctx.string(data, "display_name", "top level") or name,
@@ -407,6 +361,68 @@ def load_profile(path: Union[str, Path]) -> Target:  # noqa: C901 - one linear v
         notes=_str_list(ctx, data.get("notes"), "notes"),
         path=str(p),
     )
+
+
+def _name_and_kind(ctx: _Ctx, data: Dict[str, Any], p: Path) -> Tuple[str, str]:
+    """The profile's name (which must be the file's name) and kind."""
+    name = ctx.string(data, "name", "top level") or ""
+    if not NAME_PATTERN.match(name):
+        raise ctx.fail("name", "%r must be lower-case letters, digits and '-'" % name)
+    if p.suffix in (".yaml", ".yml") and p.stem != name:
+        raise ctx.fail("name", "%r does not match the file name %r" % (name, p.name),
+                       hint="rename the file to %s.yaml or fix the name" % name)
+    kind = ctx.string(data, "kind", "top level") or ""
+    if kind not in KINDS:
+        raise ctx.fail("kind", "%r is not one of %s" % (kind, ", ".join(KINDS)))
+    return name, kind
+
+
+def _detection(ctx: _Ctx, raw: Any) -> Tuple[Tuple[str, ...], Tuple[str, ...], Tuple[str, ...]]:
+    """The ``detect`` block: module ids, device-tree model patterns and GPU name patterns (valid regexes)."""
+    detect = ctx.check_keys(raw, _DETECT_KEYS, "detect")
+    module_ids = _str_list(ctx, detect.get("module_ids"), "detect.module_ids")
+    for mid in module_ids:
+        if not re.match(r"^p\d{4}-\d{4}$", mid):
+            raise ctx.fail("detect.module_ids", "%r is not a module id like p3767-0000" % mid)
+    patterns = _str_list(ctx, detect.get("model_patterns"), "detect.model_patterns")
+    gpu_patterns = _str_list(ctx, detect.get("gpu_name_patterns"), "detect.gpu_name_patterns")
+    for where, plist in (("detect.model_patterns", patterns), ("detect.gpu_name_patterns", gpu_patterns)):
+        for pat in plist:
+            try:
+                re.compile(pat)
+            except re.error as err:
+                raise ctx.fail(where, "%r is not a valid regular expression: %s" % (pat, err))
+    return module_ids, patterns, gpu_patterns
+
+
+def _jetson_releases(ctx: _Ctx, data: Dict[str, Any]) -> Tuple[Tuple[JetPackRelease, ...], Sourced]:
+    """A Jetson's JetPack releases (names from the shared JetPack table) and the source saying so."""
+    if "tensorrt" in data:
+        raise ctx.fail("tensorrt", "a Jetson target takes its TensorRT versions from 'jetpack'")
+    jp = ctx.check_keys(data.get("jetpack"), _JETPACK_KEYS, "jetpack")
+    names = _str_list(ctx, jp.get("releases"), "jetpack.releases")
+    if not names:
+        raise ctx.fail("jetpack.releases", "a Jetson target must list its JetPack releases")
+    table = {r.jetpack: r for r in jetpack_table()}
+    for jp_name in names:
+        if jp_name not in table:
+            close = difflib.get_close_matches(jp_name, list(table), n=1)
+            raise ctx.fail("jetpack.releases", "unknown JetPack release %r%s" % (
+                jp_name, "; did you mean %r?" % close[0] if close else ""),
+                hint="add it to %s or use one of %s" % (JETPACK_FILE.name, ", ".join(table)))
+    source = _sourced(ctx, {"value": list(names), "source": jp.get("source"),
+                            "uncertain": jp.get("uncertain", False), "note": jp.get("note")}, "jetpack", list, None)
+    return tuple(table[n] for n in names), source
+
+
+def _desktop_tensorrt(ctx: _Ctx, data: Dict[str, Any]) -> Sourced:
+    """A desktop/server GPU's TensorRT support: one sourced statement instead of a JetPack list."""
+    if "jetpack" in data:
+        raise ctx.fail("jetpack", "only Jetson targets have JetPack releases")
+    tensorrt_any = _sourced(ctx, data.get("tensorrt"), "tensorrt", str, None)
+    if tensorrt_any.value is None:
+        raise ctx.fail("tensorrt", "a desktop/server target must say which TensorRT releases apply")
+    return tensorrt_any
 
 
 # ---- the registry -------------------------------------------------------------------------------------
