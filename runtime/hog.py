@@ -2,9 +2,9 @@
 ``cv2.HOGDescriptor_getDefaultPeopleDetector``): the one implementation that the people and action apps run
 and that the walking-direction recipe's training (:mod:`jetforge.compress.action`) labels its tracks with.
 
-It is a classical stand-in, labelled as such wherever it is used, until the project has a compact CNN person
-detector running through a ``runtime`` session; it runs on the CPU only and finds upright people about 100 px
-tall or more.  Its SVM margins serve as detection scores.  Torch-free.
+It is the classical alternative (``--detector hog``) to the apps' CNN person detector (SSDLite-MobileNetV2,
+:mod:`jetforge.apps.tasks.detectors.ssd`), labelled as classical wherever it is used; it runs on the CPU only and
+finds upright people about 100 px tall or more.  Its SVM margins serve as detection scores.  Torch-free.
 """
 
 from dataclasses import dataclass

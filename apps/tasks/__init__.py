@@ -12,7 +12,7 @@ from jetforge.registry import Registry
 
 TASKS: Registry[Any] = Registry("app")
 TASKS.add_lazy("people", "jetforge.apps.tasks.people:PeopleApp",
-               "detect, track and count people: line crossings, zone occupancy (OpenCV HOG detector)")
+               "detect, track and count people: line crossings, zone occupancy (SSDLite-MobileNetV2 CNN or OpenCV HOG)")
 TASKS.add_lazy("classify", "jetforge.apps.tasks.classify:ClassifyApp",
                "ImageNet classification of every frame with a real pretrained model, top-k overlay")
 TASKS.add_lazy("faces", "jetforge.apps.tasks.faces:FacesApp",

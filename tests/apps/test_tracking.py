@@ -75,7 +75,7 @@ class _T:
 
 
 def test_line_counter_counts_each_direction_once_per_crossing():
-    line = LineCounter((100, 0), (100, 200), name="door")  # vertical, drawn downwards
+    line = LineCounter((100, 0), (100, 200), name="door", margin=0)  # vertical, drawn downwards; no hysteresis
     xs = [80, 90, 99, 101, 102, 99, 101, 120, 130, 90]  # crosses right, back, right again, then left
     events = []
     for x in xs:
@@ -87,6 +87,67 @@ def test_line_counter_counts_each_direction_once_per_crossing():
     outside = LineCounter((100, 0), (100, 50))
     outside.update([_T(1, 80, 150)])
     assert outside.update([_T(1, 120, 150)]) == []  # passes below the end of the segment
+
+
+def _feed(line, xs, y=150, tid=7):
+    events = []
+    for x in xs:
+        events += line.update([_T(tid, x, y)])
+    return [e["direction"] for e in events]
+
+
+def test_line_margin_ignores_jitter_on_the_line_and_counts_clear_crossings():
+    # The same walk as above with a 10 px margin: 101/102/99/101 stay within 10 px of x = 100 (the band), so
+    # only the two clear passes count: 80 -> 120 (backward, counted at 120, the first point >= 10 px past),
+    # and 130 -> 90 (forward, 90 is exactly 10 px past: the margin is inclusive).
+    line = LineCounter((100, 0), (100, 200), margin=10)
+    assert _feed(line, [80, 90, 99, 101, 102, 99, 101, 120, 130, 90]) == ["backward", "forward"]
+    # Standing on the line and jittering by +-8 px for 50 frames counts nothing; then walking off counts once.
+    standing = LineCounter((100, 0), (100, 200), margin=10)
+    jitter = [100 + (8 if i % 2 else -8) for i in range(50)]
+    assert _feed(standing, [70] + jitter) == []
+    assert _feed(standing, [115]) == ["backward"]
+    # Into the band and back to the side it came from: nothing, however often.
+    back = LineCounter((100, 0), (100, 200), margin=10)
+    assert _feed(back, [70, 95, 105, 95, 80, 104, 85]) == []
+    # The margin is a perpendicular distance: a slanted line (3-4-5 triangle) gives the same verdicts.
+    slanted = LineCounter((0, 0), (300, 400), margin=10)  # length 500; the positive side's unit normal (-0.8, 0.6)
+    assert slanted.distance((300, 0)) == pytest.approx(-240.0) and slanted.distance((0, 50)) == pytest.approx(30.0)
+    p0, p_in, p_out = (150 - 8 * 0.8, 200 + 8 * 0.6), (150 + 8 * 0.8, 200 - 8 * 0.6), (150 + 12 * 0.8, 200 - 12 * 0.6)
+    events = []
+    for tid, p in ((3, (150 - 20 * 0.8, 200 + 20 * 0.6)), (3, p0), (3, p_in), (3, p0), (3, p_in), (3, p_out)):
+        events += slanted.update([_T(tid, *p)])
+    assert [e["direction"] for e in events] == ["backward"] and slanted.total == 1  # + 20 px -> - 12 px
+
+
+def test_line_margin_needs_the_segment_itself_and_rejects_bad_margins():
+    line = LineCounter((100, 0), (100, 50), margin=10)  # a short segment; the path passes below its end
+    assert _feed(line, [70, 130]) == []
+    # Two tracks crossing are counted separately.
+    two = LineCounter((100, 0), (100, 200), margin=5)
+    assert _feed(two, [80, 120], tid=1) == ["backward"]
+    assert _feed(two, [80, 120], tid=2) == ["backward"]  # each track counts on its own
+    assert (two.forward, two.backward) == (0, 2)
+    with pytest.raises(ConfigError, match="margin must be 0 or more"):
+        LineCounter((0, 0), (1, 1), margin=-1)
+    assert parse_line("a=0,0,10,0", margin=4.0).margin == 4.0
+    assert two.to_dict()["margin"] == 5.0
+
+
+def test_tracker_coasts_between_detections():
+    tracker = Tracker(TrackerOptions(min_hits=2))
+    seen = []
+    for i in range(4):  # a box moving 10 px right per frame, confirmed on its second detection
+        seen = tracker.update(np.array([box(100 + 10 * i, 100)]), np.array([0.9]))
+    assert [t.id for t in seen] == [1]
+    before = seen[0].box.copy()
+    coasted = tracker.coast()
+    # constant velocity: the prediction moves on by about the learnt 10 px per frame (the filter has seen 4
+    # frames, so its velocity estimate is close to, not exactly, 10: 5 px tolerance)
+    assert [t.id for t in coasted] == [1] and 5 < coasted[0].box[0] - before[0] < 15
+    assert tracker.tracks[0].missed == 0 and tracker.tracks[0].state == "tracked"
+    # the next detection continues the same id
+    assert [t.id for t in tracker.update(np.array([box(150, 100)]), np.array([0.9]))] == [1]
 
 
 def test_zone_occupancy_and_parsing():

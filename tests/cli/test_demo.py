@@ -109,7 +109,7 @@ def test_demo_summary_states_the_backend(capsys, tmp_path, mobilenet_onnx, bikes
 def test_default_demo_is_the_people_showcase(capsys, tmp_path):
     code, out, err = run_demo(capsys, "--max-frames", 3, "--out", tmp_path, "--no-plots")
     assert code == 0, err
-    assert "task      people" in out and "HOG" in out and "walkway" in out and "crossing" in out
+    assert "task      people" in out and "SSDLite-MobileNetV2" in out and "walkway" in out and "crossing" in out
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["task"] == "people" and metrics["sources"][0]["name"] == "vtest.avi" and metrics["frames"] == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["annotated.mp4", "events.jsonl", "metrics.json"]
