@@ -142,7 +142,7 @@ extern "C" __global__ void jf_ssd_decode(const SsdArgs p) {
     if (a >= p.num_anchors || n >= p.count) return;
     const float* logit = (const float*)p.logits + ((unsigned long long)n * p.num_anchors + a) * p.classes;
     float scores[MAX_CLASSES];
-    float best = -1.0f;
+    float best = -3.402823466e38f;  /* below any score, also an identity converter's */
     float top = logit[0] / p.logit_scale;
     for (int c = 1; c < p.classes; ++c) top = fmaxf(top, logit[c] / p.logit_scale);
     float total = 0.0f;

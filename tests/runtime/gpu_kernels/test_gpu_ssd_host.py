@@ -121,3 +121,8 @@ def test_without_a_gpu_the_kernels_are_one_clear_error():
         GpuPreprocessor(Preprocess(), batch=4)
     with pytest.raises(JetforgeError, match="cuda|CUDA|driver"):
         GpuSsdDecoder(SSDSpec(tuple(ssd_anchor_layers([(2, 2)]))), batch=2)
+
+
+def test_no_candidates_is_no_detections(spec):
+    got = finish(np.zeros((0, record_width(spec)), np.float32), 2, spec, 0.5)
+    assert [len(d) for d in got] == [0, 0] and got[0].boxes.shape == (0, 4)
