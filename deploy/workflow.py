@@ -197,8 +197,28 @@ class Deployment:
         self.remote_dir = opts.remote_dir or "%s/%s" % (REMOTE_BASE, check_bundle_name(manifest.name))
         self.steps: List[Dict[str, Any]] = []
         stamp = _stamp()
+        info = self._connect(manifest)                                      # 2. the board
+        stats = self._copy(bundle, info)                                    # 3. copy
+        self.summary = {"host": self.ssh.host, "port": self.ssh.port, "user": self.ssh.user,
+                        "started": stamp, "bundle": {"name": manifest.name, "hash": manifest.bundle_hash,
+                                                      "path": str(self.bundle_path)},
+                        "remote_dir": info.remote_dir, "board": info.to_dict(), "transfer": stats.to_dict(),
+                        "jetforge_local": jetforge.__version__, "steps": self.steps}
+        if info.jetforge is None:
+            return self.summary
 
-        # 2. the board
+        # verify on the board
+        verify = self._remote("bundle verify", self._jf(["bundle", "verify", info.remote_dir, "--json"],
+                                                        info.remote_dir))
+        if verify.returncode != 0:
+            raise DeployError("the bundle on the board does not verify: %s" % last_line(verify.stderr),
+                              hint="run the same deploy again (it resends what differs)")
+        self._run_steps(info, "%s-results/%s" % (info.remote_dir, stamp))  # 4. steps
+        return self.summary
+
+    def _connect(self, manifest: Any) -> RemoteInfo:
+        """Probe the board; refuse it where a requested step cannot run, warn about what differs."""
+        opts = self.opts
         self.info = info = probe(self.ssh, opts.remote_jetforge, self.remote_dir)
         self.remote_dir = info.remote_dir
         self.console.say("connected to %s: %s" % (self.ssh.label, info.describe()))
@@ -221,8 +241,11 @@ class Deployment:
             self.console.say("note: the board is not a Jetson: TensorRT engines cannot be built there; "
                              "`build` reports it and `bench` runs the ONNX model on ONNX Runtime")
         check_free_space(info.free_bytes, manifest.total_bytes, self.ssh, info.remote_dir)
+        return info
 
-        # 3. copy
+    def _copy(self, bundle: Any, info: RemoteInfo) -> Any:
+        """Send the bundle with rsync (where both sides have it, or ``--transfer rsync``) or the chunked ssh copy."""
+        opts = self.opts
         use_rsync = opts.transfer == "rsync" or (opts.transfer == "auto" and info.rsync and rsync_available_locally())
         if opts.transfer == "rsync" and not info.rsync:
             raise DeployError("rsync is not installed on %s" % self.ssh.label,
@@ -233,58 +256,28 @@ class Deployment:
             stats = push_rsync(self.ssh, bundle.path, info.remote_dir, bwlimit=opts.bwlimit,
                                on_progress=self.console.remote)
         else:
-            stats = push_ssh(self.ssh, bundle.path, [(f.path, f.sha256) for f in manifest.files], info.remote_dir,
-                             on_progress=self.console.remote)
+            stats = push_ssh(self.ssh, bundle.path, [(f.path, f.sha256) for f in bundle.manifest.files],
+                             info.remote_dir, on_progress=self.console.remote)
         self.console.say("copied %d file(s), %.1f MiB sent (%.1f s)" % (stats.files_transferred,
                                                                       stats.literal_bytes / 1048576.0, stats.seconds))
-        self.summary = {"host": self.ssh.host, "port": self.ssh.port, "user": self.ssh.user,
-                        "started": stamp, "bundle": {"name": manifest.name, "hash": manifest.bundle_hash,
-                                                      "path": str(self.bundle_path)},
-                        "remote_dir": info.remote_dir, "board": info.to_dict(), "transfer": stats.to_dict(),
-                        "jetforge_local": jetforge.__version__, "steps": self.steps}
-        if info.jetforge is None:
-            return self.summary
+        return stats
 
-        # verify on the board
-        verify = self._remote("bundle verify", self._jf(["bundle", "verify", info.remote_dir, "--json"],
-                                                        info.remote_dir))
-        if verify.returncode != 0:
-            raise DeployError("the bundle on the board does not verify: %s" % last_line(verify.stderr),
-                              hint="run the same deploy again (it resends what differs)")
-
-        # 4. steps
-        remote_results = "%s-results/%s" % (info.remote_dir, stamp)
+    def _run_steps(self, info: RemoteInfo, remote_results: str) -> None:
+        """doctor, build, board-check, bench, app on the board, in that order, each as asked for."""
+        opts = self.opts
         ssh_run(self.ssh, "mkdir -p -- %s" % rquote(remote_results), doing="create the results folder",
                 remote_dir=remote_results)
         self.summary["remote_results"] = remote_results
         engine: Optional[str] = None
-        build_info: Optional[Dict[str, Any]] = None
+        built = False
         runs = list(opts.runs)
         for step in [s for s in STEPS if s in runs]:
             if step == "doctor":
-                res = self._remote("doctor", self._jf(["doctor", "--json"], info.remote_dir,
-                                                      stdout_to=remote_results + "/doctor.json"), check=True)
-            elif step == "build" or (step == "bench" and build_info is None):
-                res = self._remote("build", self._jf(["build", info.remote_dir, "--target", opts.target, "--json"],
-                                                     info.remote_dir))
-                build_info = self._json(res.stdout) or {}
-                write_remote = "cat > %s" % shlex.quote(remote_results + "/build.json")
-                _put_text(self.ssh, write_remote, json.dumps(build_info, indent=2))
-                if res.returncode == 0:
-                    found = build_info.get("engine")
-                    engine = found if isinstance(found, str) and found.startswith("/") else None
-                    self.console.say("engine %s (%s)" % (engine, "loaded from the engine cache"
-                                                          if build_info.get("cache") == "hit" else "built"))
-                elif res.returncode == EXIT_NO_TENSORRT:
-                    self.console.say("TensorRT is not installed on the board: no engine; bench falls back to "
-                                     "ONNX Runtime (labelled in the results)")
-                else:
-                    raise RemoteCommandError("build on %s failed (exit %d): %s" % (self.ssh.label, res.returncode,
-                                                                                   last_line(res.stderr)),
-                                             hint="see remote.log in the results folder; `jetforge build --plan-only` "
-                                                  "checks the options here")
-                self.summary["build"] = {"exit": res.returncode, "engine": engine,
-                                         "cache": build_info.get("cache"), "tensorrt": build_info.get("tensorrt")}
+                self._remote("doctor", self._jf(["doctor", "--json"], info.remote_dir,
+                                                stdout_to=remote_results + "/doctor.json"), check=True)
+            elif step == "build" or (step == "bench" and not built):
+                engine = self._build(remote_results, info)
+                built = True
             if step == "board-check":
                 self._board_check(remote_results, info)
             if step == "bench":
@@ -295,7 +288,31 @@ class Deployment:
                     "model": model, "out": remote_results + "/app", "bundle": info.remote_dir,
                     "config": "%s/app.yaml" % info.remote_dir})
                 self._remote("app", self._jf(words, info.remote_dir), check=True)
-        return self.summary
+
+    def _build(self, remote_results: str, info: RemoteInfo) -> Optional[str]:
+        """``jetforge build`` on the board; the engine's path there, or None without TensorRT (bench uses ORT)."""
+        res = self._remote("build", self._jf(["build", info.remote_dir, "--target", self.opts.target, "--json"],
+                                             info.remote_dir))
+        build_info = self._json(res.stdout) or {}
+        write_remote = "cat > %s" % shlex.quote(remote_results + "/build.json")
+        _put_text(self.ssh, write_remote, json.dumps(build_info, indent=2))
+        engine: Optional[str] = None
+        if res.returncode == 0:
+            found = build_info.get("engine")
+            engine = found if isinstance(found, str) and found.startswith("/") else None
+            self.console.say("engine %s (%s)" % (engine, "loaded from the engine cache"
+                                                  if build_info.get("cache") == "hit" else "built"))
+        elif res.returncode == EXIT_NO_TENSORRT:
+            self.console.say("TensorRT is not installed on the board: no engine; bench falls back to "
+                             "ONNX Runtime (labelled in the results)")
+        else:
+            raise RemoteCommandError("build on %s failed (exit %d): %s" % (self.ssh.label, res.returncode,
+                                                                           last_line(res.stderr)),
+                                     hint="see remote.log in the results folder; `jetforge build --plan-only` "
+                                          "checks the options here")
+        self.summary["build"] = {"exit": res.returncode, "engine": engine,
+                                 "cache": build_info.get("cache"), "tensorrt": build_info.get("tensorrt")}
+        return engine
 
     def _board_check(self, remote_results: str, info: RemoteInfo) -> None:
         """``jetforge board-check`` on the board; its report lands in the results folder and is fetched back."""
