@@ -28,20 +28,24 @@ CAPTURE_HINT = ("an operation that is not permitted while a CUDA graph is captur
 CAPTURE_ERRORS = range(900, 910)  # cudaErrorStreamCaptureUnsupported .. cudaErrorStreamCaptureWrongThread etc.
 
 
+def load_binding(name: str, legacy: str, purpose: str) -> Any:
+    """cuda-python's ``cuda.bindings.<name>`` (>= 12.6), else the older ``cuda.<legacy>``; else one DependencyError."""
+    try:
+        return require("cuda.bindings." + name, purpose)
+    except DependencyError:
+        try:
+            return importlib.import_module("cuda." + legacy)  # cuda-python < 12.6
+        except ImportError:
+            raise DependencyError("cuda-python is not installed; it is needed for %s" % purpose,
+                                  hint="pip install 'jetforge[cuda]' (cuda-python matching your CUDA; on "
+                                       "Jetson the release for JetPack's CUDA)") from None
+
+
 def runtime_api() -> Any:
     """The cuda-python runtime module (``cuda.bindings.runtime``, else ``cuda.cudart``), imported once."""
     global _RUNTIME
     if _RUNTIME is None:
-        try:
-            _RUNTIME = require("cuda.bindings.runtime", "CUDA buffers, streams and graphs")
-        except DependencyError:
-            try:
-                _RUNTIME = importlib.import_module("cuda.cudart")  # cuda-python < 12.6
-            except ImportError:
-                raise DependencyError("cuda-python is not installed; it is needed for CUDA buffers, streams and "
-                                      "graphs (the TensorRT backend)",
-                                      hint="pip install 'jetforge[cuda]' (cuda-python matching your CUDA; on "
-                                           "Jetson the release for JetPack's CUDA)") from None
+        _RUNTIME = load_binding("runtime", "cudart", "CUDA buffers, streams and graphs (the TensorRT backend)")
     return _RUNTIME
 
 

@@ -13,12 +13,11 @@ does not compile again (about 0.1-0.5 s per kernel).
 """
 
 import hashlib
-import importlib
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from jetforge.errors import BackendError, DependencyError
-from jetforge.optional import require
+from jetforge.runtime.cuda.bindings import load_binding
 
 _NVRTC: Optional[Any] = None
 _MEMORY: Dict[str, bytes] = {}
@@ -29,15 +28,7 @@ def nvrtc_api() -> Any:
     """cuda-python's NVRTC module (``cuda.bindings.nvrtc``, else ``cuda.nvrtc``), imported once."""
     global _NVRTC
     if _NVRTC is None:
-        try:
-            api = require("cuda.bindings.nvrtc", "compiling the GPU preprocessing kernels")
-        except DependencyError:
-            try:
-                api = importlib.import_module("cuda.nvrtc")  # cuda-python < 12.6
-            except ImportError:
-                raise DependencyError("cuda-python is not installed; it is needed to compile the GPU kernels",
-                                      hint="pip install 'jetforge[cuda]' (on Jetson: the cuda-python release "
-                                           "for JetPack's CUDA); or use the CPU path (--decode cpu)") from None
+        api = load_binding("nvrtc", "nvrtc", "compiling the GPU kernels")
         try:
             api.nvrtcVersion()  # loads libnvrtc: cuda-python raises (not returns) when it cannot be found
         except Exception as err:

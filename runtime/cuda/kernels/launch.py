@@ -9,12 +9,10 @@ the structure at once, and a launch captured into a CUDA graph keeps the values 
 """
 
 import ctypes
-import importlib
 from typing import Any, Dict, Optional, Tuple
 
-from jetforge.errors import BackendError, DependencyError
-from jetforge.optional import require
-from jetforge.runtime.cuda.bindings import check, runtime_api
+from jetforge.errors import BackendError
+from jetforge.runtime.cuda.bindings import check, load_binding, runtime_api
 from jetforge.runtime.cuda.kernels.compiler import compile_cubin
 
 _DRIVER: Optional[Any] = None
@@ -25,14 +23,7 @@ def driver_api() -> Any:
     """cuda-python's driver module (``cuda.bindings.driver``, else ``cuda.cuda``), imported and initialised once."""
     global _DRIVER
     if _DRIVER is None:
-        try:
-            drv = require("cuda.bindings.driver", "launching the GPU kernels")
-        except DependencyError:
-            try:
-                drv = importlib.import_module("cuda.cuda")  # cuda-python < 12.6
-            except ImportError:
-                raise DependencyError("cuda-python is not installed; it is needed to launch the GPU kernels",
-                                      hint="pip install 'jetforge[cuda]'") from None
+        drv = load_binding("driver", "cuda", "launching the GPU kernels")
         try:
             result = drv.cuInit(0)
         except Exception as err:  # cuda-python raises (not returns) when libcuda itself is missing
