@@ -3,9 +3,9 @@
 from pathlib import Path
 from typing import Any, Dict, List
 
-from jetforge.runtime.tensorrt.dla.report import _table
 from jetforge.runtime.estimate.model import DLA, GPU
 from jetforge.runtime.estimate.result import Estimate
+from jetforge.table import format_table as text_table
 
 DEFAULT_ROWS = 25
 
@@ -38,19 +38,20 @@ def format_table(est: Estimate, all_layers: bool = False) -> str:
         "a roofline model, not a measurement; per layer at batch %d (%s)" % (
             first.batch, "all kernels" if all_layers else "the %d slowest kernels; --all-layers for every one"
             % min(DEFAULT_ROWS, len(ranked)))]
-    parts = ["\n".join(head), _table(["#", "layer", "ops", "device", "type", "GFLOP", "MB", "bound", "us", "%"], rows)]
+    headers = ["#", "layer", "ops", "device", "type", "GFLOP", "MB", "bound", "us", "%"]
+    parts = ["\n".join(head), text_table(headers, rows)]
     if first.transitions:
-        parts.append("GPU<->DLA transitions at batch %d (reformat + copy each):\n" % first.batch + _table(
+        parts.append("GPU<->DLA transitions at batch %d (reformat + copy each):\n" % first.batch + text_table(
             ["tensor", "from", "to", "KB", "us"],
             [[_short(t.tensor, 50), t.source, t.dest, "%.1f" % (t.bytes / 1e3), "%.1f" % (t.time_s * 1e6)]
              for t in first.transitions]))
-    parts.append(_table(["batch", "latency ms", "throughput/s", "GPU ms", "DLA ms", "transitions ms", "DLA loadables",
-                         "weights MB", "peak activations MB", "workspace >= MB", "I/O MB"],
-                        [[b.batch, "%.3f" % (b.latency_s * 1e3), "%.1f" % b.throughput,
-                          "%.3f" % (b.device_s(GPU) * 1e3),
-                          "%.3f" % ((b.device_s(DLA) + b.subgraph_s) * 1e3), "%.3f" % (b.transitions_s * 1e3),
-                          b.dla_subgraphs, _mb(b.memory.weights), _mb(b.memory.activations_peak),
-                          _mb(b.memory.workspace_lower_bound), _mb(b.memory.io_bindings)] for b in est.batches]))
+    batch_rows = [[b.batch, "%.3f" % (b.latency_s * 1e3), "%.1f" % b.throughput, "%.3f" % (b.device_s(GPU) * 1e3),
+                   "%.3f" % ((b.device_s(DLA) + b.subgraph_s) * 1e3), "%.3f" % (b.transitions_s * 1e3),
+                   b.dla_subgraphs, _mb(b.memory.weights), _mb(b.memory.activations_peak),
+                   _mb(b.memory.workspace_lower_bound), _mb(b.memory.io_bindings)] for b in est.batches]
+    parts.append(text_table(["batch", "latency ms", "throughput/s", "GPU ms", "DLA ms", "transitions ms",
+                             "DLA loadables", "weights MB", "peak activations MB", "workspace >= MB", "I/O MB"],
+                            batch_rows))
     parts.append("memory: weights at %s; peak activations from tensor liveness in topological order; workspace is a "
                  "computed lower bound (largest reformat buffer), TensorRT may use more" % est.precision.upper())
     if est.dla_fallback:

@@ -1,17 +1,10 @@
 """Render a :class:`~jetforge.runtime.tensorrt.dla.analyze.DlaAnalysis` as a terminal table or JSON."""
 
 import json
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 from jetforge.runtime.tensorrt.dla.analyze import FOLDED, DlaAnalysis
-
-
-def _table(headers: List[str], rows: List[List[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+from jetforge.table import format_table as text_table
 
 
 def _short(text: str, width: int) -> str:
@@ -28,7 +21,7 @@ def format_table(analysis: DlaAnalysis, all_layers: bool = False, width: int = 7
         rows.append([layer.index, _short(layer.name, 40), layer.onnx_op, layer.device + mark,
                      "" if layer.subgraph is None else layer.subgraph,
                      ",".join(layer.rule_ids), _short(layer.reason, width)])
-    parts = [_table(["#", "layer", "op", "device", "sub", "rule", "reason"], rows), "", format_summary(analysis)]
+    parts = [text_table(["#", "layer", "op", "device", "sub", "rule", "reason"], rows), "", format_summary(analysis)]
     return "\n".join(parts)
 
 
