@@ -1,0 +1,189 @@
+"""The kernels' own CUDA C, compiled for the CPU by the host C++ compiler, run through the library on real frames.
+
+No GPU here, so :class:`FakeGpuKernel` stands in for the device: it compiles the exact source text
+NVRTC gets (``sources.py``) with g++, behind a few lines that give CUDA's built-ins a CPU meaning
+(``blockIdx``/``threadIdx`` set by a loop over the launch grid, ``atomicAdd`` on one thread, float ->
+half through GCC's ``_Float16``, which rounds to nearest even as ``cvt.rn.f16.f32`` does), and runs
+every block and thread of the launch the library asks for, with host addresses in the frame table.
+So the kernel's indexing, colour maths, geometry and stores are executed, not transcribed; only the
+GPU's own arithmetic (FMA contraction, ``expf``) differs.  Skipped without g++ (or a compiler that
+lacks ``_Float16``).
+"""
+
+import ctypes
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jetforge.runtime.cuda.kernels import launch
+from jetforge.runtime.cuda.kernels.color import BT601_LIMITED, BT709_LIMITED, ColorSpec
+from jetforge.runtime.cuda.kernels.preprocess import GpuPreprocessor, Nv12Frame, PackedFrame
+from jetforge.runtime.cuda.kernels.reference import bgr_to_nv12, reference_nv12, reference_packed
+from jetforge.runtime.cuda.kernels.ssd import GpuSsdDecoder, candidates_reference, effective_threshold
+from jetforge.runtime.detection import SSDSpec, postprocess
+from jetforge.runtime.inputs import Preprocess
+
+CXX = shutil.which("g++")
+pytestmark = [pytest.mark.skipif(CXX is None, reason="no g++ to compile the kernels' CUDA C for the CPU"),
+              pytest.mark.slow]  # ~25 s on 2 shared cores: a g++ build per kernel variant, then 26 launches
+FIXTURE = Path(__file__).resolve().parent / "data" / "ssd_person_vtest.npz"
+
+CUDA_ON_CPU = r"""
+#include <math.h>
+#include <string.h>
+#include <algorithm>
+struct Dim3 { int x, y, z; };
+static Dim3 blockIdx, threadIdx, blockDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+using std::min;
+static inline int atomicAdd(int* p, int v) { int old = *p; *p += v; return old; }
+#define JF_F32_TO_F16(h, v) do { _Float16 t_ = (_Float16)(v); memcpy(&(h), &t_, 2); } while (0)
+"""
+
+GRID_LOOP = r"""
+extern "C" void run_grid(const void* args, int gx, int gy, int gz, int bx, int by, int bz) {
+    blockDim = Dim3{bx, by, bz};
+    for (int z = 0; z < gz; ++z) for (int y = 0; y < gy; ++y) for (int x = 0; x < gx; ++x)
+        for (int tz = 0; tz < bz; ++tz) for (int ty = 0; ty < by; ++ty) for (int tx = 0; tx < bx; ++tx) {
+            blockIdx = Dim3{x, y, z};
+            threadIdx = Dim3{tx, ty, tz};
+            KERNEL(*(const ARGS*)args);
+        }
+}
+"""
+
+
+class FakeGpuKernel:
+    """launch.Kernel's stand-in: the same source built with g++ into a shared library, the grid run on the CPU."""
+
+    folder: Path = Path(".")
+
+    def __init__(self, source, name, options=()):
+        args_type = "PreArgs" if name == "jf_preprocess" else "SsdArgs"
+        text = (CUDA_ON_CPU + source + "\n#define KERNEL %s\n#define ARGS %s\n" % (name, args_type) + GRID_LOOP)
+        key = hashlib.sha256(text.encode()).hexdigest()[:16]
+        lib = self.folder / ("%s_%s.so" % (name, key))
+        if not lib.is_file():
+            src = lib.with_suffix(".cpp")
+            src.write_text(text)
+            # -ffp-contract=off: no fused multiply-adds, each product rounded as numpy rounds it
+            proc = subprocess.run([CXX, "-O1", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC", "-o",
+                                   str(lib), str(src)], capture_output=True, text=True)
+            if proc.returncode:
+                if "_Float16" in proc.stderr:
+                    pytest.skip("this g++ has no _Float16")
+                raise AssertionError("the kernel source does not compile as C++:\n" + proc.stderr[-3000:])
+        self.lib = ctypes.CDLL(str(lib))
+        self.lib.run_grid.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 6
+
+    def launch(self, grid, block, args, stream=None):
+        self.lib.run_grid(ctypes.addressof(args), *grid, *block)
+
+
+@pytest.fixture
+def cpu_gpu(monkeypatch, tmp_path_factory):
+    FakeGpuKernel.folder = tmp_path_factory.getbasetemp()
+    monkeypatch.setattr(launch, "Kernel", FakeGpuKernel)
+
+
+def address(array: np.ndarray) -> int:
+    return int(array.ctypes.data)
+
+
+def nv12_in_memory(image, pad=40):
+    """NV12 of a BGR frame in one host array (Y rows then UV rows, ``pad`` bytes past each row), and its handle."""
+    y, uv = bgr_to_nv12(image)
+    h, w = y.shape
+    rows = np.zeros((h + h // 2, w + pad), np.uint8)
+    rows[:h, :w], rows[h:, :w] = y, uv
+    return (y, uv), rows, Nv12Frame.contiguous(address(rows), w, h, w + pad)
+
+
+CONTRACTS = [Preprocess(),
+             Preprocess(height=320, width=320, resize="letterbox", mean=(0.0,), std=(1.0,)),
+             Preprocess(height=300, width=300, resize="stretch", color="bgr", scale=1.0, mean=(127.5,),
+                        std=(127.5,)),
+             Preprocess(height=96, width=128, color="gray", mean=(0.5,), std=(0.25,), layout="nhwc")]
+
+
+@pytest.mark.parametrize("contract", CONTRACTS, ids=["crop", "letterbox", "stretch-bgr", "gray-nhwc"])
+@pytest.mark.parametrize("color", [BT601_LIMITED, BT709_LIMITED, ColorSpec("bt709", "full")],
+                         ids=["601-limited", "709-limited", "709-full"])
+def test_the_kernel_source_computes_the_reference(cpu_gpu, bikes_frames, contract, color):
+    frames = [nv12_in_memory(bikes_frames[i]) for i in (5, 160)]
+    pre = GpuPreprocessor(contract, batch=3, color=color)
+    out32 = np.zeros(pre.output_nbytes, np.uint8)
+    pre.run([f[2] for f in frames], out_ptr=address(out32))
+    fp32 = out32.view(np.float32).reshape(pre.output_shape)[:2]
+    assert np.abs(fp32 - reference_nv12([f[0] for f in frames], contract, color)).max() <= 1e-3
+    half = GpuPreprocessor(contract, batch=3, out_dtype="float16", color=color)
+    out16 = np.zeros(half.output_nbytes, np.uint8)
+    half.run([f[2] for f in frames], out_ptr=address(out16))
+    fp16 = out16.view(np.float16).reshape(half.output_shape)[:2]
+    assert np.array_equal(fp32.astype(np.float16).view(np.uint16), fp16.view(np.uint16))
+
+
+@pytest.mark.parametrize("order", ["rgb", "bgr"])
+def test_packed_frames_through_the_kernel_source(cpu_gpu, bikes_frames, order):
+    contract = CONTRACTS[0]
+    images = [bikes_frames[i] if order == "bgr" else np.ascontiguousarray(bikes_frames[i][:, :, ::-1])
+              for i in (30, 75)]
+    padded = [np.pad(im.reshape(im.shape[0], -1), ((0, 0), (0, 24))) for im in images]
+    handles = [PackedFrame(address(p), p.shape[1], im.shape[1], im.shape[0]) for p, im in zip(padded, images)]
+    pre = GpuPreprocessor(contract, batch=2, input_format=order)
+    out = np.zeros(pre.output_nbytes, np.uint8)
+    pre.run(handles, out_ptr=address(out))
+    got = out.view(np.float32).reshape(pre.output_shape)
+    assert np.abs(got - reference_packed(images, contract, order)).max() <= 1e-3
+
+
+def test_the_ssd_kernel_source_gives_postprocess_detections(cpu_gpu, monkeypatch):
+    """GpuSsdDecoder's launch on the fixture's real outputs, with host memory standing in for device memory."""
+    from jetforge.runtime.cuda.kernels import ssd
+
+    data = np.load(str(FIXTURE))
+    enc, logits = data["enc"], data["logits"]
+    spec = SSDSpec.from_dict(json.loads(str(data["spec"])))
+
+    class HostBuffer:  # DeviceBuffer / PinnedBuffer on the host: copies are memmove, the stream is ignored
+        def __init__(self, nbytes):
+            self.nbytes = nbytes
+            self.data = np.zeros(nbytes, np.uint8)
+            self.ptr = address(self.data)
+
+        def array(self, shape, dtype):
+            return self.data[:int(np.prod(shape)) * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
+
+        def copy_from_host(self, src, nbytes=None, stream=None):
+            ctypes.memmove(self.ptr, src.ptr, self.nbytes if nbytes is None else nbytes)
+
+        def copy_to_host(self, dst, nbytes=None, stream=None):
+            ctypes.memmove(dst.ptr, self.ptr, self.nbytes if nbytes is None else nbytes)
+
+        def fill_bytes(self, value, nbytes=None, stream=None):
+            self.data[:self.nbytes if nbytes is None else nbytes] = value
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(ssd, "DeviceBuffer", HostBuffer)
+    monkeypatch.setattr(ssd, "PinnedBuffer", HostBuffer)
+    monkeypatch.setattr(ssd, "_sync", lambda stream: None)
+    monkeypatch.setattr("jetforge.runtime.cuda.bindings.synchronize_device", lambda: None)
+    for threshold in (0.3, 0.5):
+        dec = GpuSsdDecoder(spec, batch=4, prefetch_per_frame=2)
+        got = dec.run(address(enc), address(logits), len(enc), stream=None, score_threshold=threshold)
+        want = postprocess(enc, logits, spec, score_threshold=threshold)
+        t = effective_threshold(spec, threshold)
+        assert dec.last_candidates == len(candidates_reference(enc, logits, spec, t))
+        assert dec.last_candidates > 4 * 2  # more than the first copy holds: the second, whole copy ran
+        for g, w in zip(got, want):
+            assert len(g) == len(w) > 0 and np.array_equal(g.classes, w.classes)
+            assert np.abs(g.boxes - w.boxes).max() <= 1e-5 and np.abs(g.scores - w.scores).max() <= 1e-6
