@@ -1,4 +1,4 @@
-"""The dependency direction of docs/CONVENTIONS.md, read from the source of every module.
+"""The import rules of docs/architecture.md ("The layers"), read from the source of every module.
 
     root <- targets <- runtime <- calibrate <- compress;   apps -> runtime, targets;
     deploy -> runtime, targets;   cli -> apps, deploy, runtime, targets (calibrate, compress lazily)
@@ -193,7 +193,7 @@ def test_every_module_follows_the_dependency_direction():
 
 # The checker itself: each rule fires on a one-line example and stays quiet on the allowed form.
 @pytest.mark.parametrize("rel, source, expect", [
-    ("targets/x.py", "from jetforge.runtime import preprocess", "direction"),
+    ("targets/x.py", "from jetforge.runtime import inputs", "direction"),
     ("runtime/x.py", "import jetforge.calibrate.cache", "direction"),
     ("runtime/x.py", "def f():\n    from jetforge.calibrate import cache", "inside a function"),
     ("calibrate/x.py", "from jetforge.compress import export", "direction"),
@@ -213,7 +213,7 @@ def test_every_module_follows_the_dependency_direction():
     ("runtime/x.py", "import tensorrt as trt", "at module level"),
     ("apps/x.py", "try:\n    import onnxruntime\nexcept ImportError:\n    pass", "at module level"),
     ("jetforge/x.py", "from cuda.bindings import runtime", "at module level"),
-    ("runtime/x.py", "from runtime.preprocess import Preprocess", "folder name"),
+    ("runtime/x.py", "from runtime.inputs import Preprocess", "folder name"),
     ("runtime/session/x.py", "from ...calibrate import cache", "direction"),
     ("targets/x.py", "from jetforge import runtime", "direction"),
     ("targets/x.py", "import importlib\nimportlib.import_module('jetforge.runtime')", "direction"),
@@ -231,19 +231,48 @@ def test_checker_catches(rel, source, expect):
     ("runtime/x.py", "from jetforge.targets import get_target\nfrom jetforge.errors import BackendError"),
     ("runtime/x.py", "def f():\n    import tensorrt\n    from jetforge.optional import require"),
     ("runtime/x.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import onnxruntime"),
-    ("runtime/session/x.py", "from ..preprocess import Preprocess\nfrom . import base"),
-    ("calibrate/x.py", "import onnx\nimport onnxruntime\nfrom jetforge.runtime.preprocess import Preprocess"),
+    ("runtime/session/x.py", "from ..inputs import Preprocess\nfrom . import base"),
+    ("calibrate/x.py", "import onnx\nimport onnxruntime\nfrom jetforge.runtime.inputs import Preprocess"),
     ("compress/x.py", "import torch\nfrom jetforge.calibrate.cache import write_cache"),
     ("cli/cmd_x.py", "def run():\n    from jetforge.compress.export import export_onnx"),
     ("cli/cmd_x.py", "from jetforge.deploy.bundle import create_bundle\nfrom jetforge.apps.video import open_source"),
     ("deploy/x.py", "from jetforge.runtime.tensorrt.engine_cache import EngineCache\nfrom jetforge.targets import get"),
     ("compress/x.py", "from jetforge.assets import asset_path\nfrom jetforge.progress import progress_bar"),
-    ("apps/video/x.py", "import cv2\nimport numpy as np\nfrom jetforge.runtime import preprocess"),
+    ("apps/video/x.py", "import cv2\nimport numpy as np\nfrom jetforge.runtime import inputs"),
     ("jetforge/__main__.py", "from jetforge.cli.main import main"),
     ("targets/x.py", "import yaml\nfrom jetforge.config import load_config\nimport jetforge"),
 ])
 def test_checker_allows(rel, source):
     assert check_source(source, rel) == []
+
+
+# ---- a task never imports the CLI --------------------------------------------------------------------------------
+TASKS_FOLDER = "apps/tasks/"
+
+
+def cli_imports(source: str, rel: str) -> List[str]:
+    """Imports of ``jetforge.cli`` in ``source``: at module level, inside functions and under TYPE_CHECKING alike
+    (a task that needs a model made on the workstation gets it from the CLI through its options, never by import)."""
+    return ["%s:%d: imports %s" % (rel, imp.line, imp.module) for imp in scan_imports(source, rel)
+            if imp.module == "jetforge.cli" or imp.module.startswith("jetforge.cli.")]
+
+
+def test_no_task_imports_the_cli():
+    tasks = [(p, rel) for p, rel in _python_files() if rel.startswith(TASKS_FOLDER)]
+    assert len(tasks) >= 5, "found too few task modules under %s: %s" % (TASKS_FOLDER, tasks)
+    problems = [line for p, rel in tasks for line in cli_imports(p.read_text(encoding="utf-8"), rel)]
+    assert not problems, "tasks importing the CLI (move what they need below apps/):\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("source, count", [
+    ("from jetforge.cli.model_refs import prepare_app_models", 1),
+    ("def build():\n    from jetforge.cli import model_refs", 1),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jetforge.cli.base import Command", 1),
+    ("from jetforge import cli", 1),
+    ("from jetforge.apps.tasks.base import App\nimport jetforge.client_x\nfrom jetforge.runtime import inputs", 0),
+])
+def test_cli_import_scanner(source, count):
+    assert len(cli_imports(source, "apps/tasks/x.py")) == count
 
 
 # ---- no import cycles (module level and inside functions alike) ------------------------------------------------
