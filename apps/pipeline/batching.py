@@ -1,0 +1,119 @@
+"""Dynamic batching of N streams into one session: :class:`StreamBatcher` and the batch-size buckets.
+
+Why: one inference of batch N costs far less than N inferences of batch 1 on a GPU, and a CUDA graph (or a
+TensorRT optimisation profile) exists per batch *size*.  So frames of N streams are gathered into one batch,
+as DeepStream's ``nvstreammux`` does:
+
+* at most one frame per stream per batch, taken oldest first, so every stream's frames go through inference
+  in their order and no stream starves the others;
+* a batch is pushed as soon as every open stream has a frame waiting (or ``max_batch`` are waiting), and
+  otherwise when ``timeout_s`` has passed since the oldest waiting frame arrived - DeepStream's
+  ``batched-push-timeout`` - so a slow or stalled stream delays the others by at most that long;
+* each stream may have ``depth`` frames waiting; its producer blocks beyond that (back-pressure instead of
+  unbounded memory or silently dropped frames: these are files; a live source drops at its own end);
+* :func:`bucket_for` pads a batch of n to the next size in ``buckets`` so that only a few CUDA graphs are ever
+  captured (1, 2, 4, 8, 16, 32 by default) instead of one per n.
+"""
+
+import threading
+import time
+from collections import deque
+from typing import Any, Deque, List, Optional, Sequence
+
+from jetforge.errors import ConfigError
+
+DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32)
+
+
+def bucket_for(n: int, buckets: Sequence[int] = DEFAULT_BUCKETS) -> int:
+    """The smallest bucket that holds ``n`` frames (``n`` itself when it is larger than every bucket)."""
+    if n < 1:
+        raise ConfigError("a batch holds at least one frame, got %d" % n)
+    for b in sorted(buckets):
+        if b >= n:
+            return int(b)
+    return int(n)
+
+
+class StreamBatcher:
+    """Frames of ``streams`` producers -> batches for one consumer (see the module docstring).
+
+    Producers call :meth:`put` (blocking while their stream has ``depth`` frames waiting) and :meth:`close`
+    when their stream ends; the consumer calls :meth:`take` until it returns None (every stream closed and
+    drained).  :meth:`stop` ends everything early (an error, a time limit): waiting producers return False.
+    """
+
+    def __init__(self, streams: int, max_batch: int, timeout_s: float = 0.004, depth: int = 2) -> None:
+        if streams < 1 or max_batch < 1 or depth < 1:
+            raise ConfigError("streams, max_batch and depth must be at least 1, got %d, %d, %d"
+                              % (streams, max_batch, depth))
+        if timeout_s < 0:
+            raise ConfigError("batch timeout must be 0 or more seconds, got %r" % timeout_s)
+        self.streams, self.max_batch, self.timeout_s, self.depth = streams, max_batch, float(timeout_s), depth
+        self._waiting: List[Deque[Any]] = [deque() for _ in range(streams)]
+        self._arrived: List[Deque[float]] = [deque() for _ in range(streams)]
+        self._open = [True] * streams
+        self._stopped = False
+        self._cond = threading.Condition()
+        self._next_stream = 0  # round-robin start, so that with max_batch < streams every stream gets its turn
+        self.timeouts = 0  # batches pushed by the timeout with fewer frames than open streams
+        self.batches = 0
+
+    def put(self, stream: int, item: Any) -> bool:
+        """Queue ``item`` for ``stream``; False when the batcher was stopped (the producer should end)."""
+        with self._cond:
+            while len(self._waiting[stream]) >= self.depth and not self._stopped:
+                self._cond.wait()
+            if self._stopped:
+                return False
+            self._waiting[stream].append(item)
+            self._arrived[stream].append(time.perf_counter())
+            self._cond.notify_all()
+            return True
+
+    def close(self, stream: int) -> None:
+        """``stream`` has no more frames."""
+        with self._cond:
+            self._open[stream] = False
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def take(self) -> Optional[List[Any]]:
+        """The next batch (1 .. max_batch items, at most one per stream), or None at the end."""
+        with self._cond:
+            while True:
+                if self._stopped:
+                    return None
+                ready = [s for s in range(self.streams) if self._waiting[s]]
+                wanted = min(self.max_batch, sum(1 for s in range(self.streams) if self._open[s] or self._waiting[s]))
+                if not ready and wanted == 0:
+                    return None
+                if ready and len(ready) >= wanted:
+                    return self._pop(ready)
+                if ready:
+                    oldest = min(self._arrived[s][0] for s in ready)
+                    left = oldest + self.timeout_s - time.perf_counter()
+                    if left <= 0:
+                        self.timeouts += 1
+                        return self._pop(ready)
+                    self._cond.wait(left)
+                else:
+                    self._cond.wait()
+
+    def _pop(self, ready: List[int]) -> List[Any]:
+        order = sorted(ready, key=lambda s: (s - self._next_stream) % self.streams)[:self.max_batch]
+        self._next_stream = (order[-1] + 1) % self.streams
+        batch = []
+        for s in order:
+            batch.append(self._waiting[s].popleft())
+            self._arrived[s].popleft()
+        self.batches += 1
+        self._cond.notify_all()
+        return batch
+
+
+__all__ = ["DEFAULT_BUCKETS", "StreamBatcher", "bucket_for"]

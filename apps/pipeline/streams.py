@@ -1,0 +1,283 @@
+"""N video streams through one batched session, frames on the GPU from decode to the model: :func:`run_streams`.
+
+The threads, as in DeepStream (decode -> ``nvstreammux`` -> ``nvinfer`` -> sinks):
+
+* one decode thread per source (NVDEC sessions run concurrently; their calls release the GIL), each putting
+  its frames into a :class:`~jetforge.apps.pipeline.batching.StreamBatcher`;
+* the *launch* thread (the caller's): takes a batch and calls ``ops.launch(frames)`` - preprocessing into the
+  session's input buffer and the inference, both queued on the GPU without waiting;
+* the *finish* thread: ``ops.finish(handle, frames)`` waits for that batch's results, postprocesses them into
+  one event per frame, and hands each (stream, frame, event) to the sink in order.  Up to ``in_flight``
+  batches are between the two, so the host work of batch k+1 overlaps the GPU work of batch k.
+
+Every stream's frames keep their order: one frame per stream per batch, batches launched and finished in
+order by one thread each.  What the GPU does is behind ``ops`` (:class:`BatchOps`): a backend supplies it
+(the benchmark's CUDA ops; :class:`HostBatchOps` runs the same flow on the CPU for tests and CI).
+"""
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from jetforge.apps.pipeline.batching import DEFAULT_BUCKETS, StreamBatcher, bucket_for
+from jetforge.errors import ConfigError
+
+try:  # process CPU time of every thread (user + system); absent on Windows
+    import resource
+except ImportError:  # pragma: no cover
+    resource = None  # type: ignore[assignment]
+
+
+@dataclass
+class StreamRunOptions:
+    """``max_batch``: frames per batch (default: the number of streams, at most 32); ``batch_timeout_s``: the
+    batched-push-timeout; ``depth``: frames a stream may have waiting; ``in_flight``: batches between launch and
+    finish; ``time_limit_s``: stop after this long (0: run the sources to their end); ``buckets``: batch sizes."""
+
+    max_batch: int = 0
+    batch_timeout_s: float = 0.004
+    depth: int = 2
+    in_flight: int = 2
+    time_limit_s: float = 0.0
+    buckets: Tuple[int, ...] = DEFAULT_BUCKETS
+
+    def __post_init__(self) -> None:
+        if self.in_flight < 1 or self.depth < 1:
+            raise ConfigError("in_flight and depth must be at least 1")
+
+
+class BatchOps:
+    """What a backend does with one batch of frames (see the module docstring)."""
+
+    def launch(self, frames: List[Any], padded: int) -> Any:
+        """Queue preprocessing + inference of ``frames`` (padded to ``padded`` rows); return a handle."""
+        raise NotImplementedError
+
+    def finish(self, handle: Any, frames: List[Any]) -> List[Dict[str, Any]]:
+        """Wait for ``handle``'s results; one event per frame, in the order of ``frames``."""
+        raise NotImplementedError
+
+    def host_frames(self, handle: Any, frames: List[Any]) -> List[np.ndarray]:
+        """The frames as NV12 host arrays (for rendering: copied back once)."""
+        return [f.host_nv12() for f in frames]
+
+    def gpu_ms(self) -> Dict[str, float]:
+        """Accumulated GPU milliseconds per stage (empty where not measured)."""
+        return {}
+
+
+class HostBatchOps(BatchOps):
+    """The same flow on the CPU: ``preprocess(frame) -> array`` per frame, ``infer(batch) -> outputs``,
+    ``postprocess(outputs, i, frame) -> event``.  Used by tests, CI and the benchmark's dry run."""
+
+    def __init__(self, preprocess: Callable[[Any], np.ndarray], infer: Callable[[np.ndarray], Any],
+                 postprocess: Callable[[Any, int, Any], Dict[str, Any]]) -> None:
+        self._pre, self._infer, self._post = preprocess, infer, postprocess
+
+    def launch(self, frames: List[Any], padded: int) -> Any:
+        x = np.stack([self._pre(f) for f in frames])
+        if padded > len(frames):
+            x = np.concatenate([x, np.repeat(x[-1:], padded - len(frames), axis=0)])
+        return self._infer(x)
+
+    def finish(self, handle: Any, frames: List[Any]) -> List[Dict[str, Any]]:
+        return [self._post(handle, i, f) for i, f in enumerate(frames)]
+
+
+StreamSink = Callable[[int, Any, Dict[str, Any], Optional[np.ndarray]], None]
+
+
+@dataclass
+class StreamRunResult:
+    """What :func:`run_streams` measured (all times are seconds unless named ``_ms``)."""
+
+    frames: int
+    wall_s: float
+    per_stream_frames: List[int]
+    latency_ms: List[List[float]]  # per stream: capture -> event, in frame order
+    stage_wall_ms: Dict[str, float]  # per frame
+    stage_cpu_ms: Dict[str, float]  # per frame, the thread's CPU time
+    process_cpu_s: float
+    batches: int
+    mean_batch: float
+    timeouts: int
+    gpu_ms: Dict[str, float] = field(default_factory=dict)  # per frame
+    order_ok: bool = True
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.wall_s if self.wall_s > 0 else 0.0
+
+    def summary(self) -> Dict[str, Any]:
+        lat = [np.asarray(v) for v in self.latency_ms if v]
+        p50 = [float(np.percentile(v, 50)) for v in lat]
+        p99 = [float(np.percentile(v, 99)) for v in lat]
+        per_frame_cpu = self.process_cpu_s / max(1, self.frames)
+        return {"frames": self.frames, "wall_s": self.wall_s, "fps": self.fps, "streams": len(self.per_stream_frames),
+                "per_stream_frames": self.per_stream_frames, "batches": self.batches, "mean_batch": self.mean_batch,
+                "batch_timeouts": self.timeouts, "order_ok": self.order_ok,
+                "latency_p50_ms": {"median_stream": _median(p50), "worst_stream": max(p50) if p50 else None},
+                "latency_p99_ms": {"median_stream": _median(p99), "worst_stream": max(p99) if p99 else None},
+                "stage_wall_ms_per_frame": self.stage_wall_ms, "stage_cpu_ms_per_frame": self.stage_cpu_ms,
+                "stage_gpu_ms_per_frame": self.gpu_ms, "process_cpu_ms_per_frame": 1000.0 * per_frame_cpu,
+                "cores_per_30fps_stream": per_frame_cpu * 30.0}
+
+
+def _median(values: Sequence[float]) -> Optional[float]:
+    return float(np.median(values)) if len(values) else None
+
+
+def process_cpu_s() -> float:
+    """User + system CPU seconds of this process, every thread included (getrusage)."""
+    if resource is None:  # pragma: no cover
+        return time.process_time()
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class _Clock:
+    """Wall and thread-CPU seconds of one stage, summed over calls (one thread per stage)."""
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return fn(*args)
+        finally:
+            self.wall += time.perf_counter() - t0
+            self.cpu += time.thread_time() - c0
+
+
+def run_streams(sources: Sequence[Any], ops: BatchOps, options: Optional[StreamRunOptions] = None,
+                sink: Optional[StreamSink] = None, render: bool = False) -> StreamRunResult:
+    """Run ``sources`` (iterables of frames with ``.stream`` = their index) through ``ops``; see the module."""
+    opts = options or StreamRunOptions()
+    n = len(sources)
+    if n < 1:
+        raise ConfigError("run_streams needs at least one source")
+    batcher = StreamBatcher(n, opts.max_batch or min(n, max(opts.buckets)), opts.batch_timeout_s, opts.depth)
+    run = _Run(n, ops, sink, render, opts.in_flight)
+    producers = [threading.Thread(target=run.produce, args=(s, src, batcher), name="decode-%d" % s, daemon=True)
+                 for s, src in enumerate(sources)]
+    finisher = threading.Thread(target=run.finish_loop, name="finish", daemon=True)
+    cpu0, t0 = process_cpu_s(), time.perf_counter()
+    deadline = t0 + opts.time_limit_s if opts.time_limit_s > 0 else None
+    for t in producers:
+        t.start()
+    finisher.start()
+    try:
+        run.launch_loop(batcher, opts.buckets, deadline)
+    finally:
+        batcher.stop()
+        run.handles.put(None)
+        finisher.join()
+        for t in producers:
+            t.join(timeout=10.0)
+    wall, cpu = time.perf_counter() - t0, process_cpu_s() - cpu0
+    run.raise_error()
+    return run.result(wall, cpu, batcher)
+
+
+class _Run:
+    """The state shared by the threads of one :func:`run_streams` call."""
+
+    def __init__(self, streams: int, ops: BatchOps, sink: Optional[StreamSink], render: bool, in_flight: int) -> None:
+        self.ops, self.sink, self.render = ops, sink, render
+        self.handles: "queue.Queue[Any]" = queue.Queue(maxsize=in_flight)
+        self.clocks = {name: _Clock() for name in ("decode", "launch", "finish", "sink")}
+        self.decode_clocks = [_Clock() for _ in range(streams)]
+        self.latency: List[List[float]] = [[] for _ in range(streams)]
+        self.last_index = [-1] * streams
+        self.counts = [0] * streams
+        self.order_ok = True
+        self.frames = 0
+        self.padded_rows = 0
+        self.errors: List[BaseException] = []
+
+    def produce(self, s: int, source: Any, batcher: StreamBatcher) -> None:
+        clock = self.decode_clocks[s]
+        it = iter(source)
+        try:
+            while True:
+                frame = clock.run(next, it, None)
+                if frame is None or not batcher.put(s, frame):
+                    break
+        except BaseException as err:  # a decode error ends the run with that error
+            self.errors.append(err)
+            batcher.stop()
+        finally:
+            batcher.close(s)
+
+    def launch_loop(self, batcher: StreamBatcher, buckets: Sequence[int], deadline: Optional[float]) -> None:
+        clock = self.clocks["launch"]
+        while not self.errors:
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+            frames = batcher.take()
+            if frames is None:
+                break
+            padded = bucket_for(len(frames), buckets)
+            self.padded_rows += padded
+            handle = clock.run(self.ops.launch, frames, padded)
+            self.handles.put((handle, frames))
+
+    def finish_loop(self) -> None:
+        finish, sink_clock = self.clocks["finish"], self.clocks["sink"]
+        while True:
+            item = self.handles.get()
+            if item is None:
+                return
+            if self.errors:
+                continue
+            handle, frames = item
+            try:
+                events = finish.run(self.ops.finish, handle, frames)
+                hosts = self.ops.host_frames(handle, frames) if self.render else [None] * len(frames)
+                done = time.perf_counter()
+                for frame, event, host in zip(frames, events, hosts):
+                    self._record(frame, done)
+                    if self.sink is not None:
+                        sink_clock.run(self.sink, frame.stream, frame, event, host)
+            except BaseException as err:
+                self.errors.append(err)
+
+    def _record(self, frame: Any, done: float) -> None:
+        s = frame.stream
+        if frame.index <= self.last_index[s]:
+            self.order_ok = False
+        self.last_index[s] = frame.index
+        self.counts[s] += 1
+        if frame.captured:
+            self.latency[s].append(1000.0 * (done - frame.captured))
+        self.frames += 1
+
+    def raise_error(self) -> None:
+        if self.errors:
+            raise self.errors[0]
+
+    def result(self, wall: float, cpu: float, batcher: StreamBatcher) -> StreamRunResult:
+        frames = max(1, self.frames)
+        decode_wall = sum(c.wall for c in self.decode_clocks)
+        decode_cpu = sum(c.cpu for c in self.decode_clocks)
+        stage_wall = {"decode": 1000.0 * decode_wall / frames}
+        stage_cpu = {"decode": 1000.0 * decode_cpu / frames}
+        for name in ("launch", "finish", "sink"):
+            stage_wall[name] = 1000.0 * self.clocks[name].wall / frames
+            stage_cpu[name] = 1000.0 * self.clocks[name].cpu / frames
+        gpu = {k: v / frames for k, v in self.ops.gpu_ms().items()}
+        return StreamRunResult(frames=self.frames, wall_s=wall, per_stream_frames=list(self.counts),
+                               latency_ms=self.latency, stage_wall_ms=stage_wall, stage_cpu_ms=stage_cpu,
+                               process_cpu_s=cpu, batches=batcher.batches,
+                               mean_batch=self.frames / max(1, batcher.batches), timeouts=batcher.timeouts,
+                               gpu_ms=gpu, order_ok=self.order_ok)
+
+
+__all__ = ["BatchOps", "HostBatchOps", "StreamRunOptions", "StreamRunResult", "StreamSink", "process_cpu_s",
+           "run_streams"]

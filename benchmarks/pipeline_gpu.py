@@ -1,0 +1,400 @@
+"""The GPU video path against the hardware bound (issue 15): NVDEC -> GPU preprocessing -> batched CUDA-graph
+inference -> events (render off) or CPU encoder workers (render on), for 1/4/16/32 streams of 720p H.264.
+
+Three steps, each one command:
+
+    .venv/bin/python benchmarks/pipeline_gpu.py --prep          # here: streams (ffmpeg) + wheel + weights -> build/gpu_pipeline/
+    .venv/bin/python benchmarks/pipeline_gpu.py --dry-run       # here: the whole script on the CPU (FakeNvDecoder)
+    python3 benchmarks/pipeline_gpu.py                          # the H200 (one device call, carry build/gpu_pipeline)
+
+Measured in the same run, per model (MobileNetV2 classify; SSDLite person detector) and stream count N:
+* model alone at the pipeline's batch (device tensors, CUDA graph, no copies), decode alone of the same N streams
+  (NVDEC, one thread per stream), encode alone of the CPU encoder pool (8 workers);
+* the pipeline, render off (events only) and on (annotated MP4 per stream through the encoder pool): aggregate FPS,
+  per-stream p50/p99 latency (decode -> event), wall/CPU/GPU ms per stage per frame, CPU cores per 30-FPS stream
+  (process CPU seconds from getrusage per frame x 30), CPU-ms per encoded frame;
+* the bound: the slower of model-alone and decode-alone (render on: also encode-alone), and the goals' ratios.
+
+Writes pipeline_gpu<tag>.json, .txt (the table) and .png under $OUT (else benchmarks/results/).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CARRY = ROOT / "build" / "gpu_pipeline"
+WHEEL = "pynvvideocodec-2.2.4-cp312-cp312-manylinux_2_28_x86_64.whl"
+STREAMS = {"classify": "bbb720.mp4", "people": "people720.mp4"}
+GOALS = {"render_off_ratio": 0.9, "render_on_ratio": 0.8, "cores_per_30fps_stream": 0.1}
+SCHEMA = 1
+
+sys.path.insert(0, str(HERE))
+from estimate_h200 import add_repo_to_path  # noqa: E402  (maps this checkout's folders to jetforge.*)
+
+add_repo_to_path()
+
+
+def log(*parts: Any) -> None:
+    print(*parts, flush=True)
+
+
+def install_wheel(carry: Path) -> None:
+    """The device has no PyNvVideoCodec: install the carried wheel into /tmp/site (no index, no deps)."""
+    try:
+        import PyNvVideoCodec  # noqa: F401
+        return
+    except ImportError:
+        pass
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                    "--target", "/tmp/site", str(carry / WHEEL)], check=True)
+    sys.path.insert(0, "/tmp/site")
+
+
+def run_gpu_tests(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
+    """F2's kernel tests (marked gpu) first, with their own time limit; the log goes to $OUT."""
+    if not args.gpu_tests:
+        return {"skipped": True}
+    t0 = time.perf_counter()
+    env = dict(os.environ)
+    probe = subprocess.run([sys.executable, "-P", "-c", "import jetforge.cli"], cwd="/tmp", capture_output=True)
+    if probe.returncode != 0:  # a plain checkout: install it where the test process finds it (no deps, no index)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--target", "/tmp/jf", str(ROOT)], check=True, capture_output=True)
+        env["PYTHONPATH"] = os.pathsep.join(["/tmp/jf", "/tmp/site", env.get("PYTHONPATH", "")])
+    # -P: the checkout's root is not put on sys.path, so `jetforge` is the installed package, not its root folder
+    cmd = [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu"] + args.gpu_tests.split()
+    try:
+        proc = subprocess.run(cmd, cwd=str(ROOT), capture_output=True, text=True, timeout=args.gpu_tests_timeout,
+                              env=env)
+        text, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as err:
+        text, rc = "TIMEOUT after %ss\n%s" % (args.gpu_tests_timeout, err.stdout or ""), 124
+    (out / "gpu_tests.log").write_text(text if isinstance(text, str) else text.decode("utf-8", "replace"))
+    tail = text.strip().splitlines()[-1:] if isinstance(text, str) else []
+    log("gpu tests: rc=%d, %s (%.0f s)" % (rc, tail[0] if tail else "", time.perf_counter() - t0))
+    return {"returncode": rc, "summary": tail[0] if tail else "", "seconds": time.perf_counter() - t0}
+
+
+# ------------------------------------------------------------------------------------------------- measurements
+def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int = 0) -> List[Any]:
+    """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed."""
+    from jetforge.apps.video.sources.nvdec import NvDecSource
+
+    sources = [NvDecSource(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, keep=keep,
+                           loop=True) for s in range(n)]
+    for src in sources:
+        src.prime()
+    return sources
+
+
+def decode_alone(paths: List[Path], n: int, codec: Any, seconds: float) -> Dict[str, Any]:
+    """Hardware decode of N streams, one thread per stream, nothing else: frames per second of all streams."""
+    from jetforge.apps.pipeline.streams import process_cpu_s
+
+    sources = open_sources(paths, n, codec, keep=None)
+    counts = [0] * n
+    stop = time.perf_counter() + seconds
+
+    def work(s: int) -> None:
+        while time.perf_counter() < stop:
+            if sources[s].read() is None:
+                break
+            counts[s] += 1
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(n)]
+    c0, t0 = process_cpu_s(), time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall, cpu = time.perf_counter() - t0, process_cpu_s() - c0
+    for src in sources:
+        src.close()
+    frames = sum(counts)
+    return {"streams": n, "frames": frames, "fps": frames / wall, "cpu_ms_per_frame": 1000.0 * cpu / max(1, frames)}
+
+
+def encode_alone(frames_nv12: List[Any], width: int, height: int, workers: int, streams: int, seconds: float,
+                 out_dir: Path) -> Dict[str, Any]:
+    """The CPU encoder pool alone: frames submitted round robin over ``streams`` for ``seconds``, then closed."""
+    from jetforge.apps.video.sinks.encode_pool import EncoderPool
+
+    pool = EncoderPool(out_dir, width, height, 30.0, workers=workers)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        pool.submit(n % streams, frames_nv12[n % len(frames_nv12)], {"label": "encode-alone %d" % n})
+        n += 1
+    results = pool.close()
+    wall = time.perf_counter() - t0
+    cpu = sum(r["cpu_s"] for r in results)
+    return {"workers": workers, "streams": streams, "frames": n, "fps": n / wall,
+            "cpu_ms_per_encoded_frame": 1000.0 * cpu / max(1, n)}
+
+
+def pipeline_run(env: "Env", model: str, n: int, render: bool) -> Dict[str, Any]:
+    """The whole GPU path for N streams of ``model``; render on sends every frame to the encoder pool."""
+    from jetforge.apps.pipeline.streams import StreamRunOptions, run_streams
+    from jetforge.apps.video.sinks.encode_pool import EncoderPool
+
+    ops = env.ops(model, n)
+    sources = open_sources([env.streams[model]], n, env.codec, keep=env.keep)
+    pool, sink = None, None
+    if render:
+        pool = EncoderPool(env.scratch / ("%s_%d" % (model, n)), sources[0].width, sources[0].height, 30.0,
+                           workers=env.args.encoders)
+        sink = (lambda s, f, e, host: pool.submit(s, host, e))  # noqa: E731
+    else:
+        sink = env.event_sink()
+    opts = StreamRunOptions(max_batch=min(n, 32), batch_timeout_s=env.args.batch_timeout_ms / 1000.0,
+                            time_limit_s=env.args.seconds)
+    try:
+        result = run_streams(sources, ops, opts, sink=sink, render=render)
+    finally:
+        enc = pool.close() if pool is not None else []
+        for src in sources:
+            src.close()
+    row = result.summary()
+    row.update({"model": model, "render": render, "preprocess": env.pre_kind[model]})
+    if enc:
+        row["encoded_frames"] = sum(r["frames"] for r in enc)
+        row["cpu_ms_per_encoded_frame"] = 1000.0 * sum(r["cpu_s"] for r in enc) / max(1, row["encoded_frames"])
+    return row
+
+
+class Env:
+    """What every measurement of one run shares: torch, device, sessions, decoder module, stream files."""
+
+    def __init__(self, args: argparse.Namespace, carry: Path) -> None:
+        import torch
+
+        from pipeline_gpu_ops import keep_hook, load_models, open_torch_session
+
+        self.args, self.torch = args, torch
+        self.device = "cpu" if args.dry_run else "cuda"
+        if args.dry_run:
+            torch.set_num_threads(1)  # the shared CI/dev CPU: no oversubscription
+        if args.dry_run:
+            from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder
+
+            self.codec: Any = FakeNvDecoder
+        else:
+            from jetforge.apps.video.sources.nvdec import load_pynvvideocodec
+
+            self.codec = load_pynvvideocodec()
+        self.streams = {m: carry / "streams" / STREAMS[m] for m in args.models}
+        self.keep = keep_hook(torch, self.device)
+        self.models = load_models(carry / "assets", args.models)
+        self.sessions = {m: open_torch_session(mod, c, self.device) for m, (mod, c, _) in self.models.items()}
+        self.pre_kind: Dict[str, str] = {}
+        self.scratch = Path(args.scratch)
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self._sink_lock = threading.Lock()
+
+    def ops(self, model: str, n: int) -> Any:
+        from pipeline_gpu_ops import ClassifyHead, SsdHead, TorchStreamOps
+
+        _, contract, spec = self.models[model]
+        batch = min(n, 32)
+        pre = self._preprocessor(model, contract, batch)
+        if model == "classify":
+            from jetforge.apps.labels import load_labels
+
+            head: Any = ClassifyHead(self.torch, load_labels("imagenet"))
+        else:
+            head = SsdHead(spec, contract, (720, 1280), threshold=0.5, gpu_decoder=self._ssd_decoder(spec, batch),
+                           torch=self.torch)
+        return TorchStreamOps(self.torch, self.sessions[model], pre, head, self.device)
+
+    def _preprocessor(self, model: str, contract: Any, batch: int) -> Any:
+        from pipeline_gpu_ops import F2Preprocess, TorchNv12Preprocess
+
+        if not self.args.dry_run and not self.args.torch_preprocess:
+            try:
+                pre = F2Preprocess(self.torch, contract, 32, self.device, "bt709", False)
+                self.pre_kind[model] = "nvrtc-kernel"
+                return pre
+            except Exception as err:  # the kernel package missing or failing: measured with the fallback, said so
+                log("F2 preprocessing kernel unavailable (%s: %s); torch fallback" % (type(err).__name__, err))
+        self.pre_kind[model] = "torch-fallback"
+        return TorchNv12Preprocess(self.torch, contract, 32, self.device)
+
+    def _ssd_decoder(self, spec: Any, batch: int) -> Optional[Any]:
+        if self.args.dry_run or self.args.host_ssd_decode:
+            return None
+        try:
+            from jetforge.runtime.cuda.kernels import GpuSsdDecoder
+
+            return GpuSsdDecoder(spec, batch=32)
+        except Exception as err:
+            log("GPU SSD decoder unavailable (%s: %s); host decode" % (type(err).__name__, err))
+            return None
+
+    def event_sink(self) -> Any:
+        """Render off: events only, as JSON lines in the scratch folder (not returned: size)."""
+        path = self.scratch / "events.jsonl"
+        handle = open(str(path), "w", encoding="utf-8")
+
+        def write(s: int, frame: Any, event: Dict[str, Any], host: Any) -> None:
+            handle.write(json.dumps(event, default=_json_default) + "\n")
+
+        return write
+
+
+def _json_default(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+# --------------------------------------------------------------------------------------------------- the matrix
+def measure(env: Env, args: argparse.Namespace, checkpoint: Any) -> Dict[str, Any]:
+    """Model alone, decode alone, encode alone, then the pipeline (render off first: the goals at 1 and 16 streams
+    come before the longer render-on runs); ``checkpoint(res)`` after each step keeps what a time-out would lose."""
+    from pipeline_gpu_ops import model_only
+
+    from jetforge.apps.pipeline.batching import bucket_for
+
+    res: Dict[str, Any] = {"model_only": {}, "decode_alone": {}, "pipeline": [], "errors": []}
+    for model in args.models:
+        contract = env.models[model][1]
+        res["model_only"][model] = {}
+        for b in sorted({bucket_for(min(n, 32)) for n in args.streams} | {1, 2, 4, 8, 16, 32}):
+            if b > max(args.streams) * 2 and b > 1:
+                continue
+            r = model_only(env.torch, env.sessions[model], contract, b, args.model_seconds, env.device)
+            res["model_only"][model][str(b)] = r
+            log("model alone %-8s batch %2d: %8.1f FPS" % (model, b, r["fps"]))
+    checkpoint(res)
+    paths = sorted({str(p) for p in env.streams.values()})
+    for n in args.streams:
+        res["decode_alone"][str(n)] = _guard(res, "decode_alone %d" % n,
+                                             lambda: decode_alone([Path(p) for p in paths], n, env.codec,
+                                                                  args.decode_seconds))
+        log("decode alone %2d streams: %s" % (n, _fmt(res["decode_alone"][str(n)], "fps")))
+        checkpoint(res)
+    res["encode_alone"] = _guard(res, "encode_alone", lambda: encode_alone(
+        _host_frames(env), 1280, 720, args.encoders, max(args.streams), args.encode_seconds, env.scratch / "enc"))
+    log("encode alone, %d workers: %s" % (args.encoders, _fmt(res["encode_alone"], "fps")))
+    checkpoint(res)
+    for render in args.render:
+        for model in args.models:
+            for n in args.streams:
+                row = _guard(res, "pipeline %s %d render=%s" % (model, n, render),
+                             lambda: pipeline_run(env, model, n, render))
+                if row:
+                    res["pipeline"].append(row)
+                    checkpoint(res)
+                    log("pipeline %-8s %2d streams render %-3s: %8.1f FPS, p99 %s ms, %.3f cores/30fps stream"
+                        % (model, n, "on" if render else "off", row["fps"], _r(row["latency_p99_ms"]["worst_stream"]),
+                           row["cores_per_30fps_stream"]))
+    return res
+
+
+def _guard(res: Dict[str, Any], what: str, fn: Any) -> Any:
+    """One failing measurement is recorded and the matrix goes on (one device call must bring back the rest)."""
+    try:
+        return fn()
+    except Exception as err:  # recorded with its type, printed, and counted in the exit status
+        import traceback
+
+        res["errors"].append({"what": what, "error": "%s: %s" % (type(err).__name__, err)})
+        log("FAILED %s: %s" % (what, traceback.format_exc()))
+        return None
+
+
+def _fmt(row: Optional[Dict[str, Any]], key: str) -> str:
+    return "failed" if not row else "%.1f FPS" % row[key]
+
+
+def _r(v: Optional[float]) -> str:
+    return "-" if v is None else "%.1f" % v
+
+
+def _host_frames(env: Env) -> List[Any]:
+    """30 NV12 720p frames in host memory for the encode-alone run (OpenCV decode: the encoder's input only)."""
+    from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder
+    from jetforge.apps.video.sources.nvdec import NvDecSource
+
+    path = next(iter(env.streams.values()))
+    with NvDecSource(path, codec_module=FakeNvDecoder, max_frames=30) as src:
+        return [f.host_nv12() for f in src]
+
+
+def main(argv: Any = None) -> int:
+    args = parse_args(argv)
+    if args.prep:
+        from pipeline_gpu_prep import prepare
+
+        prepare(CARRY, args.ffmpeg, args.wheel_dir)
+        return 0
+    from pipeline_gpu_report import report, write_outputs
+
+    carry = Path(args.carry)
+    default_out = Path("/tmp/jf_pipeline_gpu_dry_run") if args.dry_run else HERE / "results"
+    out = Path(os.environ.get("OUT") or default_out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = "pipeline_gpu" + ("_dry_run" if args.dry_run else args.tag)
+    t0 = time.perf_counter()
+    if not args.dry_run:
+        install_wheel(carry)
+    tests = run_gpu_tests(args, out) if not args.dry_run else {"skipped": "dry run"}
+    env = Env(args, carry)
+    info = machine(env)
+
+    def checkpoint(res: Dict[str, Any]) -> None:
+        partial = {"partial": True, "machine": info, "gpu_tests": tests, "results": res}
+        (out / (name + ".partial.json")).write_text(json.dumps(partial, indent=1, default=str))
+
+    res = measure(env, args, checkpoint)
+    write_outputs(report(res, args, tests, info, time.perf_counter() - t0), out, name)
+    (out / (name + ".partial.json")).unlink()
+    return 1 if res["errors"] else 0
+
+
+def machine(env: Env) -> Dict[str, Any]:
+    from jetforge.apps.pipeline import machine_info
+
+    info = machine_info()
+    info["torch"] = env.torch.__version__
+    if env.device == "cuda":
+        info["gpu"] = env.torch.cuda.get_device_name(0)
+    info["decoder"] = getattr(env.codec, "__version__", "?")
+    return info
+
+
+def parse_args(argv: Any) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prep", action="store_true", help="make the carry folder here (streams, wheel, weights)")
+    ap.add_argument("--dry-run", action="store_true", help="run everything on the CPU with the fake decoder")
+    ap.add_argument("--carry", default=str(CARRY))
+    ap.add_argument("--ffmpeg", default=None, help="ffmpeg with libx264 for --prep (default: imageio-ffmpeg's)")
+    ap.add_argument("--wheel-dir", default="/tmp/whl", help="folder with the PyNvVideoCodec wheel for --prep")
+    ap.add_argument("--models", default="classify,people", type=lambda s: s.split(","))
+    ap.add_argument("--streams", default="1,4,16,32", type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument("--render", default="off,on", type=lambda s: [x == "on" for x in s.split(",")])
+    ap.add_argument("--seconds", type=float, default=6.0, help="timed seconds per pipeline configuration")
+    ap.add_argument("--decode-seconds", type=float, default=4.0)
+    ap.add_argument("--encode-seconds", type=float, default=6.0)
+    ap.add_argument("--model-seconds", type=float, default=1.0)
+    ap.add_argument("--encoders", type=int, default=8, help="CPU encoder worker processes (render on)")
+    ap.add_argument("--batch-timeout-ms", type=float, default=4.0, help="batched-push-timeout")
+    ap.add_argument("--torch-preprocess", action="store_true", help="use the torch fallback, not the NVRTC kernel")
+    ap.add_argument("--host-ssd-decode", action="store_true", help="SSD decode + NMS on the host, not the GPU")
+    ap.add_argument("--gpu-tests", default="", help="pytest paths of the GPU kernel tests to run first")
+    ap.add_argument("--gpu-tests-timeout", type=float, default=120.0)
+    ap.add_argument("--scratch", default="/tmp/jf_pipeline_gpu")
+    ap.add_argument("--tag", default="_h200")
+    args = ap.parse_args(argv)
+    if args.dry_run:
+        args.streams = [min(n, 3) for n in args.streams[:2]] if args.streams != [1, 4, 16, 32] else [1, 3]
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(main())

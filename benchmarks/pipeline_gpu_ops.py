@@ -1,0 +1,275 @@
+"""The torch side of ``benchmarks/pipeline_gpu.py``: models, the per-batch GPU ops, the model-only measurement.
+
+Benchmark code (torch is on the H200 and here, not on JetPack): the apps' GPU path itself is torch-free
+(``jetforge.apps.pipeline.streams`` + ``jetforge.runtime.cuda.kernels``); torch only hosts the model (the PyTorch
+session with one CUDA graph per batch size stands in for a TensorRT engine) and, where F2's NVRTC kernel cannot be
+made, a torch NV12 -> tensor conversion labelled ``preprocess: torch-fallback`` in the results.
+
+The same code runs on the CPU for ``--dry-run`` (no CUDA events, no pinned memory, the fake decoder's host frames).
+"""
+
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from jetforge.apps.pipeline.streams import BatchOps
+
+# YUV -> RGB (Kr, Kb) luma weights per matrix: R = Y + 2(1-Kr) Cr, B = Y + 2(1-Kb) Cb, G from Y = Kr R + Kg G + Kb B.
+LUMA = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}
+
+
+def load_models(assets: Any, names: Sequence[str]) -> Dict[str, Tuple[Any, Any, Any]]:
+    """name -> (torch module, image contract, SSD spec or None), from the carried weight files."""
+    from pathlib import Path
+
+    out: Dict[str, Tuple[Any, Any, Any]] = {}
+    assets = Path(assets)
+    if "classify" in names:
+        from jetforge.compress.models import get_pretrained_spec, load_pretrained
+
+        spec = get_pretrained_spec("mobilenet_v2")
+        module = load_pretrained("mobilenet_v2", assets / "mobilenet_v2-b0353104.pth")
+        out["classify"] = (module, spec.preprocess, None)
+    if "people" in names:
+        from jetforge.compress.models.ssdlite_mobilenet_v2 import load_from_graphdef
+        from jetforge.compress.models.tf_graphdef import load_graphdef
+        from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess, read_spec
+
+        graph = load_graphdef(assets / "frozen_inference_graph.pb")
+        g = SSDGraph(graph)
+        module = load_from_graphdef(assets / "frozen_inference_graph.pb", graph=graph)
+        out["people"] = (module, read_preprocess(g), read_spec(g))
+    return out
+
+
+def open_torch_session(module: Any, contract: Any, device: str) -> Any:
+    from jetforge.runtime.session.torch_backend import TorchSession
+
+    shape = ["batch", 3, contract.height, contract.width]
+    return TorchSession.from_module(module, input_shapes={"input": shape}, device=device, cuda_graph=True,
+                                    max_graphs=8, warmup=2)
+
+
+def model_only(torch: Any, session: Any, contract: Any, batch: int, seconds: float, device: str) -> Dict[str, Any]:
+    """Back-to-back inference of one static batch on device tensors (no copies): the model's own throughput."""
+    x = torch.randn(batch, 3, contract.height, contract.width, device=device)
+    feeds = {session.inputs[0].name: x}
+    for _ in range(3):
+        session.infer_tensors(feeds)
+    _sync(torch, device)
+    n, t0 = 0, time.perf_counter()
+    while True:
+        for _ in range(10):
+            session.infer_tensors(feeds)
+        n += 10
+        _sync(torch, device)
+        if time.perf_counter() - t0 >= seconds:
+            break
+    wall = time.perf_counter() - t0
+    return {"batch": batch, "iterations": n, "fps": batch * n / wall, "ms_per_batch": 1000.0 * wall / n}
+
+
+def _sync(torch: Any, device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def keep_hook(torch: Any, device: str) -> Any:
+    """decoded frame -> an owned (H*3/2, W) uint8 tensor on ``device`` (the decoder may reuse its buffers)."""
+
+    def keep(decoded: Any, width: int, height: int) -> Any:
+        if getattr(decoded, "on_host", False):  # the fake decoder (dry run)
+            return torch.from_numpy(np.asarray(decoded))
+        t = torch.from_dlpack(decoded)
+        if t.dim() == 3 and t.shape[-1] == 1:
+            t = t[..., 0]
+        if t.dim() != 2 or tuple(t.shape) != (height * 3 // 2, width):
+            t = t.reshape(height * 3 // 2, width)  # NV12 as one (H*3/2, W) plane pair
+        return t.clone(memory_format=torch.contiguous_format)
+
+    return keep
+
+
+class TorchNv12Preprocess:
+    """Fallback: NV12 frames (tensors) -> the contract's normalised NCHW float batch, with torch ops."""
+
+    def __init__(self, torch: Any, contract: Any, max_batch: int, device: str) -> None:
+        self.torch, self.c, self.device = torch, contract, device
+        self.out = torch.zeros(max_batch, 3, contract.height, contract.width, device=device)
+        mean = torch.tensor(contract.mean, dtype=torch.float32, device=device).reshape(1, -1, 1, 1)
+        std = torch.tensor(contract.std, dtype=torch.float32, device=device).reshape(1, -1, 1, 1)
+        self.a, self.b = contract.scale / std, -mean / std
+
+    def __call__(self, frames: List[Any], padded: int) -> Any:
+        torch, F = self.torch, self.torch.nn.functional
+        f0 = frames[0]
+        h, w = f0.height, f0.width
+        nv = torch.stack([f.data for f in frames]).to(self.device, non_blocking=True).float()
+        y = nv[:, :h, :]
+        uv = nv[:, h:, :].reshape(len(frames), h // 2, w // 2, 2).permute(0, 3, 1, 2)
+        uv = F.interpolate(uv, size=(h, w), mode="nearest")
+        rgb = yuv_to_rgb(torch, y, uv[:, 0], uv[:, 1], f0.matrix, f0.full_range)
+        plan = self.c.geometry((h, w))
+        rgb = F.interpolate(rgb, size=(plan.resized_wh[1], plan.resized_wh[0]), mode="bilinear", align_corners=False)
+        if self.c.resize == "short_side_crop":
+            y0, x0 = int(-plan.offset_y), int(-plan.offset_x)
+            rgb = rgb[:, :, y0:y0 + self.c.height, x0:x0 + self.c.width]
+        elif self.c.resize == "letterbox":
+            canvas = torch.full((len(frames), 3, self.c.height, self.c.width), 114.0, device=self.device)
+            y0, x0 = int(plan.offset_y), int(plan.offset_x)
+            canvas[:, :, y0:y0 + rgb.shape[2], x0:x0 + rgb.shape[3]] = rgb
+            rgb = canvas
+        if self.c.color == "bgr":
+            rgb = rgb.flip(1)
+        self.out[:len(frames)] = rgb * self.a + self.b
+        return self.out[:padded]
+
+
+def yuv_to_rgb(torch: Any, y: Any, u: Any, v: Any, matrix: str, full_range: bool) -> Any:
+    kr, kb = LUMA.get(matrix, LUMA["bt601"])
+    kg = 1.0 - kr - kb
+    if full_range:
+        yy, cb, cr = y, u - 128.0, v - 128.0
+    else:
+        yy, cb, cr = (y - 16.0) * (255.0 / 219.0), (u - 128.0) * (255.0 / 224.0), (v - 128.0) * (255.0 / 224.0)
+    r = yy + 2.0 * (1.0 - kr) * cr
+    b = yy + 2.0 * (1.0 - kb) * cb
+    g = (yy - kr * r - kb * b) / kg
+    return torch.stack([r, g, b], dim=1).clamp_(0.0, 255.0)
+
+
+class F2Preprocess:
+    """F2's fused NVRTC kernel (jetforge.runtime.cuda.kernels.GpuPreprocessor) writing into a torch buffer."""
+
+    def __init__(self, torch: Any, contract: Any, max_batch: int, device: str, matrix: str, full_range: bool) -> None:
+        from jetforge.runtime.cuda.kernels import ColorSpec, GpuPreprocessor
+
+        self.torch = torch
+        self.out = torch.zeros(max_batch, 3, contract.height, contract.width, device=device)
+        self.pre = GpuPreprocessor(contract, batch=max_batch, out_dtype="float32", input_format="nv12",
+                                   color=ColorSpec(matrix, "full" if full_range else "limited"))
+
+    def __call__(self, frames: List[Any], padded: int) -> Any:
+        from jetforge.runtime.cuda.kernels import Nv12Frame
+
+        table = [Nv12Frame.contiguous(f.data.data_ptr(), f.width, f.height, f.data.stride(0)) for f in frames]
+        stream = self.torch.cuda.current_stream().cuda_stream
+        self.pre.run(table, stream, out_ptr=self.out.data_ptr())
+        return self.out[:padded]
+
+
+class TorchStreamOps(BatchOps):
+    """One batch: preprocess (F2 kernel or fallback) -> session (CUDA graph per bucket) -> small D2H -> events."""
+
+    def __init__(self, torch: Any, session: Any, preprocess: Any, head: "Head", device: str,
+                 in_flight: int = 2) -> None:
+        self.torch, self.session, self.pre, self.head, self.device = torch, session, preprocess, head, device
+        self.cuda = device.startswith("cuda")
+        self.name = session.inputs[0].name
+        self._gpu = {"preprocess": 0.0, "infer": 0.0, "copy": 0.0}
+
+    def _event(self) -> Any:
+        if not self.cuda:
+            return None
+        e = self.torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def launch(self, frames: List[Any], padded: int) -> Any:
+        e0 = self._event()
+        x = self.pre(frames, padded)
+        e1 = self._event()
+        outs = self.session.infer_tensors({self.name: x})
+        e2 = self._event()
+        host = self.head.to_host(outs, len(frames))
+        e3 = self._event()
+        return e0, e1, e2, e3, host
+
+    def finish(self, handle: Any, frames: List[Any]) -> List[Dict[str, Any]]:
+        e0, e1, e2, e3, host = handle
+        if e3 is not None:
+            e3.synchronize()
+            self._gpu["preprocess"] += e0.elapsed_time(e1)
+            self._gpu["infer"] += e1.elapsed_time(e2)
+            self._gpu["copy"] += e2.elapsed_time(e3)
+        return self.head.events(host, frames)
+
+    def host_frames(self, handle: Any, frames: List[Any]) -> List[np.ndarray]:
+        batch = self.torch.stack([f.data for f in frames]).cpu().numpy()  # one copy back per batch
+        return list(batch)
+
+    def gpu_ms(self) -> Dict[str, float]:
+        return dict(self._gpu) if self.cuda else {}
+
+
+class Head:
+    """Model-specific: what comes back to the host and the events made of it."""
+
+    def to_host(self, outs: Dict[str, Any], n: int) -> Any:
+        raise NotImplementedError
+
+    def events(self, host: Any, frames: List[Any]) -> List[Dict[str, Any]]:
+        raise NotImplementedError
+
+
+class ClassifyHead(Head):
+    """Top-1 on the GPU; n class ids and probabilities come back."""
+
+    def __init__(self, torch: Any, labels: Sequence[str]) -> None:
+        self.torch, self.labels = torch, list(labels)
+
+    def to_host(self, outs: Dict[str, Any], n: int) -> Any:
+        logits = next(iter(outs.values()))[:n].float()
+        prob, idx = self.torch.softmax(logits, dim=1).max(dim=1)
+        return prob.to("cpu", non_blocking=True), idx.to("cpu", non_blocking=True)
+
+    def events(self, host: Any, frames: List[Any]) -> List[Dict[str, Any]]:
+        prob, idx = host[0].numpy(), host[1].numpy()
+        out = []
+        for f, p, i in zip(frames, prob, idx):
+            name = self.labels[int(i)] if 0 <= int(i) < len(self.labels) else "class %d" % int(i)
+            out.append({"stream": f.stream, "frame": f.index, "class": int(i), "score": float(p),
+                        "label": "%s %.2f" % (name, p)})
+        return out
+
+
+class SsdHead(Head):
+    """Raw SSD outputs of n frames come back (n x 1917 x 6 floats); decode + NMS on the host (runtime.detection),
+    or F2's GPU decoder (only candidates above the threshold come back) when ``gpu_decoder`` is given."""
+
+    def __init__(self, spec: Any, contract: Any, frame_hw: Tuple[int, int], threshold: float = 0.5,
+                 gpu_decoder: Optional[Any] = None, torch: Any = None) -> None:
+        self.spec, self.contract, self.threshold, self.gpu, self.torch = spec, contract, threshold, gpu_decoder, torch
+        self.plan = contract.geometry(frame_hw)
+        self.anchors = spec.anchors()
+
+    def to_host(self, outs: Dict[str, Any], n: int) -> Any:
+        values = list(outs.values())
+        enc = next(v for v in values if v.shape[-1] == 4)
+        logits = next(v for v in values if v is not enc)
+        if self.gpu is not None:
+            return ("gpu", enc[:n].float().clone(), logits[:n].float().clone(), n)  # the graph's outputs get reused
+        return ("host", enc[:n].float().to("cpu", non_blocking=True), logits[:n].float().to("cpu", non_blocking=True))
+
+    def events(self, host: Any, frames: List[Any]) -> List[Dict[str, Any]]:
+        from jetforge.runtime.detection import postprocess
+
+        if host[0] == "gpu":
+            _, enc, logits, n = host
+            stream = self.torch.cuda.current_stream().cuda_stream
+            dets = self.gpu.run(enc.data_ptr(), logits.data_ptr(), n, stream, score_threshold=self.threshold)
+        else:
+            dets = postprocess(host[1].numpy(), host[2].numpy(), self.spec, score_threshold=self.threshold,
+                               anchors=self.anchors)
+        out = []
+        hw = (self.contract.height, self.contract.width)
+        for f, d in zip(frames, dets):
+            boxes = d.xyxy(self.plan, hw)
+            out.append({"stream": f.stream, "frame": f.index, "people": len(d), "boxes_xyxy": boxes.round(1),
+                        "scores": d.scores.round(3)})
+        return out
+
+
+__all__ = ["ClassifyHead", "F2Preprocess", "SsdHead", "TorchNv12Preprocess", "TorchStreamOps", "keep_hook",
+           "load_models", "model_only", "open_torch_session", "yuv_to_rgb"]
