@@ -374,14 +374,18 @@ def main(argv: Any = None) -> int:
         from jetforge.runtime.cuda import Stream
 
         with Stream() as stream:
-            doc["preprocess"] = gpu_preprocess(frames, stream)
-            doc["ssd"] = ssd_paths(stream)
+            for key, measure in (("preprocess", gpu_preprocess), ("ssd", ssd_paths)):
+                try:  # one failing measurement must not cost the other, nor the JSON
+                    doc[key] = measure(frames, stream) if key == "preprocess" else measure(stream)
+                except Exception as err:
+                    doc.setdefault("errors", {})[key] = "%s: %s" % (type(err).__name__, err)
+                    log("measurement %s failed: %s" % (key, doc["errors"][key]))
         name = "gpu_kernels" + args.tag
     text = table(doc)
     log(text)
     (out / (name + ".json")).write_text(json.dumps(doc, indent=1))
     (out / (name + ".txt")).write_text(text + "\n")
-    return 1 if doc.get("tests", {}).get("returncode") else 0
+    return 1 if doc.get("tests", {}).get("returncode") or doc.get("errors") else 0
 
 
 if __name__ == "__main__":
