@@ -99,6 +99,8 @@ class GpuPreprocessor:
     ``out_dtype`` defaults to the contract's dtype; ``input_format`` is ``nv12`` (decoder output),
     ``rgb`` or ``bgr`` (packed uint8); ``color`` is the stream's YUV description (NV12 only).
     The kernel is compiled for the current GPU on construction (once per process and source).
+    One thread at a time: :meth:`run` fills a launch-argument struct it keeps per frame size (the launch
+    copies it, so reusing it after ``run`` returns is safe); give each pipeline thread its own preprocessor.
     """
 
     def __init__(self, contract: Any, batch: int, out_dtype: Optional[str] = None, input_format: str = "nv12",

@@ -94,7 +94,8 @@ def finish(records: np.ndarray, frames: int, spec: SSDSpec, threshold: float) ->
 class GpuSsdDecoder:
     """SSD outputs on the GPU -> detections per frame, with only the candidates copied back.
 
-    ``batch`` is the most frames one :meth:`run` takes.  The anchors are uploaded once.
+    ``batch`` is the most frames one :meth:`run` takes.  The anchors are uploaded once.  One thread at a
+    time: the candidate list and its pinned copy are the decoder's own (one decoder per pipeline thread).
     """
 
     def __init__(self, spec: SSDSpec, batch: int, prefetch_per_frame: int = 64) -> None:
