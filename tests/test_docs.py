@@ -46,3 +46,33 @@ def test_architecture_doc_names_every_registry_and_layer():
     for folder in ("jetforge/", "targets/", "runtime/", "calibrate/", "compress/", "apps/", "deploy/", "cli/"):
         assert "| `%s` |" % folder in doc, folder
     assert "docs/architecture.md" in (ROOT / "docs" / "CONVENTIONS.md").read_text(encoding="utf-8")
+
+
+def repository_paths(text):
+    """Paths into the repository that a document names in backticks: ``runtime/tensorrt/plan.py``,
+    ``apps/tasks/`` or ``tests/test_docs.py::test_x`` (the part before ``::``); placeholders (NAME, ``*``, braces)
+    and paths relative to a section's package (``dla/rules.py``) are not checked."""
+    import re
+
+    roots = ("jetforge/", "targets/", "runtime/", "calibrate/", "compress/", "apps/", "deploy/", "cli/", "tests/",
+             "docs/", "benchmarks/", "recipes/")
+    found = []
+    for token in re.findall(r"`([^`\s]+)`", text):
+        path = token.split("::")[0]
+        if path.startswith(roots) and not re.search(r"[A-Z]{2,}|[*{}<>]", path):
+            found.append(path)
+    return found
+
+
+def test_repository_paths_in_the_architecture_doc_exist():
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    paths = repository_paths(doc)
+    assert len(paths) > 40, paths  # the doc names files everywhere: a low count means the scanner broke
+    missing = sorted({p for p in paths if not (ROOT / p).exists()})
+    assert not missing, "docs/architecture.md names files that are not in the tree: %s" % missing
+
+
+def test_repository_path_scanner():
+    text = ("`runtime/tensorrt/plan.py` and `apps/tasks/` and `tests/test_docs.py::test_x` but not `dla/rules.py`, "
+            "`targets/profiles/NAME.yaml`, `cli/cmd_*.py`, `jetforge.runtime`, `deploy/{a,b}.py`")
+    assert repository_paths(text) == ["runtime/tensorrt/plan.py", "apps/tasks/", "tests/test_docs.py"]
