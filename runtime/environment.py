@@ -337,6 +337,21 @@ def probe_gstreamer() -> Probe:
                       "(on Jetson: JetPack's python3-opencv, not pip's opencv-python-headless)")
 
 
+@_safe("video decoders")
+def probe_video_decoders() -> Probe:
+    """Which video decoders exist: NVDEC via PyNvVideoCodec, jetson-utils, GStreamer nvv4l2decoder, OpenCV."""
+    from jetforge.runtime.decoders import probe_decoders
+
+    found = probe_decoders()
+    names = [d.name for d in found if d.found]
+    missing = [d.name for d in found if not d.found]
+    detail = "; ".join("%s: %s" % (d.name, d.detail) for d in found if d.found) or "none"
+    detail += " (not here: %s)" % ", ".join(missing) if missing else ""
+    return Probe("video decoders", bool(names), detail=detail,
+                 hint="" if names else "pip install opencv-python-headless",
+                 info={d.name: d.found for d in found})
+
+
 @_safe("pynvml")
 def probe_pynvml() -> Probe:
     """NVML bindings (desktop GPU memory and power); Jetson before JetPack 6 has no NVML, use tegrastats."""
@@ -387,7 +402,7 @@ def probe_torch() -> Probe:
 PROBES: List[Callable[[], Probe]] = [
     probe_target, probe_python, probe_jetson, probe_cuda, probe_cuda_python, probe_pycuda,
     probe_tensorrt, probe_dla, probe_tensorrt_rtx, probe_onnxruntime, probe_opencv, probe_gstreamer,
-    probe_pynvml, probe_tegrastats, probe_numpy, probe_torch,
+    probe_video_decoders, probe_pynvml, probe_tegrastats, probe_numpy, probe_torch,
 ]
 _USE_BOARD = (probe_target, probe_jetson, probe_dla)
 
