@@ -2,23 +2,36 @@
 
 The parsers, strategies and the invariant (a JetforgeError with a message, or a correct parse with
 its round trip; never another exception, never a hang) are those of ``tests/fuzz/parser_fuzz.py``,
-which the CI test runs briefly.  Here each parser gets ``--examples`` inputs, split over
-``--workers`` processes and into hypothesis runs of ``--chunk`` inputs with distinct seeds (each
-run's memory for its explored inputs is bounded by the chunk).  A failing input is shrunk by
-hypothesis and recorded (its falsifying example) in the JSON; the run goes on with the next chunk.
+which the CI test runs briefly.  Here each parser gets ``--examples`` inputs, split into hypothesis
+runs of ``--chunk`` inputs with distinct seeds (each run's memory for its explored inputs is bounded
+by the chunk), run by ``--jobs`` forked worker processes, round robin over the parsers, so a run
+stopped by its time budget (``--minutes``) has fuzzed every parser about equally.  A failing input
+is shrunk by hypothesis and recorded (its falsifying example) in the JSON; the run goes on.
 
-    nice -n 10 .venv/bin/python benchmarks/fuzz_parsers.py                    # all parsers, 100 000 each
-    .venv/bin/python benchmarks/fuzz_parsers.py --examples 2000 --parsers video_source tegrastats_line
+On the workstation (the project's venv):
 
-Writes benchmarks/results/fuzz_parsers.json (inputs, outcomes, time, slowest input per parser,
-failures, versions, machine) and prints a table.
+    nice -n 10 .venv/bin/python benchmarks/fuzz_parsers.py --jobs 2            # all parsers, 100 000 each
+    .venv/bin/python benchmarks/fuzz_parsers.py --dry-run                        # a few inputs each, ~1 min
+    .venv/bin/python benchmarks/fuzz_parsers.py --prepare                        # wheels for the GPU host
+
+On a host with only ``python3`` (torch, numpy, onnx, onnxruntime, OpenCV; no network, no jetforge
+install), from a checkout that carries ``build/issue12_device`` (made by ``--prepare``):
+
+    taskset -c 0-10 python3 benchmarks/fuzz_parsers.py --jobs 11 --minutes 7.5   # JSON into $OUT
+
+The carried wheels (hypothesis and what it and jetforge need beyond that host's packages) are
+installed into a private folder without network, and the checkout is imported without installing
+it (``benchmarks/device_env.py``).  The merged JSON (inputs and outcomes per parser, failures, the
+host's CPU model and SIMD flags, ``complete``: every parser reached ``--examples``) goes to
+``--out``, by default ``$OUT/fuzz_parsers.json`` when ``$OUT`` is set, else
+``benchmarks/results/fuzz_parsers.json``; it is rewritten after every chunk, so a run cut short keeps
+what it finished.  A table is printed at the end.
 """
 
 import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -28,19 +41,23 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests" / "fuzz"))
 
-import hypothesis  # noqa: E402
-from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+import device_env  # noqa: E402  (standard library only)
 
-import parser_fuzz  # noqa: E402
+PACK = REPO / "build" / "issue12_device"  # what --prepare gathers for the GPU host (git-ignored)
+parser_fuzz: Any = None  # tests/fuzz/parser_fuzz.py, imported once the environment is ready (load_harness)
 
 
-def run_chunk(name: str, examples: int, run_seed: int, work: str, counter: Any) -> Dict[str, Any]:
+def run_chunk(name: str, examples: int, run_seed: int, counter: Any) -> Dict[str, Any]:
     """One hypothesis run of ``examples`` inputs for parser ``name``; never raises (failures are returned)."""
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+
+    work = tempfile.mkdtemp(prefix="jetforge-fuzz-%s-" % name)
     target = parser_fuzz.make_target(name, Path(work))
     stats = {"inputs": 0, "error": 0, "parsed": 0, "max_input_seconds": 0.0, "failures": []}
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
 
     @seed(run_seed)
     @settings(max_examples=examples, deadline=None, database=None, derandomize=False, print_blob=True,
@@ -68,12 +85,13 @@ def run_chunk(name: str, examples: int, run_seed: int, work: str, counter: Any) 
     shutil.rmtree(work, ignore_errors=True)
     stats["errors"] = stats.pop("error")
     stats["worker_seconds"] = time.perf_counter() - started
+    stats["cpu_seconds"] = time.process_time() - cpu_started
     return stats
 
 
 def _worker(job: tuple) -> Dict[str, Any]:
-    name, examples, run_seed, work = job
-    return run_chunk(name, examples, run_seed, work, _COUNTER)
+    name, examples, run_seed = job
+    return run_chunk(name, examples, run_seed, _COUNTER)
 
 
 _COUNTER: Any = None
@@ -97,9 +115,9 @@ def fuzz_all(names: List[str], examples: int, workers: int, chunk: int, base_see
     for round_no in range(max(len(c) for c in per_parser.values())):
         for i, name in enumerate(names):
             if round_no < len(per_parser[name]):
-                jobs.append((name, per_parser[name][round_no], base_seed + 1000 * i + round_no,
-                             tempfile.mkdtemp(prefix="jetforge-fuzz-%s-" % name)))
-    totals = {name: {"inputs": 0, "errors": 0, "parsed": 0, "worker_seconds": 0.0, "max_input_seconds": 0.0,
+                jobs.append((name, per_parser[name][round_no], base_seed + 1000 * i + round_no))
+    totals = {name: {"inputs": 0, "errors": 0, "parsed": 0, "worker_seconds": 0.0, "cpu_seconds": 0.0,
+                     "max_input_seconds": 0.0,
                      "hypothesis_runs": 0, "seeds": [], "failures": []} for name in names}
     counter = mp.Value("q", 0)
     ctx = mp.get_context("fork")
@@ -117,9 +135,9 @@ def fuzz_all(names: List[str], examples: int, workers: int, chunk: int, base_see
             bar.update(counter.value - bar.n)
             for item in [p for p in pending if p[1].ready()]:
                 pending.remove(item)
-                (name, _, run_seed, _), res = item[0], item[1].get()
+                (name, _, run_seed), res = item[0], item[1].get()
                 t = totals[name]
-                for key in ("inputs", "errors", "parsed", "worker_seconds"):
+                for key in ("inputs", "errors", "parsed", "worker_seconds", "cpu_seconds"):
                     t[key] += res[key]
                 t["max_input_seconds"] = max(t["max_input_seconds"], res["max_input_seconds"])
                 t["hypothesis_runs"] += 1
@@ -128,6 +146,8 @@ def fuzz_all(names: List[str], examples: int, workers: int, chunk: int, base_see
                 on_progress(totals)
     for t in totals.values():
         t["worker_seconds"] = round(t["worker_seconds"], 1)
+        t["cpu_ms_per_input"] = round(1000.0 * t["cpu_seconds"] / t["inputs"], 2) if t["inputs"] else None
+        t["cpu_seconds"] = round(t["cpu_seconds"], 1)
         t["inputs_per_worker_second"] = round(t["inputs"] / t["worker_seconds"], 1) if t["worker_seconds"] else None
         t["max_input_seconds"] = round(t["max_input_seconds"], 4)
     return totals
@@ -140,70 +160,120 @@ def write_report(out: Path, report: Dict[str, Any]) -> None:
     os.replace(tmp, out)
 
 
-def machine() -> Dict[str, Any]:
-    cpu = ""
+def default_out() -> Path:
+    if os.environ.get("OUT"):
+        return Path(os.environ["OUT"]) / "fuzz_parsers.json"
+    return REPO / "benchmarks" / "results" / "fuzz_parsers.json"
+
+
+def load_harness(pack: Path) -> Dict[str, Any]:
+    """Make hypothesis and jetforge importable (carried wheels, the checkout), then import the harness."""
+    global parser_fuzz
+    extra: List[Path] = []
+    installed: List[str] = []
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-            "load_average_at_start": list(os.getloadavg())}
+        import hypothesis  # noqa: F401
+    except ImportError:  # the GPU host: install what --prepare carried, privately, without network
+        site = Path(tempfile.mkdtemp(prefix="jetforge-site-"))
+        installed = device_env.install_wheels(pack / "wheels", site)
+        extra.append(site)
+    env = device_env.use_checkout(extra)
+    env["wheels_installed"] = installed
+    import parser_fuzz as harness
+
+    parser_fuzz = harness
+    return env
+
+
+def parse_args(argv: Any) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples", type=int, default=100_000, help="inputs per parser (default 100000)")
+    parser.add_argument("--parsers", nargs="*", default=None, metavar="NAME", help="parsers to fuzz (default: all)")
+    parser.add_argument("--jobs", "--workers", dest="jobs", type=int, default=None,
+                        help="worker processes (default: the cores this process may use)")
+    parser.add_argument("--chunk", type=int, default=1000,
+                        help="inputs per hypothesis run (bounds its memory and how far a run overshoots --minutes)")
+    parser.add_argument("--minutes", "--max-minutes", dest="minutes", type=float, default=None,
+                        help="time budget: no chunk starts after this many minutes; the JSON then says "
+                             "complete: false if a parser is short of --examples")
+    parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="result JSON (default: $OUT/fuzz_parsers.json when $OUT is set, else "
+                             "benchmarks/results/fuzz_parsers.json)")
+    parser.add_argument("--shared", action="store_true", help="record that the machine was shared during the run")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the whole path quickly: 24 inputs per parser in chunks of 12, JSON in a "
+                             "temporary folder unless --out is given")
+    parser.add_argument("--prepare", action="store_true",
+                        help="download the wheels the GPU host lacks into build/issue12_device/wheels and stop")
+    parser.add_argument("--pack", type=Path, default=PACK, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        args.examples, args.chunk = min(args.examples, 24), 12
+        if args.out is None:
+            args.out = Path(tempfile.mkdtemp(prefix="jetforge-fuzz-dry-")) / "fuzz_parsers.json"
+    args.out = args.out or default_out()
+    args.jobs = args.jobs or len(os.sched_getaffinity(0))
+    return args
 
 
 def main(argv: Any = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--examples", type=int, default=100_000, help="inputs per parser (default 100000)")
-    parser.add_argument("--parsers", nargs="*", default=sorted(parser_fuzz.BUILDERS), metavar="NAME",
-                        help="parsers to fuzz (default: all): %s" % ", ".join(sorted(parser_fuzz.BUILDERS)))
-    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    parser.add_argument("--chunk", type=int, default=5000, help="inputs per hypothesis run (bounds its memory)")
-    parser.add_argument("--max-minutes", type=float, default=None,
-                        help="start no new chunk after this many minutes (a shared machine); "
-                             "the JSON then says complete: false")
-    parser.add_argument("--seed", type=int, default=20261201)
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fuzz_parsers.json"))
-    parser.add_argument("--shared", action="store_true", help="record that the machine was shared during the run")
-    args = parser.parse_args(argv)
-    unknown = sorted(set(args.parsers) - set(parser_fuzz.BUILDERS))
-    if unknown:
-        parser.error("unknown parser(s) %s; choose from %s"
-                     % (", ".join(unknown), ", ".join(sorted(parser_fuzz.BUILDERS))))
+    args = parse_args(argv)
+    if args.prepare:
+        names = device_env.prepare_wheels(args.pack / "wheels")
+        print("wheels for Python %s / %s in %s:\n  %s" % (device_env.DEVICE_PYTHON, device_env.DEVICE_PLATFORM,
+                                                          args.pack / "wheels", "\n  ".join(names)))
+        return 0
+    env = load_harness(args.pack)
+    import hypothesis
 
+    names = args.parsers or sorted(parser_fuzz.BUILDERS)
+    unknown = sorted(set(names) - set(parser_fuzz.BUILDERS))
+    if unknown:
+        print("fuzz_parsers.py: error: unknown parser(s) %s (fix: choose from %s)"
+              % (", ".join(unknown), ", ".join(sorted(parser_fuzz.BUILDERS))), file=sys.stderr)
+        return 1
     report: Dict[str, Any] = {
         "what": "hypothesis fuzzing of every parser of outside data through its public entry point "
                 "(tests/fuzz/parser_fuzz.py); invariant: JetforgeError with a message or a correct parse "
                 "(structure + writer round trip), never another exception, never a hang (%.0f s alarm per input)"
                 % parser_fuzz.HANG_SECONDS,
         "command": " ".join([Path(sys.executable).name, "benchmarks/fuzz_parsers.py"] + list(argv or sys.argv[1:])),
-        "hypothesis": hypothesis.__version__, "python": platform.python_version(),
-        "machine": machine(), "machine_shared": bool(args.shared),
-        "examples_per_parser": args.examples, "workers": args.workers, "public_entry_points": dict(parser_fuzz.PUBLIC),
-        "parsers": {},
+        "dry_run": bool(args.dry_run), "hypothesis": hypothesis.__version__,
+        "machine": device_env.machine(), "machine_shared": bool(args.shared), "environment": env,
+        "source": device_env.source_digest(),
+        "examples_per_parser": args.examples, "jobs": args.jobs, "chunk": args.chunk,
+        "time_budget_minutes": args.minutes, "public_entry_points": dict(parser_fuzz.PUBLIC), "parsers": {},
     }
     for name in parser_fuzz.PUBLIC:  # import every parser once here, so the forked workers share the modules
         parser_fuzz.public(name)
-    out = Path(args.out)
     started = time.time()
-    deadline = started + args.max_minutes * 60.0 if args.max_minutes else None
+    deadline = started + args.minutes * 60.0 if args.minutes else None
 
     def progress(totals: Dict[str, Dict[str, Any]]) -> None:
         report["parsers"] = totals
+        report["inputs_total"] = sum(p["inputs"] for p in totals.values())
         report["failures_found"] = sum(len(p["failures"]) for p in totals.values())
         report["wall_seconds"] = round(time.time() - started, 1)
-        report["machine"]["load_average_at_end"] = list(os.getloadavg())
+        report["load_average_at_end"] = list(os.getloadavg())
         report["complete"] = all(p["inputs"] >= args.examples for p in totals.values())
-        write_report(out, report)  # after every chunk: a stopped run keeps what it finished
+        write_report(args.out, report)  # after every chunk: a stopped run keeps what it finished
 
-    progress(fuzz_all(args.parsers, args.examples, args.workers, args.chunk, args.seed, deadline, progress))
+    progress(fuzz_all(names, args.examples, args.jobs, args.chunk, args.seed, deadline, progress))
+    print_table(report, args.out)
+    return 1 if report["failures_found"] else 0
 
+
+def print_table(report: Dict[str, Any], out: Path) -> None:
     print("\n%-20s %9s %9s %9s %11s %10s %8s" % ("parser", "inputs", "errors", "parsed", "worker s", "slowest s",
                                                   "failures"))
     for name, p in report["parsers"].items():
         print("%-20s %9d %9d %9d %11.1f %10.3f %8d" % (name, p["inputs"], p["errors"], p["parsed"], p["worker_seconds"],
                                                         p["max_input_seconds"], len(p["failures"])))
-    print("hypothesis %s, Python %s; failures found: %d; complete: %s; written %s" % (
-        report["hypothesis"], report["python"], report["failures_found"], report["complete"], out))
-    return 1 if report["failures_found"] else 0
+    print("hypothesis %s, Python %s on %s (%d cores used); %d inputs in %.0f s; failures found: %d; complete: %s; "
+          "written %s" % (report["hypothesis"], report["machine"]["python"], report["machine"].get("cpu"),
+                          report["jobs"], report["inputs_total"], report["wall_seconds"], report["failures_found"],
+                          report["complete"], out))
 
 
 if __name__ == "__main__":

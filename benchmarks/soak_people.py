@@ -13,21 +13,31 @@ Two runs of the real CLI in a subprocess, as a user or a service manager runs it
    exit 130, status "interrupted", events == metrics frames == video frames (all decodable), no
    ``.part`` files.
 
-The detector is chosen with ``--detector`` (``hog``: OpenCV's HOG people detector, the people app's
-default; a CNN detector gets its own entry in DETECTORS when the app has one).  HOG runs at 5-13
-frames/s on a 2-core machine, so 20 000 frames take 30-60 minutes: run it at low priority,
+The detector is chosen with ``--detector``: ``ssd`` (the people app's default: the SSDLite-MobileNetV2
+CNN through ONNX Runtime on the CPU) or ``hog`` (OpenCV's classical HOG detector; OpenCV 5 has none).
+The JSON records the detector, the OpenCV and ONNX Runtime versions, the CPU and the cores used.
 
-    nice -n 15 .venv/bin/python benchmarks/soak_people.py --frames 20000 --shared
+On the workstation (the project's venv):
 
-and ``--frames 600 --warmup 200 --sample-every 50`` for a quick check of the script itself.
-Writes benchmarks/results/soak_people.json and soak_people_rss.png.
+    .venv/bin/python benchmarks/soak_people.py --dry-run            # 150 frames, SIGTERM run, ~1-2 min
+    .venv/bin/python benchmarks/soak_people.py --prepare            # what the GPU host lacks, into build/
+    nice -n 15 .venv/bin/python benchmarks/soak_people.py --frames 20000 --shared    # hours on 2 shared cores
+
+On a host with only ``python3`` (torch, numpy, onnxruntime, OpenCV; no network, no jetforge install),
+from a checkout carrying ``build/issue12_device`` (wheels, vtest.avi, the exported detector):
+
+    taskset -c 12-15 python3 benchmarks/soak_people.py --minutes 7     # JSON into $OUT
+
+``--minutes`` bounds the long run (a SIGTERM at the limit; the checks then use the frames done).
+Writes ``--out`` (default ``$OUT/soak_people.json`` when ``$OUT`` is set, else
+benchmarks/results/soak_people.json) and, where matplotlib is importable, ``*_rss.png`` beside it
+(``--plot-only JSON`` draws it later from the JSON).
 """
 
 import argparse
 import glob
 import json
 import os
-import platform
 import random
 import signal
 import subprocess
@@ -35,28 +45,49 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
 
-# detector name -> (app, extra CLI arguments); the app must write per-frame records of type == app name
-DETECTORS: Dict[str, Tuple[str, List[str]]] = {
-    "hog": ("people", []),
-}
+import device_env  # noqa: E402  (standard library only)
+
+PACK = REPO / "build" / "issue12_device"  # what --prepare gathers for the GPU host (git-ignored)
+SSD_MODEL = "ssdlite_mobilenet_v2_person.onnx"
+APP = "people"  # the app's per-frame event records have type == "people"
+DETECTORS = ("ssd", "hog")
 EXIT_INTERRUPTED = 130
 GOAL_PERCENT_PER_20K = 1.0
 
 
-def clip_path() -> Path:
+def default_clip() -> Path:
+    carried = PACK / "vtest.avi"
+    if carried.is_file():
+        return carried
     from jetforge.assets import asset_path
 
     return asset_path("opencv_samples", "vtest.avi")
 
 
-def command(detector: str, out: Path, frames: int) -> List[str]:
-    app, extra = DETECTORS[detector]
-    return ([sys.executable, "-m", "jetforge.cli.main", "app", app, "--source", str(clip_path()), "--loop",
-             "--max-frames", str(frames), "--out", str(out), "--no-plots", "-q"] + extra)
+def default_detector_model() -> Optional[Path]:
+    """The carried export, else None: the app exports the detector into the cache once (needs torch)."""
+    carried = PACK / SSD_MODEL
+    return carried if carried.is_file() else None
+
+
+def command(args: argparse.Namespace, out: Path, frames: int) -> List[str]:
+    detector = ["--detector", args.detector]
+    if args.detector == "ssd" and args.detector_model:
+        detector += ["--detector-model", str(args.detector_model)]
+    return ([sys.executable, "-m", "jetforge.cli.main", "app", APP, "--source", str(args.clip), "--loop",
+             "--max-frames", str(frames), "--out", str(out), "--no-plots", "-q"] + detector)
+
+
+def start_app(argv: List[str], out: Path) -> "subprocess.Popen[str]":
+    """The app in its own process, started from its output folder: from the repository root ``jetforge`` would be
+    the bare root folder, not the package the checkout maps (benchmarks/device_env.py)."""
+    out.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, cwd=str(out))
 
 
 class EventsTail:
@@ -153,10 +184,10 @@ def long_run(args: argparse.Namespace, out: Path, on_samples: Any = None) -> Dic
     import psutil
     from tqdm import tqdm
 
-    app = DETECTORS[args.detector][0]
-    argv = command(args.detector, out, args.frames)
+    app = APP
+    argv = command(args, out, args.frames)
     started = time.time()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    proc = start_app(argv, out)
     ps = psutil.Process(proc.pid)
     tail = EventsTail(out, app)
     samples: List[Dict[str, Any]] = []
@@ -165,7 +196,7 @@ def long_run(args: argparse.Namespace, out: Path, on_samples: Any = None) -> Dic
     last_save = time.time()
     with tqdm(total=args.frames, desc="soak %s" % args.detector, unit="frame", mininterval=10.0) as bar:
         while proc.poll() is None:
-            if args.max_minutes and not stopped_for_time and time.time() - started > args.max_minutes * 60.0:
+            if args.minutes and not stopped_for_time and time.time() - started > args.minutes * 60.0:
                 # SIGTERM, not SIGINT: a background shell starts its jobs with SIGINT ignored, and the app inherits
                 # that; jetforge handles SIGTERM as Ctrl-C (outputs closed, status "interrupted", exit 130)
                 proc.send_signal(signal.SIGTERM)
@@ -205,12 +236,12 @@ def long_run(args: argparse.Namespace, out: Path, on_samples: Any = None) -> Dic
 
 
 def sigterm_run(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
-    app = DETECTORS[args.detector][0]
+    app = APP
     rng = random.Random(args.seed)
     stop_after = rng.randint(args.sigterm_min, args.sigterm_max)
-    argv = command(args.detector, out, 10 ** 9)
+    argv = command(args, out, 10 ** 9)
     started = time.time()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    proc = start_app(argv, out)
     tail = EventsTail(out, app)
     while proc.poll() is None and tail.poll() < stop_after:
         time.sleep(0.05)
@@ -258,51 +289,147 @@ def plot(result: Dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: Any = None) -> int:
+def parse_args(argv: Any) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--detector", choices=sorted(DETECTORS), default="hog")
+    parser.add_argument("--detector", choices=DETECTORS, default="ssd",
+                        help="the people app's person detector (default ssd, the app's default)")
+    parser.add_argument("--detector-model", type=Path, default=None,
+                        help="--detector ssd: the exported detector (default: the carried one in build/issue12_device, "
+                             "else the app exports it into the cache once, which needs torch)")
+    parser.add_argument("--clip", type=Path, default=None, help="the clip to loop (default: vtest.avi)")
     parser.add_argument("--frames", type=int, default=20000, help="frames of the long run (default 20000)")
     parser.add_argument("--sample-every", type=int, default=200, help="frames between RSS samples (default 200)")
     parser.add_argument("--warmup", type=int, default=2000, help="frames before the fit starts (default 2000)")
     parser.add_argument("--sigterm-min", type=int, default=30, help="earliest frame for the SIGTERM (default 30)")
-    parser.add_argument("--sigterm-max", type=int, default=800, help="latest frame for the SIGTERM (default 800)")
+    parser.add_argument("--sigterm-max", type=int, default=400, help="latest frame for the SIGTERM (default 400)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the SIGTERM moment (default: random, recorded)")
     parser.add_argument("--skip-long", action="store_true", help="only the SIGTERM run")
-    parser.add_argument("--max-minutes", type=float, default=None,
-                        help="stop the long run with SIGTERM (handled as Ctrl-C) after this many minutes "
-                             "(a shared machine); "
-                             "the fit uses the frames done, the JSON says stopped_at_time_limit")
-    parser.add_argument("--work", default=None, help="folder for the runs' outputs (default: a temporary folder)")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "soak_people.json"))
+    parser.add_argument("--minutes", "--max-minutes", dest="minutes", type=float, default=None,
+                        help="stop the long run with SIGTERM (handled as Ctrl-C) after this many minutes; the checks "
+                             "use the frames done, the JSON says stopped_at_time_limit")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="folder for the runs' outputs (default: a temporary folder)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="result JSON (default: $OUT/soak_people.json when $OUT is set, else "
+                             "benchmarks/results/soak_people.json)")
     parser.add_argument("--shared", action="store_true", help="record that the machine was shared during the run")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the whole path quickly: 150 frames (warm-up 50, a sample every 10), a SIGTERM "
+                             "between frames 20 and 60; JSON in a temporary folder unless --out is given")
+    parser.add_argument("--prepare", action="store_true",
+                        help="gather what the GPU host lacks (wheels, vtest.avi, the exported detector) into "
+                             "build/issue12_device and stop")
+    parser.add_argument("--wheels", type=Path, default=PACK / "wheels", help=argparse.SUPPRESS)
+    parser.add_argument("--plot-only", type=Path, default=None, metavar="JSON",
+                        help="draw the RSS plot of a finished run's JSON beside it, and stop")
     args = parser.parse_args(argv)
-    if args.seed is None:
-        args.seed = random.SystemRandom().randrange(2 ** 31)
-    work = Path(args.work or tempfile.mkdtemp(prefix="jetforge-soak-"))
-    work.mkdir(parents=True, exist_ok=True)
+    if args.dry_run:
+        args.frames, args.warmup, args.sample_every = min(args.frames, 150), 50, 10
+        args.sigterm_min, args.sigterm_max = 20, 60
+        if args.out is None:
+            args.out = Path(tempfile.mkdtemp(prefix="jetforge-soak-dry-")) / "soak_people.json"
+    if args.out is None:
+        args.out = (Path(os.environ["OUT"]) if os.environ.get("OUT") else REPO / "benchmarks" / "results") \
+            / "soak_people.json"
+    return args
 
+
+def prepare(pack: Path) -> int:
+    """Wheels for the device's Python, the clip, and the exported detector (exported here first if needed)."""
+    import shutil
+
+    names = device_env.prepare_wheels(pack / "wheels")
+    from jetforge.assets import asset_path
+
+    shutil.copy2(asset_path("opencv_samples", "vtest.avi"), pack / "vtest.avi")
+    model = cached_detector_model()
+    for src in (model, model.with_name(model.name + ".json")):
+        shutil.copy2(src, pack / src.name)
+    sizes = {p.name: p.stat().st_size for p in sorted(pack.rglob("*")) if p.is_file()}
+    print("%s: %.1f MiB\n  %s" % (pack, sum(sizes.values()) / 2 ** 20, "\n  ".join(
+        "%-90s %8.1f KiB" % (k, v / 1024) for k, v in sizes.items())))
+    return 0 if names else 1
+
+
+def cached_detector_model() -> Path:
+    """The people app's exported detector in the cache; a 3-frame run of the app exports it when missing."""
+    from jetforge.assets.store import cache_root
+
+    model = cache_root() / "models" / SSD_MODEL
+    if not model.is_file():
+        with tempfile.TemporaryDirectory() as out:
+            subprocess.run([sys.executable, "-m", "jetforge.cli.main", "app", APP, "--max-frames", "3", "--out", out,
+                            "--no-plots", "-q"], check=True)
+    return model
+
+
+def environment_facts(args: argparse.Namespace, env: Dict[str, Any]) -> Dict[str, Any]:
+    import cv2
+    import onnxruntime
     import psutil
 
-    result: Dict[str, Any] = {
+    return {
         "what": "people app soak: RSS over a looped clip, outputs after a finished and a SIGTERM-stopped run",
-        "detector": args.detector, "clip": "vtest.avi (OpenCV samples, 795 frames, 768x576, looped with --loop)",
-        "python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
+        "detector": args.detector, "detector_model": str(args.detector_model) if args.detector_model else None,
+        "clip": "%s (OpenCV samples' vtest.avi: 795 frames, 768x576, looped with --loop)" % args.clip.name,
+        "dry_run": bool(args.dry_run), "machine": device_env.machine(), "environment": env,
+        "source": device_env.source_digest(),
+        "opencv": cv2.__version__, "onnxruntime": onnxruntime.__version__,
         "memory_gib": round(psutil.virtual_memory().total / 2 ** 30, 1), "machine_shared": bool(args.shared),
-        "nice": os.nice(0), "load_average_at_start": list(os.getloadavg()),
+        "nice": os.nice(0), "time_budget_minutes": args.minutes,
     }
-    out_json = Path(args.out)
+
+
+def load_environment(wheels: Path) -> Dict[str, Any]:
+    """psutil/tqdm/yaml from the carried wheels where this Python lacks them; jetforge from the checkout."""
+    extra: List[Path] = []
+    installed: List[str] = []
+    try:
+        import psutil  # noqa: F401  (only: are they here?)
+        import tqdm  # noqa: F401
+        import yaml  # noqa: F401
+    except ImportError:
+        site = Path(tempfile.mkdtemp(prefix="jetforge-site-"))
+        installed = device_env.install_wheels(wheels, site)
+        extra.append(site)
+    env = device_env.use_checkout(extra)
+    env["wheels_installed"] = installed
+    return env
+
+
+def main(argv: Any = None) -> int:
+    args = parse_args(argv)
+    if args.plot_only:
+        result = json.loads(args.plot_only.read_text())
+        plot(result, args.plot_only.with_name(args.plot_only.stem + "_rss.png"))
+        return 0
+    env = load_environment(args.wheels)
+    if args.prepare:
+        return prepare(PACK)
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(2 ** 31)
+    args.clip = (args.clip or default_clip()).resolve()
+    if args.detector == "ssd" and args.detector_model is None:
+        args.detector_model = default_detector_model()
+    if args.detector_model is not None:
+        args.detector_model = args.detector_model.resolve()
+    work = args.work or Path(tempfile.mkdtemp(prefix="jetforge-soak-"))
+    work.mkdir(parents=True, exist_ok=True)
+    result = environment_facts(args, env)
+    out_json = args.out
     out_json.parent.mkdir(parents=True, exist_ok=True)
     result["sigterm"] = sigterm_run(args, work / "sigterm")
-    print("SIGTERM run: %s" % json.dumps(result["sigterm"]["checks"]))
+    print("SIGTERM run: %s" % json.dumps(result["sigterm"]["checks"]), flush=True)
     if not args.skip_long:
         def save_partial(samples: List[Dict[str, Any]]) -> None:
             partial = dict(result, long_partial={"samples": samples, "fit": fit(samples, args.warmup)})
             out_json.with_name(out_json.stem + ".partial.json").write_text(json.dumps(partial, indent=2) + "\n")
 
         result["long"] = long_run(args, work / "long", save_partial)
-        print("long run: %s" % json.dumps(result["long"]["checks"]))
+        print("long run: %d frames in %.0f s; %s" % (result["long"]["frames_processed"] or 0,
+                                                     result["long"]["seconds"], json.dumps(result["long"]["checks"])))
         print("RSS fit: %s" % json.dumps({k: v for k, v in result["long"]["fit"].items() if k != "intercept_bytes"}))
-        plot(result, out_json.with_name(out_json.stem + "_rss.png"))
+        result["reached_frames_goal"] = (result["long"]["frames_processed"] or 0) >= 20000
     result["load_average_at_end"] = list(os.getloadavg())
     checks = dict(result["sigterm"]["checks"], **{("long_" + k): v for k, v in result.get("long", {}).get(
         "checks", {}).items()})
@@ -313,6 +440,11 @@ def main(argv: Any = None) -> int:
     partial = out_json.with_name(out_json.stem + ".partial.json")
     if partial.exists():
         partial.unlink()
+    if "long" in result:
+        try:
+            plot(result, out_json.with_name(out_json.stem + "_rss.png"))
+        except ImportError:
+            print("no matplotlib here: draw the plot later with --plot-only %s" % out_json)
     print("all checks pass: %s; written %s" % (result["all_checks_pass"], out_json))
     return 0 if result["all_checks_pass"] else 1
 

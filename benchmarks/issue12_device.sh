@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 12's two long runs in one call on a many-core host (the lent GPU host: its CPU only), side by side,
+# each pinned to its own cores:
+#   * benchmarks/fuzz_parsers.py: hypothesis on all 11 parsers of outside data, one worker per core,
+#     time budget FUZZ_MINUTES (goal: >= 100 000 inputs per parser);
+#   * benchmarks/soak_people.py: `jetforge app people` (SSDLite CNN on ONNX Runtime's CPU provider, tracking,
+#     MP4 + events sinks) on looped vtest.avi: a SIGTERM run, then the long run with RSS sampled, time budget
+#     SOAK_MINUTES (goal: >= 20 000 frames, RSS growth < 1 % per 20 000 frames after warm-up).
+#
+# On the workstation (network, the project's venv), once:
+#   bash benchmarks/issue12_device.sh --prepare     -> build/issue12_device/ (wheels, vtest.avi, detector ONNX)
+#   bash benchmarks/issue12_device.sh --dry-run     (a few inputs and frames each, ~2 min on 2 cores)
+# On the host (python3 with numpy, onnxruntime, OpenCV; no network, no jetforge install), carrying
+# build/issue12_device:
+#   bash benchmarks/issue12_device.sh               (~8 min; everything lands in $OUT, default /tmp/jf_issue12)
+# Cores: FUZZ_CORES (default 0-10) and SOAK_CORES (default 11-14), taskset lists.
+set -uo pipefail
+HERE="$(cd "$(dirname "$0")/.." && pwd)"
+PY="${PYTHON:-python3}"   # the workstation's venv when there is one (it is not carried to the host)
+[ -z "${PYTHON:-}" ] && [ -x "$HERE/.venv/bin/python" ] && PY="$HERE/.venv/bin/python"
+
+if [ "${1:-}" = "--prepare" ]; then
+  "$PY" "$HERE/benchmarks/soak_people.py" --prepare   # the wheels both scripts need, the clip and the detector
+  exit $?
+fi
+
+OUT="${OUT:-/tmp/jf_issue12}"
+mkdir -p "$OUT"
+export OUT
+FUZZ_CORES="${FUZZ_CORES:-0-10}"
+SOAK_CORES="${SOAK_CORES:-11-14}"
+FUZZ_ARGS=(--minutes "${FUZZ_MINUTES:-7}" --chunk 2000)
+SOAK_ARGS=(--minutes "${SOAK_MINUTES:-6.5}")
+if [ "${1:-}" = "--dry-run" ]; then
+  FUZZ_CORES=0; SOAK_CORES="$(( $(nproc) > 1 ? 1 : 0 ))"
+  FUZZ_ARGS=(--dry-run --out "$OUT/fuzz_parsers.json"); SOAK_ARGS=(--dry-run --out "$OUT/soak_people.json")
+fi
+FUZZ_JOBS="$(taskset -c "$FUZZ_CORES" "$PY" -c 'import os; print(len(os.sched_getaffinity(0)))')"
+
+echo "issue12: fuzz on cores $FUZZ_CORES ($FUZZ_JOBS jobs), soak on cores $SOAK_CORES; outputs in $OUT"
+cd "$HERE"
+taskset -c "$FUZZ_CORES" "$PY" benchmarks/fuzz_parsers.py --jobs "$FUZZ_JOBS" "${FUZZ_ARGS[@]}" \
+  >"$OUT/fuzz.log" 2>&1 &
+FUZZ_PID=$!
+taskset -c "$SOAK_CORES" "$PY" benchmarks/soak_people.py "${SOAK_ARGS[@]}" >"$OUT/soak.log" 2>&1 &
+SOAK_PID=$!
+wait "$FUZZ_PID"; FUZZ_RC=$?
+wait "$SOAK_PID"; SOAK_RC=$?
+echo "== fuzz (exit $FUZZ_RC)"; grep -v 'input/s' "$OUT/fuzz.log" | tail -16
+echo "== soak (exit $SOAK_RC)"; grep -v 'frame/s' "$OUT/soak.log" | tail -6
+ls -la "$OUT"
+exit $(( FUZZ_RC || SOAK_RC ))
