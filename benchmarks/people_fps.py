@@ -100,34 +100,9 @@ def measure_fps(frames: int, rounds: int, work: Path) -> Dict[str, Any]:
                     % frames}
 
 
-def match_crossings(events: List[Dict[str, Any]], hand: List[Dict[str, Any]], tolerance: int) -> Dict[str, Any]:
-    """Greedy one-to-one matching of app crossings to hand crossings: same direction, frames within tolerance."""
-    app = [e for e in events if e.get("type") == "line_cross"]
-    used = set()
-    matched, missed = [], []
-    for h in hand:
-        best = None
-        for j, e in enumerate(app):
-            if j in used or e["direction"] != h["direction"]:
-                continue
-            gap = abs(int(e["frame"]) - int(h["frame"]))
-            if gap <= tolerance and (best is None or gap < best[1]):
-                best = (j, gap)
-        if best is None:
-            missed.append(h)
-        else:
-            used.add(best[0])
-            matched.append({"hand_frame": h["frame"], "app_frame": app[best[0]]["frame"], "direction": h["direction"]})
-    extra = [{"frame": e["frame"], "direction": e["direction"], "track": e["track"]}
-             for j, e in enumerate(app) if j not in used]
-    return {"app": {"forward": sum(e["direction"] == "forward" for e in app),
-                    "backward": sum(e["direction"] == "backward" for e in app), "total": len(app)},
-            "matched": len(matched), "missed": [{"frame": h["frame"], "direction": h["direction"],
-                                                 "person": h.get("person", "")} for h in missed],
-            "unmatched_app_crossings": extra, "pairs": matched}
-
-
 def check_counts(names: Sequence[str], tolerance: int, work: Path) -> Dict[str, Any]:
+    from jetforge.apps.tasks.tracking import match_crossings
+
     hand = json.loads(HAND_COUNT.read_text())
     out: Dict[str, Any] = {"hand": hand["counts"], "frame_tolerance": tolerance, "runs": {}}
     for name in names:

@@ -23,7 +23,7 @@ polygon.  Pure numpy; Python 3.8.
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -374,6 +374,42 @@ class Zone:
                 "peak": self.peak, "visitors": len(self.visitors)}
 
 
+def match_crossings(events: Sequence[Dict[str, Any]], hand: Sequence[Dict[str, Any]],
+                    tolerance: int) -> Dict[str, Any]:
+    """How well an app's ``line_cross`` events agree with a reference count (e.g. a hand count).
+
+    ``events``: the app's events (others are ignored), each with ``frame`` and ``direction``; ``hand``: the
+    reference crossings, each with ``frame`` and ``direction``.  Each reference crossing takes the nearest unused
+    app crossing of the same direction within ``tolerance`` frames (in reference order); returns the app's
+    counts, the number matched, the reference crossings missed and the app crossings left unmatched.
+    """
+    app = [e for e in events if e.get("type") == "line_cross"]
+    used: set = set()
+    matched: List[Dict[str, Any]] = []
+    missed: List[Dict[str, Any]] = []
+    for h in hand:
+        best = None
+        for j, e in enumerate(app):
+            if j in used or e["direction"] != h["direction"]:
+                continue
+            gap = abs(int(e["frame"]) - int(h["frame"]))
+            if gap <= tolerance and (best is None or gap < best[1]):
+                best = (j, gap)
+        if best is None:
+            missed.append(h)
+        else:
+            used.add(best[0])
+            matched.append({"hand_frame": h["frame"], "app_frame": app[best[0]]["frame"],
+                            "direction": h["direction"]})
+    extra = [{"frame": e["frame"], "direction": e["direction"], "track": e["track"]}
+             for j, e in enumerate(app) if j not in used]
+    return {"app": {"forward": sum(e["direction"] == "forward" for e in app),
+                    "backward": sum(e["direction"] == "backward" for e in app), "total": len(app)},
+            "matched": len(matched), "missed": [{"frame": h["frame"], "direction": h["direction"],
+                                                 "person": h.get("person", "")} for h in missed],
+            "unmatched_app_crossings": extra, "pairs": matched}
+
+
 def parse_line(text: str, name: str = "line", margin: float = 10.0) -> LineCounter:
     """``x1,y1,x2,y2`` (pixels) -> LineCounter with crossing ``margin``; ``name=x1,y1,x2,y2`` names it."""
     if "=" in text:
@@ -403,4 +439,4 @@ def _numbers(text: str, flag: str) -> List[float]:
 
 
 __all__ = ["KalmanBox", "LineCounter", "Track", "Tracker", "TrackerOptions", "Zone", "greedy_match", "iou_matrix",
-           "parse_line", "parse_zone"]
+           "match_crossings", "parse_line", "parse_zone"]

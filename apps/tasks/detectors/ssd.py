@@ -89,6 +89,12 @@ class SsdPeopleDetector:
     def close(self) -> None:
         self._ssd.close()
 
+    def __enter__(self) -> "SsdPeopleDetector":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
 
 def _label_from_sidecar(sidecar: Any) -> str:
     name = str(getattr(sidecar, "model_name", "") or "")
