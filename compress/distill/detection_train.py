@@ -1,0 +1,247 @@
+"""Distil an SSD detector on unlabeled training frames, with views cut and the teacher run on the fly.
+
+Why on the fly: a fixed set of views (frame, mirror, a few crops) is seen hundreds of times in a
+few thousand steps, and the student learns those views.  Here every step draws ``batch`` frames,
+cuts each at a random place and scale (``crop_scale``; with probability ``full_frame`` the whole
+frame, which is how the detector is used), mirrors half of them, jitters contrast and brightness,
+and resizes to the input size on the training device.  The frozen teacher then scores exactly the
+tensor the student sees (no train/target mismatch from resizing), so its per-anchor outputs are
+the targets of :func:`jetforge.compress.distill.detection_losses.detection_distill_loss`: the
+teacher's sigmoid scores for the class term and its box encodings, weighted by its person score,
+for the box term.  This needs the student to lay out the teacher's anchors (same input size).
+
+Resizing uses bilinear interpolation with half-pixel centres and no antialiasing, OpenCV's
+``INTER_LINEAR`` (what :class:`jetforge.runtime.inputs.image.Preprocess` does at inference).
+
+Only frames of the training segments of the labelled person set ever enter a
+:class:`FrameBank` (:func:`frame_bank_from_labels`); the labels themselves are not used.
+"""
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from jetforge.compress.distill.detection_losses import detection_distill_loss
+from jetforge.errors import CompressError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ViewConfig:
+    """How each training view is cut (the recipe's ``views`` block)."""
+
+    full_frame: float = 0.3  # probability of the whole frame
+    crop_scale: List[float] = field(default_factory=lambda: [0.4, 1.0])  # side of a crop / side of the frame
+    flip: bool = True
+    jitter: float = 0.2  # contrast and brightness change, as a fraction
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.full_frame <= 1.0:
+            raise ValueError("views.full_frame must be a probability in [0, 1], got %r" % self.full_frame)
+        if len(self.crop_scale) != 2 or not 0.1 <= self.crop_scale[0] <= self.crop_scale[1] <= 1.0:
+            raise ValueError("views.crop_scale must be [low, high] with 0.1 <= low <= high <= 1, got %r"
+                             % (self.crop_scale,))
+        if not 0.0 <= self.jitter < 1.0:
+            raise ValueError("views.jitter must be in [0, 1), got %r" % self.jitter)
+
+
+class FrameBank:
+    """Decoded BGR frames (uint8, each ``(H, W, 3)``, any size) on one device, and a view sampler over them."""
+
+    def __init__(self, frames: Sequence[np.ndarray], names: Sequence[str], preprocess: Any,
+                 device: Any = "cpu") -> None:
+        if not frames:
+            raise CompressError("no training frames for distillation",
+                                hint="check that the clips of the training segments are in the asset folder")
+        if preprocess.resize != "stretch" or preprocess.layout != "nchw" or preprocess.color not in ("rgb", "bgr"):
+            raise CompressError("the view sampler resizes by stretching to NCHW colour inputs; this model's "
+                                "preprocessing is %s" % preprocess.describe())
+        self.device = torch.device(device)
+        self.frames = [torch.from_numpy(np.ascontiguousarray(f)).to(self.device) for f in frames]
+        self.names = list(names)
+        self.preprocess = preprocess
+        channels = len(preprocess.mean)
+        self._scale = float(preprocess.scale)
+        self._mean = torch.tensor(preprocess.mean, dtype=torch.float32, device=self.device).view(1, channels, 1, 1)
+        self._std = torch.tensor(preprocess.std, dtype=torch.float32, device=self.device).view(1, channels, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def normalize(self, pixels: torch.Tensor) -> torch.Tensor:
+        """``(B, 3, H, W)`` float pixels in model colour order -> the model input (``(x * scale - mean) / std``)."""
+        return (pixels * self._scale - self._mean) / self._std
+
+    def full_views(self, indices: Sequence[int]) -> torch.Tensor:
+        """The whole frames ``indices`` as model inputs (no augmentation)."""
+        return self.normalize(torch.cat([self._resize(self.frames[i]) for i in indices]))
+
+    def _resize(self, image: torch.Tensor) -> torch.Tensor:
+        x = image.permute(2, 0, 1).unsqueeze(0).float()
+        if self.preprocess.color == "rgb":
+            x = x.flip(1)
+        size = (int(self.preprocess.height), int(self.preprocess.width))
+        return nn.functional.interpolate(x, size=size, mode="bilinear", align_corners=False)
+
+    def sample(self, batch: int, cfg: ViewConfig, rng: np.random.Generator) -> torch.Tensor:
+        """``batch`` random views (module docstring) as model inputs ``(B, 3, H, W)`` float32."""
+        views = []
+        for i in rng.integers(0, len(self.frames), size=batch):
+            image = self.frames[int(i)]
+            h, w = int(image.shape[0]), int(image.shape[1])
+            if rng.random() >= cfg.full_frame:
+                side = rng.uniform(*cfg.crop_scale)
+                ch = int(min(h, max(16, round(h * side * rng.uniform(0.85, 1.15)))))
+                cw = int(min(w, max(16, round(w * side))))
+                y0, x0 = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+                image = image[y0:y0 + ch, x0:x0 + cw]
+            view = self._resize(image)
+            if cfg.flip and rng.random() < 0.5:
+                view = view.flip(3)
+            if cfg.jitter > 0:
+                contrast = 1.0 + cfg.jitter * rng.uniform(-1, 1)
+                brightness = 128.0 * cfg.jitter * rng.uniform(-1, 1)
+                view = ((view - view.mean()) * contrast + view.mean() + brightness).clamp(0.0, 255.0)
+            views.append(view)
+        return self.normalize(torch.cat(views))
+
+
+def frame_bank_from_labels(assets_root: Any, preprocess: Any, device: Any = "cpu", step: int = 1,
+                           clips: Optional[Sequence[str]] = None, limit: Optional[int] = None,
+                           labels: Optional[Any] = None) -> FrameBank:
+    """Every ``step``-th frame of the training segments (never a held-out or guard frame) in a :class:`FrameBank`."""
+    from jetforge.calibrate.person_labels import read_person_labels, training_frames
+
+    split = read_person_labels(labels)
+    frames: List[np.ndarray] = []
+    names: List[str] = []
+    for clip, index, image in training_frames(assets_root, path=labels, step=step, clips=clips):
+        if split.split_of(clip, index) != "train":  # training_frames promises this; the data must never leak
+            raise CompressError("%s frame %d is not in a training segment" % (clip, index))
+        frames.append(image)
+        names.append("%s#%d" % (clip, index))
+        if limit is not None and len(frames) >= limit:
+            break
+    return FrameBank(frames, names, preprocess, device)
+
+
+def teacher_targets(box_encodings: torch.Tensor, class_logits: torch.Tensor) -> torch.Tensor:
+    """``(N, A, 8)`` targets from the teacher's outputs on the same inputs (see ``detection_losses``)."""
+    if class_logits.shape[-1] != 2:
+        raise CompressError("detector distillation is written for a background + person detector, got %d "
+                            "class columns" % class_logits.shape[-1])
+    q = torch.sigmoid(class_logits.float())
+    ones = torch.ones_like(q[..., :1])
+    return torch.cat([q, ones, box_encodings.float(), q[..., 1:2]], dim=-1)
+
+
+@dataclass
+class TrainConfig:
+    """The optimisation (the recipe's ``train`` block)."""
+
+    steps: int = 3000
+    batch: int = 64
+    lr: float = 5e-4
+    min_lr: float = 1e-5
+    warmup: int = 100
+    weight_decay: float = 0.0
+    class_weight: float = 1.0
+    box_weight: float = 1.0
+    budget_s: Optional[float] = None  # stop after this many seconds; the schedule then follows the clock
+    seed: int = 0
+    log_every: int = 100
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch < 1 or self.lr <= 0 or self.min_lr < 0 or self.warmup < 0:
+            raise ValueError("train: steps and batch >= 1, lr > 0, min_lr and warmup >= 0 are required")
+
+
+def learning_rate(progress: float, cfg: TrainConfig) -> float:
+    """Linear warm-up over ``cfg.warmup`` steps' worth of ``progress`` (0 -> 1), then cosine to ``min_lr``."""
+    warm = cfg.warmup / cfg.steps
+    if progress < warm:
+        return cfg.lr * max(progress, 1.0 / cfg.steps) / warm
+    done = (progress - warm) / max(1e-12, 1.0 - warm)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1.0 + math.cos(math.pi * min(1.0, done)))
+
+
+def training_progress(step: int, elapsed_s: float, cfg: TrainConfig) -> float:
+    """How far the schedule is: steps done, or time spent when a time budget is nearer its end."""
+    progress = step / cfg.steps
+    if cfg.budget_s:
+        progress = max(progress, elapsed_s / cfg.budget_s)
+    return min(1.0, progress)
+
+
+def distill_detector(student: nn.Module, teacher: nn.Module, bank: FrameBank, views: ViewConfig,
+                     cfg: TrainConfig, on_log: Optional[Callable[[Dict[str, float]], None]] = None
+                     ) -> Dict[str, Any]:
+    """Train ``student`` (in place) to reproduce ``teacher`` on random views of ``bank``; returns the history."""
+    device = bank.device
+    if tuple(getattr(student, "grid_sizes", ())) != tuple(getattr(teacher, "grid_sizes", ())):
+        raise CompressError("the student's feature maps %s differ from the teacher's %s: on-the-fly targets need "
+                            "the teacher's anchors" % (getattr(student, "grid_sizes", None),
+                                                      getattr(teacher, "grid_sizes", None)),
+                            hint="give the student the teacher's input size")
+    teacher.to(device).eval()
+    student.to(device).train()
+    amp = device.type == "cuda"
+    opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    rng = np.random.default_rng(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    history: List[Dict[str, float]] = []
+    start = time.perf_counter()
+    step = 0
+    for step in range(cfg.steps):
+        progress = training_progress(step, time.perf_counter() - start, cfg)
+        if progress >= 1.0:
+            log.warning("distillation stopped by its time budget after %d of %d steps", step, cfg.steps)
+            break
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(progress, cfg)
+        x = bank.sample(cfg.batch, views, rng)
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            targets = teacher_targets(*teacher(x))
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            enc, logits = student(x)
+        loss, logs = detection_distill_loss(enc.float(), logits.float(), targets, cfg.class_weight, cfg.box_weight)
+        if not torch.isfinite(loss):
+            raise CompressError("the distillation loss is %s at step %d" % (loss.item(), step),
+                                hint="lower train.lr")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % cfg.log_every == 0 or step == cfg.steps - 1:
+            entry = {"step": step, "loss": loss.item(), "class_kl": logs["class_kl"].item(),
+                     "box_l1": logs["box_l1"].item(), "lr": learning_rate(progress, cfg),
+                     "elapsed_s": time.perf_counter() - start}
+            history.append(entry)
+            if on_log is not None:
+                on_log(entry)
+    else:
+        step = cfg.steps
+    student.eval()
+    return {"steps_done": step, "steps_planned": cfg.steps, "seconds": time.perf_counter() - start,
+            "history": history}
+
+
+def distill_loss_on(student: nn.Module, teacher: nn.Module, inputs: torch.Tensor) -> float:
+    """The distillation loss of ``student`` against ``teacher`` on fixed inputs (both in eval mode)."""
+    teacher.eval()
+    student.eval()
+    with torch.no_grad():
+        targets = teacher_targets(*teacher(inputs))
+        enc, logits = student(inputs)
+        loss, _ = detection_distill_loss(enc, logits, targets)
+    return float(loss)
+
+
+__all__ = ["FrameBank", "TrainConfig", "ViewConfig", "distill_detector", "distill_loss_on", "frame_bank_from_labels",
+           "learning_rate", "teacher_targets", "training_progress"]
