@@ -3,7 +3,7 @@ inference -> events (render off) or CPU encoder workers (render on), for 1/4/16/
 
 Three steps, each one command:
 
-    .venv/bin/python benchmarks/pipeline_gpu.py --prep          # here: streams (ffmpeg) + wheel + weights -> build/gpu_pipeline/
+    .venv/bin/python benchmarks/pipeline_gpu.py --prep      # here: streams + wheel + weights -> build/gpu_pipeline/
     .venv/bin/python benchmarks/pipeline_gpu.py --dry-run       # here: the whole script on the CPU (FakeNvDecoder)
     python3 benchmarks/pipeline_gpu.py                          # the H200 (one device call, carry build/gpu_pipeline)
 

@@ -117,7 +117,8 @@ def plot(doc: Dict[str, Any], path: Path) -> Optional[Path]:
             if rows:
                 ax.plot([r["streams"] for r in rows], [r["fps"] for r in rows], style,
                         label="pipeline, render %s" % ("on" if render else "off"))
-        off = sorted((r for r in res["pipeline"] if r["model"] == model and not r["render"]), key=lambda r: r["streams"])
+        off = sorted((r for r in res["pipeline"] if r["model"] == model and not r["render"]),
+                     key=lambda r: r["streams"])
         for key, style, label in (("model_alone_fps", ":", "model alone"), ("decode_alone_fps", "-.", "decode alone")):
             pts = [(r["streams"], r["bound"][key]) for r in off if r["bound"].get(key)]
             if pts:

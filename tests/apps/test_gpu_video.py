@@ -200,3 +200,42 @@ def test_encoder_pool_writes_each_stream_in_order(tmp_path):
         # a flat frame survives mp4v within a few grey levels; frames 15 levels apart cannot be confused
         assert len(means) == n
         assert np.allclose(means, [lv + s for lv in levels], atol=4.0)
+
+
+def test_gpu_source_choice_by_uri_and_decode_option(bikes_clip, monkeypatch):
+    from jetforge.apps.video.sources import SOURCES, open_gpu_source, parse_source_uri
+    from jetforge.apps.video.sources.gpu import CpuGpuFrames
+
+    assert parse_source_uri("nvdec:///data/clip.mp4").kind == "nvdec"
+    assert parse_source_uri("nvdec:///data/clip.mp4").location == "/data/clip.mp4"
+    assert parse_source_uri("jetson://csi://0").location == "csi://0"
+    assert {"nvdec", "jetson"} <= set(SOURCES)
+    with _closing(open_gpu_source(str(bikes_clip), decode="cpu", max_frames=3)) as src:
+        frames = list(src)
+    assert isinstance(src, CpuGpuFrames) and [f.layout for f in frames] == ["bgr"] * 3
+    with _closing(open_gpu_source("nvdec://" + str(bikes_clip), codec_module=FakeNvDecoder, max_frames=2)) as src:
+        assert isinstance(src, NvDecSource) and len(list(src)) == 2
+    with pytest.raises(ConfigError, match="not v4l2 sources"):
+        open_gpu_source("v4l2:///dev/video0")
+
+
+def test_nvdec_uri_in_the_cpu_apps_gives_bgr_frames_copied_back(bikes_clip, bikes_frames):
+    from jetforge.apps.video.sources.gpu import HostFrames
+
+    src = HostFrames(NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=6))
+    frames = list(src)
+    src.close()
+    assert [f.index for f in frames] == list(range(6)) and frames[5].image.shape == (272, 640, 3)
+    # NV12 round trip of OpenCV's own frame (see the NV12 test above for the bound)
+    assert np.abs(frames[5].image.astype(np.int16) - bikes_frames[5].astype(np.int16)).mean() < 4.0
+
+
+class _closing:
+    def __init__(self, src):
+        self.src = src
+
+    def __enter__(self):
+        return self.src
+
+    def __exit__(self, *exc):
+        self.src.close()

@@ -60,6 +60,7 @@ class GpuFrame:
     captured: float = 0.0  # time.perf_counter() when the decoder delivered it
     stream: int = 0
     on_host: bool = False  # ``data`` is an (H*3/2, W) uint8 numpy array in host memory
+    layout: str = "nv12"  # "nv12" (decoders), or "rgb"/"bgr" interleaved uint8 (jetson-utils' CUDA images)
 
     @property
     def size(self) -> "tuple[int, int]":

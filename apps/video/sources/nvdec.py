@@ -219,4 +219,5 @@ def nvdec_available(codec_module: Optional[Any] = None) -> "tuple[bool, str]":
     return True, "PyNvVideoCodec %s, %d GPU(s)" % (getattr(nvc, "__version__", "?"), gpus)
 
 
-__all__ = ["KeepHook", "NvDecSource", "array_plane_pointers", "load_pynvvideocodec", "nvdec_available", "plane_pointers"]
+__all__ = ["KeepHook", "NvDecSource", "array_plane_pointers", "load_pynvvideocodec", "nvdec_available",
+           "plane_pointers"]
