@@ -1,7 +1,7 @@
 """The people demo with the CNN detector against HOG: end-to-end FPS side by side, line counts against the hand
 count over the whole of vtest.avi, and what running the detector on every other frame costs.
 
-    .venv/bin/python benchmarks/people_fps.py                   # everything -> results/people_fps.json
+    .venv/bin/python benchmarks/people_fps.py                   # everything -> results/people_fps.json (+ .png)
     .venv/bin/python benchmarks/people_fps.py --rounds 1 --frames 20 --skip-counts --skip-ap   # a quick look
 
 1. **FPS**: ``jetforge app people`` itself (decode, detector, tracker, line/zone, overlay, MP4 encode: what
@@ -218,6 +218,32 @@ def print_tables(result: Dict[str, Any]) -> None:
             d["blocks"]["ap50_ci"][1]))
 
 
+def plot(result: Dict[str, Any], path: Path) -> None:
+    """End-to-end FPS per detector (median, min-max over the rounds) with the ratio to HOG written on each bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = result["fps"]["summary"]
+    names = list(summary)
+    med = [summary[n]["fps_median"] for n in names]
+    err = [[m - summary[n]["fps_min"] for n, m in zip(names, med)], [summary[n]["fps_max"] - m
+                                                                    for n, m in zip(names, med)]]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(names, med, yerr=err, capsize=6, color=["#999999", "#1f77b4", "#6baed6"][:len(names)])
+    for i, n in enumerate(names):
+        text = "%.2f FPS" % med[i] + ("\n%.1fx HOG" % summary[n]["ratio_vs_hog_median"]
+                                      if "ratio_vs_hog_median" in summary[n] else "")
+        ax.text(i, med[i] + err[1][i], text, ha="center", va="bottom", fontsize=9)
+    ax.set_ylabel("end-to-end FPS (median of %d rounds)" % result["fps"]["rounds"])
+    ax.set_title("jetforge app people on vtest.avi, shared 2-core CPU", fontsize=10)
+    ax.set_ylim(0, max(m + e for m, e in zip(med, err[1])) * 1.3)
+    fig.tight_layout()
+    fig.savefig(str(path), dpi=110)
+    plt.close(fig)
+
+
 def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frames", type=int, default=60, help="frames per FPS run (default 60)")
@@ -228,7 +254,13 @@ def main(argv: Any = None) -> int:
     parser.add_argument("--skip-counts", action="store_true")
     parser.add_argument("--skip-ap", action="store_true")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "people_fps.json"))
+    parser.add_argument("--plot-only", action="store_true", help="redraw the plot and tables of an existing --out")
     args = parser.parse_args(argv)
+    if args.plot_only:
+        result = json.loads(Path(args.out).read_text())
+        plot(result, Path(args.out).with_suffix(".png"))
+        print_tables(result)
+        return 0
     from jetforge.apps.pipeline import machine_info
     from jetforge.cli.model_refs import ensure_person_detector
     from jetforge.fileio import write_json_atomic
@@ -247,6 +279,8 @@ def main(argv: Any = None) -> int:
         result["detect_every_ap"] = skip_ap_cost(args.resamples, 10)
     result["load_average_at_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     write_json_atomic(args.out, result)
+    if "fps" in result:
+        plot(result, Path(args.out).with_suffix(".png"))
     print_tables(result)
     print("-> %s" % args.out)
     return 0
