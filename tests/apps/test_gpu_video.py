@@ -239,3 +239,50 @@ class _closing:
 
     def __exit__(self, *exc):
         self.src.close()
+
+
+class FakeNvEncoder:
+    """Stands in for PyNvVideoCodec's encoder (the H200 has no NVENC): records its input planes, returns one
+    packet per frame with a one-frame delay (as an encoder with look-ahead does), the rest at EndEncode."""
+
+    class NV_ENC_PIC_PARAMS:  # noqa: N801 (the real API's name)
+        inputTimeStamp = 0
+
+    def __init__(self):
+        self.created = None
+        self.seen = []
+
+    def CreateEncoder(self, width, height, fmt, cpu_input, **options):  # noqa: N802
+        self.created = (width, height, fmt, cpu_input, options)
+        held = []
+        fake = self
+
+        class Encoder:
+            def Encode(self, frame, pic):  # noqa: N802
+                y, uv = (v.__cuda_array_interface__ for v in frame.cuda())
+                fake.seen.append((y["data"][0], y["shape"], y["strides"], uv["data"][0], uv["shape"]))
+                held.append({"data": b"F%d;" % pic.inputTimeStamp})
+                return [held.pop(0)] if len(held) > 1 else []
+
+            def EndEncode(self):  # noqa: N802
+                out = list(held)
+                held.clear()
+                return out
+
+        return Encoder()
+
+
+def test_nvenc_sink_feeds_nv12_planes_and_writes_every_packet_in_order(tmp_path):
+    from jetforge.apps.video.sinks.nvenc import NvencSink
+    from jetforge.apps.video.sources.gpu_frame import GpuFrame
+
+    fake = FakeNvEncoder()
+    out = tmp_path / "s0.h264"
+    with NvencSink(out, 64, 48, fps=25, module=fake) as sink:
+        for i in range(3):
+            sink.write(GpuFrame(i, 0.0, 64, 48, None, y_ptr=1000 * (i + 1), uv_ptr=1000 * (i + 1) + 64 * 48,
+                                pitch=64))
+        assert not out.exists()  # published only when closed
+    assert fake.created == (64, 48, "NV12", False, {"codec": "h264", "fps": 25, "gpu_id": 0})
+    assert fake.seen[1] == (2000, (48, 64, 1), (64, 1, 1), 2000 + 64 * 48, (24, 32, 2))
+    assert out.read_bytes() == b"F0;F1;F2;"
