@@ -162,7 +162,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool) -> Dict[str, Any]
         for src in sources:
             src.close()
     row = result.summary()
-    row.update({"model": model, "render": render, "preprocess": env.pre_kind[model]})
+    row.update({"model": model, "render": render, "preprocess": getattr(ops.pre, "kind", env.pre_kind[model]),
+                "colour": "%s %s range" % (sources[0].matrix, "full" if sources[0].full_range else "limited")})
     if enc:
         row["encoded_frames"] = sum(r["frames"] for r in enc)
         row["cpu_ms_per_encoded_frame"] = 1000.0 * sum(r["cpu_s"] for r in enc) / max(1, row["encoded_frames"])
@@ -218,7 +219,7 @@ class Env:
 
         if not self.args.dry_run and not self.args.torch_preprocess:
             try:
-                pre = F2Preprocess(self.torch, contract, 32, self.device, "bt709", False)
+                pre = F2Preprocess(self.torch, contract, 32, self.device)
                 self.pre_kind[model] = "nvrtc-kernel"
                 return pre
             except Exception as err:  # the kernel package missing or failing: measured with the fallback, said so
@@ -386,7 +387,8 @@ def parse_args(argv: Any) -> argparse.Namespace:
     ap.add_argument("--batch-timeout-ms", type=float, default=4.0, help="batched-push-timeout")
     ap.add_argument("--torch-preprocess", action="store_true", help="use the torch fallback, not the NVRTC kernel")
     ap.add_argument("--host-ssd-decode", action="store_true", help="SSD decode + NMS on the host, not the GPU")
-    ap.add_argument("--gpu-tests", default="", help="pytest paths of the GPU kernel tests to run first")
+    ap.add_argument("--gpu-tests", default="", help="pytest paths of GPU tests to run first (F2's kernel tests run "
+                    "from benchmarks/gpu_kernels.py, before this script)")
     ap.add_argument("--gpu-tests-timeout", type=float, default=120.0)
     ap.add_argument("--scratch", default="/tmp/jf_pipeline_gpu")
     ap.add_argument("--tag", default="_h200")

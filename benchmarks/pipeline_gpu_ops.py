@@ -142,17 +142,34 @@ def yuv_to_rgb(torch: Any, y: Any, u: Any, v: Any, matrix: str, full_range: bool
 class F2Preprocess:
     """F2's fused NVRTC kernel (jetforge.runtime.cuda.kernels.GpuPreprocessor) writing into a torch buffer."""
 
-    def __init__(self, torch: Any, contract: Any, max_batch: int, device: str, matrix: str, full_range: bool) -> None:
+    def __init__(self, torch: Any, contract: Any, max_batch: int, device: str) -> None:
+        from jetforge.runtime.cuda.kernels import GpuPreprocessor  # noqa: F401  (fails here if the package is absent)
+
+        self.torch, self.contract, self.max_batch = torch, contract, max_batch
+        self.out = torch.zeros(max_batch, 3, contract.height, contract.width, device=device)
+        self.pre: Any = None
+        self.kind = "nvrtc-kernel"
+        self._fallback = TorchNv12Preprocess(torch, contract, max_batch, device)
+
+    def _make(self, matrix: str, full_range: bool) -> Any:
+        """The kernel for the streams' colour description (the frames carry it; one per pipeline run)."""
         from jetforge.runtime.cuda.kernels import ColorSpec, GpuPreprocessor
 
-        self.torch = torch
-        self.out = torch.zeros(max_batch, 3, contract.height, contract.width, device=device)
-        self.pre = GpuPreprocessor(contract, batch=max_batch, out_dtype="float32", input_format="nv12",
-                                   color=ColorSpec(matrix, "full" if full_range else "limited"))
+        return GpuPreprocessor(self.contract, batch=self.max_batch, out_dtype="float32", input_format="nv12",
+                               color=ColorSpec(matrix, "full" if full_range else "limited"))
 
     def __call__(self, frames: List[Any], padded: int) -> Any:
         from jetforge.runtime.cuda.kernels import Nv12Frame
 
+        if self.kind != "nvrtc-kernel":
+            return self._fallback(frames, padded)
+        if self.pre is None:
+            try:
+                self.pre = self._make(frames[0].matrix, frames[0].full_range)
+            except Exception as err:  # NVRTC/driver trouble: measured with the fallback and labelled so
+                print("NVRTC preprocessing kernel failed (%s: %s); torch fallback" % (type(err).__name__, err))
+                self.kind = "torch-fallback (kernel failed)"
+                return self._fallback(frames, padded)
         table = [Nv12Frame.contiguous(f.data.data_ptr(), f.width, f.height, f.data.stride(0)) for f in frames]
         stream = self.torch.cuda.current_stream().cuda_stream
         self.pre.run(table, stream, out_ptr=self.out.data_ptr())

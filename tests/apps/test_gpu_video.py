@@ -85,7 +85,7 @@ def test_plane_pointers_from_per_plane_views_and_from_a_contiguous_frame():
 
 @pytest.mark.parametrize("code, height, want", [("ColorSpace.BT_709", 720, BT709), (1, 480, BT709),
                                                 ("bt601", 1080, BT601), (6, 720, BT601),
-                                                ("unspecified", 720, BT709), ("unspecified", 480, BT601)])
+                                                ("unspecified", 720, BT601), ("ColorSpace.UNSPEC", 480, BT601)])
 def test_colour_matrix_from_the_stream(code, height, want):
     assert matrix_from_code(code, height) == want
 
@@ -286,3 +286,51 @@ def test_nvenc_sink_feeds_nv12_planes_and_writes_every_packet_in_order(tmp_path)
     assert fake.created == (64, 48, "NV12", False, {"codec": "h264", "fps": 25, "gpu_id": 0})
     assert fake.seen[1] == (2000, (48, 64, 1), (64, 1, 1), 2000 + 64 * 48, (24, 32, 2))
     assert out.read_bytes() == b"F0;F1;F2;"
+
+
+def test_device_pool_shares_batches_and_results_come_back_in_submission_order():
+    from jetforge.apps.pipeline.devices import DevicePool
+
+    def device(delay, tag):
+        def run(batch):
+            time.sleep(delay)
+            return (tag, batch)
+        return run
+
+    # a GPU and two slower DLA cores stand in as functions; 20 batches queued at once
+    with DevicePool([device(0.002, "g"), device(0.02, "d0"), device(0.02, "d1")], ["gpu", "dla0", "dla1"]) as pool:
+        futures = [pool.submit(i) for i in range(20)]
+        results = [f.result() for f in futures]
+    assert [r[0][1] for r in results] == list(range(20))  # every batch's own result, in order
+    share = pool.share()
+    assert sum(share.values()) == 20 and all(n >= 1 for n in share.values())
+    assert share["gpu"] > share["dla0"]  # the fast device took more
+
+
+def test_device_pool_with_onnx_runtime_sessions_as_devices_matches_one_session(bikes_clip, mobilenet_onnx):
+    """Three ORT sessions stand in for a Jetson's GPU + 2 DLA cores: every frame gets one session's answer."""
+    from jetforge.apps.pipeline.devices import DevicePool, PooledBatchOps
+    from jetforge.apps.tasks.classify import resolve_model_contract
+    from jetforge.runtime.session import open_session
+
+    sessions = [open_session(mobilenet_onnx, threads=1) for _ in range(3)]
+    name, out = sessions[0].inputs[0].name, sessions[0].outputs[0].name
+    fused = resolve_model_contract(sessions[0])[0].fused()
+
+    def pre(frame):
+        return fused(bgr_from_nv12(cv2, frame.host_nv12()))
+
+    def post(outputs, i, frame):
+        return {"top1": int(np.argmax(outputs[i])), "stream": frame.stream, "frame": frame.index}
+
+    events = []
+    with DevicePool([lambda x, s=s: s.infer({name: x})[out] for s in sessions], ["gpu", "dla0", "dla1"]) as pool:
+        sources = [NvDecSource(bikes_clip, codec_module=FakeNvDecoder, stream=s, max_frames=4) for s in range(2)]
+        result = run_streams(sources, PooledBatchOps(pre, pool, post),
+                             StreamRunOptions(max_batch=1, in_flight=3, batch_timeout_s=0.0),
+                             sink=lambda s, f, e, h: events.append(e))
+    assert result.order_ok and result.frames == 8 and sum(pool.share().values()) == 8
+    with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=4) as src:
+        single = [int(np.argmax(sessions[0].infer({name: pre(f)[None]})[out][0])) for f in src]
+    for s in range(2):
+        assert [e["top1"] for e in events if e["stream"] == s] == single

@@ -25,7 +25,9 @@ BT709 = "bt709"
 def matrix_from_code(code: Any, height: int) -> str:
     """The colour matrix of a stream from its VUI ``matrix_coefficients`` code (int or enum name).
 
-    Unspecified (2) or unknown: the convention players use, BT.709 for HD (height > 576), BT.601 below.
+    Unspecified (2) or unknown: BT.601, what FFmpeg's swscale (and so OpenCV's decode, and an x264 file made
+    from RGB by ffmpeg) assumes; the GPU path then agrees with the CPU path.  ``height`` is kept for callers
+    that prefer the HD convention of players (BT.709 above 576 lines) where they know the encoder used it.
     """
     text = str(code).lower()
     number = getattr(code, "value", code)
@@ -33,7 +35,7 @@ def matrix_from_code(code: Any, height: int) -> str:
         return BT709
     if "601" in text or "470" in text or "170" in text or number in (5, 6):
         return BT601
-    return BT709 if height > 576 else BT601
+    return BT601
 
 
 def full_range_from_code(code: Any) -> bool:
