@@ -37,6 +37,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from jetforge.calibrate.qdq_surgery import unique_name
 from jetforge.errors import ModelError
 from jetforge.optional import require
 
@@ -102,12 +103,7 @@ class _Graph:
         return None
 
     def unique(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.names:
-            name = "%s_%d" % (base, k)
-            k += 1
-        self.names.add(name)
-        return name
+        return unique_name(base, self.names)
 
     def constant(self, base: str, array: np.ndarray) -> str:
         name = self.unique(base)

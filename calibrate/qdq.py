@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from jetforge.calibrate.cache import INT8_BOUND
+from jetforge.calibrate.qdq_surgery import unique_name
 from jetforge.errors import CalibrationError, ModelError
 from jetforge.fileio import PathLike, atomic_output
 from jetforge.optional import require
@@ -122,12 +123,7 @@ class _QdqBuilder:
         self.dq_of: Dict[str, "object"] = {}
 
     def unique(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.used:
-            name = "%s_%d" % (base, k)
-            k += 1
-        self.used.add(name)
-        return name
+        return unique_name(base, self.used)
 
     def _pair(self, source, scale, zp, base: str, shape, attrs: Dict[str, int]):
         gs, unique = self.gs, self.unique

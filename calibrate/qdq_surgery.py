@@ -7,7 +7,7 @@ sensitivity are built from these.
 """
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Set
 
 from jetforge.errors import CalibrationError
 from jetforge.optional import require
@@ -15,6 +15,17 @@ from jetforge.optional import require
 
 def _onnx():
     return require("onnx", "INT8 accuracy evaluation")
+
+
+def unique_name(base: str, taken: Set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``... : the first name not in ``taken``, which is then added to it
+    (graph rewrites add nodes and tensors whose names must not collide with the model's)."""
+    name, k = base, 1
+    while name in taken:
+        name = "%s_%d" % (base, k)
+        k += 1
+    taken.add(name)
+    return name
 
 
 def load(model):
