@@ -1,7 +1,8 @@
 """Fashion-MNIST from its IDX files, as torch Datasets and DataLoaders (single process or DDP).
 
 The four gzip IDX files come from the asset cache (``jetforge assets fetch fashion_mnist``).
-``compress`` may not import ``apps`` (docs/CONVENTIONS.md), so callers resolve the folder::
+Callers resolve the folder through the asset store (:mod:`jetforge.assets`, in the root layer every layer may
+import: docs/architecture.md), so a folder of one's own works the same way::
 
     from jetforge.assets import asset_path
     root = asset_path("fashion_mnist", "train-images-idx3-ubyte.gz").parent

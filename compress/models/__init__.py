@@ -1,8 +1,8 @@
 """Model definitions in plain torch, and loading of their real pretrained weights.
 
 The weights come from :mod:`jetforge.assets` (PyPI/Debian packages, verified
-by hash).  ``compress`` may not import ``apps`` (see docs/CONVENTIONS.md), so the
-caller resolves the file and passes it in::
+by hash; the root layer, docs/architecture.md).  The caller resolves the file and passes
+it in, so weights from anywhere load the same way::
 
     from jetforge.assets import asset_path
     from jetforge.compress.models import PRETRAINED, load_pretrained
