@@ -14,7 +14,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -57,38 +57,10 @@ def export_onnx(model: Any, path: PathLike, input_shape: Sequence[int], *, task:
     was_training = bool(getattr(model, "training", False))
     model.eval()
     dummy = torch.zeros(shape, dtype=torch.float32)
-    try:
-        with torch.no_grad():
-            out = model(dummy)
-    except Exception as err:
-        raise CompressError("the model does not run on an input of shape %s: %s" % (shape, err),
-                            hint="pass the input_shape the model expects, batch axis first") from err
     names: List[str] = [output_name] if isinstance(output_name, str) else [str(n) for n in output_name]
-    outs = [out] if isinstance(out, torch.Tensor) else (list(out) if isinstance(out, (tuple, list)) else None)
-    if outs is None or not outs or not all(isinstance(t, torch.Tensor) for t in outs):
-        raise CompressError("export expects a model whose output is a tensor or a tuple/list of tensors, got %s"
-                            % type(out).__name__, hint="wrap the model so that forward returns tensors")
-    if len(outs) != len(names):
-        raise CompressError("the model returns %d output tensor(s) but %d output name(s) were given: %s"
-                            % (len(outs), len(names), names),
-                            hint="pass output_name=(...) with one name per output, in order")
-    if len(set(names)) != len(names) or input_name in names:
-        raise CompressError("output names must be distinct and differ from the input name, got %s" % names)
-    out_shape = list(outs[0].shape)
-    if task == "classify" and labels and out_shape[-1] != len(labels):
-        raise CompressError("the model has %d classes but %d labels were given" % (out_shape[-1], len(labels)),
-                            hint="pass the label list that belongs to these weights")
-
-    dynamic_axes = {input_name: {0: "batch"}} if dynamic_batch else None
+    outs = _checked_outputs(model, dummy, names, input_name, task, labels)
+    dynamic_axes, out_specs = _output_specs(names, outs, shape, input_name, dynamic_batch)
     in_spec_shape = (["batch"] if dynamic_batch else [shape[0]]) + list(shape[1:])
-    out_specs = []
-    for n, t in zip(names, outs):
-        dims = list(t.shape)
-        # one output keeps the old contract (axis 0 is the batch); of several, those whose axis 0 is the batch
-        batched = dynamic_batch and len(dims) > 0 and (len(outs) == 1 or dims[0] == shape[0])
-        if batched:
-            dynamic_axes[n] = {0: "batch"}
-        out_specs.append(TensorSpec(n, (["batch"] + dims[1:]) if batched else dims, "float32"))
     with atomic_output(path, suffix=".onnx") as tmp:
         with warnings.catch_warnings():
             # The TorchScript exporter announces its deprecation in favour of dynamo (which needs onnxscript).
@@ -118,6 +90,48 @@ def export_onnx(model: Any, path: PathLike, input_shape: Sequence[int], *, task:
     write_sidecar(path, sidecar)
     log.info("exported %s (%s) and %s", path, sidecar.model_name, sidecar_path(path).name)
     return sidecar
+
+
+def _checked_outputs(model: Any, dummy: Any, names: List[str], input_name: str, task: str,
+                     labels: Sequence[str]) -> List[Any]:
+    """Run ``model`` on ``dummy`` and check its outputs against the names (and a classifier's against the labels)."""
+    torch = require("torch", "ONNX export")
+    try:
+        with torch.no_grad():
+            out = model(dummy)
+    except Exception as err:
+        raise CompressError("the model does not run on an input of shape %s: %s" % (tuple(dummy.shape), err),
+                            hint="pass the input_shape the model expects, batch axis first") from err
+    outs = [out] if isinstance(out, torch.Tensor) else (list(out) if isinstance(out, (tuple, list)) else None)
+    if outs is None or not outs or not all(isinstance(t, torch.Tensor) for t in outs):
+        raise CompressError("export expects a model whose output is a tensor or a tuple/list of tensors, got %s"
+                            % type(out).__name__, hint="wrap the model so that forward returns tensors")
+    if len(outs) != len(names):
+        raise CompressError("the model returns %d output tensor(s) but %d output name(s) were given: %s"
+                            % (len(outs), len(names), names),
+                            hint="pass output_name=(...) with one name per output, in order")
+    if len(set(names)) != len(names) or input_name in names:
+        raise CompressError("output names must be distinct and differ from the input name, got %s" % names)
+    out_shape = list(outs[0].shape)
+    if task == "classify" and labels and out_shape[-1] != len(labels):
+        raise CompressError("the model has %d classes but %d labels were given" % (out_shape[-1], len(labels)),
+                            hint="pass the label list that belongs to these weights")
+    return outs
+
+
+def _output_specs(names: List[str], outs: List[Any], shape: Tuple[int, ...], input_name: str,
+                  dynamic_batch: bool) -> Tuple[Optional[Dict[str, Dict[int, str]]], List[TensorSpec]]:
+    """The exporter's dynamic axes and the sidecar's output tensors (a dynamic batch axis where it is one)."""
+    dynamic_axes = {input_name: {0: "batch"}} if dynamic_batch else None
+    out_specs = []
+    for n, t in zip(names, outs):
+        dims = list(t.shape)
+        # one output keeps the old contract (axis 0 is the batch); of several, those whose axis 0 is the batch
+        batched = dynamic_batch and len(dims) > 0 and (len(outs) == 1 or dims[0] == shape[0])
+        if batched:
+            dynamic_axes[n] = {0: "batch"}  # type: ignore[index]
+        out_specs.append(TensorSpec(n, (["batch"] + dims[1:]) if batched else dims, "float32"))
+    return dynamic_axes, out_specs
 
 
 @contextlib.contextmanager

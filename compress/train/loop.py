@@ -238,6 +238,36 @@ class Trainer:
         np.random.seed(cfg.seed + ctx.rank)
         random.seed(cfg.seed + ctx.rank)
         self.train_module.to(device)
+        run = self._setup()
+        result = TrainResult(world_size=ctx.world_size)
+        last, best = self.out_dir / "last.pt", self.out_dir / "best.pt"
+        start_epoch = self._resume(last, run, result) if resume and last.is_file() else 0
+        if ctx.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        if ctx.distributed:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ids = [torch.device(device).index] if run.device_type == "cuda" else None
+            run.model = DDP(self.train_module, device_ids=ids)
+
+        rank_totals = {"samples": 0.0, "loss_sum": 0.0, "steps": 0.0}
+        for epoch in range(start_epoch, cfg.epochs):
+            sums, seen, seconds = self._train_epoch(run, epoch)
+            rank_totals["samples"] += seen
+            rank_totals["loss_sum"] += sums.get("loss", 0.0)
+            rank_totals["steps"] += min(run.steps, len(run.loader))
+            self._end_epoch(run, epoch, sums, seen, seconds, result, last, best)
+            barrier(ctx)
+        result.final_accuracy = float(result.history[-1].get("val_accuracy", 0.0)) if result.history else 0.0
+        result.checkpoint = last
+        result.best_checkpoint = best if best.is_file() else None
+        result.rank_stats = {"rank": ctx.rank, "samples": rank_totals["samples"], "steps": rank_totals["steps"],
+                             "mean_loss": rank_totals["loss_sum"] / max(rank_totals["samples"], 1.0)}
+        return result
+
+    def _setup(self) -> "_Run":
+        """The loader, the optimizer with its warm-up + cosine schedule, and mixed precision."""
+        cfg, ctx = self.cfg, self.ctx
         loader = make_loader(self.train_set, cfg.batch_size, shuffle=True, distributed=ctx.distributed,
                              seed=cfg.seed, drop_last=len(self.train_set) > cfg.batch_size * ctx.world_size,
                              workers=cfg.workers)
@@ -249,132 +279,136 @@ class Trainer:
         if not any(g["params"] for g in groups):
             raise CompressError("the model has no trainable parameters", hint="check requires_grad of the student")
         if cfg.optimizer == "sgd":
-            opt = torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0)
+            opt: Any = torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0)
         else:
             opt = torch.optim.AdamW(groups, lr=cfg.lr)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, warmup, cfg.min_lr_ratio))
-        dtype = amp_dtype(cfg.amp, device)
-        device_type = "cuda" if device.startswith("cuda") else "cpu"
+        dtype = amp_dtype(cfg.amp, ctx.device)
+        device_type = "cuda" if ctx.device.startswith("cuda") else "cpu"
         scaler = torch.amp.GradScaler(device_type, enabled=dtype == torch.float16 and device_type == "cuda")
+        return _Run(loader, steps, opt, sched, scaler, dtype, device_type, self.train_module)
 
-        result = TrainResult(world_size=ctx.world_size)
-        last, best = self.out_dir / "last.pt", self.out_dir / "best.pt"
-        start_epoch = 0
-        if resume and last.is_file():
-            state = load_checkpoint(last)
-            if state.get("format") != CHECKPOINT_FORMAT:
-                raise ModelError("%s is not a jetforge training checkpoint" % last, hint="use a new out_dir")
-            self._load_module_state(state["train_module"])
-            opt.load_state_dict(state["optimizer"])
-            sched.load_state_dict(state["scheduler"])
-            if state.get("scaler"):
-                scaler.load_state_dict(state["scaler"])
-            start_epoch = int(state["epoch"])
-            result.history = list(state.get("history", []))
-            result.best_accuracy = float(state.get("best_accuracy", 0.0))
-            result.best_epoch = int(state.get("best_epoch", 0))
-            result.resumed_from_epoch = start_epoch
-            rng = state.get("rng") or {}
-            if "torch" in rng and ctx.world_size == state.get("world_size", 1):
-                torch.set_rng_state(rng["torch"])
-                set_generator_states(loader, self.train_set, rng.get("generators") or {})
-            if ctx.is_main:
-                log.info("resuming %s from epoch %d of %d", last, start_epoch, cfg.epochs)
+    def _resume(self, last: Path, run: "_Run", result: TrainResult) -> int:
+        """Load ``last.pt`` (model, optimizer, schedule, scaler, history, random state); the epoch to start at."""
+        cfg, ctx = self.cfg, self.ctx
+        state = load_checkpoint(last)
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise ModelError("%s is not a jetforge training checkpoint" % last, hint="use a new out_dir")
+        self._load_module_state(state["train_module"])
+        run.opt.load_state_dict(state["optimizer"])
+        run.sched.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            run.scaler.load_state_dict(state["scaler"])
+        start_epoch = int(state["epoch"])
+        result.history = list(state.get("history", []))
+        result.best_accuracy = float(state.get("best_accuracy", 0.0))
+        result.best_epoch = int(state.get("best_epoch", 0))
+        result.resumed_from_epoch = start_epoch
+        rng = state.get("rng") or {}
+        if "torch" in rng and ctx.world_size == state.get("world_size", 1):
+            torch.set_rng_state(rng["torch"])
+            set_generator_states(run.loader, self.train_set, rng.get("generators") or {})
         if ctx.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-        model = self.train_module
-        if ctx.distributed:
-            from torch.nn.parallel import DistributedDataParallel as DDP
+            log.info("resuming %s from epoch %d of %d", last, start_epoch, cfg.epochs)
+        return start_epoch
 
-            ids = [torch.device(device).index] if device_type == "cuda" else None
-            model = DDP(self.train_module, device_ids=ids)
+    def _train_epoch(self, run: "_Run", epoch: int) -> Tuple[Dict[str, float], int, float]:
+        """One epoch of training steps; (sample-weighted sums of the loss and logs, samples seen, seconds)."""
+        cfg, ctx = self.cfg, self.ctx
+        device, opt, scaler = ctx.device, run.opt, run.scaler
+        if hasattr(run.loader.sampler, "set_epoch"):
+            run.loader.sampler.set_epoch(epoch)
+        self.train_module.train()
+        sums: Dict[str, float] = {}
+        seen = 0
+        t0 = time.perf_counter()
+        bar = None
+        if cfg.progress and ctx.is_main:
+            from tqdm import tqdm
 
-        rank_totals = {"samples": 0.0, "loss_sum": 0.0, "steps": 0.0}
-        for epoch in range(start_epoch, cfg.epochs):
-            if hasattr(loader.sampler, "set_epoch"):
-                loader.sampler.set_epoch(epoch)
-            self.train_module.train()
-            sums: Dict[str, float] = {}
-            seen = 0
-            t0 = time.perf_counter()
-            bar = None
-            if cfg.progress and ctx.is_main:
-                from tqdm import tqdm
-
-                bar = tqdm(total=steps, desc="epoch %d/%d" % (epoch + 1, cfg.epochs), unit="batch",
-                           dynamic_ncols=True, leave=False)
-            for i, (x, y) in enumerate(loader):
-                if i >= steps:
-                    break
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                with torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                    loss, logs = model(x, y)
-                if not torch.isfinite(loss):
-                    raise CompressError("the loss became %s at epoch %d step %d" % (float(loss), epoch + 1, i),
-                                        hint="lower train.lr, raise train.warmup_epochs or enable train.grad_clip")
-                opt.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                if cfg.grad_clip > 0:
-                    scaler.unscale_(opt)
-                    gnorm = float(torch.nn.utils.clip_grad_norm_(self.train_module.parameters(), cfg.grad_clip))
-                    sums["grad_norm"] = sums.get("grad_norm", 0.0) + gnorm * y.shape[0]
-                scaler.step(opt)
-                scaler.update()
-                sched.step()
-                n = int(y.shape[0])
-                seen += n
-                sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * n
-                for k, v in logs.items():
-                    sums[k] = sums.get(k, 0.0) + float(v.detach() if torch.is_tensor(v) else v) * n
-                if bar is not None:
-                    bar.set_postfix(loss="%.4f" % (sums["loss"] / seen), lr="%.2e" % opt.param_groups[0]["lr"],
-                                    refresh=False)
-                    bar.update(1)
+            bar = tqdm(total=run.steps, desc="epoch %d/%d" % (epoch + 1, cfg.epochs), unit="batch",
+                       dynamic_ncols=True, leave=False)
+        for i, (x, y) in enumerate(run.loader):
+            if i >= run.steps:
+                break
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with torch.autocast(run.device_type, dtype=run.dtype or torch.float32, enabled=run.dtype is not None):
+                loss, logs = run.model(x, y)
+            if not torch.isfinite(loss):
+                raise CompressError("the loss became %s at epoch %d step %d" % (float(loss), epoch + 1, i),
+                                    hint="lower train.lr, raise train.warmup_epochs or enable train.grad_clip")
+            opt.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            if cfg.grad_clip > 0:
+                scaler.unscale_(opt)
+                gnorm = float(torch.nn.utils.clip_grad_norm_(self.train_module.parameters(), cfg.grad_clip))
+                sums["grad_norm"] = sums.get("grad_norm", 0.0) + gnorm * y.shape[0]
+            scaler.step(opt)
+            scaler.update()
+            run.sched.step()
+            n = int(y.shape[0])
+            seen += n
+            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * n
+            for k, v in logs.items():
+                sums[k] = sums.get(k, 0.0) + float(v.detach() if torch.is_tensor(v) else v) * n
             if bar is not None:
-                bar.close()
-            seconds = time.perf_counter() - t0
-            rank_totals["samples"] += seen
-            rank_totals["loss_sum"] += sums.get("loss", 0.0)
-            rank_totals["steps"] += min(steps, len(loader))
-            sums["samples"] = float(seen)
-            sums = all_reduce_sums(sums, ctx)
-            n_all = max(sums.pop("samples"), 1.0)
-            record: Dict[str, Any] = {"epoch": epoch + 1, "lr": opt.param_groups[0]["lr"],
-                                      "train_samples": int(n_all), "seconds": round(seconds, 2),
-                                      "samples_per_s": round(n_all / max(seconds, 1e-9), 1),
-                                      "world_size": ctx.world_size}
-            record.update({"train_" + k: v / n_all for k, v in sums.items()})
-            if self.val_set is not None:
-                ev = evaluate_accuracy(self.student, self.val_set, cfg.eval_batch_size, device, ctx)
-                record.update({"val_accuracy": ev["accuracy"], "val_loss": ev["loss"], "val_samples": ev["samples"]})
-            result.history.append(record)
-            acc = record.get("val_accuracy", 0.0)
-            improved = self.val_set is not None and acc > result.best_accuracy
+                bar.set_postfix(loss="%.4f" % (sums["loss"] / seen), lr="%.2e" % opt.param_groups[0]["lr"],
+                                refresh=False)
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        return sums, seen, time.perf_counter() - t0
+
+    def _end_epoch(self, run: "_Run", epoch: int, sums: Dict[str, float], seen: int, seconds: float,
+                   result: TrainResult, last: Path, best: Path) -> None:
+        """Reduce the epoch's numbers over ranks, validate, and (main rank) write checkpoints and metrics."""
+        cfg, ctx = self.cfg, self.ctx
+        sums = dict(sums, samples=float(seen))
+        sums = all_reduce_sums(sums, ctx)
+        n_all = max(sums.pop("samples"), 1.0)
+        record: Dict[str, Any] = {"epoch": epoch + 1, "lr": run.opt.param_groups[0]["lr"],
+                                  "train_samples": int(n_all), "seconds": round(seconds, 2),
+                                  "samples_per_s": round(n_all / max(seconds, 1e-9), 1),
+                                  "world_size": ctx.world_size}
+        record.update({"train_" + k: v / n_all for k, v in sums.items()})
+        if self.val_set is not None:
+            ev = evaluate_accuracy(self.student, self.val_set, cfg.eval_batch_size, ctx.device, ctx)
+            record.update({"val_accuracy": ev["accuracy"], "val_loss": ev["loss"], "val_samples": ev["samples"]})
+        result.history.append(record)
+        acc = record.get("val_accuracy", 0.0)
+        improved = self.val_set is not None and acc > result.best_accuracy
+        if improved:
+            result.best_accuracy, result.best_epoch = acc, epoch + 1
+        if ctx.is_main:
+            state = {"format": CHECKPOINT_FORMAT, "epoch": epoch + 1, "model": self.student.state_dict(),
+                     "train_module": self._module_state(), "optimizer": run.opt.state_dict(),
+                     "scheduler": run.sched.state_dict(), "scaler": run.scaler.state_dict(),
+                     "best_accuracy": result.best_accuracy, "best_epoch": result.best_epoch,
+                     "history": result.history,
+                     "rng": {"torch": torch.get_rng_state(),
+                             "generators": generator_states(run.loader, self.train_set)},
+                     "world_size": ctx.world_size, "config": self.run_config}
+            save_checkpoint(last, state)
             if improved:
-                result.best_accuracy, result.best_epoch = acc, epoch + 1
-            if ctx.is_main:
-                state = {"format": CHECKPOINT_FORMAT, "epoch": epoch + 1, "model": self.student.state_dict(),
-                         "train_module": self._module_state(), "optimizer": opt.state_dict(),
-                         "scheduler": sched.state_dict(), "scaler": scaler.state_dict(),
-                         "best_accuracy": result.best_accuracy, "best_epoch": result.best_epoch,
-                         "history": result.history,
-                         "rng": {"torch": torch.get_rng_state(),
-                                 "generators": generator_states(loader, self.train_set)},
-                         "world_size": ctx.world_size, "config": self.run_config}
-                save_checkpoint(last, state)
-                if improved:
-                    save_checkpoint(best, state)
-                write_metrics(self.out_dir / "metrics.jsonl", result.history)
-                log.info("epoch %d/%d: train loss %.4f, val acc %s, %.1f samples/s, %.1f s", epoch + 1, cfg.epochs,
-                         record.get("train_loss", float("nan")),
-                         "%.4f" % acc if self.val_set is not None else "-", record["samples_per_s"], seconds)
-            barrier(ctx)
-        result.final_accuracy = float(result.history[-1].get("val_accuracy", 0.0)) if result.history else 0.0
-        result.checkpoint = last
-        result.best_checkpoint = best if best.is_file() else None
-        result.rank_stats = {"rank": ctx.rank, "samples": rank_totals["samples"], "steps": rank_totals["steps"],
-                             "mean_loss": rank_totals["loss_sum"] / max(rank_totals["samples"], 1.0)}
-        return result
+                save_checkpoint(best, state)
+            write_metrics(self.out_dir / "metrics.jsonl", result.history)
+            log.info("epoch %d/%d: train loss %.4f, val acc %s, %.1f samples/s, %.1f s", epoch + 1, cfg.epochs,
+                     record.get("train_loss", float("nan")),
+                     "%.4f" % acc if self.val_set is not None else "-", record["samples_per_s"], seconds)
+
+
+@dataclass
+class _Run:
+    """What one ``fit`` trains with: the loader and its step count, optimizer, schedule, AMP, the (DDP) model."""
+
+    loader: Any
+    steps: int
+    opt: Any
+    sched: Any
+    scaler: Any
+    dtype: Optional[torch.dtype]
+    device_type: str
+    model: nn.Module
 
 
 def _generators(loader: Any, dataset: Any) -> Dict[str, torch.Generator]:
