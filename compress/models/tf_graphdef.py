@@ -13,14 +13,7 @@ nesting deeper than :data:`MAX_DEPTH` -- ends in one :class:`jetforge.errors.Mod
 naming where it happened; memory stays proportional to the file plus a fixed budget
 (``max_expanded_elements``) for TensorFlow's "repeat the last value" tensor shorthand.
 
-Wire format (https://protobuf.dev/programming-guides/encoding/): a message is a sequence of
-``tag value`` records, ``tag = field_number << 3 | wire_type`` as a varint; wire type 0 is a
-varint (7 bits per byte, low group first, high bit set on every byte but the last, at most 10
-bytes for 64 bits), 1 is 8 little-endian bytes, 2 is a varint length then that many bytes
-(strings, bytes, sub-messages, packed repeated scalars), 5 is 4 little-endian bytes; 3/4 are
-the deprecated groups, which TensorFlow never writes.  Unknown fields are skipped; a repeated
-singular scalar keeps the last value and a repeated singular sub-message is merged (its byte
-ranges concatenated, which is protobuf's merge rule); repeated scalars may come packed or not.
+The protobuf wire format is decoded by :mod:`jetforge.compress.models.protobuf_wire`.
 
 Schema subset (field numbers from tensorflow/core/framework/*.proto)::
 
@@ -37,10 +30,12 @@ Schema subset (field numbers from tensorflow/core/framework/*.proto)::
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from jetforge.compress.models.protobuf_wire import (WIRE_I32, WIRE_LEN, WIRE_VARINT, Repeated, expect_wire, malformed,
+                                                     read_fields, read_text, signed32, signed64)
 from jetforge.errors import ModelError
 from jetforge.fileio import PathLike, require_file
 
@@ -49,8 +44,6 @@ MAX_FILE_BYTES = 2 << 30  # protobuf's own 2 GiB message limit
 MAX_DIMS = 32
 MAX_TENSOR_ELEMENTS = 1 << 32
 DEFAULT_MAX_EXPANDED = 1 << 24  # elements materialised beyond what the file spells out (float: 64 MiB)
-
-WIRE_VARINT, WIRE_I64, WIRE_LEN, WIRE_I32 = 0, 1, 2, 5
 
 # DataType enum (types.proto) -> numpy dtype; values in the typed field named in TYPED_FIELD
 DTYPES: Dict[int, str] = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "object",
@@ -163,167 +156,24 @@ class _Budget:
         self.left -= n
 
 
-def _error(where: str, problem: str) -> ModelError:
-    return ModelError("malformed TensorFlow GraphDef at %s: %s" % (where, problem),
-                      hint="the file is truncated, damaged or not a frozen GraphDef (.pb); fetch it again")
-
-
-def _varint(buf: memoryview, pos: int, end: int, where: str) -> Tuple[int, int]:
-    result = 0
-    shift = 0
-    for _ in range(10):
-        if pos >= end:
-            raise _error(where, "truncated varint at byte %d" % pos)
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            if result >> 64:
-                raise _error(where, "varint at byte %d overflows 64 bits" % (pos - 1))
-            return result, pos
-        shift += 7
-    raise _error(where, "varint longer than 10 bytes at byte %d" % (pos - 10))
-
-
-def _fields(buf: memoryview, start: int, end: int, where: str) -> Iterator[Tuple[int, int, Any]]:
-    """(field number, wire type, value) of each record in ``buf[start:end]``; LEN values are memoryviews."""
-    pos = start
-    while pos < end:
-        tag, pos = _varint(buf, pos, end, where)
-        number, wire = tag >> 3, tag & 7
-        if number == 0 or number > 0x1FFFFFFF:
-            raise _error(where, "invalid field number %d at byte %d" % (number, pos))
-        if wire == WIRE_VARINT:
-            value, pos = _varint(buf, pos, end, where)
-        elif wire == WIRE_LEN:
-            size, pos = _varint(buf, pos, end, where)
-            if size > end - pos:
-                raise _error(where, "field %d declares %d bytes but only %d remain" % (number, size, end - pos))
-            value = buf[pos:pos + size]
-            pos += size
-        elif wire in (WIRE_I32, WIRE_I64):
-            size = 4 if wire == WIRE_I32 else 8
-            if size > end - pos:
-                raise _error(where, "truncated %d-byte field %d" % (size, number))
-            value = buf[pos:pos + size]
-            pos += size
-        elif wire in (3, 4):
-            raise _error(where, "field %d uses a protobuf group (wire type %d), which GraphDefs never contain"
-                         % (number, wire))
-        else:
-            raise _error(where, "invalid wire type %d for field %d" % (wire, number))
-        yield number, wire, value
-
-
-def _expect(wire: int, wanted: int, number: int, where: str) -> None:
-    if wire != wanted:
-        raise _error(where, "field %d has wire type %d, expected %d" % (number, wire, wanted))
-
-
-def _text(value: memoryview, where: str) -> str:
-    try:
-        return bytes(value).decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise _error(where, "string is not valid UTF-8 (%s)" % err.reason) from None
-
-
-def _signed64(v: int) -> int:
-    return v - (1 << 64) if v >= 1 << 63 else v
-
-
-def _signed32(v: int) -> int:
-    """int32 fields are sign-extended to 64 bits on the wire; protobuf keeps the low 32 bits."""
-    v &= 0xFFFFFFFF
-    return v - (1 << 32) if v >= 1 << 31 else v
-
-
-def _packed_varints(value: memoryview, where: str) -> np.ndarray:
-    """All varints of a packed field as uint64, decoded with numpy (a packed field can hold millions)."""
-    b = np.frombuffer(value, dtype=np.uint8)
-    if len(b) == 0:
-        return np.zeros(0, dtype=np.uint64)
-    if b[-1] & 0x80:
-        raise _error(where, "truncated varint at the end of a packed field")
-    ends = np.flatnonzero(b < 0x80)
-    starts = np.empty_like(ends)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    lengths = ends - starts + 1
-    if int(lengths.max()) > 10:
-        raise _error(where, "varint longer than 10 bytes in a packed field")
-    position = np.arange(len(b)) - np.repeat(starts, lengths)  # byte index inside its varint
-    if np.any(b[position == 9] > 1):
-        raise _error(where, "varint in a packed field overflows 64 bits")
-    parts = (b & 0x7F).astype(np.uint64) << (7 * position).astype(np.uint64)
-    return np.bitwise_or.reduceat(parts, starts)
-
-
-def _fixed(value: memoryview, fmt: str, where: str) -> np.ndarray:
-    """Packed little-endian fixed-width values (float, double) as a numpy array (a copy)."""
-    dt = np.dtype(fmt)
-    if len(value) % dt.itemsize:
-        raise _error(where, "packed field of %d bytes is not a multiple of %d" % (len(value), dt.itemsize))
-    return np.frombuffer(value, dtype=dt).copy()
-
-
-# how a varint field's 64 raw bits become its value: int32 fields are sign-extended to 64 bits on the
-# wire and protobuf keeps the low 32 bits; uint32 keeps the low 32 bits unsigned
-_VARINT_AS = {
-    "int32": lambda u: (u & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32),
-    "uint32": lambda u: (u & np.uint64(0xFFFFFFFF)).astype(np.uint32),
-    "int64": lambda u: u.view(np.int64),
-    "uint64": lambda u: u,
-    "bool": lambda u: u != 0,
-}
-
-
-class _Repeated:
-    """Collects one repeated scalar field, packed or not, as protobuf parsers accept both encodings.
-
-    ``kind`` is a key of ``_VARINT_AS`` for varint fields, or a numpy format ("<f4", "<f8") for
-    fixed-width ones.
-    """
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self.wire = WIRE_VARINT if kind in _VARINT_AS else (WIRE_I32 if kind == "<f4" else WIRE_I64)
-        self.chunks: List[np.ndarray] = []
-
-    def add(self, wire: int, value: Any, number: int, where: str) -> None:
-        if wire == WIRE_LEN:  # packed
-            raw = _packed_varints(value, where) if self.wire == WIRE_VARINT else _fixed(value, self.kind, where)
-        else:
-            _expect(wire, self.wire, number, where)
-            raw = np.array([value], dtype=np.uint64) if self.wire == WIRE_VARINT else _fixed(value, self.kind, where)
-        self.chunks.append(_VARINT_AS[self.kind](raw) if self.wire == WIRE_VARINT else raw)
-
-    def array(self) -> np.ndarray:
-        if not self.chunks:
-            return np.zeros(0, dtype=np.float32 if self.wire != WIRE_VARINT else np.int64)
-        return np.concatenate(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
-
-    def values(self) -> List[Any]:
-        return self.array().tolist()
-
-
 def _shape(buf: memoryview, where: str) -> TensorShape:
     dims: List[int] = []
     unknown = False
-    for number, wire, value in _fields(buf, 0, len(buf), where):
+    for number, wire, value in read_fields(buf, 0, len(buf), where):
         if number == 2:
-            _expect(wire, WIRE_LEN, number, where)
+            expect_wire(wire, WIRE_LEN, number, where)
             size = 0
-            for n2, w2, v2 in _fields(value, 0, len(value), where + ".dim"):
+            for n2, w2, v2 in read_fields(value, 0, len(value), where + ".dim"):
                 if n2 == 1:
-                    _expect(w2, WIRE_VARINT, n2, where + ".dim")
-                    size = _signed64(v2)
+                    expect_wire(w2, WIRE_VARINT, n2, where + ".dim")
+                    size = signed64(v2)
             if size < -1:
-                raise _error(where, "dimension size %d (only -1 may mean unknown)" % size)
+                raise malformed(where, "dimension size %d (only -1 may mean unknown)" % size)
             dims.append(size)
             if len(dims) > MAX_DIMS:
-                raise _error(where, "more than %d dimensions" % MAX_DIMS)
+                raise malformed(where, "more than %d dimensions" % MAX_DIMS)
         elif number == 3:
-            _expect(wire, WIRE_VARINT, number, where)
+            expect_wire(wire, WIRE_VARINT, number, where)
             unknown = bool(value)
     return TensorShape(tuple(dims), unknown)
 
@@ -336,37 +186,37 @@ def _tensor(buf: memoryview, where: str, budget: _Budget) -> Tensor:
     dtype = 0
     shape_parts: List[bytes] = []
     content = b""
-    typed: Dict[int, _Repeated] = {k: _Repeated(v) for k, v in _TENSOR_FIELDS.items()}
+    typed: Dict[int, Repeated] = {k: Repeated(v) for k, v in _TENSOR_FIELDS.items()}
     strings: List[bytes] = []
-    for number, wire, value in _fields(buf, 0, len(buf), where):
+    for number, wire, value in read_fields(buf, 0, len(buf), where):
         if number == 1:
-            _expect(wire, WIRE_VARINT, number, where)
-            dtype = _signed32(value)
+            expect_wire(wire, WIRE_VARINT, number, where)
+            dtype = signed32(value)
         elif number == 2:
-            _expect(wire, WIRE_LEN, number, where)
+            expect_wire(wire, WIRE_LEN, number, where)
             shape_parts.append(bytes(value))
         elif number == 4:
-            _expect(wire, WIRE_LEN, number, where)
+            expect_wire(wire, WIRE_LEN, number, where)
             content = value
         elif number == 8:
-            _expect(wire, WIRE_LEN, number, where)
+            expect_wire(wire, WIRE_LEN, number, where)
             strings.append(bytes(value))
         elif number in typed:
             typed[number].add(wire, value, number, where)
     shape = _shape(memoryview(b"".join(shape_parts)), where + ".tensor_shape")
     if shape.unknown_rank or any(d < 0 for d in shape.dims):
-        raise _error(where, "a constant tensor needs a fully known shape, got %s" % (shape.dims,))
+        raise malformed(where, "a constant tensor needs a fully known shape, got %s" % (shape.dims,))
     count = 1
     for d in shape.dims:
         count *= d
         if count > MAX_TENSOR_ELEMENTS:
-            raise _error(where, "shape %s has more than %d elements" % (shape.dims, MAX_TENSOR_ELEMENTS))
+            raise malformed(where, "shape %s has more than %d elements" % (shape.dims, MAX_TENSOR_ELEMENTS))
     if dtype not in DTYPES:
         return Tensor(dtype, shape.dims, None)
     return Tensor(dtype, shape.dims, _tensor_values(dtype, shape.dims, count, content, typed, strings, where, budget))
 
 
-def _tensor_values(dtype: int, dims: Tuple[int, ...], count: int, content: Any, typed: Dict[int, _Repeated],
+def _tensor_values(dtype: int, dims: Tuple[int, ...], count: int, content: Any, typed: Dict[int, Repeated],
                    strings: List[bytes], where: str, budget: _Budget) -> np.ndarray:
     """Values from ``tensor_content`` (raw little-endian bytes) or the typed repeated field."""
     np_dtype = DTYPES[dtype]
@@ -375,7 +225,7 @@ def _tensor_values(dtype: int, dims: Tuple[int, ...], count: int, content: Any, 
     elif len(content):
         dt = np.dtype(np_dtype).newbyteorder("<")
         if len(content) != count * dt.itemsize:
-            raise _error(where, "tensor_content has %d bytes, shape %s of %s needs %d"
+            raise malformed(where, "tensor_content has %d bytes, shape %s of %s needs %d"
                          % (len(content), dims, DTYPE_NAMES[dtype], count * dt.itemsize))
         return np.frombuffer(content, dtype=dt).astype(np_dtype).reshape(dims)
     elif dtype == 19:
@@ -384,7 +234,7 @@ def _tensor_values(dtype: int, dims: Tuple[int, ...], count: int, content: Any, 
         values = typed[TYPED_FIELD[dtype]].array().astype(np_dtype)
     n = len(values)
     if n > count:
-        raise _error(where, "%d values for a tensor of shape %s (%d elements)" % (n, dims, count))
+        raise malformed(where, "%d values for a tensor of shape %s (%d elements)" % (n, dims, count))
     out = np.empty(count, dtype=np_dtype)
     out[:n] = values
     if n < count:
@@ -395,16 +245,16 @@ def _tensor_values(dtype: int, dims: Tuple[int, ...], count: int, content: Any, 
 
 
 def _list(buf: memoryview, where: str, budget: _Budget, depth: int) -> AttrList:
-    rep = {3: _Repeated("int64"), 4: _Repeated("<f4"), 5: _Repeated("bool"), 6: _Repeated("int32")}
+    rep = {3: Repeated("int64"), 4: Repeated("<f4"), 5: Repeated("bool"), 6: Repeated("int32")}
     s: List[bytes] = []
     shapes: List[TensorShape] = []
     tensors: List[Tensor] = []
     funcs: List[NameAttrList] = []
-    for number, wire, value in _fields(buf, 0, len(buf), where):
+    for number, wire, value in read_fields(buf, 0, len(buf), where):
         if number in rep:
             rep[number].add(wire, value, number, where)
         elif number in (2, 7, 8, 9):
-            _expect(wire, WIRE_LEN, number, where)
+            expect_wire(wire, WIRE_LEN, number, where)
             if number == 2:
                 s.append(bytes(value))
             elif number == 7:
@@ -420,25 +270,25 @@ def _list(buf: memoryview, where: str, budget: _Budget, depth: int) -> AttrList:
 
 def _attr_value(buf: memoryview, where: str, budget: _Budget, depth: int) -> AttrValue:
     if depth > MAX_DEPTH:
-        raise _error(where, "attributes nested deeper than %d levels" % MAX_DEPTH)
+        raise malformed(where, "attributes nested deeper than %d levels" % MAX_DEPTH)
     # AttrValue's oneof: field number -> (wire type, member name, decoder); the last member given wins
     members: Dict[int, Tuple[int, str, Callable[[Any], Any]]] = {
         1: (WIRE_LEN, "list", lambda raw: _list(raw, where + ".list", budget, depth)),
         2: (WIRE_LEN, "s", bytes),
-        3: (WIRE_VARINT, "i", _signed64),
+        3: (WIRE_VARINT, "i", signed64),
         4: (WIRE_I32, "f", lambda raw: struct.unpack("<f", raw)[0]),
         5: (WIRE_VARINT, "b", bool),
-        6: (WIRE_VARINT, "type", _signed32),
+        6: (WIRE_VARINT, "type", signed32),
         7: (WIRE_LEN, "shape", lambda raw: _shape(raw, where + ".shape")),
         8: (WIRE_LEN, "tensor", lambda raw: _tensor(raw, where + ".tensor", budget)),
-        9: (WIRE_LEN, "placeholder", lambda raw: _text(raw, where + ".placeholder")),
+        9: (WIRE_LEN, "placeholder", lambda raw: read_text(raw, where + ".placeholder")),
         10: (WIRE_LEN, "func", lambda raw: _name_attr_list(raw, where + ".func", budget, depth + 1)),
     }
     kind, value = "", None
-    for number, wire, raw in _fields(buf, 0, len(buf), where):
+    for number, wire, raw in read_fields(buf, 0, len(buf), where):
         if number in members:
             wanted, name, decode = members[number]
-            _expect(wire, wanted, number, where)
+            expect_wire(wire, wanted, number, where)
             kind, value = name, decode(raw)
     return AttrValue(kind, value)
 
@@ -446,12 +296,12 @@ def _attr_value(buf: memoryview, where: str, budget: _Budget, depth: int) -> Att
 def _attr_map_entry(buf: memoryview, where: str, budget: _Budget, depth: int) -> Tuple[str, AttrValue]:
     key = ""
     raw: Optional[memoryview] = None
-    for number, wire, value in _fields(buf, 0, len(buf), where):
+    for number, wire, value in read_fields(buf, 0, len(buf), where):
         if number == 1:
-            _expect(wire, WIRE_LEN, number, where)
-            key = _text(value, where + ".key")
+            expect_wire(wire, WIRE_LEN, number, where)
+            key = read_text(value, where + ".key")
         elif number == 2:
-            _expect(wire, WIRE_LEN, number, where)
+            expect_wire(wire, WIRE_LEN, number, where)
             raw = value
     attr_where = "%s[%r]" % (where, key)
     return key, (_attr_value(raw, attr_where, budget, depth) if raw is not None else AttrValue())
@@ -459,15 +309,15 @@ def _attr_map_entry(buf: memoryview, where: str, budget: _Budget, depth: int) ->
 
 def _name_attr_list(buf: memoryview, where: str, budget: _Budget, depth: int) -> NameAttrList:
     if depth > MAX_DEPTH:
-        raise _error(where, "attributes nested deeper than %d levels" % MAX_DEPTH)
+        raise malformed(where, "attributes nested deeper than %d levels" % MAX_DEPTH)
     name = ""
     attrs: Dict[str, AttrValue] = {}
-    for number, wire, value in _fields(buf, 0, len(buf), where):
+    for number, wire, value in read_fields(buf, 0, len(buf), where):
         if number == 1:
-            _expect(wire, WIRE_LEN, number, where)
-            name = _text(value, where + ".name")
+            expect_wire(wire, WIRE_LEN, number, where)
+            name = read_text(value, where + ".name")
         elif number == 2:
-            _expect(wire, WIRE_LEN, number, where)
+            expect_wire(wire, WIRE_LEN, number, where)
             key, attr = _attr_map_entry(value, where + ".attr", budget, depth + 1)
             attrs[key] = attr
     return NameAttrList(name, attrs)
@@ -477,17 +327,17 @@ def _node(buf: memoryview, where: str, budget: _Budget) -> NodeDef:
     name = op = device = ""
     inputs: List[str] = []
     attrs: Dict[str, AttrValue] = {}
-    for number, wire, value in _fields(buf, 0, len(buf), where):
+    for number, wire, value in read_fields(buf, 0, len(buf), where):
         if number in (1, 2, 3, 4, 5):
-            _expect(wire, WIRE_LEN, number, where)
+            expect_wire(wire, WIRE_LEN, number, where)
         if number == 1:
-            name = _text(value, where + ".name")
+            name = read_text(value, where + ".name")
         elif number == 2:
-            op = _text(value, where + ".op")
+            op = read_text(value, where + ".op")
         elif number == 3:
-            inputs.append(_text(value, where + ".input"))
+            inputs.append(read_text(value, where + ".input"))
         elif number == 4:
-            device = _text(value, where + ".device")
+            device = read_text(value, where + ".device")
         elif number == 5:
             key, attr = _attr_map_entry(value, "%s(%s).attr" % (where, name or "?"), budget, 1)
             attrs[key] = attr
@@ -508,9 +358,9 @@ def read_graphdef(data: bytes, max_expanded_elements: int = DEFAULT_MAX_EXPANDED
         raise ModelError("GraphDef of %d bytes is larger than protobuf's 2 GiB limit" % len(buf))
     budget = _Budget(max_expanded_elements)
     nodes: List[NodeDef] = []
-    for number, wire, value in _fields(buf, 0, len(buf), "GraphDef"):
+    for number, wire, value in read_fields(buf, 0, len(buf), "GraphDef"):
         if number == 1:
-            _expect(wire, WIRE_LEN, number, "GraphDef")
+            expect_wire(wire, WIRE_LEN, number, "GraphDef")
             nodes.append(_node(value, "GraphDef.node[%d]" % len(nodes), budget))
     return GraphDef(tuple(nodes))
 
