@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from jetforge.calibrate.histogram import StreamingHistogram
-from jetforge.fileio import PathLike, atomic_output, write_json_atomic
+from jetforge.fileio import PathLike, write_json_atomic, write_png_atomic
 from jetforge.optional import require
 
 log = logging.getLogger(__name__)
@@ -73,9 +73,7 @@ def new_figure(width: float, height: float):
 
 
 def save_png(fig, target: Path, dpi: int = 80) -> Path:
-    with atomic_output(target) as tmp:
-        fig.savefig(str(tmp), dpi=dpi, format="png")
-    return target
+    return write_png_atomic(fig, target, dpi=dpi, layout=False)
 
 
 def display_counts(h: StreamingHistogram, bins: int) -> "tuple":

@@ -24,7 +24,7 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Iterator, List, Union
+from typing import Any, Iterable, Iterator, List, Optional, Union
 
 from jetforge.errors import InputFileError
 
@@ -162,6 +162,19 @@ def write_text_atomic(path: PathLike, text: str) -> Path:
 
 def write_json_atomic(path: PathLike, data: Any) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def write_png_atomic(figure: Any, path: PathLike, dpi: Optional[float] = None, layout: bool = True) -> Path:
+    """Write a matplotlib figure as a PNG through :func:`atomic_output` (a plot is never left half written).
+
+    ``layout`` applies ``tight_layout()`` first; ``dpi`` None keeps the figure's own.  The figure stays open:
+    whoever made it closes it.  matplotlib is not imported here (the figure brings its own).
+    """
+    if layout:
+        figure.tight_layout()
+    with atomic_output(path, suffix=".png") as tmp:
+        figure.savefig(str(tmp), format="png", dpi="figure" if dpi is None else dpi)
+    return Path(path)
 
 
 def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:

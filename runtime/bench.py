@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from jetforge.errors import ConfigError
-from jetforge.fileio import PathLike, atomic_output
+from jetforge.fileio import PathLike, write_png_atomic
 from jetforge.optional import require
 from jetforge.runtime.measure import latency_stats, memory_info, reset_peak_rss
 from jetforge.runtime.nvml import NvmlDevice
@@ -241,13 +241,9 @@ def plot_histogram(result: BenchResult, path: PathLike, title: Optional[str] = N
             Path(data["model"]).name, data["backend"].get("description", data["backend"].get("backend")),
             data["batch"], data["iterations"]), fontsize=8)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        target = Path(path)
-        with atomic_output(target) as tmp:
-            fig.savefig(str(tmp), format="png", dpi=110)
+        return write_png_atomic(fig, path, dpi=110)
     finally:
         plt.close(fig)
-    return target
 
 
 __all__ = ["BenchResult", "make_inputs", "plot_histogram", "run_benchmark"]

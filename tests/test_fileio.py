@@ -93,3 +93,33 @@ def test_stale_temporary_files_are_removed_at_the_next_write_and_live_ones_kept(
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_write_png_atomic_writes_the_figure_and_keeps_the_old_file_on_failure(tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2.0, 1.5))
+    FigureCanvasAgg(fig)
+    fig.add_subplot(1, 1, 1).plot([0, 1], [1, 0])
+    target = tmp_path / "plot.png"
+    assert fileio.write_png_atomic(fig, target, dpi=50) == target
+    data = target.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (100, 75)  # 2 x 1.5 inches at 50 dpi
+
+    class Broken:
+        def tight_layout(self):
+            pass
+
+        def savefig(self, path, **_):
+            with open(path, "wb") as f:
+                f.write(b"half a pic")
+            raise RuntimeError("renderer failed")
+
+    with pytest.raises(RuntimeError):
+        fileio.write_png_atomic(Broken(), target)
+    assert target.read_bytes() == data  # the earlier plot is still whole
+    assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]  # no temporary file left

@@ -287,7 +287,7 @@ def format_metrics(m: Dict[str, Any]) -> str:
 def plot_metrics(m: Dict[str, Any], end_to_end_ms: Sequence[float], fps_path: Any, hist_path: Any,
                  title: str = "") -> None:
     """FPS over time and the end-to-end latency histogram, as two PNG files (written atomically)."""
-    from jetforge.fileio import atomic_output
+    from jetforge.fileio import write_png_atomic
     from jetforge.optional import require
 
     matplotlib = require("matplotlib", "plotting pipeline metrics")
@@ -305,9 +305,7 @@ def plot_metrics(m: Dict[str, Any], end_to_end_ms: Sequence[float], fps_path: An
     ax.set_title(("%s: " % title if title else "") + "FPS over time (%d s bins)" % m.get("fps_bin_s", 1))
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    with atomic_output(fps_path, suffix=".png") as tmp:
-        fig.savefig(str(tmp), format="png")
+    write_png_atomic(fig, fps_path)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
@@ -322,9 +320,7 @@ def plot_metrics(m: Dict[str, Any], end_to_end_ms: Sequence[float], fps_path: An
     ax.set_ylabel("frames")
     ax.set_title(("%s: " % title if title else "") + "latency histogram")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    with atomic_output(hist_path, suffix=".png") as tmp:
-        fig.savefig(str(tmp), format="png")
+    write_png_atomic(fig, hist_path)
     plt.close(fig)
 
 

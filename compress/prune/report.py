@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from jetforge.fileio import PathLike, atomic_output, write_json_atomic, write_text_atomic
+from jetforge.fileio import PathLike, write_json_atomic, write_png_atomic, write_text_atomic
 from jetforge.compress.prune.flops import METHOD, OpCount, layer_macs_outside
 
 log = logging.getLogger(__name__)
@@ -144,12 +144,10 @@ class PruneReport:
         ax.set_title("%s: %.2fx fewer MACs, %.2fx fewer parameters" % (self.architecture, t["flops_reduction"],
                                                                       t["params_reduction"]))
         ax.legend()
-        fig.tight_layout()
-        target = Path(path)
-        with atomic_output(target, suffix=".png") as tmp:
-            fig.savefig(str(tmp), format="png", dpi=100)
-        plt.close(fig)
-        return target
+        try:
+            return write_png_atomic(fig, path, dpi=100)
+        finally:
+            plt.close(fig)
 
 
 def _arrow(a: Any, b: Any) -> str:

@@ -69,7 +69,7 @@ def to_json(est: Estimate) -> Dict[str, Any]:
 
 def write_plot(est: Estimate, path: str) -> Path:
     """Per-layer time of the first batch (slowest 30 kernels, by device) and throughput/latency per batch."""
-    from jetforge.fileio import atomic_output
+    from jetforge.fileio import write_png_atomic
     from jetforge.optional import require
 
     matplotlib = require("matplotlib", "the estimate plot (--plot)")
@@ -105,13 +105,9 @@ def write_plot(est: Estimate, path: str) -> Path:
         fig.suptitle("%s on %s (%s), %s%s - roofline estimate, efficiency set %r" % (
             Path(est.model).name, est.target, est.rates.power_mode or "-", est.precision.upper(),
             ", DLA core %d" % est.dla_core if est.dla_core is not None else "", est.efficiency.name), fontsize=9)
-        fig.tight_layout()
-        target = Path(path)
-        with atomic_output(target) as tmp:
-            fig.savefig(str(tmp), format="png", dpi=100)
+        return write_png_atomic(fig, path, dpi=100)
     finally:
         plt.close(fig)
-    return target
 
 
 __all__ = ["format_table", "to_json", "write_plot"]
