@@ -56,6 +56,9 @@ def install_wheel(carry: Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                     "--target", "/tmp/site", str(carry / WHEEL)], check=True)
     sys.path.insert(0, "/tmp/site")
+    import importlib
+
+    importlib.invalidate_caches()
 
 
 def run_gpu_tests(args: argparse.Namespace, out: Path) -> Dict[str, Any]:

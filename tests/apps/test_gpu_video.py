@@ -17,7 +17,7 @@ from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder
 from jetforge.apps.video.sources.gpu_frame import (BT601, BT709, bgr_from_nv12, full_range_from_code,
                                                    matrix_from_code, nv12_from_bgr)
 from jetforge.apps.video.sources.nvdec import NvDecSource, array_plane_pointers, plane_pointers
-from jetforge.errors import ConfigError
+from jetforge.errors import ConfigError, StreamError
 
 cv2 = pytest.importorskip("cv2")
 
@@ -183,10 +183,12 @@ def test_encoder_pool_writes_each_stream_in_order(tmp_path):
 
     w, h, n = 64, 48, 12
     levels = [40 + 15 * i for i in range(n)]  # frame i of every stream is a flat grey of its own level
-    with EncoderPool(tmp_path, w, h, 10.0, workers=2, slots=2) as pool:
+    with EncoderPool(tmp_path, w, h, 10.0, workers=2, slots=2, layout="bgr") as pool:
         for i in range(n):
             for s in range(3):
-                pool.submit(s, np.full((h, w, 3), levels[i] + s, np.uint8), layout="bgr")
+                pool.submit(s, np.full((h, w, 3), levels[i] + s, np.uint8))
+        with pytest.raises(StreamError, match="bytes"):
+            pool.submit(0, np.zeros((h, w), np.uint8))
         results = pool.close()
     assert sum(r["frames"] for r in results) == 3 * n
     for s in range(3):

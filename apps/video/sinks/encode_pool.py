@@ -35,7 +35,7 @@ class EncoderPool:
     """``workers`` encoder processes for frames of ``width`` x ``height`` (NV12 or BGR) at ``fps``."""
 
     def __init__(self, out_dir: Any, width: int, height: int, fps: float = 30.0, workers: int = 4,
-                 slots: int = 4, codec: str = "mp4v") -> None:
+                 slots: int = 2, codec: str = "mp4v", layout: str = "nv12") -> None:
         if workers < 1 or slots < 1:
             raise ConfigError("an encoder pool needs at least one worker and one slot")
         if width % 2 or height % 2:
@@ -43,7 +43,11 @@ class EncoderPool:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.width, self.height, self.fps, self.workers = int(width), int(height), float(fps), int(workers)
-        self.slot_bytes = self.width * self.height * 3  # room for BGR; NV12 uses half of it
+        if layout not in ("nv12", "bgr"):
+            raise ConfigError("encoder pool frames are nv12 or bgr, got %r" % (layout,))
+        self.layout = layout
+        self.slot_bytes = self.width * self.height * 3 // (1 if layout == "bgr" else 2)  # NV12: 1.5 bytes a pixel
+        _check_shared_memory(self.slot_bytes * slots * workers)
         ctx = mp.get_context("spawn")  # no fork of a process that holds CUDA contexts and threads
         self._memories: List[shared_memory.SharedMemory] = []
         self._tasks: List[Any] = []
@@ -70,16 +74,19 @@ class EncoderPool:
         buf = self._memories[worker].buf
         return np.ndarray((nbytes,), dtype=np.uint8, buffer=buf, offset=slot * self.slot_bytes)
 
-    def submit(self, stream: int, image: np.ndarray, event: Optional[Dict[str, Any]] = None,
-               layout: str = "nv12") -> None:
-        """Queue one frame of ``stream`` (NV12 (H*3/2, W) or BGR (H, W, 3) uint8) with its event for drawing."""
+    def submit(self, stream: int, image: np.ndarray, event: Optional[Dict[str, Any]] = None) -> None:
+        """Queue one frame of ``stream`` (the pool's layout: NV12 (H*3/2, W) or BGR (H, W, 3) uint8) with its event
+        for drawing."""
         if self._closed:
             raise StreamError("the encoder pool is closed")
+        data = np.ascontiguousarray(image).reshape(-1)
+        if data.size != self.slot_bytes:
+            raise StreamError("frame of %d bytes for an encoder pool of %dx%d %s frames (%d bytes)"
+                              % (data.size, self.width, self.height, self.layout, self.slot_bytes))
         w = stream % self.workers
         slot = self._wait_slot(w)
-        data = np.ascontiguousarray(image).reshape(-1)
         self._slot_view(w, slot, data.size)[:] = data
-        self._tasks[w].put((slot, int(stream), layout, data.size, _drawable(event)))
+        self._tasks[w].put((slot, int(stream), self.layout, data.size, _drawable(event)))
         self.submitted += 1
 
     def _wait_slot(self, worker: int) -> int:
@@ -119,6 +126,20 @@ class EncoderPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_shared_memory(nbytes: int) -> None:
+    """A clear error instead of a bus error: shared memory lives in /dev/shm, which containers often keep small."""
+    import shutil
+
+    try:
+        free = shutil.disk_usage("/dev/shm").free
+    except OSError:  # no /dev/shm (not Linux): the platform's own shared memory
+        return
+    if free < nbytes + (16 << 20):
+        raise StreamError("the encoder pool needs %.0f MiB of shared memory; /dev/shm has %.0f MiB free"
+                          % (nbytes / 2 ** 20, free / 2 ** 20),
+                          hint="use fewer encoder workers, or a larger /dev/shm (docker run --shm-size=1g)")
 
 
 def _drawable(event: Optional[Dict[str, Any]]) -> Dict[str, Any]:

@@ -160,16 +160,16 @@ def plane_pointers(decoded: Any, width: int, height: int) -> "tuple[int, int, in
     """
     try:
         views = _call(decoded, "cuda")
-    except Exception:  # a release without per-plane views: the contiguous layout below
-        views = None
-    if views:
-        y = views[0].__cuda_array_interface__
-        y_ptr = int(y["data"][0])
-        strides = y.get("strides")
-        pitch = int(strides[0]) if strides else int(y["shape"][1]) * _channels(y["shape"])
-        if len(views) > 1:
-            return y_ptr, int(views[1].__cuda_array_interface__["data"][0]), pitch
-        return y_ptr, y_ptr + pitch * height, pitch
+        if views:
+            y = views[0].__cuda_array_interface__
+            y_ptr = int(y["data"][0])
+            strides = y.get("strides")
+            pitch = int(strides[0]) if strides else int(y["shape"][1]) * _channels(y["shape"])
+            if len(views) > 1:
+                return y_ptr, int(views[1].__cuda_array_interface__["data"][0]), pitch
+            return y_ptr, y_ptr + pitch * height, pitch
+    except (AttributeError, IndexError, KeyError, TypeError):  # no per-plane views: the contiguous layout below
+        pass
     y_ptr = int(decoded.GetPtrToPlane(0))
     return y_ptr, y_ptr + width * height, width
 
