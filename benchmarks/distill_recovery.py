@@ -85,7 +85,7 @@ def main() -> int:
     from jetforge.compress.distill import DistillConfig, FeaturePair, LossConfig, distill
     from jetforge.compress.prune import prune
     from jetforge.compress.train import TrainConfig, build_model
-    from jetforge.compress.train.loop import evaluate_accuracy
+    from jetforge.compress.train.loop import evaluate_accuracy, save_checkpoint
     from jetforge.compress.train.recipe import ModelConfig
 
     if args.threads > 0:
@@ -135,9 +135,7 @@ def main() -> int:
                                   train=tc(args.teacher_epochs, args.teacher_lr, 0, 0.3), export_onnx=False,
                                   resume=False), train_set=train_set(t_ix, 0), val_set=val)
         teacher = r.student
-        cache.mkdir(parents=True, exist_ok=True)
-        torch.save({k: v.cpu() for k, v in teacher.state_dict().items()}, str(cache / (key + ".part")))
-        (cache / (key + ".part")).replace(cache / key)
+        save_checkpoint(cache / key, {k: v.cpu() for k, v in teacher.state_dict().items()})  # atomic
     teacher = teacher.to("cpu").eval()
     teacher_s = time.perf_counter() - t0
     t_val = evaluate_accuracy(teacher, val, 512, "cpu")["accuracy"]

@@ -4,33 +4,33 @@ Subcommands are registered here (:data:`COMMANDS`, a :class:`~jetforge.registry.
 ``"module:Class"`` entries with their summaries) so that ``jetforge --help`` costs no heavy import; a
 command's module (and whatever it needs: torch, onnxruntime, TensorRT) is imported only when that command
 runs.  Errors the user
-can fix (:class:`JetforgeError`) print as one line and exit 1; anything else is a
-bug, exits 2 and says to rerun with ``--debug`` for the traceback.
+can fix (:class:`JetforgeError`, and a mistyped command line: :class:`~jetforge.entry.UsageError`)
+print as one line and exit 1; anything else is a bug, exits 2 and says to rerun with ``--debug``
+for the traceback.
 
 Stopping: Ctrl-C (SIGINT) and SIGTERM (how ``systemctl stop``, ``docker stop`` and
-``kill`` end a process) end every command the same way: a :class:`Terminated`
+``kill`` end a process) end every command the same way: a :class:`~jetforge.entry.Terminated`
 (a ``KeyboardInterrupt``) is raised in the main thread, so whatever a command does on
 Ctrl-C - close its outputs, write ``metrics.json`` with status "interrupted" - it also
-does on SIGTERM.  Both exit with :data:`EXIT_INTERRUPTED` (130).
+does on SIGTERM.  Both exit with :data:`EXIT_INTERRUPTED` (130).  (:mod:`jetforge.entry` holds
+these rules, shared with the ``python -m`` entry points of training.)
 """
 
 import argparse
-import contextlib
 import logging
 import os
-import signal
 import sys
 import traceback
-from typing import Any, Iterator, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import jetforge
+from jetforge.entry import (EXIT_BUG, EXIT_ERROR, EXIT_INTERRUPTED, ArgumentParser, Terminated, UsageError,
+                            sigterm_as_interrupt)
 from jetforge.errors import JetforgeError
 from jetforge.registry import Registry
 
-
-EXIT_ERROR = 1  # an error the user can fix (one line on stderr)
-EXIT_BUG = 2  # an internal error
-EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: outputs closed, what was finished kept (128 + SIGINT, the shell's code)
+__all__ = ["main", "build_parser", "COMMANDS", "EXIT_ERROR", "EXIT_BUG", "EXIT_INTERRUPTED", "Terminated",
+           "UsageError", "sigterm_as_interrupt"]
 
 # The commands, in the order of `jetforge --help`: name -> "module:Class" (imported only when that command
 # runs) and its one-line summary.  Adding a command: a module cli/cmd_<name>.py with a Command subclass and
@@ -83,8 +83,8 @@ EPILOG = """examples:
   jetforge bundle create work/model.onnx --target orin-nx-16gb --calib work/model.calib --out bundles/cam
   jetforge deploy bundles/cam nvidia@orin --run bench
 
-exit status: 0 done; 1 an error you can fix (one line on stderr, with the fix); 2 an internal error
-(a bug: rerun with --debug); 130 stopped by Ctrl-C or SIGTERM (systemctl/docker stop), outputs closed
+exit status: 0 done; 1 an error you can fix, a mistyped command line included (one line on stderr, with
+the fix); 2 an internal error (a bug: rerun with --debug); 130 stopped by Ctrl-C or SIGTERM (systemctl/docker stop), outputs closed
 and what was finished kept.
 
 Run `jetforge COMMAND --help` for a command's options."""
@@ -96,7 +96,7 @@ def _load_command(name: str) -> Any:
 
 def build_parser(command_name: Optional[str] = None) -> argparse.ArgumentParser:
     """The top-level parser; only ``command_name``'s module is imported to add its options."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="jetforge", description="Deploy vision and action-recognition models to NVIDIA Jetson GPUs and DLA cores.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version="jetforge %s" % jetforge.__version__)
@@ -141,37 +141,6 @@ def _find_command(argv: Sequence[str]) -> Optional[str]:
     return None
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived: raised like Ctrl-C's KeyboardInterrupt so every command stops the same way."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    # Later SIGTERMs (systemd and docker send one, impatient users several) must not interrupt the
-    # cleanup the first one started; a Python handler (not SIG_IGN) so child processes get the default.
-    signal.signal(signal.SIGTERM, _while_stopping)
-    raise Terminated("SIGTERM")
-
-
-def _while_stopping(signum: int, frame: Any) -> None:
-    # os.write, not print: the main thread may be inside a print to stderr when this runs.
-    with contextlib.suppress(OSError):
-        os.write(2, b"jetforge: already stopping, closing outputs (SIGKILL would lose them)\n")
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """While inside, SIGTERM raises :class:`Terminated` in the main thread; the previous handler is restored."""
-    try:
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread (an embedding program): signals are its business
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     with sigterm_as_interrupt():
         return _main(argv)
@@ -181,8 +150,14 @@ def _main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
-        parser = build_parser(_find_command(argv))
-        args = parser.parse_args(argv)
+        command_name = _find_command(argv)
+        parser = build_parser(command_name)
+        try:
+            args = parser.parse_args(argv)
+        except UsageError as err:  # "unrecognized arguments" comes from the top parser: point to the command's help
+            if command_name:
+                err.hint = "see `jetforge %s --help`" % command_name
+            raise
         if not getattr(args, "command", None):
             parser.print_help()
             return 0

@@ -4,7 +4,7 @@
     deploy -> runtime, targets;   cli -> apps, deploy, runtime, targets (calibrate, compress lazily)
 
 Every folder may import the root package (``jetforge``, ``jetforge.errors``, ``.config``,
-``.fileio``, ``.optional``, ``.registry``, ``.progress``, ``.table``, ``.assets``).  ``cli/`` may import
+``.fileio``, ``.optional``, ``.registry``, ``.progress``, ``.table``, ``.entry``, ``.assets``).  ``cli/`` may import
 ``calibrate`` and ``compress`` inside a function (a command runs them lazily); nowhere else may
 a lazy import break the direction.  ``calibrate`` never imports torch.  The device side
 (``jetforge/``, ``targets/``, ``runtime/``, ``apps/``, ``deploy/``, ``cli/``) imports no optional
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"jetforge": "root", "targets": "targets", "runtime": "runtime", "calibrate": "calibrate",
            "compress": "compress", "apps": "apps", "deploy": "deploy", "cli": "cli"}
 ROOT_MODULES = {"jetforge", "jetforge.errors", "jetforge.config", "jetforge.fileio", "jetforge.optional",
-                "jetforge.registry", "jetforge.progress", "jetforge.table", "jetforge.assets",
+                "jetforge.registry", "jetforge.progress", "jetforge.table", "jetforge.entry", "jetforge.assets",
                 "jetforge.assets.catalog", "jetforge.assets.store"}
 # area -> areas it may import (besides itself and the root modules)
 ALLOWED: Dict[str, Set[str]] = {
@@ -434,3 +434,83 @@ def test_nothing_outside_the_tensorrt_package_imports_tensorrt():
 ])
 def test_tensorrt_import_scanner(source, count):
     assert len(tensorrt_imports(source, "apps/x.py")) == count
+
+
+# --- sizes: small modules with one job, short functions (docs/CONVENTIONS.md, issue 13) ----------------------------
+# The rule covers the library: every module of FOLDERS.  benchmarks/ scripts and tests/ are outside it (a benchmark
+# is one script that runs one measurement end to end; a test file holds the tests of one module).
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80  # from `def` (decorators included) to the last line, not counting the docstring
+# Tables of data may be longer than the limits (a table is read, not followed).  Each entry names the module
+# ("path") or function ("path:qualified.name") and says which table it is.  None is needed today.
+SIZE_ALLOWED: Dict[str, str] = {}
+
+
+def function_lengths(source: str) -> Iterator[Tuple[str, int, int]]:
+    """(qualified name, first line, length) of every function and method in ``source``, nested ones included."""
+    def visit(node: ast.AST, prefix: str) -> Iterator[Tuple[str, int, int]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                length = child.end_lineno - first + 1  # type: ignore[operator]
+                head = child.body[0]
+                if isinstance(head, ast.Expr) and isinstance(head.value, ast.Constant) \
+                        and isinstance(head.value.value, str):
+                    length -= head.end_lineno - head.lineno + 1  # type: ignore[operator]
+                yield prefix + child.name, first, length
+                yield from visit(child, prefix + child.name + ".")
+            elif isinstance(child, ast.ClassDef):
+                yield from visit(child, prefix + child.name + ".")
+            else:
+                yield from visit(child, prefix)
+    return visit(ast.parse(source), "")
+
+
+def size_problems(source: str, rel: str, allowed: Optional[Dict[str, str]] = None) -> List[str]:
+    """One line per module over MAX_MODULE_LINES and per function over MAX_FUNCTION_LINES, unless allowed."""
+    allowed = SIZE_ALLOWED if allowed is None else allowed
+    problems = []
+    lines = len(source.splitlines())
+    if lines > MAX_MODULE_LINES and rel not in allowed:
+        problems.append("%s: %d lines (limit %d): split it into modules of one job each"
+                        % (rel, lines, MAX_MODULE_LINES))
+    for name, line, length in function_lengths(source):
+        if length > MAX_FUNCTION_LINES and "%s:%s" % (rel, name) not in allowed:
+            problems.append("%s:%d: %s is %d lines without its docstring (limit %d)"
+                            % (rel, line, name, length, MAX_FUNCTION_LINES))
+    return problems
+
+
+def test_no_library_module_or_function_is_too_large():
+    problems = []
+    for path, rel in _python_files():
+        problems.extend(size_problems(path.read_text(encoding="utf-8"), rel))
+    assert not problems, "too large (see docs/CONVENTIONS.md, Style):\n  " + "\n  ".join(problems)
+    known = {rel for _, rel in _python_files()}
+    stale = [key for key in SIZE_ALLOWED if key.split(":")[0] not in known]
+    assert not stale, "SIZE_ALLOWED names modules that do not exist: %s" % stale
+
+
+def _function_of(lines: int, docstring: int = 0, decorated: bool = False) -> str:
+    """A function whose length as counted above is ``lines`` (``docstring`` more lines are its docstring)."""
+    head = ["@staticmethod"] if decorated else []
+    head.append("def f():")
+    doc = ['    """'] + ["    why"] * max(0, docstring - 2) + ['    """'] if docstring else []
+    body = ["    x = %d" % i for i in range(lines - len(head) - 1)] + ["    return x"]
+    return "\n".join(head + doc + body) + "\n"
+
+
+@pytest.mark.parametrize("source, rel, allowed, count", [
+    (_function_of(80), "apps/x.py", {}, 0),
+    (_function_of(81), "apps/x.py", {}, 1),
+    (_function_of(80, docstring=30), "apps/x.py", {}, 0),          # a docstring that says why is not counted
+    (_function_of(81, decorated=True), "apps/x.py", {}, 1),        # the decorator line counts
+    ("class A:\n" + "\n".join("    " + l for l in _function_of(81).splitlines()), "apps/x.py", {}, 1),
+    (_function_of(81), "apps/x.py", {"apps/x.py:f": "a table of op names"}, 0),
+    ("x = 1\n" * 500, "runtime/x.py", {}, 0),
+    ("x = 1\n" * 501, "runtime/x.py", {}, 1),
+    ("x = 1\n" * 501, "runtime/x.py", {"runtime/x.py": "a table of layer costs"}, 0),
+])
+def test_size_checker(source, rel, allowed, count):
+    problems = size_problems(source, rel, allowed)
+    assert len(problems) == count, problems

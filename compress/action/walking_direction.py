@@ -438,9 +438,22 @@ def load_recipe(path: Optional[str], overrides: Sequence[str] = ()) -> ActionRec
     return load_config(ActionRecipe, path, list(overrides))
 
 
+PROG = "python -m jetforge.compress.action.walking_direction"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m jetforge.compress.action.walking_direction",
+    """The module's command line (:mod:`jetforge.entry`: a usage or recipe error is one line and exit 1; Ctrl-C and
+    SIGTERM stop it with exit 130, leaving no half-written model: outputs are written atomically)."""
+    from jetforge.entry import run_entry
+
+    return run_entry(PROG, lambda: _main(argv))
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    from jetforge.entry import ArgumentParser
+
+    parser = ArgumentParser(
+        prog=PROG,
         description="Train the walking-direction action model on vtest.avi with labels derived from HOG tracks.",
         epilog='example:\n  python -m jetforge.compress.action.walking_direction '
                '--recipe recipes/action_walking_direction.yaml \\\n'
@@ -455,15 +468,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(levelname).1s %(name)s: %(message)s")
-    from jetforge.errors import JetforgeError
-
-    try:
-        recipe = load_recipe(args.recipe, args.overrides)
-        report = run_recipe(recipe, Path(args.video) if args.video else None, Path(args.out) if args.out else None,
-                            progress=not args.quiet)
-    except JetforgeError as err:
-        print("walking_direction: error: %s" % err.one_line(), file=sys.stderr)
-        return 1
+    recipe = load_recipe(args.recipe, args.overrides)
+    report = run_recipe(recipe, Path(args.video) if args.video else None, Path(args.out) if args.out else None,
+                        progress=not args.quiet)
     test = report["test"]
     print("recognizes  %s" % report["what_it_recognizes"])
     print("windows     train %d, test %d (test frames %s)" % (report["windows"]["train"], report["windows"]["test"],

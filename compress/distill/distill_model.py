@@ -15,7 +15,8 @@ import torch
 
 from jetforge.compress.distill.losses import DistillModule, FeaturePair
 from jetforge.compress.train.dist import DistContext, distributed
-from jetforge.compress.train.loop import Supervised, TrainConfig, Trainer, TrainResult, evaluate_accuracy
+from jetforge.compress.train.loop import (Supervised, TrainConfig, Trainer, TrainResult, evaluate_accuracy,
+                                          save_checkpoint)
 from jetforge.compress.train.recipe import (CLASSES, INPUT_SHAPE, DataConfig, ModelConfig, build_from_config,
                                             load_data, write_resolved_config)
 from jetforge.errors import CompressError
@@ -119,8 +120,7 @@ def _distill(cfg, student, teacher, train_set, val_set, ctx) -> DistillResult:
                         initial_accuracy=initial)
     if ctx.is_main:
         student.eval()
-        torch.save(student.state_dict(), str(out / "student.pt.part"))
-        (out / "student.pt.part").replace(out / "student.pt")
+        save_checkpoint(out / "student.pt", student.state_dict())  # atomic: a stop never leaves half a file
         res.files["student"] = str(out / "student.pt")
         if (out / "model.prune.json").is_file():
             res.files["prune_plan"] = str(out / "model.prune.json")

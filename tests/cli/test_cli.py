@@ -88,15 +88,31 @@ def test_help_does_not_import_command_modules():
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_unknown_command_is_a_usage_error(capsys):
-    code, _, err = _main(capsys, "doctr")
-    assert code == 2
-    assert "invalid choice: 'doctr'" in err
+def test_unknown_command_is_one_line_and_exit_1_not_a_usage_dump(capsys):
+    code, out, err = _main(capsys, "doctr")
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "usage:" not in err
+    assert err.startswith("jetforge: error: jetforge: argument COMMAND: invalid choice: 'doctr'")
+    assert err.rstrip().endswith("(fix: see `jetforge --help`)")
 
 
-def test_unknown_option_is_a_usage_error(explode, capsys):
+def test_unknown_option_is_one_line_and_exit_1_naming_the_command_help(explode, capsys):
     code, _, err = _main(capsys, "explode", "--what", "ok", "--nope")
-    assert code == 2 and "unrecognized arguments: --nope" in err
+    assert code == 1 and err.count("\n") == 1 and "usage:" not in err
+    assert "unrecognized arguments: --nope" in err and err.rstrip().endswith("(fix: see `jetforge explode --help`)")
+
+
+def test_missing_and_malformed_arguments_are_one_line_and_exit_1(explode, capsys):
+    for argv, says in ((["explode"], "the following arguments are required: --what"),
+                       (["explode", "--what"], "argument --what: expected one argument")):
+        code, _, err = _main(capsys, *argv)
+        assert code == 1 and err.count("\n") == 1 and says in err, (argv, err)
+
+
+def test_usage_error_of_a_real_command_is_exit_1(capsys):
+    # a real command's parser (not the test's): subparsers inherit the one-line error
+    code, _, err = _main(capsys, "dla-check", "--no-such-option")
+    assert code == 1 and err.count("\n") == 1 and "jetforge dla-check: " in err
 
 
 def test_subcommand_help_has_description_and_examples(explode, capsys):
@@ -174,7 +190,7 @@ def test_python_dash_m_and_console_script_agree(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "jetforge %s" % jetforge.__version__
     proc = subprocess.run([sys.executable, "-m", "jetforge", "doctr"], cwd=str(tmp_path), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
-    assert proc.returncode == 2
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
 
 
 # ---- the error hierarchy --------------------------------------------------------------------------------

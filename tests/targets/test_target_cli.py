@@ -90,13 +90,11 @@ def test_unknown_name_is_one_line_exit_1(capsys):
     assert "jetforge targets list" in err
 
 
-def test_show_needs_a_name(capsys):
-    try:
-        main(["targets", "show"])
-    except SystemExit as exc:  # argparse usage error
-        assert exc.code == 2
-    else:  # pragma: no cover
-        raise AssertionError("argparse should refuse a missing NAME")
+def test_show_without_a_name_is_one_line_usage_error_exit_1(capsys):
+    code = main(["targets", "show"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert "jetforge targets show: the following arguments are required: NAME" in err
 
 
 def test_detect_recorded_board(tmp_path, capsys):

@@ -1,0 +1,93 @@
+"""The entry-point rules (jetforge/entry.py) where they are used outside the ``jetforge`` command.
+
+``python -m jetforge.compress.distill`` (what torchrun starts on every rank) and
+``python -m jetforge.compress.action.walking_direction`` bypass ``jetforge``'s main(); they promise the
+same: a mistyped command line is one line and exit 1 (never argparse's usage dump and exit 2), and
+SIGTERM ends a run like Ctrl-C (cleanup runs, exit 130).  The CLI's own cases are in tests/cli/test_cli.py.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jetforge.entry import EXIT_INTERRUPTED, ArgumentParser, UsageError, run_entry
+
+
+def _run(*args, **kw):
+    return subprocess.run([sys.executable] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=120, **kw)
+
+
+@pytest.mark.parametrize("module, argv, says", [
+    ("jetforge.compress.distill", [], "the following arguments are required: recipe"),
+    ("jetforge.compress.action.walking_direction", ["--nope"], "unrecognized arguments: --nope"),
+])
+def test_module_entry_usage_error_is_one_line_and_exit_1(module, argv, says, tmp_path):
+    proc = _run("-m", module, *argv, cwd=str(tmp_path))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "usage:" not in proc.stderr
+    assert proc.stderr.startswith("python -m %s: error: " % module) and says in proc.stderr
+    assert proc.stderr.rstrip().endswith("(fix: see `python -m %s --help`)" % module)
+
+
+def test_usage_error_names_the_parser_and_its_help():
+    parser = ArgumentParser(prog="tool sub")
+    parser.add_argument("--n", type=int)
+    with pytest.raises(UsageError) as caught:
+        parser.parse_args(["--n", "x"])
+    assert caught.value.one_line() == "tool sub: argument --n: invalid int value: 'x' (fix: see `tool sub --help`)"
+
+
+def test_run_entry_turns_sigterm_into_an_interrupt_after_the_body_cleans_up(capsys):
+    cleaned = []
+
+    def body():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # interrupted by the handler long before this ends
+            return 0
+        finally:
+            cleaned.append(True)
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert run_entry("prog", body) == EXIT_INTERRUPTED
+    assert cleaned == [True]
+    assert capsys.readouterr().err == "prog: interrupted (SIGTERM)\n"
+    assert signal.getsignal(signal.SIGTERM) is before  # the previous handler is back
+
+
+@pytest.mark.slow
+def test_distill_module_entry_ends_like_ctrl_c_on_sigterm(tmp_path):
+    """torchrun stops its workers with SIGTERM: a rank must end like Ctrl-C, keep its outputs whole, exit 130."""
+    from jetforge.assets import asset_path
+
+    root = asset_path("fashion_mnist", "train-images-idx3-ubyte.gz").parent
+    out = tmp_path / "run"
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("name: sigterm\nout_dir: %s\ndata: {root: %s, train_limit: 2048, val_limit: 200}\n"
+                      "model: {arch: fashion_cnn, width: 0.25}\n"
+                      "train: {epochs: 200, batch_size: 32, progress: false, device: cpu}\n" % (out, root))
+    proc = subprocess.Popen([sys.executable, "-m", "jetforge.compress.distill", str(recipe)], cwd=str(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    lines = []
+    try:
+        for line in proc.stderr:  # the run logs "... before training" once the model and data are ready
+            lines.append(line)
+            if "before training" in line:
+                break
+        time.sleep(1.0)  # inside the training loop now
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = "".join(lines) + rest
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert err.rstrip().endswith("python -m jetforge.compress.distill: interrupted (SIGTERM)")
+    assert "Traceback" not in err
+    assert (out / "config.yaml").is_file()  # what was written before the stop is whole
+    assert not [p.name for p in out.iterdir() if ".part" in p.name]  # nothing half-written is left
