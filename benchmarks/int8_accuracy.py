@@ -193,7 +193,7 @@ def worker_ort(model: str, data: str, out: str, method: str, symmetric: bool, sa
     Path(out + ".json").write_text(json.dumps({"seconds": secs, "peak_rss_mb": rss_mb(), "samples": int(len(x))}))
 
 
-def _spawn(args: List[str], timeout: int = 900) -> None:
+def _spawn(args: List[str], timeout: int = 5400) -> None:  # a shared, loaded machine: a 256-image pass took >15 min
     env = dict(os.environ, OMP_NUM_THREADS="2")
     subprocess.run([sys.executable, __file__, "--worker"] + args, check=True, timeout=timeout, env=env)
 
@@ -485,6 +485,12 @@ def table(results: Dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+def _write_partial(results: Dict[str, object]) -> None:
+    """What is measured so far, beside the results (a long run on a loaded machine may be stopped)."""
+    path = Path(tempfile.gettempdir()) / (RESULTS.stem + ".partial.json")
+    path.write_text(json.dumps(dict(results, complete=False), indent=1))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
@@ -524,11 +530,13 @@ def main() -> int:
                            "disjoint": not ({n for n, _ in calib} & {n for n, _ in held})}
         for name in args.models.split(","):
             results[name] = run_imagenet(name, folder, calib, held, smoke)
+            _write_partial(results)
         if "mobilenet_v2" in args.models and not args.quick:
             results["ram_500"] = ram_500(folder, calib, held)
             print("  500 samples: %s" % results["ram_500"], flush=True)
         if not args.skip_fashion:
             results["fashion_mnist"] = run_fashion(folder)
+            _write_partial(results)
     results["modelopt"] = ("not attempted: NVIDIA ModelOpt's ONNX PTQ (nvidia-modelopt[onnx]) would add new pinned "
                            "packages to the project's environment, which this benchmark may not install")
     results["seconds"] = round(time.perf_counter() - t0, 1)
