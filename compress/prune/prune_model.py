@@ -106,20 +106,7 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
     """
     goals = {"ratio": ratio, "flops_reduction": flops_reduction, "params_reduction": params_reduction,
              "latency_reduction": latency_reduction}
-    given = [k for k, v in goals.items() if v is not None]
-    if len(given) != 1:
-        raise ConfigError("give exactly one pruning goal, got %s" % (", ".join(given) or "none"),
-                          hint="ratio=0.5, flops_reduction=2.0, params_reduction=2.0 or latency_reduction=1.5")
-    for k in ("flops_reduction", "params_reduction", "latency_reduction"):
-        if goals[k] is not None and not goals[k] >= 1.0:
-            raise ConfigError("%s must be a factor >= 1 (2.0 = half), got %r" % (k, goals[k]))
-    if not 0.0 <= min_keep <= 1.0:
-        raise ConfigError("min_keep must be in [0, 1], got %r" % min_keep)
-    if latency_aware and ratio is not None:
-        raise ConfigError("latency_aware needs a flops_reduction, params_reduction or latency_reduction goal, "
-                          "not a ratio", hint="e.g. flops_reduction=2.0, latency_aware=True")
-    if latency_aware and (not latency_levels or any(not 0.0 < f < 1.0 for f in latency_levels)):
-        raise ConfigError("latency_levels must be kept fractions in (0, 1), got %r" % (list(latency_levels),))
+    given = _check_goals(goals, min_keep, latency_aware, latency_levels)
     round_to = int(round_to) if round_to else default_round_to(target)
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     if not inplace:
@@ -148,26 +135,7 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
                                                 strict=strict)
         latency_before = extra["latency_table"]["base_ms"]
     else:
-        if ratio is not None:
-            chosen = float(ratio)
-        elif latency_reduction is not None:
-            latency_before = latency_fn(model)
-            measured: Dict[float, float] = {}
-
-            def speedup(r: float) -> float:
-                measured[r] = latency_before / latency_fn(_pruned_copy(model, graph, choose(r)))
-                return measured[r]
-
-            chosen = _search(speedup, float(latency_reduction), steps=5, what="latency", best_effort=not strict)
-            if chosen in measured:
-                extra["latency_search"] = {"speedup": round(measured[chosen], 4), "measured": {
-                    "%.4f" % r: round(v, 4) for r, v in sorted(measured.items())}}
-        else:
-            metric = "macs" if flops_reduction is not None else "params"
-            goal = float(flops_reduction if flops_reduction is not None else params_reduction)
-            base = getattr(before, metric)
-            chosen = _search(lambda r: base / max(1, getattr(_flops.estimate(graph, model, before, choose(r)),
-                                                             metric)), goal, steps=14, what=metric)
+        chosen, latency_before = _uniform_ratio(model, graph, before, choose, goals, latency_fn, strict, extra)
         removed = choose(chosen)
     table_obj = extra.pop("_table", None)
     settings = {"goal": given[0], "goal_value": goals[given[0]], "ratio": chosen, "importance": importance,
@@ -177,6 +145,72 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
                 "latency_levels": list(latency_levels) if latency_aware else None,
                 "example_input_shape": [list(t.shape) for t in inputs if isinstance(t, torch.Tensor)]}
     plan = make_plan(graph, model, removed, settings)
+    measure = measure_latency or latency_reduction is not None or latency_aware
+    report = _apply_and_report(model, plan, graph, inputs, before, settings, extra, latency_fn, backend,
+                               latency_before, measure_latency, measure, latency_reduction)
+    goal_met = extra["goal"]["met"] if latency_reduction is not None else True
+    return PruneResult(model, plan, graph, report, chosen, table_obj, goal_met)
+
+
+def _check_goals(goals: Dict[str, Optional[float]], min_keep: float, latency_aware: bool,
+                 latency_levels: Sequence[float]) -> List[str]:
+    """The one goal given (its name in a list), after checking the goals and options fit together."""
+    given = [k for k, v in goals.items() if v is not None]
+    if len(given) != 1:
+        raise ConfigError("give exactly one pruning goal, got %s" % (", ".join(given) or "none"),
+                          hint="ratio=0.5, flops_reduction=2.0, params_reduction=2.0 or latency_reduction=1.5")
+    for k in ("flops_reduction", "params_reduction", "latency_reduction"):
+        value = goals[k]
+        if value is not None and not value >= 1.0:
+            raise ConfigError("%s must be a factor >= 1 (2.0 = half), got %r" % (k, value))
+    if not 0.0 <= min_keep <= 1.0:
+        raise ConfigError("min_keep must be in [0, 1], got %r" % min_keep)
+    if latency_aware and goals["ratio"] is not None:
+        raise ConfigError("latency_aware needs a flops_reduction, params_reduction or latency_reduction goal, "
+                          "not a ratio", hint="e.g. flops_reduction=2.0, latency_aware=True")
+    if latency_aware and (not latency_levels or any(not 0.0 < f < 1.0 for f in latency_levels)):
+        raise ConfigError("latency_levels must be kept fractions in (0, 1), got %r" % (list(latency_levels),))
+    return given
+
+
+def _uniform_ratio(model: nn.Module, graph: DependencyGraph, before: _flops.OpCount,
+                   choose: Callable[[float], torch.Tensor], goals: Dict[str, Optional[float]],
+                   latency_fn: Callable[[nn.Module], float], strict: bool,
+                   extra: Dict[str, Any]) -> Tuple[float, Optional[float]]:
+    """The ratio that meets the goal with one ratio for every group; (ratio, latency before in ms or None).
+
+    A FLOPs/params goal is bisected on counted-then-scaled MACs; a latency goal is measured on pruned
+    copies (the search is recorded in ``extra["latency_search"]``).
+    """
+    ratio, latency_reduction = goals["ratio"], goals["latency_reduction"]
+    if ratio is not None:
+        return float(ratio), None
+    if latency_reduction is not None:
+        latency_before = latency_fn(model)
+        measured: Dict[float, float] = {}
+
+        def speedup(r: float) -> float:
+            measured[r] = latency_before / latency_fn(_pruned_copy(model, graph, choose(r)))
+            return measured[r]
+
+        chosen = _search(speedup, float(latency_reduction), steps=5, what="latency", best_effort=not strict)
+        if chosen in measured:
+            extra["latency_search"] = {"speedup": round(measured[chosen], 4), "measured": {
+                "%.4f" % r: round(v, 4) for r, v in sorted(measured.items())}}
+        return chosen, latency_before
+    metric = "macs" if goals["flops_reduction"] is not None else "params"
+    goal = float(goals["flops_reduction" if metric == "macs" else "params_reduction"] or 0.0)  # one is given
+    base = getattr(before, metric)
+    return _search(lambda r: base / max(1, getattr(_flops.estimate(graph, model, before, choose(r)), metric)),
+                   goal, steps=14, what=metric), None
+
+
+def _apply_and_report(model: nn.Module, plan: PrunePlan, graph: DependencyGraph, inputs: Tuple[Any, ...],
+                      before: _flops.OpCount, settings: Dict[str, Any], extra: Dict[str, Any],
+                      latency_fn: Callable[[nn.Module], float], backend: str, latency_before: Optional[float],
+                      measure_latency: bool, measure_after: bool,
+                      latency_reduction: Optional[float]) -> PruneReport:
+    """Apply ``plan`` to ``model`` and report MACs, parameters, layer widths and (if asked) latency before/after."""
     names = list(graph.layers)
     layers_before = layer_snapshot(model, names)
     if measure_latency and latency_before is None:
@@ -187,18 +221,16 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
     for name, entry in plan.layers.items():
         entry["in"].append(layers_after[name]["in"])
         entry["out"].append(layers_after[name]["out"])
-    latency_after = latency_fn(model) if (measure_latency or latency_reduction is not None or latency_aware) else None
-    goal_met = True
+    latency_after = latency_fn(model) if measure_after else None
     if latency_reduction is not None:
         extra["goal"] = _latency_goal(float(latency_reduction), extra.get("latency_search", {}),
                                       latency_before, latency_after)
-        goal_met = extra["goal"]["met"]
     report = PruneReport(type(model).__name__, settings, before, after, layers_before, layers_after,
                          graph.protected_report(), latency_before, latency_after,
                          backend if latency_after is not None else "", extra)
     log.info("pruned %s: MACs %d -> %d, params %d -> %d", type(model).__name__, before.macs, after.macs,
              before.params, after.params)
-    return PruneResult(model, plan, graph, report, chosen, table_obj, goal_met)
+    return report
 
 
 def _latency_goal(goal: float, search: Dict[str, Any], before_ms: Optional[float],
