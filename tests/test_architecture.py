@@ -485,7 +485,7 @@ def test_no_library_module_or_function_is_too_large():
     problems = []
     for path, rel in _python_files():
         problems.extend(size_problems(path.read_text(encoding="utf-8"), rel))
-    assert not problems, "too large (see docs/CONVENTIONS.md, Style):\n  " + "\n  ".join(problems)
+    assert not problems, "too large (docs/CONVENTIONS.md, Layout and imports):\n  " + "\n  ".join(problems)
     known = {rel for _, rel in _python_files()}
     stale = [key for key in SIZE_ALLOWED if key.split(":")[0] not in known]
     assert not stale, "SIZE_ALLOWED names modules that do not exist: %s" % stale
