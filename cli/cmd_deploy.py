@@ -4,6 +4,7 @@ import argparse
 from typing import Any, Dict, List
 
 from jetforge.cli.base import Command, add_json_flag, print_json
+from jetforge.deploy.workflow import STEPS
 
 
 class DeployCommand(Command):
@@ -42,9 +43,8 @@ class DeployCommand(Command):
         parser.add_argument("--remote-env", action="append", default=[], metavar="KEY=VALUE",
                             help="environment for the board's commands (repeatable), e.g. JETFORGE_CACHE=/data/jf")
         parser.add_argument("--run", action="append", default=[],
-                            choices=["doctor", "build", "bench", "board-check", "app"],
-                            help="what to run on the board (repeatable; runs in the order doctor, build, bench, "
-                                 "board-check, app)")
+                            choices=STEPS,
+                            help="what to run on the board (repeatable; runs in the order %s)" % ", ".join(STEPS))
         parser.add_argument("--target", default="auto", metavar="NAME",
                             help="target for the board's build (default: auto-detect there)")
         parser.add_argument("--bench-arg", action="append", default=[], metavar="ARG",

@@ -20,6 +20,7 @@ from jetforge.config import load_config
 from jetforge.errors import ConfigError
 from jetforge.fileio import check_not_input, require_file
 from jetforge.runtime import inputs as pre
+from jetforge.runtime.sidecar import TASKS as SIDECAR_TASKS
 from jetforge.runtime.tensorrt.onnx_check import check_onnx_builds
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class ExportCommand(Command):
                                                  "fields (default: the pretrained model's, else imagenet_torchvision)"
                                                  % " or ".join(PRESETS))
         parser.add_argument("--labels", help="'imagenet' or a text file with one class name per line")
-        parser.add_argument("--task", default=None, choices=("classify", "detect", "action", "embed", "other"),
+        parser.add_argument("--task", default=None, choices=SIDECAR_TASKS,
                             help="what the model does (default: classify for pretrained models, else other)")
         parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17; at least 13)")
         parser.add_argument("--static-batch", action="store_true", help="keep the batch axis fixed (DLA needs static shapes)")
