@@ -18,6 +18,7 @@ from jetforge.apps.pipeline import PipelineOptions, format_report, run_app
 from jetforge.apps.tasks import TASKS, load_app
 from jetforge.apps.tasks.base import App
 from jetforge.apps.video import SourceOptions, open_source, sink_usage, source_usage
+from jetforge.apps.video.sources.gpu import uri_for_decode
 from jetforge.assets import asset_path
 from jetforge.cli.base import Command, add_json_flag, print_json
 from jetforge.cli.model_refs import prepare_app_models
@@ -47,6 +48,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, default_out: str) ->
     g.add_argument("--loop", action="store_true",
                    help="play a video file again from the start when it ends (soak tests, demos; stop with "
                         "--max-frames, Ctrl-C or SIGTERM)")
+    g.add_argument("--decode", choices=("auto", "gpu", "cpu"), default="cpu",
+                   help="video files: decode with NVDEC (PyNvVideoCodec) or jetson-utils (gpu), OpenCV (cpu, the "
+                        "default), or a GPU decoder when there is one (auto); see `jetforge doctor`")
     g.add_argument("--no-video", action="store_true", help="do not write the annotated MP4")
     g.add_argument("--no-plots", action="store_true", help="do not draw fps.png and latency.png")
     g.add_argument("--display", action="store_true", help="show the annotated video in a window (needs a display)")
@@ -96,7 +100,7 @@ def run_app_command(app: App, args: argparse.Namespace, out_default: Optional[st
     sources: List[Any] = []
     try:
         for uri in uris:  # open every source first: a bad path or URL fails before any model is loaded
-            sources.append(open_source(uri, source_options))
+            sources.append(open_source(uri_for_decode(uri, getattr(args, "decode", "cpu")), source_options))
         prepared = prepare_app_models(app.name, args)
         task, inputs, notes = app.build(args, sources)
         notes = prepared + notes

@@ -336,3 +336,26 @@ def test_device_pool_with_onnx_runtime_sessions_as_devices_matches_one_session(b
         single = [int(np.argmax(sessions[0].infer({name: pre(f)[None]})[out][0])) for f in src]
     for s in range(2):
         assert [e["top1"] for e in events if e["stream"] == s] == single
+
+
+def test_decode_option_turns_video_files_into_gpu_decoder_uris(bikes_clip, monkeypatch):
+    from jetforge.apps.video.sources import gpu
+
+    path = str(bikes_clip)
+    assert gpu.uri_for_decode(path, "cpu") == path
+    assert gpu.uri_for_decode("rtsp://cam/1", "auto") == "rtsp://cam/1"
+    monkeypatch.setattr(gpu, "choose_decoder", lambda wanted, have=None: "nvdec")
+    assert gpu.uri_for_decode(path, "gpu") == "nvdec://" + path
+    monkeypatch.setattr(gpu, "choose_decoder", lambda wanted, have=None: "opencv")
+    assert gpu.uri_for_decode(path, "auto") == path
+
+
+def test_cli_decode_gpu_without_a_gpu_decoder_is_one_line_and_exit_1(capsys, monkeypatch):
+    from jetforge.apps.video.sources import gpu
+    from jetforge.cli.main import main
+
+    monkeypatch.setattr(gpu, "choose_decoder", lambda wanted, have=None: (_ for _ in ()).throw(
+        ConfigError("--decode gpu: no GPU decoder here (PyNvVideoCodec or jetson-utils)", hint="install one")))
+    assert main(["app", "classify", "--decode", "gpu", "--max-frames", "1", "--out", "/tmp/unused"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no GPU decoder" in err[0]

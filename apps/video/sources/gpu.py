@@ -75,6 +75,23 @@ def open_gpu_source(uri: Any, decode: str = "auto", stream: int = 0, loop: bool 
     return CpuGpuFrames(spec.location, stream=stream, loop=loop, max_frames=max_frames)
 
 
+def uri_for_decode(uri: Any, decode: str = "cpu") -> Any:
+    """The ``--source`` URI the CPU apps open for ``--decode``: a video file becomes ``nvdec://`` or ``jetson://``
+    when that decoder is chosen (``auto``: when one exists); other URIs and ``cpu`` are left as they are."""
+    if decode == "cpu" or isinstance(uri, int):
+        choose_decoder(decode, {})  # still rejects an unknown value
+        return uri
+    spec = parse_source_uri(uri)
+    if spec.kind != "file":
+        return uri
+    decoder = choose_decoder(decode)
+    if decoder == "nvdec":
+        return "nvdec://" + spec.location
+    if decoder == "jetson-utils":
+        return "jetson://file://" + spec.location
+    return uri
+
+
 class HostFrames(VideoSource):
     """A GPU-frame source seen as an ordinary :class:`VideoSource` of BGR frames (one copy back per frame)."""
 
@@ -150,4 +167,4 @@ if "jetson" not in SOURCES:
                                      "jetson://file:///data/clip.mp4 | jetson://csi://0"),
                 summary="any jetson-utils videoSource URI, hardware-decoded on a Jetson (not executed in CI)")
 
-__all__ = ["CpuGpuFrames", "HostFrames", "download_nv12", "download_packed", "open_gpu_source"]
+__all__ = ["CpuGpuFrames", "HostFrames", "download_nv12", "download_packed", "open_gpu_source", "uri_for_decode"]
