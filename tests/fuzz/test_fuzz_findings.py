@@ -24,6 +24,14 @@ def test_tegrastats_line_with_a_5000_digit_number_is_not_a_sample():
     assert sample.ram_used_mb == 6334 and sample.rails["VDD_IN"].current_mw == 5299.0  # real lines still parse
 
 
+@pytest.mark.parametrize("line", ["RAM 0/0MB:GR3D_FREQ 0%@[0 0]", "RAM 0/0MB:GR3D_FREQ 0%@[0\r0]"])
+def test_tegrastats_gpu_frequencies_not_separated_by_commas_are_no_frequency(line):
+    # found by the long fuzz run on the H200 host: "[0 0]" reached int("0 0") (ValueError) in parse_line
+    sample = public("tegrastats_line")(line)
+    assert sample.ram_used_mb == 0 and sample.gpu_load == 0 and sample.gpu_freq_mhz == []  # no frequency read
+    assert public("tegrastats_line")("RAM 1/2MB GR3D_FREQ 7%@[305, 306]").gpu_freq_mhz == [305, 306]
+
+
 # ---- YAML: target profiles and configurations ----------------------------------------------------------
 def test_target_profile_that_is_not_utf8_is_one_target_error(tmp_path):
     path = tmp_path / "orin-nx-16gb.yaml"
