@@ -95,6 +95,9 @@ class PeopleTask(Task):
         for line in self.lines[s]:
             crossings += line.update(tracks)
         occupancy = {z.name: z.update(tracks) for z in self.zones[s]}
+        live = {t.id for t in self.trackers[s].tracks}  # lost tracks may come back; removed ones never do
+        for counter in self.lines[s] + self.zones[s]:
+            counter.forget(live)
         self.max_people[s] = max(self.max_people[s], len(tracks))
         event: Dict[str, Any] = {
             "detections": dets.to_list() if dets is not None else None,
