@@ -10,7 +10,6 @@ folder is replaced only with ``--force``.  The bundle itself is never written to
 import dataclasses
 import json
 import shutil
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
@@ -20,7 +19,7 @@ import numpy as np
 from jetforge.deploy import deepstream as ds
 from jetforge.deploy import triton as tr
 from jetforge.errors import ConfigError
-from jetforge.fileio import PathLike
+from jetforge.fileio import PathLike, replace_dir, staging_dir
 from jetforge.runtime.inputs import input_contract
 
 SUMMARY = "export-config.json"
@@ -40,17 +39,10 @@ def staged_folder(out: PathLike, force: bool, inputs: Sequence[PathLike]) -> Ite
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError("%s exists and is not a folder" % out_dir, hint="choose another --out")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = out_dir.parent / (".%s.partial-%s" % (out_dir.name, uuid.uuid4().hex[:8]))
-    staging.mkdir()
+    staging = staging_dir(out_dir)  # hidden, named after this process; a killed run's is removed
     try:
         yield staging
-        if out_dir.exists():
-            old = out_dir.parent / (".%s.old-%s" % (out_dir.name, uuid.uuid4().hex[:8]))
-            out_dir.rename(old)
-            staging.rename(out_dir)
-            shutil.rmtree(str(old), ignore_errors=True)
-        else:
-            staging.rename(out_dir)
+        replace_dir(staging, out_dir)
     except BaseException:
         shutil.rmtree(str(staging), ignore_errors=True)
         raise

@@ -6,7 +6,6 @@ command.  It times blocking ``infer`` calls of one session (ONNX Runtime for ``.
 (``latency_ms``, ``throughput``, ``memory``, ``backend``), so the fetched results read the same.
 """
 
-import argparse
 import json
 import sys
 import time
@@ -58,9 +57,20 @@ def benchmark(model: str, iterations: int = 200, warmup: int = 20, batch: int = 
             "memory": {"process": memory_info().to_dict()}, "source": "jetforge.deploy.remote_bench"}
 
 
+PROG = "python -m jetforge.deploy.remote_bench"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jetforge.deploy.remote_bench",
-                                     description="time a model's infer calls (deploy's fallback benchmark)")
+    """The board-side command (:mod:`jetforge.entry`: bad input one line and exit 1, SIGTERM like Ctrl-C: 130)."""
+    from jetforge.entry import run_entry
+
+    return run_entry(PROG, lambda: _main(argv))
+
+
+def _main(argv: Optional[List[str]]) -> int:
+    from jetforge.entry import ArgumentParser
+
+    parser = ArgumentParser(prog=PROG, description="time a model's infer calls (deploy's fallback benchmark)")
     parser.add_argument("model")
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
@@ -70,14 +80,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--out", metavar="DIR")
     parser.add_argument("--json", action="store_true")
     args, _unknown = parser.parse_known_args(argv)
-    from jetforge.errors import JetforgeError
     from jetforge.fileio import write_json_atomic
 
-    try:
-        data = benchmark(args.model, args.iterations, args.warmup, args.batch, args.seed, args.threads)
-    except JetforgeError as err:
-        print("jetforge: error: %s" % err.one_line(), file=sys.stderr)
-        return 1
+    data = benchmark(args.model, args.iterations, args.warmup, args.batch, args.seed, args.threads)
     if args.out:
         write_json_atomic(Path(args.out) / "bench.json", data)
     if args.json:

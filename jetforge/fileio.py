@@ -8,7 +8,9 @@ the inputs of the same command.
 A run killed outright (SIGKILL, power loss) cannot remove its temporary file.  Those
 are hidden (``.NAME.PID.HOST.RANDOM.part.EXT``) and name the process that wrote them,
 so the next write to the same target removes the ones whose writer is gone
-(:func:`remove_stale_parts`).
+(:func:`remove_stale_parts`).  Folders (a bundle, an engine-cache entry) are assembled in a hidden
+staging folder named the same way and renamed into place (:func:`staging_dir`, :func:`replace_dir`);
+the next writer of that folder removes a killed writer's leftovers (:func:`remove_stale_staging`).
 """
 
 import contextlib
@@ -18,6 +20,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import stat
 import tempfile
@@ -98,6 +101,86 @@ def remove_stale_parts(path: PathLike, max_age_s: float = STALE_PART_AGE_S) -> L
     if removed:
         log.info("removed %d temporary file(s) left by an interrupted run next to %s", len(removed), target)
     return removed
+
+
+def _dir_pattern(target_name: str) -> "re.Pattern[str]":
+    """Staging (``partial``) and set-aside (``old``) folders of :func:`staging_dir` / :func:`replace_dir` for
+    ``target_name``; also the older names without a writer (``.NAME.partial-XXXXXXXX``)."""
+    return re.compile(r"^\.%s\.(?:(?P<pid>\d+)\.(?P<host>[0-9a-f]{8})\.[A-Za-z0-9_]{6,}\.(?:partial|old)"
+                      r"|(?:partial|old)-[A-Za-z0-9_]{6,})$" % re.escape(target_name))
+
+
+def _writer_gone(match: "re.Match[str]", mtime: float, max_age_s: float) -> bool:
+    """Whether the writer a temporary name records is gone (same host, PID not running), else whether it is old."""
+    if match.group("pid") is not None and match.group("host") == _host_tag():
+        pid = int(match.group("pid"))
+        return pid != os.getpid() and not _pid_alive(pid)
+    return time.time() - mtime > max_age_s
+
+
+def remove_stale_staging(final: PathLike, max_age_s: float = STALE_PART_AGE_S) -> List[Path]:
+    """Remove the hidden folders a killed writer of folder ``final`` left beside it; the removed paths.
+
+    Folders are assembled in a staging folder and renamed into place (:func:`staging_dir`,
+    :func:`replace_dir`); only SIGKILL or a power cut leaves one behind.  The same rule as
+    :func:`remove_stale_parts`: removed when its writer was a process of this host that no longer runs,
+    or, when that cannot be checked, after ``max_age_s`` without a change.  Links are never followed.
+    """
+    target = Path(final)
+    pattern = _dir_pattern(target.name)
+    try:
+        names = [n for n in os.listdir(str(target.parent)) if pattern.match(n)]
+    except OSError:
+        return []
+    removed: List[Path] = []
+    for name in names:
+        p = target.parent / name
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        match = pattern.match(name)
+        if match is not None and stat.S_ISDIR(st.st_mode) and _writer_gone(match, st.st_mtime, max_age_s):
+            shutil.rmtree(str(p), ignore_errors=True)
+            removed.append(p)
+    if removed:
+        log.info("removed %d folder(s) left by an interrupted run next to %s", len(removed), target)
+    return removed
+
+
+def staging_dir(final: PathLike, kind: str = "partial") -> Path:
+    """Create a hidden folder next to ``final`` to assemble it in, named after its writer; return it.
+
+    ``.NAME.PID.HOST.RANDOM.partial``: a later run can tell a folder left by a killed writer from one still
+    being written, and removes the former first (:func:`remove_stale_staging`).
+    """
+    target = Path(final)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "partial":
+        remove_stale_staging(target)
+    return Path(tempfile.mkdtemp(prefix=".%s.%d.%s." % (target.name, os.getpid(), _host_tag()), suffix="." + kind,
+                                 dir=str(target.parent)))
+
+
+def replace_dir(staging: PathLike, final: PathLike) -> None:
+    """Rename the finished ``staging`` folder to ``final``; an existing ``final`` is set aside first, then removed.
+
+    Readers see the old folder or the new one, never a mix; if the rename fails the old folder is put back.
+    """
+    target = Path(final)
+    old = None
+    if target.exists():
+        old = staging_dir(target, kind="old")
+        os.rename(str(target), str(old / target.name))
+    try:
+        os.rename(str(staging), str(target))
+    except BaseException:
+        if old is not None:
+            os.rename(str(old / target.name), str(target))
+            shutil.rmtree(str(old), ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(str(old), ignore_errors=True)
 
 
 def check_output_path(path: PathLike) -> Path:

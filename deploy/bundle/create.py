@@ -12,7 +12,6 @@ import dataclasses
 import datetime
 import logging
 import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -27,7 +26,7 @@ from jetforge.deploy.bundle.staging import Staging, check_created, swap_into_pla
 from jetforge.deploy.bundle.tar import write_tar
 from jetforge.deploy.safety import sanitise_bundle_name
 from jetforge.errors import ModelError
-from jetforge.fileio import PathLike, check_not_input, require_file, write_json_atomic
+from jetforge.fileio import PathLike, check_not_input, require_file, staging_dir, write_json_atomic
 from jetforge.runtime.onnx_file import check_onnx_file
 from jetforge.runtime.sidecar import read_sidecar, sidecar_path, static_shape
 from jetforge.runtime.tensorrt.plan import BuildOptions
@@ -156,7 +155,7 @@ def create_bundle(model: PathLike, out: PathLike, targets: Sequence[str], *, cal
     sidecar = read_sidecar(model_path)  # refuses a missing or stale sidecar with the fix
     qdq_path = Path(qdq) if qdq is not None else None
     if qdq_path is not None:
-        require_file(qdq_path, "Q/DQ model", hint="run `jetforge calibrate` (it writes MODEL.qdq.onnx)")
+        check_onnx_file(qdq_path, "Q/DQ model")  # checked here, so a broken one is named as the user's file
     inputs: List[PathLike] = [model_path, sidecar_path(model_path)] + list(calib)
     inputs += [p for p in (qdq_path, precisions, app_config) if p is not None]
     tar_path = Path(tar) if tar is not None else None
@@ -166,8 +165,7 @@ def create_bundle(model: PathLike, out: PathLike, targets: Sequence[str], *, cal
     warnings: List[str] = []
     notes: List[str] = []
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    stage = Staging(out_dir.parent / (".%s.partial-%s" % (out_dir.name, uuid.uuid4().hex[:8])))
-    stage.root.mkdir()
+    stage = Staging(staging_dir(out_dir))  # hidden, named after this process; a killed run's is removed
     try:
         onnx_dst, qdq_dst = _stage_model_files(stage, model_path, qdq_path, precisions, app_config, samples, warnings)
         calibration, first = stage_caches(stage, calib)

@@ -3,15 +3,13 @@ the final check that what was written is what every reader accepts, and the rena
 ``bundle create`` never leaves something that looks complete)."""
 
 import hashlib
-import os
 import shutil
-import uuid
 from pathlib import Path
 from typing import List
 
 from jetforge.deploy.bundle.manifest import BundleError, BundleFile, Manifest, manifest_problems
 from jetforge.deploy.safety import link_problem, links_in
-from jetforge.fileio import sha256_file
+from jetforge.fileio import replace_dir, sha256_file
 
 
 class Staging:
@@ -52,15 +50,4 @@ def check_created(staging: Path, manifest: Manifest) -> None:
 
 def swap_into_place(staging: Path, out_dir: Path) -> None:
     """Rename ``staging`` to ``out_dir``; an existing ``out_dir`` (``--force``) is moved aside first, then removed."""
-    old = None
-    if out_dir.exists():
-        old = out_dir.parent / (".%s.old-%s" % (out_dir.name, uuid.uuid4().hex[:8]))
-        os.rename(str(out_dir), str(old))
-    try:
-        os.rename(str(staging), str(out_dir))
-    except BaseException:
-        if old is not None:
-            os.rename(str(old), str(out_dir))
-        raise
-    if old is not None:
-        shutil.rmtree(str(old), ignore_errors=True)
+    replace_dir(staging, out_dir)

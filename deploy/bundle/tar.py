@@ -4,14 +4,13 @@ leaving the destination) into the cache, once per archive."""
 import os
 import shutil
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import List, Optional
 
 from jetforge.assets.store import cache_root
 from jetforge.deploy.bundle.manifest import BundleError
 from jetforge.deploy.safety import bundle_path_problem, check_bundle_path, links_in, shown_value
-from jetforge.fileio import PathLike, atomic_output, require_file, sha256_file
+from jetforge.fileio import PathLike, atomic_output, require_file, sha256_file, staging_dir
 
 
 def safe_extract(tar: "tarfile.TarFile", dest: Path) -> List[str]:
@@ -65,7 +64,7 @@ def unpack_tar(tar_path: PathLike, cache_dir: Optional[PathLike] = None) -> Path
     if final.is_dir():
         return single_top(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix="." + digest + ".partial-", dir=str(final.parent)))
+    staging = staging_dir(final)  # hidden, named after this process; a killed run's is removed
     try:
         try:
             with tarfile.open(str(tar_file), "r:*") as tar:

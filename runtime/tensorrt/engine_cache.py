@@ -16,16 +16,13 @@ in a staging folder and renamed into place, so an interrupted build leaves no en
 import hashlib
 import json
 import logging
-import os
 import shutil
-import tempfile
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from jetforge.errors import JetforgeError
-from jetforge.fileio import PathLike, write_json_atomic
+from jetforge.fileio import PathLike, replace_dir, staging_dir, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -140,19 +137,13 @@ class EngineCache:
         """Run ``build(engine_path)`` in a staging folder, then move the finished entry into place."""
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.entry(key)
-        staging = Path(tempfile.mkdtemp(prefix="." + key.digest[:16] + ".partial-", dir=str(self.root)))
+        staging = staging_dir(final)  # hidden, named after this process; a killed build's is removed
         try:
             result = build(staging / ENGINE)
             if not (staging / ENGINE).is_file():
                 raise JetforgeError("the engine build wrote no %s" % ENGINE)
             write_json_atomic(staging / KEY_FILE, key.material())
-            old = None
-            if final.exists():
-                old = self.root / (".%s.old-%s" % (key.digest[:16], uuid.uuid4().hex[:8]))
-                os.rename(str(final), str(old))
-            os.rename(str(staging), str(final))
-            if old is not None:
-                shutil.rmtree(str(old), ignore_errors=True)
+            replace_dir(staging, final)
         except BaseException:
             shutil.rmtree(str(staging), ignore_errors=True)
             raise

@@ -394,4 +394,4 @@ def test_export_config_errors_are_one_line(cls_bundle, tmp_path, capsys):
     assert rc == 1 and "preferred batch size 8 is outside 1..4" in err
     rc, _, err = run_cli(capsys, "export-config", "deepstream", cls_bundle, "--out", cls_bundle / "inside")
     assert rc == 1 and "overlaps the bundle" in err
-    assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.partial-*"))
+    assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.*partial*"))
