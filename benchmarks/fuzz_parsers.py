@@ -169,11 +169,17 @@ def default_out() -> Path:
 def load_harness(pack: Path) -> Dict[str, Any]:
     """Make hypothesis and jetforge importable (carried wheels, the checkout), then import the harness."""
     global parser_fuzz
+    from importlib import metadata
+
     extra: List[Path] = []
     installed: List[str] = []
+    pinned = next(w.split("==")[1] for w in device_env.DEVICE_WHEELS if w.startswith("hypothesis=="))
     try:
-        import hypothesis  # noqa: F401
-    except ImportError:  # the GPU host: install what --prepare carried, privately, without network
+        have: Optional[str] = metadata.version("hypothesis")
+    except metadata.PackageNotFoundError:
+        have = None
+    if have != pinned and (pack / "wheels").is_dir():
+        # the GPU host lacks it or has another release (6.168.3 there): the carried, pinned one goes first
         site = Path(tempfile.mkdtemp(prefix="jetforge-site-"))
         installed = device_env.install_wheels(pack / "wheels", site)
         extra.append(site)
