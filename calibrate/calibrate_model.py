@@ -28,6 +28,7 @@ from jetforge.calibrate import algorithms
 from jetforge.calibrate.cache import (ALGORITHM_TOKENS, DEFAULT_TOKEN, CalibrationCache, parse_trt_version,
                                       version_string)
 from jetforge.calibrate.cache_check import CacheCheck, check_cache, retarget_path  # noqa: F401  (re-exported)
+from jetforge.calibrate import detection_eval as det_eval
 from jetforge.calibrate.quality import RECOMMENDED_SAMPLES, QualityReport, QualityTracker
 from jetforge.calibrate.sources import SAMPLINGS, collect_sources
 from jetforge.calibrate.stats import ActivationStats, collect_statistics, load_model
@@ -131,7 +132,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     paths = output_paths(model_file, out)
     data_items = [data] if isinstance(data, (str, Path)) else list(data)
     eval_items = _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items,
-                                  eval_samples)
+                                  eval_samples, sidecar.task)
     inputs = [model_file] + [Path(d) for d in data_items + eval_items] + ([Path(labels)] if labels else [])
     for key in ("cache", "qdq", "report") + (("mixed_qdq", "precisions", "precisions_txt", "precisions_plot")
                                              if mixed_precision is not None else ()):
@@ -160,7 +161,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
 
     qdq_info = _write_qdq_and_plots(result, stats, model, paths, model_file, sidecar, version, qdq, check_build,
                                     plots)
-    if eval_items or mixed_precision is not None or sensitivity:
+    if eval_items or labels is not None or mixed_precision is not None or sensitivity:
         result.evaluation = _evaluate(model, result, paths, sidecar, model_file,
                                       eval_items or data_items, labels, eval_samples, video_sampling,
                                       mixed_precision, mixed_metric, sensitivity, _held_out(data_items, eval_items),
@@ -208,7 +209,7 @@ def _write_qdq_and_plots(result: CalibrationResult, stats: ActivationStats, mode
 
 
 def _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items,
-                     eval_samples: Optional[int] = None) -> List:
+                     eval_samples: Optional[int] = None, task: str = "classify") -> List:
     """The ``eval_data`` items, after refusing combinations that cannot work (before any slow step)."""
     from jetforge.calibrate.sensitivity import SENSITIVITY_METHODS
     from jetforge.calibrate.mixed import METRICS
@@ -217,7 +218,9 @@ def _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivi
     if eval_samples is not None and eval_samples < 1:
         raise CalibrationError("the number of evaluation samples must be at least 1, got %d" % eval_samples,
                                hint="leave --eval-samples out to use every sample")
-    if labels is not None:
+    if task == "detect" and labels is not None and det_eval.is_person_label_file(labels):  # its held-out frames
+        det_eval.check_detection_args(labels, items, mixed_precision, sensitivity)
+    elif labels is not None:
         if not items:
             raise CalibrationError("labels were given but no evaluation data",
                                    hint="add --eval DIR_OR_VIDEO with the labelled images")
@@ -273,13 +276,16 @@ def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar,
     from jetforge.calibrate.stats import fixed_batch
     from jetforge.runtime.inputs import input_contract
 
-    data = eval_data.gather(items, input_contract(sidecar, "image", purpose="INT8 evaluation"), fixed_batch(model),
-                            samples, video_sampling)
-    names = data.names
-    y = ev.read_labels(labels, names, sidecar.labels) if labels is not None else None
-    evaluator = ev.Evaluator(model, data.batches, labels=y)
-    held = {"paths_disjoint": held_out}
-    if held_out:
+    contract = input_contract(sidecar, "image", purpose="INT8 evaluation")
+    if sidecar.task == "detect" and labels is not None and det_eval.is_person_label_file(labels):
+        data, evaluator, held = det_eval.detection_evaluator(model, sidecar, labels, fixed_batch(model), samples)
+        items, held_out = ["%s (held-out frames)" % labels], True  # by the file's split (no hash check)
+    else:
+        held = {"paths_disjoint": held_out}
+        data = eval_data.gather(items, contract, fixed_batch(model), samples, video_sampling)
+        y = ev.read_labels(labels, data.names, sidecar.labels) if labels is not None else None
+        evaluator = ev.Evaluator(model, data.batches, labels=y)
+    if held_out and "split" not in held:
         held["near_duplicates"] = eval_data.check_held_out(data, calibration_hashes)
         held_out = not held["near_duplicates"]["with_near_duplicate"]
     result.warnings.extend(data.warnings)
@@ -354,6 +360,8 @@ def _ort_kernel_evaluation(evaluator, qdq_model, result: CalibrationResult) -> D
 
 
 def _eval_lines(label: str, res) -> List[str]:
+    if ((res.metrics or {}).get("detection_ap") or {}).get("ap50_fp32") is not None:
+        return det_eval.detection_eval_lines(label, res.metrics["detection_ap"])
     d = res.to_dict()
     line = ("%s vs FP32 on %d samples: top-1 agreement %.3f, on %d confident %s, top-5 %.3f, mean KL %.4f"
             % (label, d["samples"], d["agreement"], d["confident_samples"],
@@ -424,7 +432,7 @@ def _from_dict(d: Dict[str, object]):
     res = EvalResult(samples=d["samples"], agreement=d["agreement"], confident_samples=d["confident_samples"],
                      agreement_confident=d["agreement_confident"], top5_agreement=d["top5_agreement"],
                      mean_kl=d["mean_kl"], output_sqnr_db=d["output_sqnr_db"] or 0.0,
-                     fp32_mean_confidence=d["fp32_mean_confidence"])
+                     fp32_mean_confidence=d["fp32_mean_confidence"], metrics=dict(d.get("metrics") or {}))
     if d.get("labelled"):
         res.labelled, res.accuracy_fp32, res.accuracy_int8 = d["labelled"], d["accuracy_fp32"], d["accuracy_int8"]
     return res

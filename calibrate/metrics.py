@@ -34,7 +34,8 @@ The contract of :meth:`Metric.compute`:
 
 Registered here: ``classification`` (top-1/top-5 agreement with FP32 overall and on confident
 samples, mean KL of the softmax outputs, output SQNR, labelled accuracy -- the fields of
-:class:`EvalResult`) and ``output_sqnr`` (SQNR of every output, for any task).
+:class:`EvalResult`), ``output_sqnr`` (SQNR of every output, for any task) and ``detection_ap``
+(person AP of an SSD detector's decoded boxes against labelled boxes, :class:`DetectionTarget`).
 """
 
 import math
@@ -208,10 +209,99 @@ class OutputSqnrMetric(Metric):
         return out
 
 
+@dataclass
+class DetectionTarget:
+    """Ground truth of one evaluation frame for :class:`DetectionAPMetric`.
+
+    ``boxes`` ``(N, 4)`` x1, y1, x2, y2 in pixels of the original frame of size ``image_hw``;
+    ``difficult`` ``(N,)`` marks boxes that are neither required nor counted; ``group`` names the block
+    of correlated frames the frame belongs to (for the block bootstrap; None = its own block).
+    """
+
+    boxes: np.ndarray
+    difficult: np.ndarray
+    image_hw: Sequence[int]
+    group: Optional[str] = None
+
+
+@METRICS.register("detection_ap")
+class DetectionAPMetric(Metric):
+    """Person AP@0.5 and AP@[.5:.95] of FP32 and the candidate against labelled boxes, with paired bootstrap CIs.
+
+    The raw outputs are an SSD body's ``(box_encodings, class_logits)``; both models' outputs are
+    decoded with :func:`jetforge.runtime.detection.postprocess` (the model's own box coder, score
+    converter and NMS from its sidecar, at ``score_threshold``), mapped back to frame pixels through
+    the preprocessing's geometry, and scored by :mod:`jetforge.calibrate.detection_metrics` (COCO's
+    matching, difficult boxes ignored).  The difference candidate - FP32 has a paired bootstrap
+    interval over frames and, when the targets name groups, over groups of frames (neighbouring video
+    frames are correlated, so the group interval is the honest one); a goal about the difference holds
+    only if the interval's bound does.  Without targets only the agreement of the two detection sets
+    is available, so nothing is reported but the frame count.
+    """
+
+    def __init__(self, sidecar: Any = None, score_threshold: float = 0.01, n_resamples: int = 2000, seed: int = 0,
+                 output_names: Sequence[str] = ("box_encodings", "class_logits")) -> None:
+        from jetforge.runtime.detection import spec_from_sidecar
+        from jetforge.runtime.inputs.image import Preprocess
+
+        if sidecar is None:
+            raise CalibrationError("the detection_ap metric needs the detector's sidecar (its SSD block)",
+                                   hint="pass metric_options={'detection_ap': {'sidecar': sidecar}}")
+        self.spec = spec_from_sidecar(sidecar)
+        self.preprocess = sidecar.preprocess if isinstance(sidecar.preprocess, Preprocess) else \
+            Preprocess.from_dict(sidecar.preprocess)
+        names = [o.name for o in getattr(sidecar, "outputs", [])]
+        self.order = [names.index(n) for n in output_names] if all(n in names for n in output_names) else [0, 1]
+        self.score_threshold = float(score_threshold)
+        self.n_resamples = int(n_resamples)
+        self.seed = int(seed)
+
+    def detections(self, outputs: Sequence[np.ndarray], targets: Sequence[DetectionTarget]):
+        """(boxes per frame in pixels x1, y1, x2, y2; scores per frame) of one model's raw outputs."""
+        from jetforge.runtime.detection import postprocess
+
+        enc, logits = outputs[self.order[0]], outputs[self.order[1]]
+        decoded = postprocess(enc, logits, self.spec, score_threshold=self.score_threshold)
+        size = (self.preprocess.height, self.preprocess.width)
+        boxes = [d.xyxy(self.preprocess.geometry(tuple(t.image_hw)[:2]), size) for d, t in zip(decoded, targets)]
+        return boxes, [d.scores for d in decoded]
+
+    def compute(self, reference, candidate, targets=None):
+        from jetforge.calibrate.detection_metrics import paired_bootstrap
+
+        n = len(reference[0])
+        if targets is None:
+            return {"frames": n}
+        targets = list(targets)
+        if len(targets) != n:
+            raise CalibrationError("%d detection targets for %d evaluation frames" % (len(targets), n))
+        gt = [t.boxes for t in targets]
+        difficult = [t.difficult for t in targets]
+        cand, ref = self.detections(candidate, targets), self.detections(reference, targets)
+        by_frame = paired_bootstrap(gt, difficult, cand, ref, n_resamples=self.n_resamples, seed=self.seed)
+        out: Dict[str, Optional[float]] = {"frames": n, "boxes": int(sum(int((~np.asarray(d, bool)).sum())
+                                                                         for d in difficult))}
+        for key, side in (("int8", "a"), ("fp32", "b")):
+            out["ap50_" + key] = by_frame[side]["ap50"]
+            out["ap_" + key] = by_frame[side]["ap"]
+        diff = by_frame["difference"]
+        out.update({"ap50_diff": diff["ap50"], "ap_diff": diff["ap"],
+                    "ap50_diff_ci_low": diff["ap50_ci"][0], "ap50_diff_ci_high": diff["ap50_ci"][1],
+                    "ap_diff_ci_low": diff["ap_ci"][0], "ap_diff_ci_high": diff["ap_ci"][1]})
+        if any(t.group is not None for t in targets):
+            groups = [t.group if t.group is not None else "frame%d" % i for i, t in enumerate(targets)]
+            blocks = paired_bootstrap(gt, difficult, cand, ref, n_resamples=self.n_resamples, seed=self.seed,
+                                      groups=groups)["difference"]
+            out.update({"ap50_diff_block_ci_low": blocks["ap50_ci"][0],
+                        "ap50_diff_block_ci_high": blocks["ap50_ci"][1],
+                        "ap_diff_block_ci_low": blocks["ap_ci"][0], "ap_diff_block_ci_high": blocks["ap_ci"][1]})
+        return out
+
+
 def make_metric(name: str, **options: Any) -> Metric:
     """An instance of the metric registered as ``name`` (UnknownNameError with close matches otherwise)."""
     return METRICS.get(name)(**options)
 
 
-__all__ = ["CONFIDENCE", "ClassificationMetric", "EvalResult", "METRICS", "Metric", "OutputSqnrMetric",
-           "compare_outputs", "make_metric", "softmax", "sqnr_db"]
+__all__ = ["CONFIDENCE", "ClassificationMetric", "DetectionAPMetric", "DetectionTarget", "EvalResult", "METRICS",
+           "Metric", "OutputSqnrMetric", "compare_outputs", "make_metric", "softmax", "sqnr_db"]
