@@ -297,7 +297,55 @@ def measure(env: Env, args: argparse.Namespace, checkpoint: Any) -> Dict[str, An
                     log("pipeline %-8s %2d streams render %-3s: %8.1f FPS, p99 %s ms, %.3f cores/30fps stream"
                         % (model, n, "on" if render else "off", row["fps"], _r(row["latency_p99_ms"]["worst_stream"]),
                            row["cores_per_30fps_stream"]))
+    if args.device_pool and "classify" in args.models:
+        n = max(args.streams)
+        row = _guard(res, "device pool", lambda: device_pool_run(env, "classify", n, args.device_pool))
+        if row:
+            res["device_pool"] = row
+            log("device pool: %d sessions, %d streams: %.1f FPS, batches per session %s, order kept %s"
+                % (args.device_pool, n, row["fps"], row["batches_per_device"], row["order_ok"]))
+            checkpoint(res)
     return res
+
+
+def device_pool_run(env: "Env", model: str, n: int, devices: int) -> Dict[str, Any]:
+    """The GPU+DLA scheduler with ``devices`` CUDA sessions of one model standing in for a Jetson's engines."""
+    from pipeline_gpu_ops import ClassifyHead, PooledTorchOps, TorchNv12Preprocess, open_torch_session
+
+    from jetforge.apps.labels import load_labels
+    from jetforge.apps.pipeline.streams import StreamRunOptions, run_streams
+
+    module, contract, _ = env.models[model]
+    sessions = [env.sessions[model]] + [open_torch_session(copy_module(module), contract, env.device)
+                                        for _ in range(devices - 1)]
+    for session in sessions[1:]:  # capture every bucket's graph now: a capture while decode threads run would fail
+        for b in (1, 2, 4, 8, 16, 32):
+            x = env.torch.zeros(b, 3, contract.height, contract.width, device=env.device)
+            for _ in range(4):
+                session.infer_tensors({session.inputs[0].name: x})
+    if env.device == "cuda":
+        env.torch.cuda.synchronize()
+    pres = [TorchNv12Preprocess(env.torch, contract, 32, env.device) for _ in sessions]
+    ops = PooledTorchOps(env.torch, sessions, pres, ClassifyHead(env.torch, load_labels("imagenet")), env.device)
+    sources = open_sources([env.streams[model]], n, env.codec, keep=env.keep)
+    try:
+        result = run_streams(sources, ops, StreamRunOptions(max_batch=min(n, 32), in_flight=devices + 1,
+                                                            batch_timeout_s=env.args.batch_timeout_ms / 1000.0,
+                                                            time_limit_s=env.args.seconds))
+    finally:
+        ops.close()
+        for src in sources:
+            src.close()
+    row = result.summary()
+    row.update({"model": model, "devices": devices, "batches_per_device": ops.pool.share(),
+                "preprocess": "torch-fallback (one per device)"})
+    return row
+
+
+def copy_module(module: Any) -> Any:
+    import copy
+
+    return copy.deepcopy(module)
 
 
 def _guard(res: Dict[str, Any], what: str, fn: Any) -> Any:
@@ -390,6 +438,8 @@ def parse_args(argv: Any) -> argparse.Namespace:
     ap.add_argument("--batch-timeout-ms", type=float, default=4.0, help="batched-push-timeout")
     ap.add_argument("--torch-preprocess", action="store_true", help="use the torch fallback, not the NVRTC kernel")
     ap.add_argument("--host-ssd-decode", action="store_true", help="SSD decode + NMS on the host, not the GPU")
+    ap.add_argument("--device-pool", type=int, default=2,
+                    help="sessions of MobileNetV2 standing in for GPU + DLA engines in the scheduler run (0: skip)")
     ap.add_argument("--gpu-tests", default="", help="pytest paths of GPU tests to run first (F2's kernel tests run "
                     "from benchmarks/gpu_kernels.py, before this script)")
     ap.add_argument("--gpu-tests-timeout", type=float, default=120.0)

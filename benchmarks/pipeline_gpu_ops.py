@@ -290,3 +290,47 @@ class SsdHead(Head):
 
 __all__ = ["ClassifyHead", "F2Preprocess", "SsdHead", "TorchNv12Preprocess", "TorchStreamOps", "keep_hook",
            "load_models", "model_only", "open_torch_session", "yuv_to_rgb"]
+
+
+class PooledTorchOps(BatchOps):
+    """The scheduler of ``jetforge.apps.pipeline.devices`` on the GPU: several sessions of one model stand in for
+    a Jetson's GPU + DLA cores.  Each device has its own session, preprocessing buffer and CUDA stream; a batch is
+    preprocessed, inferred and copied back on the device that takes it."""
+
+    def __init__(self, torch: Any, sessions: List[Any], preprocessors: List[Any], head: "Head", device: str) -> None:
+        from jetforge.apps.pipeline.devices import DevicePool
+
+        self.torch, self.head, self.cuda = torch, head, device.startswith("cuda")
+        streams = [torch.cuda.Stream() if self.cuda else None for _ in sessions]
+        fns = [self._runner(s, p, st) for s, p, st in zip(sessions, preprocessors, streams)]
+        self.pool = DevicePool(fns, ["session%d" % i for i in range(len(sessions))])
+
+    def _runner(self, session: Any, pre: Any, stream: Any) -> Any:
+        torch, name = self.torch, session.inputs[0].name
+
+        def run(job: Tuple[List[Any], int]) -> Any:
+            frames, padded = job
+            if stream is None:
+                return self.head.to_host(session.infer_tensors({name: pre(frames, padded)}), len(frames))
+            stream.wait_stream(torch.cuda.default_stream())  # the decoded copies were made there
+            with torch.cuda.stream(stream):
+                host = self.head.to_host(session.infer_tensors({name: pre(frames, padded)}), len(frames))
+                done = torch.cuda.Event()
+                done.record(stream)
+            done.synchronize()
+            return host
+
+        return run
+
+    def launch(self, frames: List[Any], padded: int) -> Any:
+        return self.pool.submit((frames, padded))
+
+    def finish(self, handle: Any, frames: List[Any]) -> List[Dict[str, Any]]:
+        host, device = handle.result()
+        events = self.head.events(host, frames)
+        for e in events:
+            e["device"] = device
+        return events
+
+    def close(self) -> None:
+        self.pool.close()

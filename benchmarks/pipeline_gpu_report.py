@@ -89,6 +89,13 @@ def table(doc: Dict[str, Any]) -> str:
                     if k not in r["stage_wall_ms_per_frame"]]
         stages.append("  %s N=%d render %s: %s" % (r["model"], r["streams"], "on" if r["render"] else "off",
                                                    ", ".join(parts + gpu_only)))
+    pool = res.get("device_pool")
+    if pool:
+        stages.append("")
+        stages.append("device pool (the GPU+DLA scheduler, %d sessions of %s standing in for the engines): %d streams "
+                      "%.1f FPS, batches per session %s, stream order kept: %s"
+                      % (pool["devices"], pool["model"], pool["streams"], pool["fps"], pool["batches_per_device"],
+                         pool["order_ok"]))
     errors = ["", "errors: %s" % json.dumps(res["errors"])] if res["errors"] else []
     return "\n".join([text] + stages + errors)
 
