@@ -19,6 +19,8 @@ count over the whole of vtest.avi, and what running the detector on every other 
    every other one (coasting in between); the boxes the app shows (confirmed tracks, with their last score)
    are scored on the labelled frames: person AP@0.5 and AP@[.5:.95] with the paired bootstrap of the difference
    (``jetforge.calibrate.detection_metrics``; frames and 10-frame blocks).
+4. **Detector options**: the CNN detector alone with ONNX Runtime's workers spinning or not and the score
+   threshold before NMS at the model's 1e-8 or the app's 0.2, one process per variant, alternating.
 
 The machine is a shared 2-core CPU: absolute FPS depend on what else ran; only the side-by-side ratios mean
 something, and ``load_average`` is recorded per run.
@@ -188,6 +190,49 @@ def skip_ap_cost(resamples: int, block: int) -> Dict[str, Any]:
             "bootstrap": {"resamples": resamples, "seed": 0, "block": block}}
 
 
+def time_detector(spinning: bool, threshold: float, frames: int) -> List[float]:
+    """ms per frame of the CNN detector alone on the first ``frames`` frames of vtest.avi (after one warm-up)."""
+    import cv2
+
+    from jetforge.apps.tasks.detectors.ssd import SsdPeopleDetector
+    from jetforge.assets import asset_path
+    from jetforge.cli.model_refs import ensure_person_detector
+
+    cap = cv2.VideoCapture(str(asset_path("opencv_samples", "vtest.avi")))
+    images = [cap.read()[1] for _ in range(frames)]
+    cap.release()
+    out = []
+    with SsdPeopleDetector(ensure_person_detector()[0], spinning=spinning, score_threshold=threshold) as det:
+        det(images[0])
+        for image in images:
+            t0 = time.perf_counter()
+            det(image)
+            out.append(1000 * (time.perf_counter() - t0))
+    return out
+
+
+def detector_options(frames: int, rounds: int) -> Dict[str, Any]:
+    """The speed options of the CNN detector alone (no pipeline): ONNX Runtime's idle workers spinning or not, and
+    the score threshold below which candidates skip NMS (the model's own 1e-8 vs the app's 0.2).  Each variant runs
+    in its own process (a spinning session in the same process would slow the next variant down), the variants
+    alternate, the order rotating every round; median ms per frame over all rounds."""
+    import subprocess
+
+    variants = {"spinning on, threshold 1e-8": (True, 1e-8), "spinning on, threshold 0.2": (True, 0.2),
+                "spinning off, threshold 1e-8": (False, 1e-8), "spinning off, threshold 0.2 (app)": (False, 0.2)}
+    names = list(variants)
+    ms: Dict[str, List[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            spin, thr = variants[name]
+            proc = subprocess.run([sys.executable, __file__, "--time-detector", "%d,%r,%d" % (spin, thr, frames)],
+                                  check=True, capture_output=True, text=True)
+            ms[name] += json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"frames": frames, "rounds": rounds, "ms_median": {k: float(np.median(v)) for k, v in ms.items()},
+            "what": "SsdPeopleDetector alone (preprocess + ONNX Runtime + decode + NMS), jetforge's default threads, "
+                    "one process per variant and round"}
+
+
 def print_tables(result: Dict[str, Any]) -> None:
     fps = result.get("fps")
     if fps:
@@ -206,6 +251,12 @@ def print_tables(result: Dict[str, Any]) -> None:
         for name, r in counts["runs"].items():
             print("%-12s %8d %9d %8d %8d %8d" % (name, r["app"]["forward"], r["app"]["backward"], r["matched"],
                                                  len(r["missed"]), len(r["unmatched_app_crossings"])))
+    opts = result.get("detector_options")
+    if opts:
+        print("\nCNN detector alone, ms per frame (median, %d frames x %d rounds, alternating)" % (opts["frames"],
+                                                                                            opts["rounds"]))
+        for name, v in opts["ms_median"].items():
+            print("  %-36s %7.1f" % (name, v))
     ap = result.get("detect_every_ap")
     if ap:
         d = ap["difference_every2_minus_every1"]
@@ -253,9 +304,15 @@ def main(argv: Any = None) -> int:
     parser.add_argument("--skip-fps", action="store_true")
     parser.add_argument("--skip-counts", action="store_true")
     parser.add_argument("--skip-ap", action="store_true")
+    parser.add_argument("--skip-options", action="store_true")
+    parser.add_argument("--time-detector", metavar="SPIN,THRESHOLD,FRAMES", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "people_fps.json"))
     parser.add_argument("--plot-only", action="store_true", help="redraw the plot and tables of an existing --out")
     args = parser.parse_args(argv)
+    if args.time_detector:  # one variant of detector_options, in its own process
+        spin, thr, n = args.time_detector.split(",")
+        print(json.dumps(time_detector(bool(int(spin)), float(thr), int(n))))
+        return 0
     if args.plot_only:
         result = json.loads(Path(args.out).read_text())
         plot(result, Path(args.out).with_suffix(".png"))
@@ -277,6 +334,8 @@ def main(argv: Any = None) -> int:
             result["counts"] = check_counts(["ssd", "ssd-every2"], args.frame_tolerance, work)
     if not args.skip_ap:
         result["detect_every_ap"] = skip_ap_cost(args.resamples, 10)
+    if not args.skip_options:
+        result["detector_options"] = detector_options(20, 3)
     result["load_average_at_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     write_json_atomic(args.out, result)
     if "fps" in result:
