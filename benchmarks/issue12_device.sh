@@ -13,7 +13,8 @@
 # On the host (python3 with numpy, onnxruntime, OpenCV; no network, no jetforge install), carrying
 # build/issue12_device:
 #   bash benchmarks/issue12_device.sh               (~9.5 min; everything lands in $OUT, default /tmp/jf_issue12)
-# Cores: FUZZ_CORES (default 0-11) and SOAK_CORES (default 12-15), taskset lists. On the H200 host's Xeon
+# Cores: FUZZ_CORES (default 0-11) and SOAK_CORES (default 12-15), taskset lists; FUZZ_MINUTES, SOAK_MINUTES,
+# FUZZ_EXAMPLES (per parser), FUZZ_SEED (a second run takes other seeds), FUZZ_CHUNK; PACK_LOGS=1 tars the logs. On the H200 host's Xeon
 # (first run, 10 cores) the fuzzers did 174 inputs per core-second: 1.1 M inputs need ~530 s on 12 cores.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,7 +31,8 @@ mkdir -p "$OUT"
 export OUT
 FUZZ_CORES="${FUZZ_CORES:-0-11}"
 SOAK_CORES="${SOAK_CORES:-12-15}"
-FUZZ_ARGS=(--minutes "${FUZZ_MINUTES:-8.8}" --chunk 2000)
+FUZZ_ARGS=(--minutes "${FUZZ_MINUTES:-8.8}" --chunk "${FUZZ_CHUNK:-2000}" --examples "${FUZZ_EXAMPLES:-100000}"
+           --seed "${FUZZ_SEED:-20261201}")
 SOAK_ARGS=(--minutes "${SOAK_MINUTES:-7}")
 if [ "${1:-}" = "--dry-run" ]; then
   FUZZ_CORES=0; SOAK_CORES="$(( $(nproc) > 1 ? 1 : 0 ))"
@@ -52,5 +54,9 @@ wait "$FUZZ_PID"; FUZZ_RC=$?
 wait "$SOAK_PID"; SOAK_RC=$?
 echo "== fuzz (exit $FUZZ_RC)"; grep -v 'input/s' "$OUT/fuzz.log" | tail -16
 echo "== soak (exit $SOAK_RC)"; grep -v 'frame/s' "$OUT/soak.log" | tail -6
+if [ -n "${PACK_LOGS:-}" ]; then  # few files back: the two JSONs, and one tar of the logs and the plot
+  (cd "$OUT" && tar -cf issue12_logs.tar fuzz.log soak.log $(ls soak_people_rss.png 2>/dev/null) \
+     && rm -f fuzz.log soak.log soak_people_rss.png)
+fi
 ls -la "$OUT"
 exit $(( FUZZ_RC || SOAK_RC ))

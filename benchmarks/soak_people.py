@@ -134,10 +134,7 @@ def video_frames(path: Path) -> int:
     if not cap.isOpened():
         return -1
     count = 0
-    while True:
-        ok, _ = cap.read()
-        if not ok:
-            break
+    while cap.grab():  # demuxes and decodes each frame; skips only the colour conversion read() adds
         count += 1
     cap.release()
     return count
