@@ -191,6 +191,46 @@ def load_harness(pack: Path) -> Dict[str, Any]:
     return env
 
 
+SUMMED = ("inputs", "errors", "parsed", "worker_seconds", "cpu_seconds", "hypothesis_runs")
+
+
+def merge_runs(paths: List[Path], examples: int = 100_000) -> Dict[str, Any]:
+    """One result from several runs (other seeds, maybe other code): per-parser totals, every run kept as it was.
+
+    Each run's code is identified by its per-file digests; the files that changed between consecutive runs
+    are listed, so a reader sees which inputs were run against which code (a fix between runs, say).
+    """
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    parsers: Dict[str, Dict[str, Any]] = {}
+    for index, run in enumerate(runs):
+        for name, p in run["parsers"].items():
+            t = parsers.setdefault(name, {k: 0 for k in SUMMED})
+            for key in SUMMED:
+                t[key] = round(t[key] + p.get(key, 0), 1)
+            t["max_input_seconds"] = max(t.get("max_input_seconds", 0.0), p["max_input_seconds"])
+            t.setdefault("inputs_per_run", []).append(p["inputs"])
+            t.setdefault("failures", []).extend(dict(f, run=index) for f in p["failures"])
+    for t in parsers.values():
+        t["cpu_ms_per_input"] = round(1000.0 * t["cpu_seconds"] / t["inputs"], 2) if t["inputs"] else None
+    changes = []
+    for before, after in zip(runs, runs[1:]):
+        old, new = before["source"]["files"], after["source"]["files"]
+        changes.append(sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)))
+    return {
+        "what": runs[-1]["what"], "merged_from": [str(p) for p in paths],
+        "examples_goal_per_parser": examples,
+        "complete": all(t["inputs"] >= examples for t in parsers.values()),
+        "inputs_total": sum(t["inputs"] for t in parsers.values()),
+        "failures_found": sum(len(t["failures"]) for t in parsers.values()),
+        "failures_in_last_run": sum(len(p["failures"]) for p in runs[-1]["parsers"].values()),
+        "files_changed_between_runs": changes,
+        "parsers": parsers,
+        "runs": [{k: v for k, v in run.items() if k not in ("parsers", "public_entry_points")}
+                 for run in runs],
+        "public_entry_points": runs[-1]["public_entry_points"],
+    }
+
+
 def parse_args(argv: Any) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=100_000, help="inputs per parser (default 100000)")
@@ -212,6 +252,8 @@ def parse_args(argv: Any) -> argparse.Namespace:
                              "temporary folder unless --out is given")
     parser.add_argument("--prepare", action="store_true",
                         help="download the wheels the GPU host lacks into build/issue12_device/wheels and stop")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None, metavar="RUN.json",
+                        help="merge the JSONs of several runs (other seeds) into --out and stop")
     parser.add_argument("--pack", type=Path, default=PACK, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.dry_run:
@@ -229,6 +271,15 @@ def main(argv: Any = None) -> int:
         names = device_env.prepare_wheels(args.pack / "wheels")
         print("wheels for Python %s / %s in %s:\n  %s" % (device_env.DEVICE_PYTHON, device_env.DEVICE_PLATFORM,
                                                           args.pack / "wheels", "\n  ".join(names)))
+        return 0
+    if args.merge:
+        merged = merge_runs(args.merge, args.examples)
+        write_report(args.out, merged)
+        print("%-20s %9s %s" % ("parser", "inputs", "per run"))
+        for name, p in merged["parsers"].items():
+            print("%-20s %9d %s" % (name, p["inputs"], p["inputs_per_run"]))
+        print("complete: %s; failures: %d (last run: %d); written %s" % (
+            merged["complete"], merged["failures_found"], merged["failures_in_last_run"], args.out))
         return 0
     env = load_harness(args.pack)
     import hypothesis
