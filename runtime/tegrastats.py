@@ -267,8 +267,10 @@ class TegrastatsMonitor:
             raise BackendError("tegrastats monitor is already running", hint="call stop() first")
         cmd = [self.executable, "--interval", str(self.interval_ms)] + self.extra_args
         try:
+            # errors="replace": one byte that is not UTF-8 (a garbled line) must not end the reader thread, after
+            # which samples would silently stop; such a line simply does not parse
             self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                          universal_newlines=True, bufsize=1)
+                                          universal_newlines=True, encoding="utf-8", errors="replace", bufsize=1)
         except FileNotFoundError as err:
             raise DependencyError("%s was not found: tegrastats exists only on Jetson (L4T)" % self.executable,
                                   hint="run on the Jetson, or measure without power rails") from err

@@ -204,6 +204,23 @@ def test_monitor_collects_samples_from_the_subprocess(fake_tegrastats):
     assert summary["samples"] == len(samples) and summary["ram_used_mb"]["max"] == 13983
 
 
+def test_monitor_keeps_reading_after_a_line_that_is_not_utf8(tmp_path):
+    # a garbled line first: strict decoding killed the reader thread, and samples stopped without a word
+    recorded = tmp_path / "recorded.bin"
+    recorded.write_bytes(b"RAM 1\xff\xfe/2MB garbled\n" + (ORIN_NX + "\n").encode() * 3)
+    script = tmp_path / "fake_tegrastats"
+    script.write_text("#!%s\nimport sys, time\nsys.stdout.buffer.write(open(%r, 'rb').read())\n"
+                      "sys.stdout.flush()\ntime.sleep(60)\n" % (sys.executable, str(recorded)))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    mon = TegrastatsMonitor(interval_ms=20, executable=str(script))
+    with mon:
+        deadline = time.monotonic() + 20
+        while len(mon.snapshot()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert len(mon.samples) == 3 and mon.samples[0].rails["VDD_IN"].current_mw == 5299.0
+    assert any("\ufffd" in line for line in mon.unparsed)  # the garbled line was read, replaced, not parsed
+
+
 def test_monitor_without_tegrastats_names_the_fix(tmp_path):
     mon = TegrastatsMonitor(executable=str(tmp_path / "no_such_tegrastats"))
     with pytest.raises(DependencyError) as err:
