@@ -17,14 +17,12 @@ lines with counts, zones with occupancy).  Events per frame: detections, tracks,
 """
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from jetforge.errors import ConfigError
-from jetforge.optional import require
 from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, track_colour, draw_status
 from jetforge.apps.tasks.base import App
 from jetforge.apps.tasks.tracking import (LineCounter, Tracker, TrackerOptions, Zone, parse_line,
