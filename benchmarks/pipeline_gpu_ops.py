@@ -20,27 +20,37 @@ LUMA = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}
 
 
 def load_models(assets: Any, names: Sequence[str]) -> Dict[str, Tuple[Any, Any, Any]]:
-    """name -> (torch module, image contract, SSD spec or None), from the carried weight files."""
+    """name -> (torch module, image contract, SSD spec or None), from the carried FP16 state dicts (see --prep)."""
+    import json
     from pathlib import Path
+
+    import torch
 
     out: Dict[str, Tuple[Any, Any, Any]] = {}
     assets = Path(assets)
     if "classify" in names:
-        from jetforge.compress.models import get_pretrained_spec, load_pretrained
+        from jetforge.compress.models import build, get_pretrained_spec
 
-        spec = get_pretrained_spec("mobilenet_v2")
-        module = load_pretrained("mobilenet_v2", assets / "mobilenet_v2-b0353104.pth")
-        out["classify"] = (module, spec.preprocess, None)
+        module = build("mobilenet_v2")
+        module.load_state_dict(_float_state(torch, assets / "mobilenet_v2_fp16.pt"), strict=True)
+        out["classify"] = (module.eval(), get_pretrained_spec("mobilenet_v2").preprocess, None)
     if "people" in names:
-        from jetforge.compress.models.ssdlite_mobilenet_v2 import load_from_graphdef
-        from jetforge.compress.models.tf_graphdef import load_graphdef
-        from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess, read_spec
+        from jetforge.compress.models.ssdlite_mobilenet_v2 import SSDLiteMobileNetV2
+        from jetforge.runtime.detection import SSDSpec
+        from jetforge.runtime.inputs import Preprocess
 
-        graph = load_graphdef(assets / "frozen_inference_graph.pb")
-        g = SSDGraph(graph)
-        module = load_from_graphdef(assets / "frozen_inference_graph.pb", graph=graph)
-        out["people"] = (module, read_preprocess(g), read_spec(g))
+        meta = json.loads((assets / "ssdlite_person.json").read_text())
+        spec = SSDSpec.from_dict(meta["spec"])
+        module = SSDLiteMobileNetV2(num_classes=spec.num_classes, image_size=meta["image_size"],
+                                    anchors_per_layer=meta["anchors_per_layer"])
+        module.load_state_dict(_float_state(torch, assets / "ssdlite_person_fp16.pt"), strict=True)
+        out["people"] = (module.eval(), Preprocess.from_dict(meta["preprocess"]), spec)
     return out
+
+
+def _float_state(torch: Any, path: Any) -> Dict[str, Any]:
+    state = torch.load(str(path), map_location="cpu", weights_only=True)
+    return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
 
 
 def open_torch_session(module: Any, contract: Any, device: str) -> Any:

