@@ -154,6 +154,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     class_weight: float = 1.0
     box_weight: float = 1.0
+    freeze_bn: bool = False  # keep batch norms on their running statistics (small batches, e.g. on a CPU)
     budget_s: Optional[float] = None  # stop after this many seconds; the schedule then follows the clock
     seed: int = 0
     log_every: int = 100
@@ -161,6 +162,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch < 1 or self.lr <= 0 or self.min_lr < 0 or self.warmup < 0:
             raise ValueError("train: steps and batch >= 1, lr > 0, min_lr and warmup >= 0 are required")
+        if self.batch < 2 and not self.freeze_bn:
+            raise ValueError("train.batch 1 leaves batch norm one value per channel on the 1x1 maps: use a batch of "
+                             "at least 2, or train.freeze_bn: true")
 
 
 def learning_rate(progress: float, cfg: TrainConfig) -> float:
@@ -192,6 +196,10 @@ def distill_detector(student: nn.Module, teacher: nn.Module, bank: FrameBank, vi
                             hint="give the student the teacher's input size")
     teacher.to(device).eval()
     student.to(device).train()
+    if cfg.freeze_bn:
+        for m in student.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.eval()
     amp = device.type == "cuda"
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     rng = np.random.default_rng(cfg.seed)
