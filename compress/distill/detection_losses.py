@@ -3,7 +3,7 @@
 The student predicts, for every anchor, class logits (background, person; each a sigmoid, as the
 TF Object Detection API's SSD heads) and a box encoding ``[ty, tx, th, tw]`` (faster-rcnn coder,
 scale factors 10/10/5/5).  The targets, ``(A, 8)`` per image
-(:mod:`jetforge.compress.distill.detection_data`), carry soft class probabilities ``q``, a class
+(:func:`jetforge.compress.distill.detection_train.teacher_targets`), carry soft class probabilities ``q``, a class
 weight (0 = ignore the anchor), the target encoding and a box weight:
 
 * **class term**: for each anchor and class column, the binary KL divergence
@@ -18,7 +18,7 @@ weight (0 = ignore the anchor), the target encoding and a box weight:
   positives" normaliser of SSD, soft, so the loss scale does not depend on how crowded the frames are.
 
 ``loss = class_weight * class_term + box_weight * box_term``.  A student identical to the teacher has
-loss exactly 0 in ``anchors`` mode (checked by the tests with the real detector).
+loss 0 up to float rounding (checked by the tests with the real detector on real frames).
 """
 
 from typing import Dict, Tuple

@@ -1,0 +1,189 @@
+"""A detector distillation recipe end to end: prune the SSDLite person detector, distil it, export it.
+
+``python -m jetforge.compress.distill.detection_recipe recipes/distill_ssdlite_person.yaml [--set k=v ...]``
+(``kind: detector`` in the recipe says which runner it is for).
+
+1. the teacher: the port of the ``ssdlite_mobilenet_v2_person`` asset's frozen graph;
+2. the student: the teacher pruned to ``1 / student.macs_factor`` of its MACs by jetforge
+   (``student.pruner: jetforge``, L1) or Torch-Pruning (``torch_pruning``: needs the package);
+3. distillation on the training segments of the labelled person set
+   (:mod:`jetforge.compress.distill.detection_train`), on CUDA when present (``device: auto``);
+4. ``student.pt`` (a plain state dict: :func:`detection_student.detector_from_state` rebuilds it),
+   ``student.onnx`` + sidecar (``export_detector``: the teacher's SSD spec) and ``result.json`` in
+   ``out_dir``.
+"""
+
+import copy
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from jetforge.compress.distill.detection_train import TrainConfig, ViewConfig
+from jetforge.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PRUNERS = ("jetforge", "torch_pruning")
+
+
+@dataclass
+class FramesConfig:
+    """Which training frames (the recipe's ``data`` block): always the training segments of the label file."""
+
+    labels: Optional[str] = None  # person label file; None = the repository's benchmarks/labels/people_boxes.json
+    assets_root: Optional[str] = None  # folder holding <asset>/<file>; None = jetforge's asset cache
+    clips: Optional[List[str]] = None  # None = every clip of the label file
+    frame_step: int = 1
+    limit: Optional[int] = None  # at most this many frames (smoke runs)
+
+    def __post_init__(self) -> None:
+        if self.frame_step < 1 or (self.limit is not None and self.limit < 1):
+            raise ValueError("data.frame_step and data.limit must be at least 1")
+
+
+@dataclass
+class StudentConfig:
+    pruner: str = "jetforge"
+    macs_factor: float = 2.5  # teacher MACs / student MACs
+
+    def __post_init__(self) -> None:
+        if self.pruner not in PRUNERS:
+            raise ValueError("student.pruner must be one of %s, got %r" % (", ".join(PRUNERS), self.pruner))
+        if not self.macs_factor >= 1.0:
+            raise ValueError("student.macs_factor must be >= 1, got %r" % self.macs_factor)
+
+
+@dataclass
+class DetectorDistillConfig:
+    kind: str = "detector"
+    name: str = "ssdlite_person_student"
+    out_dir: str = "runs/ssdlite_person_student"
+    data: FramesConfig = field(default_factory=FramesConfig)
+    student: StudentConfig = field(default_factory=StudentConfig)
+    views: ViewConfig = field(default_factory=ViewConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    device: str = "auto"
+    export_onnx: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind != "detector":
+            raise ValueError("kind must be 'detector' for a detector distillation recipe, got %r" % self.kind)
+
+
+def make_student(teacher: Any, cfg: StudentConfig) -> Any:
+    """The pruned student (a copy), at ``1 / macs_factor`` of the teacher's MACs."""
+    from jetforge.compress.distill.detection_student import model_macs, prune_detector, torch_pruning_for_macs
+
+    student = copy.deepcopy(teacher)
+    prune_detector(student, flops_reduction=cfg.macs_factor, latency_aware=False)
+    if cfg.pruner == "jetforge":
+        return student
+    from jetforge.optional import require
+
+    require("torch_pruning", "the Torch-Pruning student (pip install torch-pruning==1.6.1)")
+    return torch_pruning_for_macs(teacher, model_macs(student, student.image_size))[0]
+
+
+def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
+    """Run the recipe (module docstring); returns what ``result.json`` holds."""
+    import torch
+
+    from jetforge.assets import asset_dir, asset_path
+    from jetforge.compress.distill.detection_student import model_macs
+    from jetforge.compress.distill.detection_train import distill_detector, frame_bank_from_labels
+    from jetforge.compress.models.ssdlite_mobilenet_v2 import load_from_graphdef
+    from jetforge.compress.models.tf_graphdef import load_graphdef
+    from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess, read_spec
+
+    if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):
+        raise ConfigError("device must be auto, cpu or cuda[:N], got %r" % cfg.device)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    weights = asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb")
+    graph = load_graphdef(weights)
+    g = SSDGraph(graph)
+    spec, preprocess = read_spec(g), read_preprocess(g)
+    teacher = load_from_graphdef(weights, graph=graph)
+    student = make_student(teacher, cfg.student)
+    root = cfg.data.assets_root or asset_dir("opencv_samples").parent
+    bank = frame_bank_from_labels(root, preprocess, device, step=cfg.data.frame_step, clips=cfg.data.clips,
+                                  limit=cfg.data.limit, labels=cfg.data.labels)
+    log.info("%d training frames on %s; student %d MACs (teacher %d)", len(bank), device,
+             model_macs(student, 300), model_macs(teacher, 300))
+    start = time.perf_counter()
+    history = distill_detector(student, teacher, bank, cfg.views, cfg.train,
+                               on_log=lambda e: log.info("step %d loss %.4f (class %.4f, box %.4f)", e["step"],
+                                                         e["loss"], e["class_kl"], e["box_l1"]))
+    student = student.cpu().eval()
+    torch.save(student.state_dict(), str(out / "student.pt"))
+    result: Dict[str, Any] = {"name": cfg.name, "device": str(device), "frames": len(bank),
+                              "macs": {"teacher": model_macs(teacher, 300), "student": model_macs(student, 300)},
+                              "train": history, "seconds": time.perf_counter() - start, "config": asdict(cfg),
+                              "files": {"student": str(out / "student.pt")}}
+    if cfg.export_onnx:
+        from jetforge.compress.models.ssdlite_export import export_detector
+
+        export_detector(student, spec, preprocess, out / "student.onnx", provenance={"recipe": cfg.name})
+        result["files"]["onnx"] = str(out / "student.onnx")
+    (out / "result.json").write_text(json.dumps(result, indent=1, sort_keys=True, default=str))
+    return result
+
+
+def export_student_detector(weights: Any, out: Any, provenance: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """A distilled student's state dict (``student.pt``) -> ONNX body + sidecar, for the people app.
+
+    The exporter contract of the CLI's person-detector table (``exporter(weights_path, out_path,
+    provenance=...)``): the student is rebuilt from its weights alone (``detector_from_state``, read
+    weights-only), and gets the teacher's SSD spec and preprocessing (same input size, same anchors),
+    read from the teacher's frozen graph in the asset cache.
+    """
+    from jetforge.assets import asset_path
+    from jetforge.compress.checkpoint import read_weights
+    from jetforge.compress.distill.detection_student import detector_from_state
+    from jetforge.compress.models.ssdlite_export import export_detector
+    from jetforge.compress.models.tf_graphdef import load_graphdef
+    from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess, read_spec
+    from jetforge.fileio import sha256_file
+
+    g = SSDGraph(load_graphdef(asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb")))
+    spec, preprocess = read_spec(g), read_preprocess(g)
+    student = detector_from_state(read_weights(weights, "distilled detector weights"), preprocess.height)
+    details = {"weights": Path(weights).name, "weights_sha256": sha256_file(weights),
+               "weights_source": "distilled from the ssdlite_mobilenet_v2_person port "
+                                 "(recipes/distill_ssdlite_person.yaml)"}
+    details.update(provenance or {})
+    sidecar = export_detector(student, spec, preprocess, out, provenance=details)
+    return {"model": student, "sidecar": sidecar, "spec": spec, "onnx": Path(out)}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from jetforge.entry import ArgumentParser, run_entry
+
+    prog = "python -m jetforge.compress.distill.detection_recipe"
+
+    def _main() -> int:
+        from jetforge.config import load_config
+
+        ap = ArgumentParser(prog=prog)
+        ap.add_argument("recipe")
+        ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
+        args = ap.parse_args(argv)
+        logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(name)s: %(message)s")
+        result = run_recipe(load_config(DetectorDistillConfig, args.recipe, args.overrides))
+        print(json.dumps({k: result[k] for k in ("name", "device", "frames", "macs", "files")}, indent=1))
+        return 0
+
+    return run_entry(prog, _main)
+
+
+__all__ = ["DetectorDistillConfig", "FramesConfig", "PRUNERS", "StudentConfig", "export_student_detector",
+           "make_student", "run_recipe"]
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Detector distillation: the real SSDLite person detector as teacher, real training-segment frames of vtest.avi."""
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from jetforge.compress.distill.detection_losses import detection_distill_loss  # noqa: E402
+from jetforge.compress.distill.detection_student import detector_from_state, model_macs, prune_detector  # noqa: E402
+from jetforge.compress.distill.detection_train import (FrameBank, TrainConfig, ViewConfig,  # noqa: E402
+                                                       distill_detector, distill_loss_on, learning_rate,
+                                                       teacher_targets, training_progress)
+from jetforge.errors import CompressError  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def teacher_and_preprocess():
+    from jetforge.assets import asset_path
+    from jetforge.compress.models.ssdlite_mobilenet_v2 import load_from_graphdef
+    from jetforge.compress.models.tf_graphdef import load_graphdef
+    from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess
+
+    graph = load_graphdef(asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb"))
+    return load_from_graphdef(None, graph=graph), read_preprocess(SSDGraph(graph))
+
+
+@pytest.fixture(scope="module")
+def bank(teacher_and_preprocess):
+    from jetforge.assets import asset_dir
+    from jetforge.compress.distill.detection_train import frame_bank_from_labels
+
+    # frames 0 and 60 of vtest.avi: both in its first training segment (0-99), people in view
+    return frame_bank_from_labels(asset_dir("opencv_samples").parent, teacher_and_preprocess[1], step=60,
+                                  clips=["vtest"], limit=2)
+
+
+@pytest.fixture(scope="module")
+def pruned(teacher_and_preprocess):
+    student = copy.deepcopy(teacher_and_preprocess[0])
+    prune_detector(student, flops_reduction=2.0, latency_aware=False)
+    return student.eval()
+
+
+def test_bank_holds_only_training_frames_and_resizes_like_opencv(bank, teacher_and_preprocess):
+    preprocess = teacher_and_preprocess[1]
+    assert bank.names == ["vtest#0", "vtest#60"]
+    views = bank.full_views([0, 1]).numpy()
+    reference = np.stack([preprocess.apply(f.numpy()) for f in bank.frames])
+    # OpenCV's INTER_LINEAR on uint8 uses 11-bit fixed-point weights and rounds to uint8: at most ~1 grey level
+    # from float bilinear with half-pixel centres; one level is scale 2/255 = 0.0078 after normalisation
+    assert np.abs(views - reference).max() <= 1.01 * preprocess.scale
+
+
+@pytest.mark.slow
+def test_loss_is_zero_for_the_teacher_itself_and_not_for_a_pruned_student(bank, teacher_and_preprocess, pruned):
+    teacher = teacher_and_preprocess[0]
+    x = bank.full_views([0, 1])
+    # KL as BCE - entropy in float32 over 1917 x 2 terms, divided by the positives' weight (>= 2):
+    # rounding leaves < 1e-5 where the true value is 0
+    assert distill_loss_on(copy.deepcopy(teacher), teacher, x) == pytest.approx(0.0, abs=1e-5)
+    assert distill_loss_on(pruned, teacher, x) > 0.05
+
+
+def test_teacher_targets_and_the_loss_by_hand():
+    enc = torch.tensor([[[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 0.0, 0.0]]])
+    logits = torch.tensor([[[0.0, 2.0], [3.0, -3.0]]])
+    t = teacher_targets(enc, logits)
+    q = torch.sigmoid(logits)
+    assert torch.allclose(t[..., :2], q) and torch.all(t[..., 2] == 1) and torch.equal(t[..., 3:7], enc)
+    assert torch.allclose(t[..., 7], q[..., 1])
+    student_enc = enc + torch.tensor([0.5, 0.0, 0.0, 2.0])  # smooth L1: 0.5 * 0.5^2 + (2 - 0.5) = 1.625 per anchor
+    loss, logs = detection_distill_loss(student_enc, logits, t)
+    normaliser = max(float(q[..., 1].sum()), 1.0)  # at least 1 per image
+    expected_box = 1.625 * float(q[0, 0, 1] + q[0, 1, 1]) / normaliser
+    assert float(logs["class_kl"]) == pytest.approx(0.0, abs=1e-6)
+    assert float(logs["box_l1"]) == pytest.approx(expected_box, rel=1e-5)
+    with pytest.raises(CompressError, match="do not fit"):
+        detection_distill_loss(student_enc[:, :1], logits[:, :1], t)
+
+
+@pytest.mark.slow
+def test_pruned_student_rebuilds_from_its_state_dict(bank, teacher_and_preprocess, pruned):
+    teacher = teacher_and_preprocess[0]
+    assert model_macs(pruned, 300) < 0.55 * model_macs(teacher, 300)
+    rebuilt = detector_from_state(pruned.state_dict(), 300)
+    x = bank.full_views([0])
+    with torch.no_grad():
+        for a, b in zip(pruned(x), rebuilt(x)):
+            assert torch.allclose(a, b, atol=1e-5)  # same weights and layer shapes; only module objects differ
+    with pytest.raises(CompressError, match="does not describe"):
+        detector_from_state({"stem.weight": torch.zeros(1)}, 300)
+
+
+@pytest.mark.slow
+def test_a_few_steps_reduce_the_loss(bank, teacher_and_preprocess, pruned):
+    teacher = teacher_and_preprocess[0]
+    student = copy.deepcopy(pruned)
+    x = bank.full_views([0, 1])
+    before = distill_loss_on(student, teacher, x)
+    views = ViewConfig(full_frame=1.0, flip=False, jitter=0.0)  # train on exactly the views measured
+    history = distill_detector(student, teacher, bank, views, TrainConfig(steps=4, batch=2, lr=2e-4, warmup=0,
+                                                                                   freeze_bn=True))
+    after = distill_loss_on(student, teacher, x)
+    assert history["steps_done"] == 4 and len(history["history"]) == 1 + 1  # step 0 and the last
+    assert after < 0.9 * before
+
+
+def test_schedule_warms_up_decays_and_follows_the_clock():
+    cfg = TrainConfig(steps=100, lr=1e-3, min_lr=1e-5, warmup=10, budget_s=50.0)
+    assert learning_rate(0.0, cfg) == pytest.approx(1e-3 / 10)
+    assert learning_rate(0.1, cfg) == pytest.approx(1e-3)
+    assert learning_rate(1.0, cfg) == pytest.approx(1e-5)
+    assert training_progress(10, 0.0, cfg) == pytest.approx(0.1)
+    assert training_progress(10, 25.0, cfg) == pytest.approx(0.5)  # the budget is nearer its end than the steps
+    with pytest.raises(CompressError, match="no training frames"):
+        FrameBank([], [], None)
+
+
+def test_recipe_rejects_unknown_keys_and_bad_values():
+    from jetforge.compress.distill.detection_recipe import DetectorDistillConfig
+    from jetforge.config import load_config
+    from jetforge.errors import JetforgeError
+
+    recipe = "recipes/distill_ssdlite_person.yaml"
+    cfg = load_config(DetectorDistillConfig, recipe)
+    assert cfg.student.macs_factor == 2.5 and cfg.train.steps == 3000 and cfg.views.crop_scale == [0.4, 1.0]
+    with pytest.raises(JetforgeError, match="train.bogus"):
+        load_config(DetectorDistillConfig, recipe, ["train.bogus=1"])
+    with pytest.raises(JetforgeError, match="freeze_bn"):
+        load_config(DetectorDistillConfig, recipe, ["train.batch=1"])
+    with pytest.raises(JetforgeError, match="pruner"):
+        load_config(DetectorDistillConfig, recipe, ["student.pruner=magic"])
+
+
+@pytest.mark.slow
+def test_recipe_end_to_end_on_two_frames(tmp_path):
+    from jetforge.compress.distill.detection_recipe import DetectorDistillConfig, run_recipe
+    from jetforge.config import load_config
+    from jetforge.runtime.sidecar import read_sidecar
+
+    cfg = load_config(DetectorDistillConfig, "recipes/distill_ssdlite_person.yaml",
+                      ["out_dir=%s" % tmp_path, "data.limit=2", "data.frame_step=50", "train.steps=1",
+                       "train.batch=2", "device=cpu"])
+    result = run_recipe(cfg)
+    state = torch.load(str(tmp_path / "student.pt"), weights_only=True)
+    student = detector_from_state(state, 300)
+    assert model_macs(student, 300) == result["macs"]["student"]
+    assert result["macs"]["teacher"] / result["macs"]["student"] >= 2.5  # the MACs goal, met from above
+    sidecar = read_sidecar(tmp_path / "student.onnx")
+    assert sidecar.task == "detect" and sidecar.extra["ssd"]["num_anchors"] == 1917
+    assert result["train"]["steps_done"] == 1 and result["frames"] == 2
+
+
+@pytest.mark.slow
+def test_student_exporter_for_the_people_app(tmp_path, bank, pruned):
+    """The exporter the CLI's person-detector table calls: state dict in, ONNX body + SSD sidecar out, same numbers."""
+    import onnxruntime as ort
+
+    from jetforge.compress.distill.detection_recipe import export_student_detector
+    from jetforge.fileio import sha256_file
+    from jetforge.runtime.sidecar import read_sidecar
+
+    weights = tmp_path / "student.pt"
+    torch.save(pruned.state_dict(), str(weights))
+    export_student_detector(weights, tmp_path / "student.onnx", provenance={"source_model": "student"})
+    sidecar = read_sidecar(tmp_path / "student.onnx")
+    assert sidecar.task == "detect" and sidecar.labels == ["person"] and "ssd" in sidecar.extra
+    assert sidecar.produced_by["weights_sha256"] == sha256_file(weights)
+    x = bank.full_views([1])
+    session = ort.InferenceSession(str(tmp_path / "student.onnx"), providers=["CPUExecutionProvider"])
+    onnx_out = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        torch_out = pruned(x)
+    for a, b in zip(onnx_out, torch_out):
+        # float32 ONNX Runtime vs PyTorch kernels: outputs of scale ~30, observed ~1e-5; 1e-3 leaves room on any CPU
+        assert np.abs(a - b.numpy()).max() < 1e-3
