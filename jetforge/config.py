@@ -164,7 +164,7 @@ def parse_override(text: str) -> "tuple[list[str], Any]":
         raise ConfigError("--set %r has an empty key" % text)
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, OverflowError, RecursionError):  # as in read_yaml: the text stays a string
         value = raw
     return key.split("."), value
 
@@ -205,7 +205,7 @@ def read_yaml(path: "str | os.PathLike[str]") -> Dict[str, Any]:
         raise ConfigError("%s is not valid YAML%s: %s" % (p, at, getattr(err, "problem", err))) from err
     except RecursionError:
         raise ConfigError("%s nests lists or mappings too deeply to be a configuration" % p) from None
-    except ValueError as err:  # PyYAML's int() of a 4301+ digit number
+    except (ValueError, OverflowError) as err:  # PyYAML's int() of 4301+ digits; chr() of "\U80000000"
         raise ConfigError("%s holds a value YAML cannot convert (%s)" % (p, str(err)[:80]),
                           hint="give the path of a configuration file") from None
     if data is None:

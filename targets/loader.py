@@ -92,7 +92,7 @@ def _read_yaml(path: Path) -> Any:
     except RecursionError:
         raise TargetError("target profile %s nests lists or mappings too deeply" % path,
                           hint="a profile is a plain YAML tree") from None
-    except ValueError as err:  # PyYAML's int() of a 4301+ digit number
+    except (ValueError, OverflowError) as err:  # PyYAML's int() of 4301+ digits; chr() of "\U80000000"
         raise TargetError("target profile %s holds a value YAML cannot convert (%s)" % (path, str(err)[:80]),
                           hint="fix the number in the profile") from None
     except yaml.YAMLError as err:

@@ -140,14 +140,14 @@ class Manifest:
         try:
             return cls(
                 name=str(data["name"]), jetforge_version=str(data["jetforge_version"]), created=str(data["created"]),
-                model=dict(data["model"]), targets=[_entry(t, "name") for t in data["targets"]],
+                model=_mapping(data["model"]), targets=[_entry(t, "name") for t in data["targets"]],
                 prepared=[Prepared(target=str(p["target"]), tensorrt=str(p["tensorrt"]), ok=bool(p["ok"]),
                                    device=str(p.get("device", "gpu")), int8_source=_optional_str(p, "int8_source"),
                                    reason=str(p.get("reason", ""))) for p in data["prepared"]],
                 files=[BundleFile(path=str(f["path"]), role=str(f["role"]), bytes=int(f["bytes"]),
                                   sha256=str(f["sha256"])) for f in data["files"]],
                 calibration=[_entry(c, "file", "tensorrt") for c in data.get("calibration", [])],
-                build_options=dict(data.get("build_options", {})), bundle_hash=str(data.get("bundle_hash", "")),
+                build_options=_mapping(data.get("build_options", {})), bundle_hash=str(data.get("bundle_hash", "")),
                 notes=[str(n) for n in data.get("notes", [])], format=fmt)
         except KeyError as err:  # the field's name only: a manifest's values are not echoed
             raise BundleError("%s is malformed: a %s field is missing" % (where, err),
@@ -155,6 +155,14 @@ class Manifest:
         except (TypeError, ValueError, AttributeError, OverflowError):  # OverflowError: "bytes": Infinity
             raise BundleError("%s is malformed: a field has the wrong type" % where,
                               hint="re-create the bundle") from None
+
+
+def _mapping(value: Any) -> Dict[str, Any]:
+    """A JSON object as a dict; anything else is the wrong type (``dict()`` would turn ``[[null, null]]`` into
+    ``{None: None}``: found by the long fuzz run)."""
+    if not isinstance(value, dict):
+        raise TypeError("not an object")
+    return dict(value)
 
 
 def _optional_str(item: Dict[str, Any], key: str) -> Optional[str]:
@@ -166,7 +174,7 @@ def _optional_str(item: Dict[str, Any], key: str) -> Optional[str]:
 
 def _entry(item: Any, *required: str) -> Dict[str, Any]:
     """A manifest list entry as a dict whose ``required`` keys hold strings."""
-    entry = dict(item)
+    entry = _mapping(item)
     for key in required:
         entry[key] = str(entry[key])
     return entry

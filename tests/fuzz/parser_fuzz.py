@@ -250,7 +250,7 @@ HOSTILE_YAML = (b"a: &x [*x]\n", b"&x {a: *x}\n", b"a: &a [1,1,1,1]\nb: &b [*a,*
                 b"[" * 3000 + b"]" * 3000, b"{a: " * 2000 + b"1" + b"}" * 2000, b"- " * 1500 + b"1\n",
                 b"a: 1e999\n", b"a: .nan\n", b"? [a, b]\n: 1\n", b"---\na: 1\n---\nb: 2\n", b"\xef\xbb\xbfa: 1\n",
                 b"a: \"\\ud800\"\n", b"<<: {a: 1}\n", b"a: !!binary AAAA\n", b"a: 2001-12-14t21:59:43.10-05:00\n",
-                b"9" * 5000 + b"\n", b"a: " + b"1" * 4400 + b"\n")
+                b"9" * 5000 + b"\n", b"a: " + b"1" * 4400 + b"\n", b'a: "\\U80000000"\n', b'a: "\\U00110000"\n')
 
 
 def document_inputs(valid: Sequence[bytes], structural: st.SearchStrategy,

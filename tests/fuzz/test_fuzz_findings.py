@@ -75,6 +75,26 @@ def test_yaml_number_of_5000_digits_is_one_clear_error(tmp_path):
     assert "cannot convert" in err.value.one_line()
 
 
+def test_yaml_escape_past_the_last_unicode_character_is_one_clear_error(tmp_path):
+    # PyYAML's chr() of "\U80000000" raised OverflowError (of "\U00110000": ValueError), found on the H200 host
+    path = tmp_path / "orin-nx-16gb.yaml"
+    for escape in ("\\U80000000", "\\U00110000"):
+        path.write_text('precision: "%s"\n' % escape)
+        with pytest.raises(ConfigError) as err:
+            public("build_options")(path)
+        assert "cannot convert" in err.value.one_line()
+        path.write_text('name: orin-nx-16gb\nkind: "%s"\n' % escape)
+        with pytest.raises(TargetError) as err:
+            public("target_profile")(path)
+        assert "cannot convert" in err.value.one_line()
+
+
+def test_set_override_with_such_an_escape_stays_text_for_the_type_check():
+    from jetforge.config import parse_override
+
+    assert parse_override('name="\\U80000000"') == (["name"], '"\\U80000000"')
+
+
 def test_flow_nesting_real_configurations_use_is_accepted(tmp_path):
     path = tmp_path / "build.yaml"
     path.write_text("profiles: [{x: {min: [1, 3, 8, 8], opt: [2, 3, 8, 8], max: [4, 3, 8, 8]}}]\n")
@@ -178,7 +198,11 @@ def test_manifest_path_with_a_lone_surrogate_is_reported_not_crashed(manifest_ta
 
 
 @pytest.mark.parametrize("edit", [lambda d: d["files"][0].update(bytes=float("inf")),       # OverflowError
-                                  lambda d: d["prepared"][0].update(int8_source=["cache"])])  # a list kept as str
+                                  lambda d: d["prepared"][0].update(int8_source=["cache"]),  # a list kept as str
+                                  # dict([[None, None]]) == {None: None}: found by the long run on the H200 host
+                                  lambda d: d.update(build_options=[[None, None]]),
+                                  lambda d: d.update(model=[["task", "classify"]]),
+                                  lambda d: d["targets"].__setitem__(0, [["name", "orin-nx-16gb"]])])
 def test_manifest_field_of_the_wrong_type_is_one_bundle_error(manifest_target, tmp_path, edit):
     report, manifest = manifest_target.parse(_tampered(tmp_path, edit))
     assert manifest is None and not report.ok
