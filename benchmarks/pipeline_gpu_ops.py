@@ -85,20 +85,39 @@ def _sync(torch: Any, device: str) -> None:
         torch.cuda.synchronize()
 
 
-def keep_hook(torch: Any, device: str) -> Any:
-    """decoded frame -> an owned (H*3/2, W) uint8 tensor on ``device`` (the decoder may reuse its buffers)."""
+def keep_hook(torch: Any, device: str, nonblocking: bool = False) -> Any:
+    """decoded frame -> an owned (H*3/2, W) uint8 tensor on ``device`` (the decoder may reuse its buffers).
+
+    ``nonblocking``: the copy runs on a non-blocking stream of the decode thread and the tensor carries a CUDA event
+    (``.ready``) the launch stream waits for, instead of everything on the legacy default stream, which synchronises
+    with every decoder's own stream (the suspected limit of the first H200 run at 16 streams; not yet measured)."""
+    import threading
+
+    local = threading.local()
 
     def keep(decoded: Any, width: int, height: int) -> Any:
         if getattr(decoded, "on_host", False):  # the fake decoder (dry run)
             return torch.from_numpy(np.asarray(decoded))
-        t = torch.from_dlpack(decoded)
-        if t.dim() == 3 and t.shape[-1] == 1:
-            t = t[..., 0]
-        if t.dim() != 2 or tuple(t.shape) != (height * 3 // 2, width):
-            t = t.reshape(height * 3 // 2, width)  # NV12 as one (H*3/2, W) plane pair
-        return t.clone(memory_format=torch.contiguous_format)
+        if not nonblocking:
+            return _owned_nv12(torch, decoded, width, height)
+        if getattr(local, "stream", None) is None:
+            local.stream = torch.cuda.Stream()
+        with torch.cuda.stream(local.stream):
+            t = _owned_nv12(torch, decoded, width, height)
+            t.ready = torch.cuda.Event()
+            t.ready.record(local.stream)
+        return t
 
     return keep
+
+
+def _owned_nv12(torch: Any, decoded: Any, width: int, height: int) -> Any:
+    t = torch.from_dlpack(decoded)
+    if t.dim() == 3 and t.shape[-1] == 1:
+        t = t[..., 0]
+    if t.dim() != 2 or tuple(t.shape) != (height * 3 // 2, width):
+        t = t.reshape(height * 3 // 2, width)  # NV12 as one (H*3/2, W) plane pair
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 class TorchNv12Preprocess:
@@ -190,11 +209,13 @@ class TorchStreamOps(BatchOps):
     """One batch: preprocess (F2 kernel or fallback) -> session (CUDA graph per bucket) -> small D2H -> events."""
 
     def __init__(self, torch: Any, session: Any, preprocess: Any, head: "Head", device: str,
-                 in_flight: int = 2) -> None:
+                 nonblocking: bool = False) -> None:
         self.torch, self.session, self.pre, self.head, self.device = torch, session, preprocess, head, device
         self.cuda = device.startswith("cuda")
         self.name = session.inputs[0].name
         self._gpu = {"preprocess": 0.0, "infer": 0.0, "copy": 0.0}
+        # --nonblocking: the launch path on its own non-blocking stream, ordered after each frame's copy by events
+        self.stream = torch.cuda.Stream() if nonblocking and self.cuda else None
 
     def _event(self) -> Any:
         if not self.cuda:
@@ -204,6 +225,16 @@ class TorchStreamOps(BatchOps):
         return e
 
     def launch(self, frames: List[Any], padded: int) -> Any:
+        if self.stream is None:
+            return self._launch(frames, padded)
+        for f in frames:
+            ready = getattr(f.data, "ready", None)
+            if ready is not None:
+                self.stream.wait_event(ready)
+        with self.torch.cuda.stream(self.stream):
+            return self._launch(frames, padded)
+
+    def _launch(self, frames: List[Any], padded: int) -> Any:
         e0 = self._event()
         x = self.pre(frames, padded)
         e1 = self._event()
@@ -322,7 +353,10 @@ class PooledTorchOps(BatchOps):
             frames, padded = job
             if stream is None:
                 return self.head.to_host(session.infer_tensors({name: pre(frames, padded)}), len(frames))
-            stream.wait_stream(torch.cuda.default_stream())  # the decoded copies were made there
+            stream.wait_stream(torch.cuda.default_stream())  # the decoded copies were made there,
+            for f in frames:  # or on the decode threads' own streams (--nonblocking)
+                if getattr(f.data, "ready", None) is not None:
+                    stream.wait_event(f.data.ready)
             with torch.cuda.stream(stream):
                 host = self.head.to_host(session.infer_tensors({name: pre(frames, padded)}), len(frames))
                 done = torch.cuda.Event()
