@@ -76,3 +76,15 @@ def test_repository_path_scanner():
     text = ("`runtime/tensorrt/plan.py` and `apps/tasks/` and `tests/test_docs.py::test_x` but not `dla/rules.py`, "
             "`targets/profiles/NAME.yaml`, `cli/cmd_*.py`, `jetforge.runtime`, `deploy/{a,b}.py`")
     assert repository_paths(text) == ["runtime/tensorrt/plan.py", "apps/tasks/", "tests/test_docs.py"]
+
+
+def test_readme_layout_table_has_every_folder():
+    """The README's layout table names every folder setup.py packages, as the package it becomes."""
+    import ast
+
+    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))  # read, never run: it calls setup()
+    folders = next(ast.literal_eval(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                   and any(isinstance(t, ast.Name) and t.id == "FOLDERS" for t in n.targets))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [folder for package, folder in folders.items() if "| `%s/` | `%s` |" % (folder, package) not in readme]
+    assert not missing, "README layout table lacks: %s" % missing
