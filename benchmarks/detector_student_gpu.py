@@ -164,13 +164,17 @@ def _timer(model: Any, batch: int, size: int, device: Any, use_graph: bool) -> C
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.no_grad(), torch.cuda.graph(graph):
-        m(x)
+        out = m(x)
+    # The graph reads the model's weights and the static input at fixed addresses: they must outlive every replay.
+    # (Before, only ``graph`` was referenced here, so ``m`` and ``x`` were freed when this function returned and
+    # later replays ran on freed memory -- the likely cause of the segfaults of both device runs.)
+    alive = (graph, m, x, out)
 
     def replay(n: int) -> float:
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         begin.record()
         for _ in range(n):
-            graph.replay()
+            alive[0].replay()
         end.record()
         end.synchronize()
         return begin.elapsed_time(end) / n

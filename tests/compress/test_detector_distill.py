@@ -127,7 +127,7 @@ def test_recipe_rejects_unknown_keys_and_bad_values():
 
     recipe = "recipes/distill_ssdlite_person.yaml"
     cfg = load_config(DetectorDistillConfig, recipe)
-    assert cfg.student.macs_factor == 2.5 and cfg.train.steps == 3000 and cfg.views.crop_scale == [0.4, 1.0]
+    assert cfg.student.macs_factor == 2.5 and cfg.train.steps == 1300 and cfg.views.crop_scale == [0.4, 1.0]
     with pytest.raises(JetforgeError, match="train.bogus"):
         load_config(DetectorDistillConfig, recipe, ["train.bogus=1"])
     with pytest.raises(JetforgeError, match="freeze_bn"):
