@@ -340,6 +340,8 @@ def table(doc: Dict[str, Any]) -> str:
                                                                    r["gpu_ms_per_batch"], r["gpu_us_per_frame"],
                                                                    r["host_ms_per_launch"]))
     cpu = doc.get("cpu_preprocess_ms_per_frame", {})
+    lines += ["  (GPU ms: CUDA events around 50 back-to-back launches, an upper bound of the kernel's time: when it"
+              " equals the host ms, the host's launch rate is the limit, not the kernel)"]
     lines += ["CPU path, same frames, one thread, ms per frame: " + ", ".join("%s %.2f" % kv for kv in cpu.items()),
               "", "SSD postprocess (threshold 0.5)  batch  GPU decode ms  host decode ms  speed-up  candidates  "
               "bytes back GPU/host  same"]
