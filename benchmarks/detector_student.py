@@ -70,13 +70,16 @@ def load_models(gpu_dir: Path) -> Tuple[Dict[str, Any], Any, Any]:
 
 
 def export_all(models: Dict[str, Any], spec: Any, preprocess: Any, folder: Path) -> Dict[str, Path]:
+    from jetforge.compress.distill.detection_recipe import STUDENT_MODEL_NAME, name_student_export
     from jetforge.compress.models.ssdlite_export import export_detector
 
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, model in models.items():
         paths[name] = folder / ("%s.onnx" % name)
-        export_detector(model, spec, preprocess, paths[name], provenance={"student": name})
+        sidecar = export_detector(model, spec, preprocess, paths[name], provenance={"student": name})
+        if name != "teacher":
+            name_student_export(sidecar, paths[name], "%s_%s" % (STUDENT_MODEL_NAME, name))
     return paths
 
 

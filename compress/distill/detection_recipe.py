@@ -27,6 +27,7 @@ from jetforge.errors import ConfigError
 log = logging.getLogger(__name__)
 
 PRUNERS = ("jetforge", "torch_pruning")
+STUDENT_MODEL_NAME = "ssdlite_mobilenet_v2_person_student"  # what the apps print for a distilled student
 
 
 @dataclass
@@ -127,7 +128,8 @@ def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
     if cfg.export_onnx:
         from jetforge.compress.models.ssdlite_export import export_detector
 
-        export_detector(student, spec, preprocess, out / "student.onnx", provenance={"recipe": cfg.name})
+        name_student_export(export_detector(student, spec, preprocess, out / "student.onnx",
+                                            provenance={"recipe": cfg.name}), out / "student.onnx")
         result["files"]["onnx"] = str(out / "student.onnx")
     (out / "result.json").write_text(json.dumps(result, indent=1, sort_keys=True, default=str))
     return result
@@ -156,8 +158,17 @@ def export_student_detector(weights: Any, out: Any, provenance: Optional[Dict[st
                "weights_source": "distilled from the ssdlite_mobilenet_v2_person port "
                                  "(recipes/distill_ssdlite_person.yaml)"}
     details.update(provenance or {})
-    sidecar = export_detector(student, spec, preprocess, out, provenance=details)
+    sidecar = name_student_export(export_detector(student, spec, preprocess, out, provenance=details), out)
     return {"model": student, "sidecar": sidecar, "spec": spec, "onnx": Path(out)}
+
+
+def name_student_export(sidecar: Any, path: Any, name: str = STUDENT_MODEL_NAME) -> Any:
+    """Give an exported student its own ``model_name`` (``export_detector`` writes the teacher's), so apps say which."""
+    from jetforge.runtime.sidecar import write_sidecar
+
+    sidecar.model_name = name
+    write_sidecar(path, sidecar)
+    return sidecar
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -180,8 +191,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     return run_entry(prog, _main)
 
 
-__all__ = ["DetectorDistillConfig", "FramesConfig", "PRUNERS", "StudentConfig", "export_student_detector",
-           "make_student", "run_recipe"]
+__all__ = ["DetectorDistillConfig", "FramesConfig", "PRUNERS", "STUDENT_MODEL_NAME", "StudentConfig",
+           "export_student_detector", "make_student", "name_student_export", "run_recipe"]
 
 if __name__ == "__main__":
     import sys

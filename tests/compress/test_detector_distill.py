@@ -169,6 +169,7 @@ def test_student_exporter_for_the_people_app(tmp_path, bank, pruned):
     export_student_detector(weights, tmp_path / "student.onnx", provenance={"source_model": "student"})
     sidecar = read_sidecar(tmp_path / "student.onnx")
     assert sidecar.task == "detect" and sidecar.labels == ["person"] and "ssd" in sidecar.extra
+    assert sidecar.model_name == "ssdlite_mobilenet_v2_person_student"  # not the teacher's name
     assert sidecar.produced_by["weights_sha256"] == sha256_file(weights)
     x = bank.full_views([1])
     session = ort.InferenceSession(str(tmp_path / "student.onnx"), providers=["CPUExecutionProvider"])
