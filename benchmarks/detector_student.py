@@ -37,7 +37,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-WORK = ROOT / "build" / "detector_student"
+WORK = ROOT / "build" / "detector_student_cpu"  # not inside the device carry folder (build/detector_student)
 RESULTS = HERE / "results"
 MODELS = ("teacher", "jetforge", "torch_pruning")
 TITLES = {"teacher": "SSDLite-MobileNetV2 port (FP32)", "jetforge": "jetforge-pruned student",
