@@ -1,14 +1,8 @@
-"""The student of a detector distillation: the teacher at an input size, pruned by jetforge or Torch-Pruning.
+"""The student of a detector distillation: the teacher pruned by jetforge or by Torch-Pruning.
 
-* :func:`detector_at_size` -- a copy of an SSDLite-MobileNetV2 body for another input size: the same
-  weights (convolutions do not depend on the image size), TensorFlow ``SAME`` padding recomputed for
-  the new size, batch-norm epsilons carried over.  Its feature maps, and so its anchors, follow the
-  size (:func:`detector_spec`).
-* :func:`prune_detector` -- structured channel pruning with :func:`jetforge.compress.prune.prune`,
-  optionally latency-aware with ``latency_fn`` (e.g. :func:`estimated_gpu_latency`: the project's
-  roofline estimate of the GPU the student is meant for, deterministic, so the search is not at the
-  mercy of a loaded CPU's timing noise) -- the model's outputs (the predictor heads' last convs) are
-  never pruned;
+* :func:`prune_detector` -- structured channel pruning with :func:`jetforge.compress.prune.prune`
+  (a MACs goal; latency-aware with a ``latency_fn`` if wanted) -- the model's outputs (the predictor
+  heads' last convs) are never pruned;
 * :func:`torch_pruning_detector` -- the peer: Torch-Pruning's magnitude pruner with a uniform ratio
   bisected until the MACs (counted by jetforge's counter, like every variant) match a goal;
 * :func:`detector_from_state` -- rebuild any pruned student from a plain state dict: every conv and
@@ -19,7 +13,7 @@
 
 import copy
 import logging
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -31,46 +25,6 @@ from jetforge.errors import CompressError
 log = logging.getLogger(__name__)
 
 
-def _bn_eps(model: nn.Module) -> Dict[str, float]:
-    return {name: m.eps for name, m in model.named_modules() if isinstance(m, nn.BatchNorm2d)}
-
-
-def detector_at_size(teacher: SSDLiteMobileNetV2, image_size: int) -> SSDLiteMobileNetV2:
-    """An unpruned copy of ``teacher`` laid out for ``image_size`` x ``image_size`` inputs (module docstring)."""
-    if image_size == teacher.image_size:
-        return copy.deepcopy(teacher).eval()
-    if image_size < 64:
-        raise CompressError("an input of %d pixels leaves SSDLite's last feature maps empty" % image_size,
-                            hint="use an input size of at least 64 (the teacher's is %d)" % teacher.image_size)
-    student = SSDLiteMobileNetV2(num_classes=teacher.num_classes, image_size=image_size,
-                                 anchors_per_layer=teacher.anchors_per_layer)
-    student.load_state_dict(teacher.state_dict(), strict=True)
-    eps = _bn_eps(teacher)
-    for name, m in student.named_modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.eps = eps[name]
-    return student.eval()
-
-
-def detector_spec(model: SSDLiteMobileNetV2, teacher_spec: Any) -> Any:
-    """The teacher's SSD spec (box coder, scores, NMS, anchor scales) laid out on ``model``'s feature maps."""
-    from dataclasses import replace
-
-    from jetforge.runtime.detection import AnchorLayer
-
-    if len(model.grid_sizes) != len(teacher_spec.layers):
-        raise CompressError("the student has %d feature maps, the teacher's spec %d"
-                            % (len(model.grid_sizes), len(teacher_spec.layers)))
-    layers = tuple(AnchorLayer(int(h), int(w), layer.scales, layer.aspect_ratios)
-                   for (h, w), layer in zip(model.grid_sizes, teacher_spec.layers))
-    return replace(teacher_spec, layers=layers, image_size=(model.image_size, model.image_size))
-
-
-def same_anchors(a: SSDLiteMobileNetV2, b: SSDLiteMobileNetV2) -> bool:
-    """Whether two detectors lay out the same anchors (same feature-map sizes and anchors per cell)."""
-    return tuple(a.grid_sizes) == tuple(b.grid_sizes) and tuple(a.anchors_per_layer) == tuple(b.anchors_per_layer)
-
-
 def example_input(model: SSDLiteMobileNetV2, batch: int = 1) -> torch.Tensor:
     return torch.zeros(batch, 3, model.image_size, model.image_size)
 
@@ -79,43 +33,6 @@ def model_macs(model: nn.Module, image_size: int) -> int:
     from jetforge.compress.prune import count_ops
 
     return int(count_ops(model, torch.zeros(1, 3, image_size, image_size)).macs)
-
-
-def _to_onnx_proto(model: nn.Module, image_size: int) -> Any:
-    import io
-    import warnings
-
-    import onnx
-
-    buf = io.BytesIO()
-    m = copy.deepcopy(model).float().eval()
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(m, (torch.zeros(1, 3, image_size, image_size),), buf, input_names=["image"],
-                          output_names=["box_encodings", "class_logits"], opset_version=17, do_constant_folding=True,
-                          dynamic_axes={"image": {0: "batch"}}, dynamo=False)
-    return onnx.load_from_string(buf.getvalue())
-
-
-def estimated_gpu_latency(target: str = "server-hopper-h200", batch: int = 32, precision: str = "fp16",
-                          efficiency: str = "pytorch_eager", fusion: str = "none") -> Callable[[nn.Module], float]:
-    """``latency_fn(model) -> ms``: jetforge's roofline estimate of ``model`` on ``target`` at ``batch``.
-
-    The defaults describe how ``benchmarks/detector_student_gpu.py`` runs the students on the H200
-    (PyTorch kernels, batch norm folded, FP16, CUDA graph): one kernel per layer.  An estimate, not a
-    measurement -- the speed-ups are measured by the benchmark.
-    """
-    from jetforge.runtime.estimate.result import estimate
-    from jetforge.targets import get_target
-
-    profile = get_target(target)
-
-    def latency(model: nn.Module) -> float:
-        size = int(getattr(model, "image_size", 300))
-        est = estimate(_to_onnx_proto(model, size), profile, precision, [batch], efficiency=efficiency, fusion=fusion)
-        return 1000.0 * float(est.batches[0].latency_s)
-
-    return latency
 
 
 def prune_detector(model: SSDLiteMobileNetV2, *, flops_reduction: Optional[float] = None,
@@ -202,5 +119,5 @@ def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(parent, leaf, new)
 
 
-__all__ = ["detector_at_size", "detector_from_state", "detector_spec", "estimated_gpu_latency", "example_input",
-           "model_macs", "prune_detector", "same_anchors", "torch_pruning_detector", "torch_pruning_for_macs"]
+__all__ = ["detector_from_state", "example_input", "model_macs", "prune_detector", "torch_pruning_detector",
+           "torch_pruning_for_macs"]
