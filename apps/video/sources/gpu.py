@@ -15,7 +15,7 @@ from urllib.parse import ParseResult
 
 from jetforge.apps.video.sources.base import Frame, SourceKind, SourceOptions, SourceSpec, VideoSource
 from jetforge.apps.video.sources.file import FileSource
-from jetforge.apps.video.sources.gpu_frame import GpuFrame, bgr_from_nv12
+from jetforge.apps.video.sources.gpu_frame import GpuFrame, GpuFrameReader, bgr_from_nv12
 from jetforge.apps.video.sources.nvdec import NvDecSource
 from jetforge.apps.video.sources.uri import SOURCES, parse_source_uri
 from jetforge.errors import ConfigError
@@ -23,7 +23,7 @@ from jetforge.optional import require
 from jetforge.runtime.decoders import choose_decoder
 
 
-class CpuGpuFrames:
+class CpuGpuFrames(GpuFrameReader):
     """OpenCV decode handed out as host BGR :class:`GpuFrame` (the ``--decode cpu`` fallback of the GPU path)."""
 
     def __init__(self, path: str, stream: int = 0, loop: bool = False, max_frames: int = 0) -> None:
@@ -39,14 +39,6 @@ class CpuGpuFrames:
                         data=frame.image, pitch=self.width * 3, captured=frame.captured or time.perf_counter(),
                         stream=self.stream, on_host=True, layout="bgr")
 
-    def __iter__(self) -> "CpuGpuFrames":
-        return self
-
-    def __next__(self) -> GpuFrame:
-        frame = self.read()
-        if frame is None:
-            raise StopIteration
-        return frame
 
     def close(self) -> None:
         self._src.close()

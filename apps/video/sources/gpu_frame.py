@@ -98,3 +98,31 @@ def bgr_from_nv12(cv2: Any, nv12: np.ndarray) -> np.ndarray:
 
 __all__ = ["BT601", "BT709", "GpuFrame", "bgr_from_nv12", "full_range_from_code", "matrix_from_code",
            "nv12_from_bgr"]
+
+
+class GpuFrameReader:
+    """Iteration and ``with`` support for every GPU-frame source: subclasses give ``read()`` (a
+    :class:`GpuFrame`, or None at the end) and ``close()``, and get ``for frame in source`` and context
+    management the same way, so the three decoders (NVDEC, jetson-utils, CPU upload) cannot drift apart."""
+
+    def read(self) -> "Any":  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def __iter__(self) -> "GpuFrameReader":
+        return self
+
+    def __next__(self) -> GpuFrame:
+        frame = self.read()
+        if frame is None:
+            raise StopIteration
+        return frame
+
+    def __enter__(self) -> "GpuFrameReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

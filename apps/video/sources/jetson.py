@@ -24,7 +24,7 @@ fallback everywhere.
 import time
 from typing import Any, Dict, Optional
 
-from jetforge.apps.video.sources.gpu_frame import GpuFrame
+from jetforge.apps.video.sources.gpu_frame import GpuFrame, GpuFrameReader
 from jetforge.errors import StreamError
 from jetforge.optional import require
 
@@ -39,7 +39,7 @@ def load_jetson_utils() -> Any:
         return require("jetson.utils", "GPU-resident hardware decode on Jetson (build dusty-nv/jetson-utils)")
 
 
-class JetsonVideoSource:
+class JetsonVideoSource(GpuFrameReader):
     """A file, CSI camera or RTSP stream decoded by the Jetson's NVDEC through jetson-utils (NOT EXECUTED HERE)."""
 
     live = False
@@ -76,25 +76,12 @@ class JetsonVideoSource:
                         height=int(img.height), data=img, y_ptr=int(img.ptr), uv_ptr=0, pitch=pitch,
                         captured=time.perf_counter(), stream=self.stream, layout="rgb")
 
-    def __iter__(self) -> "JetsonVideoSource":
-        return self
-
-    def __next__(self) -> GpuFrame:
-        frame = self.read()
-        if frame is None:
-            raise StopIteration
-        return frame
 
     def close(self) -> None:
         if getattr(self, "_src", None) is not None:
             self._src.Close()
             self._src = None
 
-    def __enter__(self) -> "JetsonVideoSource":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def info(self) -> Dict[str, Any]:
         return {"uri": self.uri, "width": self.width, "height": self.height, "fps": self.fps,

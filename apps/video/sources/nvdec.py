@@ -24,7 +24,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Optional, Union
 
-from jetforge.apps.video.sources.gpu_frame import GpuFrame, full_range_from_code, matrix_from_code
+from jetforge.apps.video.sources.gpu_frame import GpuFrame, GpuFrameReader, full_range_from_code, matrix_from_code
 from jetforge.errors import StreamError
 from jetforge.fileio import require_file
 from jetforge.optional import require
@@ -41,7 +41,7 @@ def load_pynvvideocodec() -> Any:
     return require("PyNvVideoCodec", "NVDEC hardware decoding (pip install pynvvideocodec)")
 
 
-class NvDecSource:
+class NvDecSource(GpuFrameReader):
     """A video file decoded by NVDEC on GPU ``gpu_id``; iterating yields :class:`GpuFrame` (NV12, device memory).
 
     ``stream`` numbers the frames' stream for a multi-stream pipeline.  ``loop`` plays the file again when it
@@ -125,14 +125,6 @@ class NvDecSource:
                         captured=time.perf_counter(), stream=self.stream,
                         on_host=bool(getattr(decoded, "on_host", False)))
 
-    def __iter__(self) -> "NvDecSource":
-        return self
-
-    def __next__(self) -> GpuFrame:
-        frame = self.read()
-        if frame is None:
-            raise StopIteration
-        return frame
 
     def close(self) -> None:
         """Release the decoder before the demuxer (NVIDIA's samples free them in that order)."""
@@ -141,11 +133,6 @@ class NvDecSource:
         self._demuxer = None
         self._packets = iter(())
 
-    def __enter__(self) -> "NvDecSource":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def info(self) -> Dict[str, Any]:
         return {"uri": self.uri, "width": self.width, "height": self.height, "fps": self.fps, "decoder": "nvdec",
