@@ -335,18 +335,20 @@ def _integer_node(gr: _Graph, plan: _Plan, casts: Dict[str, str], quantize_bias:
                                                                           bias_int.astype(np.float32))],
                                               [biased], name=biased))
                 acc = biased
-        elif groups != 1:
-            summary.inexact_layers.append(name)
-            log.warning("%s: grouped %s with partial sums past 2**24 runs in float32 sums (not CPU-exact)",
-                        name, node.op_type)
+        elif groups != 1 or float(bound.max()) < limit:
+            # The products' sums fit 2**24 and only the INT32 bias pushes past it (a channel whose tiny weight
+            # scale makes q_b huge, as in EfficientNet-Lite0's depthwise convs): the conv without bias is exact,
+            # the bias is added in float64 and rounded once. A grouped conv whose products alone pass 2**24
+            # cannot be split into chunks here: it runs in float32 sums, said so.
+            exact = float(bound.max()) < limit
+            if not exact:
+                summary.inexact_layers.append(name)
+                log.warning("%s: grouped %s with partial sums past 2**24 runs in float32 sums (not CPU-exact)",
+                            name, node.op_type)
             w_name = gr.constant(name + _SUFFIX + "_qweight", w_vals.astype(np.float32))
             nodes.append(helper.make_node(node.op_type, [x_int, w_name], [acc], name=acc, **attrs))
             if bias_int is not None:
-                biased = gr.unique(out + _SUFFIX + "_accb")
-                nodes.append(helper.make_node("Add", [acc, gr.constant(name + _SUFFIX + "_qbias",
-                                                                          bias_int.astype(np.float32))],
-                                              [biased], name=biased))
-                acc = biased
+                acc = _add_bias_float64(gr, plan, node, acc, bias_int, nodes)
         else:
             summary.chunked_layers.append(name)
             acc = _chunked(gr, plan, x_int, w_vals, attrs, bias_int, acc, nodes, limit)
@@ -360,6 +362,22 @@ def _integer_node(gr: _Graph, plan: _Plan, casts: Dict[str, str], quantize_bias:
                                                                   _channel_shape(b, plan, node, gr))],
                                       [out], name=gr.unique(name + _SUFFIX + "_bias")))
     return nodes
+
+
+def _add_bias_float64(gr: _Graph, plan: _Plan, node, acc: str, bias_int: np.ndarray, nodes: List[object]) -> str:
+    """``acc + q_b`` with the INT32 bias shaped per output channel, summed in float64 and rounded once to float32
+    (TensorRT adds it to the int32 accumulator, then converts: one rounding)."""
+    from onnx import TensorProto, helper
+
+    b = bias_int.astype(np.float64)
+    b = b.reshape(_channel_shape(b, plan, node, gr).shape)
+    wide = gr.unique(acc + "_f64")
+    nodes.append(helper.make_node("Cast", [acc], [wide], name=wide, to=TensorProto.DOUBLE))
+    biased = gr.unique(acc + "_f64b")
+    nodes.append(helper.make_node("Add", [wide, gr.constant(acc + "_qbias64", b)], [biased], name=biased))
+    out = gr.unique(acc + "_b")
+    nodes.append(helper.make_node("Cast", [biased], [out], name=out, to=TensorProto.FLOAT))
+    return out
 
 
 def _reduce_len(gr: _Graph, node, plan: _Plan) -> Optional[int]:

@@ -389,3 +389,44 @@ def test_cli_labels_the_evaluator_and_adds_ort_kernels(tiny_model, image_dir, bi
     assert "ORT INT8 kernels" not in text  # only when asked for
     assert main(["calibrate", str(tiny_model), "--data", str(image_dir), "--int8-kernels"]) == 1
     assert "--int8-kernels needs --eval" in capsys.readouterr().err
+
+
+def test_a_huge_int32_bias_on_a_depthwise_conv_stays_exact(real_frames, tmp_path):
+    """A depthwise channel with tiny weights has a tiny weight scale, so its INT32 bias q_b = b / (s_x * s_w)
+    passes 2**24 while the products stay small (EfficientNet-Lite0 has such channels). The simulation adds that
+    bias in float64 per channel (it once added it as a flat vector, which ONNX Runtime refused): equal to the
+    int32 reference at every quantize point, outputs to float32 rounding (1e-6 relative)."""
+    import warnings
+
+    import torch
+
+    from jetforge.calibrate import ortrun
+    from jetforge.calibrate.int8sim import SimulationSummary, simulation_model
+    from jetforge.runtime.inputs import Preprocess
+    from tests.calibrate import int8_reference
+
+    torch.manual_seed(0)
+    net = _small_networks()["depthwise"]().eval()
+    with torch.no_grad():
+        net.dw.weight[0] *= 1e-4  # channel 0: weight scale ~1e-4 of the others
+        net.dw.bias[0] = 1.0
+    pre = Preprocess(height=48, width=48)
+    x = np.stack([pre.apply(f) for f in real_frames])
+    path = tmp_path / "dw.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, torch.randn(1, 3, 48, 48), str(path), input_names=["input"], output_names=["out"],
+                          dynamic_axes={"input": {0: "N"}, "out": {0: "N"}}, opset_version=13, dynamo=False)
+    m = onnx.load(str(path))
+    st = stats.collect_from_batches(m, [x[:16], x[16:]], tensors="qdq")
+    q = insert_qdq(m, algorithms.compute_all(st.histograms, "percentile", percentile=99.9))
+    summary = SimulationSummary()
+    sim = simulation_model(q, summary=summary)
+    assert not summary.inexact_layers
+    trace = {}
+    want = int8_reference.run(q, x, trace)[0]
+    names = sorted(trace)
+    got = ortrun.run(_with_quantized_outputs(sim, names), [x], "simulated", prepared=True)
+    assert np.abs(got[0] - want).max() <= 1e-6 * np.abs(want).max()
+    for tensor, values in zip(names, got[1:]):
+        assert np.array_equal(values, trace[tensor]), tensor
