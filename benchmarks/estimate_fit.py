@@ -43,7 +43,7 @@ def features(placed: Placed, rates: TargetRates, eff: EfficiencySet) -> Features
     """Arrays such that ``predict`` reproduces ``kernel_time`` for any factors (shape factor from ``eff``)."""
     ideal = EfficiencySet(eff.description, eff.obtained, {c: Factor(1.0, 1.0) for c in CATEGORIES},
                           {c: Factor(1.0, 1.0) for c in CATEGORIES}, copy.deepcopy(eff.overheads), 1.0,
-                          eff.tile_m, eff.tile_n, eff.min_occupancy)
+                          eff.tile_m, eff.tile_n, eff.min_occupancy, pool_window_reads=eff.pool_window_reads)
     ideal.overheads.gpu_kernel_us = ideal.overheads.dla_layer_us = 0.0
     flops, mem, cat, dla, live, names = [], [], [], [], [], []
     for kernel in placed.kernels:

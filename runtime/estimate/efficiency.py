@@ -91,6 +91,7 @@ class EfficiencySet:
     tile_m: int = 128                           # GEMM tile used for the wave-quantization model
     tile_n: int = 128
     min_occupancy: float = 0.15                 # split-K and stream-K keep small GEMMs above this
+    pool_window_reads: bool = False             # pooling traffic = every output's window (no shared-memory tiling)
     fit: Optional[Fit] = None
     fitted_on: List[str] = field(default_factory=list)
     validation: List[str] = field(default_factory=list)

@@ -27,7 +27,10 @@ FUSIONS = ("tensorrt", "none")
 # cost categories; "tensor" ones run on Tensor Cores (GPU) or the DLA's MAC array
 TENSOR_CATEGORIES = ("conv", "conv_grouped", "deconv", "gemm")
 CATEGORIES = TENSOR_CATEGORIES + ("conv_depthwise", "pool", "reduce", "pointwise", "batchnorm", "softmax", "norm",
-                                  "resize", "copy", "other")
+                                  "resize", "copy", "other", "batchnorm_3d")
+# BatchNormalization layers, whichever tensor rank (batchnorm_3d: on a 5-D N,C,D,H,W video tensor, a type of its
+# own because eager PyTorch runs it at well under the bandwidth of the 2-D one: see efficiency.yaml)
+BATCHNORM_CATEGORIES = ("batchnorm", "batchnorm_3d")
 
 _VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "QuantizeLinear", "DequantizeLinear"}
 _POINTWISE = {"Relu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus",
@@ -175,7 +178,8 @@ def _category(op: str, attrs: Mapping[str, Any], info: GraphInfo, node: Any) -> 
     if op.startswith("Global") or op.startswith("Reduce") or op in ("ArgMax", "ArgMin"):
         return "reduce"
     if op == "BatchNormalization":
-        return "batchnorm"
+        x = info.shapes.get(node.input[0])
+        return "batchnorm_3d" if x is not None and len(x) == 5 else "batchnorm"
     if op in ("Softmax", "LogSoftmax"):
         return "softmax"
     if op in ("LayerNormalization", "InstanceNormalization", "GroupNormalization", "LRN",
@@ -242,8 +246,8 @@ def _costs(layer: Layer, node: Any, attrs: Mapping[str, Any], info: GraphInfo) -
         mode = attrs.get("mode", b"nearest")
         mode = mode.decode() if isinstance(mode, bytes) else str(mode)
         layer.flops = float(out_elems * (4 if "linear" in mode else 1))
-    elif cat in ("pointwise", "batchnorm", "other"):
-        layer.flops = float(out_elems * (2 if cat == "batchnorm" else 1))
+    elif cat in ("pointwise", "other") + BATCHNORM_CATEGORIES:
+        layer.flops = float(out_elems * (2 if cat in BATCHNORM_CATEGORIES else 1))
 
 
 def fuse(layers: Sequence[Layer], devices: Mapping[int, str], info: GraphInfo, fusion: str) -> List[Kernel]:
@@ -299,7 +303,7 @@ _EPILOGUE_HEADS = TENSOR_CATEGORIES + ("conv_depthwise", "pointwise")
 def _fusable_into(layer: Layer, owner: Mapping[str, Kernel], consumers: Mapping[str, List[int]],
                   outputs: Set[str], device: str) -> Optional[Kernel]:
     """The open kernel ``layer`` joins as an epilogue, or None (TensorRT-style fusion)."""
-    if layer.category not in ("pointwise", "batchnorm"):
+    if layer.category not in ("pointwise",) + BATCHNORM_CATEGORIES:
         return None
     candidates = []
     for t in layer.inputs:
@@ -345,5 +349,5 @@ def _io(kernel: Kernel, consumers: Mapping[str, List[int]], outputs: Set[str]) -
                 kernel.outputs.append(t)
 
 
-__all__ = ["CATEGORIES", "FUSIONS", "GraphInfo", "Kernel", "Layer", "TENSOR_CATEGORIES", "fuse", "graph_info",
-           "layers_of"]
+__all__ = ["BATCHNORM_CATEGORIES", "CATEGORIES", "FUSIONS", "GraphInfo", "Kernel", "Layer", "TENSOR_CATEGORIES", "fuse",
+           "graph_info", "layers_of"]

@@ -32,7 +32,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Uni
 from jetforge.errors import ConfigError, ModelError
 from jetforge.runtime.estimate.efficiency import EfficiencySet, efficiency_set
 from jetforge.runtime.estimate.fold import fold_constants
-from jetforge.runtime.estimate.graph import (TENSOR_CATEGORIES, GraphInfo, Kernel, fuse, graph_info, layers_of)
+from jetforge.runtime.estimate.graph import (BATCHNORM_CATEGORIES, TENSOR_CATEGORIES, GraphInfo, Kernel, fuse,
+                                             graph_info, layers_of)
 from jetforge.runtime.estimate.rates import BYTES, TargetRates, target_rates
 
 GPU, DLA = "GPU", "DLA"
@@ -277,6 +278,11 @@ def kernel_time(kernel: Kernel, info: GraphInfo, rates: TargetRates, eff: Effici
         return KernelTime(kernel, 0.0, 0.0, 0.0, 0.0, 1.0)
     bpe = _act_bytes(kernel.category, precision)
     act = sum(info.size(t) for t in kernel.inputs + kernel.outputs) * bpe
+    if kernel.category == "pool" and eff.pool_window_reads:
+        # every output fetches its whole window (a pool layer's FLOPs are outputs x window volume): a 3x3x3
+        # stride-1 pool reads 27 elements per output, not the 1 that input + output bytes assume
+        reads = max(sum(info.size(t) for t in kernel.inputs), kernel.flops)
+        act = (reads + sum(info.size(t) for t in kernel.outputs)) * bpe
     moved = act + kernel.weight_elems * BYTES[precision] + kernel.const_elems * (4 if precision == "fp32" else 2)
     factor = eff.factor(kernel.device, kernel.category)
     if kernel.device == DLA:
@@ -326,7 +332,7 @@ def memory(placed: Placed, moves: Sequence[Transition]) -> Memory:
     for kernel in placed.kernels:
         weights += kernel.weight_elems * bpe
         for layer in kernel.layers:
-            folded_bn = layer.category == "batchnorm" and kernel.category in TENSOR_CATEGORIES
+            folded_bn = layer.category in BATCHNORM_CATEGORIES and kernel.category in TENSOR_CATEGORIES
             if not folded_bn:
                 weights += layer.const_elems * (4 if precision == "fp32" else 2)
     io_names = set(info.inputs) | set(info.outputs)

@@ -210,3 +210,53 @@ def test_eager_views_and_linear_bias():
     assert eager.kernels[0].inputs == ["x"] and eager.kernels[0].flops == 2 * (2 * 6 * 5) * 4 + 2 * 6 * 5
     trt = place(model, 2, "fp16", fusion="tensorrt")
     assert [[l.name for l in k.layers] for k in trt.kernels] == [["perm"], ["mm", "bias"]]   # a shuffle kernel
+
+
+def _video_block():
+    """x [N,4,4,8,8] -> Conv3d 4->8 3x3x3 pad 1 -> BatchNormalization -> Relu -> MaxPool3d 3x3x3 stride 1 pad 1 = y.
+
+    Per clip: the convolution, BN, ReLU and pool each write 8 x 4 x 8 x 8 = 2048 elements.
+    """
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w", (8, 4, 3, 3, 3)), ("s", (8,)), ("b", (8,)), ("m", (8,)))]
+    inits.append(numpy_helper.from_array(np.ones(8, np.float32), "v"))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3, 3], pads=[1] * 6),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"], name="bn"),
+             helper.make_node("Relu", ["n"], ["r"], name="relu"),
+             helper.make_node("MaxPool", ["r"], ["y"], name="pool", kernel_shape=[3, 3, 3], pads=[1] * 6)]
+    graph = helper.make_graph(nodes, "video", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 4, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_video_batchnorm_is_its_own_type_and_still_fuses():
+    layers = by_layer(place(_video_block(), 2, "fp16", fusion="none"))
+    assert layers["bn"].category == "batchnorm_3d"
+    assert layers["bn"].flops == 2 * 2 * 2048                             # scale and shift per element, 2 clips
+    assert by_layer(place(tiny_net(), 1, "fp16", fusion="none"))["bn1"].category == "batchnorm"   # 2-D unchanged
+    fused = place(_video_block(), 1, "fp16", fusion="tensorrt")
+    assert [[l.name for l in k.layers] for k in fused.kernels] == [["conv", "bn", "relu"], ["pool"]]
+
+
+def test_pool_window_reads_count_every_window_element():
+    target = get_target("server-hopper-h200")
+    rates = target_rates(target, "fp16")
+    placed = place(_video_block(), 1, "fp16", fusion="none")
+    pool = [k for k in placed.kernels if k.category == "pool"][0]
+    assert pool.flops == 2048 * 27                                        # outputs x 3x3x3 window
+    plain, windows = flat_set(memory_eff=0.5), flat_set(memory_eff=0.5)
+    windows.pool_window_reads = True
+    # plain: input 2048 + output 2048 elements; window reads: 27 per output + the output, FP16 (2 bytes)
+    assert kernel_time(pool, placed.info, rates, plain, "fp16").bytes == (2048 + 2048) * 2
+    t = kernel_time(pool, placed.info, rates, windows, "fp16")
+    assert t.bytes == (2048 * 27 + 2048) * 2
+    assert t.memory_s == pytest.approx((2048 * 27 + 2048) * 2 / (rates.bandwidth * 0.5), rel=1e-12)
+    relu = [k for k in placed.kernels if k.category == "pointwise"][0]   # other types keep input + output
+    assert kernel_time(relu, placed.info, rates, windows, "fp16").bytes == (2048 + 2048) * 2
+
