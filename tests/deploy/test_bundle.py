@@ -26,12 +26,16 @@ from jetforge.targets import get_target  # noqa: E402
 NX = "orin-nx-16gb"
 
 
-def make_model(path, qdq=False):
+def make_model(path, qdq=False, pad_bytes=0, seed=0):
+    """A tiny real classifier (Conv-ReLU-pool, 8 classes) with its sidecar; ``pad_bytes`` adds an unused random
+    initializer (a large file whose bytes rsync cannot guess), ``qdq`` a Q/DQ pair on the input."""
     from jetforge.runtime.inputs import Preprocess
     from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, write_sidecar
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")]
+    if pad_bytes:
+        inits.append(numpy_helper.from_array(rng.standard_normal(pad_bytes // 4).astype(np.float32), "pad"))
     nodes, x = [], "x"
     if qdq:
         nodes += [helper.make_node("QuantizeLinear", ["x", "s"], ["xq"]),

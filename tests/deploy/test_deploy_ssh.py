@@ -16,18 +16,16 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from test_bundle import make_cache, make_model as make_tiny_classifier  # noqa: E402  (tests/deploy is on sys.path under pytest)
 
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 pytestmark = pytest.mark.skipif(
@@ -40,24 +38,7 @@ HOST = "127.0.0.1"
 
 # ---- the model and bundle ------------------------------------------------------------------------
 def make_model(path: Path, pad_bytes: int = 0) -> Path:
-    from jetforge.runtime.inputs import Preprocess
-    from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, write_sidecar
-
-    rng = np.random.default_rng(1)
-    inits = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")]
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("GlobalAveragePool", ["r"], ["g"]), helper.make_node("Flatten", ["g"], ["y"])]
-    if pad_bytes:  # an unused random initializer: a large file whose bytes rsync cannot guess
-        inits.append(numpy_helper.from_array(rng.standard_normal(pad_bytes // 4).astype(np.float32), "pad"))
-    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    write_sidecar(path, ModelSidecar(task="classify", model_name="tiny", inputs=[TensorSpec("x", [-1, 3, 32, 32])],
-                                     outputs=[TensorSpec("y", [-1, 8])], preprocess=Preprocess(height=32, width=32),
-                                     labels=["c%d" % i for i in range(8)]))
-    return path
+    return make_tiny_classifier(path, pad_bytes=pad_bytes, seed=1)
 
 
 def make_bundle(tmp: Path, name: str = "cam", pad_bytes: int = 0) -> Path:
@@ -66,9 +47,7 @@ def make_bundle(tmp: Path, name: str = "cam", pad_bytes: int = 0) -> Path:
     src = tmp / ("src-" + name)
     src.mkdir()
     model = make_model(src / "model.onnx", pad_bytes)
-    cache = src / "model.calib"
-    cache.write_text("TRT-100300-EntropyCalibration2\n" + "".join(
-        "%s: %s\n" % (n, struct.pack(">f", s).hex()) for n, s in (("x", 1 / 127.0), ("c", 0.05), ("y", 0.01))))
+    cache = make_cache(src / "model.calib")
     return create_bundle(model, tmp / name, ["orin-nx-16gb"], calib=[cache], tensorrt_versions=["10.3.0"]).path
 
 
