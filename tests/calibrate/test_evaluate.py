@@ -221,28 +221,37 @@ def _small_networks():
 @pytest.fixture(scope="module")
 def small_qdq_models(real_frames, tmp_path_factory):
     """The three networks exported by torch and calibrated by jetforge (statistics -> ranges -> Q/DQ) on real frames."""
-    import warnings
-
     import torch
 
-    from jetforge.runtime.inputs import Preprocess
-
-    pre = Preprocess(height=48, width=48)
-    x = np.stack([pre.apply(f) for f in real_frames])
+    x = _small_inputs(real_frames)
     folder = tmp_path_factory.mktemp("small_nets")
     out = {}
     for name, cls in _small_networks().items():
         torch.manual_seed(0)
-        net = cls().eval()
-        path = folder / (name + ".onnx")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(net, torch.randn(1, 3, 48, 48), str(path), input_names=["input"], output_names=["out"],
-                              dynamic_axes={"input": {0: "N"}, "out": {0: "N"}}, opset_version=13, dynamo=False)
-        m = onnx.load(str(path))
-        st = stats.collect_from_batches(m, [x[:16], x[16:]], tensors="qdq")
-        out[name] = (m, insert_qdq(m, algorithms.compute_all(st.histograms, "percentile", percentile=99.9)))
+        out[name] = _export_and_calibrate(cls().eval(), x, folder / (name + ".onnx"))
     return out, x
+
+
+def _small_inputs(real_frames):
+    from jetforge.runtime.inputs import Preprocess
+
+    pre = Preprocess(height=48, width=48)
+    return np.stack([pre.apply(f) for f in real_frames])
+
+
+def _export_and_calibrate(net, x, path):
+    """``net`` exported by torch to ``path`` and calibrated by jetforge on ``x``: (FP32 model, Q/DQ model)."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, torch.randn(1, 3, 48, 48), str(path), input_names=["input"], output_names=["out"],
+                          dynamic_axes={"input": {0: "N"}, "out": {0: "N"}}, opset_version=13, dynamo=False)
+    m = onnx.load(str(path))
+    st = stats.collect_from_batches(m, [x[:16], x[16:]], tensors="qdq")
+    return m, insert_qdq(m, algorithms.compute_all(st.histograms, "percentile", percentile=99.9))
 
 
 def _with_quantized_outputs(model, names):
@@ -396,13 +405,10 @@ def test_a_huge_int32_bias_on_a_depthwise_conv_stays_exact(real_frames, tmp_path
     passes 2**24 while the products stay small (EfficientNet-Lite0 has such channels). The simulation adds that
     bias in float64 per channel (it once added it as a flat vector, which ONNX Runtime refused): equal to the
     int32 reference at every quantize point, outputs to float32 rounding (1e-6 relative)."""
-    import warnings
-
     import torch
 
     from jetforge.calibrate import ortrun
     from jetforge.calibrate.int8sim import SimulationSummary, simulation_model
-    from jetforge.runtime.inputs import Preprocess
     from tests.calibrate import int8_reference
 
     torch.manual_seed(0)
@@ -410,16 +416,8 @@ def test_a_huge_int32_bias_on_a_depthwise_conv_stays_exact(real_frames, tmp_path
     with torch.no_grad():
         net.dw.weight[0] *= 1e-4  # channel 0: weight scale ~1e-4 of the others
         net.dw.bias[0] = 1.0
-    pre = Preprocess(height=48, width=48)
-    x = np.stack([pre.apply(f) for f in real_frames])
-    path = tmp_path / "dw.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(net, torch.randn(1, 3, 48, 48), str(path), input_names=["input"], output_names=["out"],
-                          dynamic_axes={"input": {0: "N"}, "out": {0: "N"}}, opset_version=13, dynamo=False)
-    m = onnx.load(str(path))
-    st = stats.collect_from_batches(m, [x[:16], x[16:]], tensors="qdq")
-    q = insert_qdq(m, algorithms.compute_all(st.histograms, "percentile", percentile=99.9))
+    x = _small_inputs(real_frames)
+    _, q = _export_and_calibrate(net, x, tmp_path / "dw.onnx")
     summary = SimulationSummary()
     sim = simulation_model(q, summary=summary)
     assert not summary.inexact_layers
