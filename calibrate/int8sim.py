@@ -369,15 +369,24 @@ def _add_bias_float64(gr: _Graph, plan: _Plan, node, acc: str, bias_int: np.ndar
     (TensorRT adds it to the int32 accumulator, then converts: one rounding)."""
     from onnx import TensorProto, helper
 
-    b = bias_int.astype(np.float64)
-    b = b.reshape(_channel_shape(b, plan, node, gr).shape)
     wide = gr.unique(acc + "_f64")
     nodes.append(helper.make_node("Cast", [acc], [wide], name=wide, to=TensorProto.DOUBLE))
-    biased = gr.unique(acc + "_f64b")
-    nodes.append(helper.make_node("Add", [wide, gr.constant(acc + "_qbias64", b)], [biased], name=biased))
+    biased = _float64_bias_add(gr, plan, node, acc, wide, bias_int, nodes)
     out = gr.unique(acc + "_b")
     nodes.append(helper.make_node("Cast", [biased], [out], name=out, to=TensorProto.FLOAT))
     return out
+
+
+def _float64_bias_add(gr: _Graph, plan: _Plan, node, acc: str, wide: str, bias_int: np.ndarray,
+                      nodes: List[object]) -> str:
+    """``wide + q_b`` for a float64 accumulator ``wide``, the bias shaped per output channel."""
+    from onnx import helper
+
+    b = bias_int.astype(np.float64)
+    b = b.reshape(_channel_shape(b, plan, node, gr).shape)
+    biased = gr.unique(acc + "_f64b")
+    nodes.append(helper.make_node("Add", [wide, gr.constant(acc + "_qbias64", b)], [biased], name=biased))
+    return biased
 
 
 def _reduce_len(gr: _Graph, node, plan: _Plan) -> Optional[int]:
@@ -427,12 +436,7 @@ def _chunked(gr: _Graph, plan: _Plan, x_int: str, w_vals: np.ndarray, attrs: Dic
     total = gr.unique(acc + "_f64")
     nodes.append(helper.make_node("Sum", parts, [total], name=total))
     if bias_int is not None:
-        biased = gr.unique(acc + "_f64b")
-        b = bias_int.astype(np.float64)
-        shape = _channel_shape(b, plan, node, gr).shape
-        nodes.append(helper.make_node("Add", [total, gr.constant(acc + "_qbias64", b.reshape(shape))], [biased],
-                                      name=biased))
-        total = biased
+        total = _float64_bias_add(gr, plan, node, acc, total, bias_int, nodes)
     nodes.append(helper.make_node("Cast", [total], [acc], name=acc, to=TensorProto.FLOAT))
     return acc
 
