@@ -20,12 +20,23 @@ buffer sizing -- is a plain function of :mod:`.session_logic`, tested on the CPU
 ``FakeTrtContext`` (tests/runtime/trt/test_trt_session_logic.py); the class only wires them to
 TensorRT and CUDA.  Nothing here imports tensorrt or cuda-python at module import time.
 
+Device input (the GPU video path, issue 15): :meth:`TrtSession.infer_device` /
+:meth:`TrtSession.submit_device` take inputs that are already in GPU memory (:class:`DeviceTensor`: a device
+pointer, shape and dtype; e.g. the preprocessing kernel's output buffer) and bind them to the engine with
+``context.set_tensor_address`` -- no host copy, no device-to-device copy.  The work waits for the producer's
+stream through an event (``cudaStreamWaitEvent``), runs on the session's stream, and only the outputs come back
+to pinned host memory.  What it decides (names, shapes against the profile, dtype, 256-byte alignment, which
+addresses changed, the graph key that includes the addresses a graph bakes in) is :class:`DeviceInputBinder`,
+tested on the CPU with ``FakeTrtContext``; the CUDA half is **written against TensorRT's documented API and not
+executed here** (no TensorRT GPU in CI or on the lent H200's image).
+
 It is the ``"tensorrt"`` session backend: ``runtime/session/__init__.py`` registers
 ``"jetforge.runtime.tensorrt.session:TrtSession"`` lazily, so this module is imported only when an
 engine is opened.
 """
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -43,6 +54,85 @@ from jetforge.runtime.tensorrt.session_logic import (EngineIO, bind_input_shapes
                                                      resolve_output_shapes)
 
 log = logging.getLogger(__name__)
+
+
+# TensorRT's setTensorAddress: "The pointer must have at least 256-byte alignment" (cudaMalloc gives 256).
+TENSOR_ALIGNMENT = 256
+
+
+@dataclass(frozen=True)
+class DeviceTensor:
+    """An input already in GPU memory: a device pointer to a dense row-major array of ``shape`` and ``dtype``
+    (a numpy dtype name), valid until the work of the call that takes it has finished."""
+
+    ptr: int
+    shape: Tuple[int, ...]
+    dtype: str
+
+
+class DeviceInputBinder:
+    """The decisions of a device-input call, as plain logic over the execution context (tested on the CPU).
+
+    ``bind(context, inputs, engine_inputs)`` checks every input (names, shape against the engine and its profile,
+    dtype, pointer), sets the input shapes that changed, points the context at the caller's buffers with
+    ``set_tensor_address`` (only those that moved) and returns ``(shapes, moved, key)``: ``moved`` says a captured
+    graph (which bakes in the old addresses) is stale; ``key`` is the graph key (shapes and addresses).
+    ``rebind_own(context, own)`` points the inputs back at the session's own buffers before a host-input call.
+    """
+
+    def __init__(self) -> None:
+        self.shapes: Dict[str, Tuple[int, ...]] = {}  # what set_input_shape was last given
+        self.addresses: Dict[str, int] = {}  # what set_tensor_address was last given
+
+    def bind(self, context: Any, inputs: Mapping[str, DeviceTensor],
+             engine_inputs: Sequence[EngineIO]) -> Tuple[Dict[str, Tuple[int, ...]], bool, Any]:
+        names = sorted(t.name for t in engine_inputs)
+        if sorted(inputs) != names:
+            raise ModelError("device inputs %s do not match the engine's inputs %s" % (sorted(inputs), names),
+                             hint="pass one DeviceTensor per engine input, by name")
+        shapes = {t.name: check_device_input(t, inputs[t.name]) for t in engine_inputs}
+        changed = bind_input_shapes(context, shapes, self.shapes)
+        moved = self.point(context, {name: int(inputs[name].ptr) for name in names})
+        return shapes, bool(changed) or moved, (shape_key(shapes), tuple(sorted(self.addresses.items())))
+
+    def point(self, context: Any, addresses: Mapping[str, int]) -> bool:
+        """``set_tensor_address`` for each tensor whose address differs from the bound one; True if any moved."""
+        moved = False
+        for name, ptr in sorted(addresses.items()):
+            if self.addresses.get(name) == ptr:
+                continue
+            if not context.set_tensor_address(name, int(ptr)):
+                raise BackendError("TensorRT refused the device address 0x%x of tensor %r" % (ptr, name),
+                                   hint="the pointer must be device memory of this GPU, %d-byte aligned"
+                                        % TENSOR_ALIGNMENT)
+            self.addresses[name] = int(ptr)
+            moved = True
+        return moved
+
+    def rebind_own(self, context: Any, own: Mapping[str, int]) -> bool:
+        return self.point(context, own)
+
+
+def check_device_input(tensor: EngineIO, value: DeviceTensor) -> Tuple[int, ...]:
+    """The shape of a device input after the checks a host feed gets (and those only a pointer needs)."""
+    if not isinstance(value, DeviceTensor):
+        raise ModelError("device input %r must be a DeviceTensor(ptr, shape, dtype), got %s"
+                         % (tensor.name, type(value).__name__))
+    shape = tuple(int(d) for d in value.shape)
+    check_input_shape(tensor, shape)
+    if np.dtype(value.dtype) != np.dtype(tensor.dtype):
+        raise ModelError("device input %r is %s but the engine takes %s (nothing converts it on the device)"
+                         % (tensor.name, np.dtype(value.dtype).name, tensor.dtype),
+                         hint="make the preprocessing kernel write %s (out_dtype)" % tensor.dtype)
+    ptr = int(value.ptr)
+    if ptr <= 0:
+        raise ModelError("device input %r has no device pointer (0)" % tensor.name)
+    if ptr % TENSOR_ALIGNMENT:
+        raise ModelError("device input %r at 0x%x is not %d-byte aligned, as TensorRT requires"
+                         % (tensor.name, ptr, TENSOR_ALIGNMENT),
+                         hint="pass the start of a cudaMalloc'ed buffer, or an offset that is a multiple of %d"
+                              % TENSOR_ALIGNMENT)
+    return shape
 
 
 class _Pending:
@@ -83,7 +173,9 @@ class TrtSession(Session):
         self._device: Dict[str, Any] = {}
         self._host: Dict[str, Any] = {}
         self._capacity: Dict[str, int] = {}
-        self._bound: Dict[str, Tuple[int, ...]] = {}
+        self._binder = DeviceInputBinder()  # input shapes and tensor addresses bound on the context
+        self._bound = self._binder.shapes
+        self._input_ready = cuda.Event(timing=False)  # the producer's stream -> this session's stream
         self._out_shapes: Dict[str, Tuple[int, ...]] = {}
         self._graphs: Dict[Any, Any] = {}
         self._pending: Optional[_Pending] = None
@@ -145,6 +237,8 @@ class TrtSession(Session):
         grow = buffers_to_grow(required_bytes(all_shapes, self._dtypes), self._capacity)
         if grow:
             self._allocate(grow)
+        if self._binder.rebind_own(self._context, {t.name: self._device[t.name].ptr for t in self._inputs}):
+            self._destroy_graphs(self.policy.invalidate())  # the last call bound a caller's device buffers
         stream, ev = self._stream, self._events
         for t in self._inputs:
             np.copyto(self._host[t.name].array(shapes[t.name], t.dtype), feeds[t.name], casting="no")
@@ -155,6 +249,48 @@ class TrtSession(Session):
         if timed:
             ev[1].record(stream)
         self._execute(shape_key(shapes))
+        if timed:
+            ev[2].record(stream)
+        for t in self._outputs:
+            self._device[t.name].copy_to_host(self._host[t.name], _nbytes(self._out_shapes[t.name], t.dtype), stream)
+        ev[3].record(stream)
+        self._pending = _Pending(dict(self._out_shapes), timed)
+        return self._pending
+
+    # -- device input (not executed in CI: see the module docstring) -----------------------------
+    def infer_device(self, inputs: Mapping[str, DeviceTensor], stream: Any = None) -> Dict[str, np.ndarray]:
+        """Run on inputs already in GPU memory (bound with ``set_tensor_address``); outputs come back to the host.
+
+        ``stream``: the stream that produced the inputs (a jetforge ``Stream``, a raw handle or None for work
+        already finished); the session's stream waits for it through an event, without blocking the host."""
+        return self.submit_device(inputs, stream).wait()
+
+    def submit_device(self, inputs: Mapping[str, DeviceTensor], stream: Any = None) -> InferRequest:
+        """:meth:`infer_device` queued: returns at once; the inputs must stay untouched until it is waited on."""
+        self._check_open()
+        pending = self._enqueue_device(inputs, stream, self._timing)
+        return InferRequest(self, lambda timeout: self._collect(pending), self._events[3].query)
+
+    def _enqueue_device(self, inputs: Mapping[str, DeviceTensor], producer: Any, timed: bool) -> _Pending:
+        if self._pending is not None:  # the host output buffers are shared: the previous call's outputs first
+            self._collect(self._pending)
+        shapes, moved, key = self._binder.bind(self._context, inputs, self._inputs)
+        if moved or not self._out_shapes:
+            self._out_shapes = resolve_output_shapes(self._context, self._outputs)
+        grow = buffers_to_grow(required_bytes(self._out_shapes, self._dtypes), self._capacity)
+        if grow:
+            self._allocate(grow)  # outputs only: the inputs are the caller's
+        if moved:
+            self._destroy_graphs(self.policy.invalidate())  # graphs bake in the old addresses and shapes
+        stream, ev = self._stream, self._events
+        if producer is not None:
+            handle = getattr(producer, "handle", producer)
+            self._input_ready.record(handle)
+            stream.wait_event(self._input_ready)
+        if timed:
+            ev[0].record(stream)
+            ev[1].record(stream)  # no host-to-device copy
+        self._execute(key)
         if timed:
             ev[2].record(stream)
         for t in self._outputs:
@@ -215,8 +351,7 @@ class TrtSession(Session):
             self._device[name] = self._cuda.DeviceBuffer(nbytes)
             self._host[name] = self._cuda.PinnedBuffer(nbytes)
             self._capacity[name] = nbytes
-            if not self._context.set_tensor_address(name, self._device[name].ptr):
-                raise BackendError("TensorRT refused the device address of tensor %r" % name)
+            self._binder.point(self._context, {name: self._device[name].ptr})
         log.debug("%s: allocated %s", self.path.name, {k: v for k, v in sizes.items()})
 
     def _destroy_graphs(self, keys: Sequence[Any]) -> None:
@@ -234,7 +369,7 @@ class TrtSession(Session):
                 for buf in store.values():
                     buf.close()
                 store.clear()
-            for ev in self._events:
+            for ev in self._events + [self._input_ready]:
                 ev.close()
             self._stream.close()
             self._context = None
