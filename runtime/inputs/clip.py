@@ -7,7 +7,10 @@ sidecar (the ``input`` block, kind ``clip``; format-1 sidecars kept them in ``ex
 
 The window is cut at one fixed region (the union of the track's boxes over the window, scaled by
 ``margin``, at the crop's aspect ratio), each frame's crop is area-resized to ``crop_height x
-crop_width`` grey, and values become ``(g / 255 - gray_mean) / gray_std``.  :meth:`ClipContract.clip`
+crop_width`` grey, and values become ``(g / 255 - gray_mean) / gray_std``: a ``(T, H, W)`` clip.
+With ``color: rgb`` the frames are the decoded BGR frames, each crop is converted to RGB and
+normalised per channel, ``(v / 255 - channel_mean[c]) / channel_std[c]``, and the clip is
+``(3, T, H, W)`` -- channels first, the layout of a 3D CNN's ``(N, C, T, H, W)`` input.  :meth:`ClipContract.clip`
 is the numpy path; :meth:`ClipContract.fused` normalises every crop in one
 ``cv2.dnn.blobFromImages`` call (same values to float rounding).  numpy + OpenCV only.
 """
@@ -21,10 +24,16 @@ from jetforge.errors import ModelError
 from jetforge.runtime.inputs.base import INPUT_KINDS, InputContract
 
 CLIP_FIELDS = ("window", "crop_height", "crop_width", "margin", "gray_mean", "gray_std", "fps_trained",
-               "stride_trained", "color")
+               "stride_trained", "color", "channel_mean", "channel_std")
+COLORS = ("gray", "rgb")
+#: an rgb clip's default per-channel normalisation: ImageNet's, which the inflated 2D weights were trained with
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+_RGB_ONLY = ("channel_mean", "channel_std")
 
 
-@INPUT_KINDS.register("clip", summary="a window of T frames of one track -> (T, H, W) grey crops of one region")
+@INPUT_KINDS.register("clip", summary="a window of T frames of one track -> (T, H, W) grey or (3, T, H, W) RGB "
+                                      "crops of one region")
 @dataclass(frozen=True)
 class ClipContract(InputContract):
     """How a window of one track becomes the model input (the ``clip`` input kind).
@@ -42,6 +51,8 @@ class ClipContract(InputContract):
     fps_trained: float = 10.0
     stride_trained: int = 0
     color: str = "gray"
+    channel_mean: Tuple[float, float, float] = IMAGENET_MEAN
+    channel_std: Tuple[float, float, float] = IMAGENET_STD
 
     kind = "clip"
 
@@ -50,9 +61,15 @@ class ClipContract(InputContract):
             raise ValueError("window, crop_height and crop_width must be positive")
         if self.margin <= 0 or self.gray_std == 0:
             raise ValueError("margin must be positive and gray_std non-zero")
-        if self.color != "gray":
-            raise ValueError("clip color must be gray (the only clip colour jetforge's action models use), got %r"
-                             % self.color)
+        if self.color not in COLORS:
+            raise ValueError("clip color must be one of %s, got %r" % (", ".join(COLORS), self.color))
+        for name in _RGB_ONLY:  # JSON gives lists
+            value = tuple(float(v) for v in getattr(self, name))
+            if len(value) != 3:
+                raise ValueError("%s must have 3 values (R, G, B), got %r" % (name, getattr(self, name)))
+            object.__setattr__(self, name, value)
+        if any(v == 0 for v in self.channel_std):
+            raise ValueError("channel_std must be non-zero")
         if not self.fps_trained:  # 0 / None in old sidecars: the rate the first model was trained at
             object.__setattr__(self, "fps_trained", 10.0)
 
@@ -74,8 +91,14 @@ class ClipContract(InputContract):
         return float(self.gray_std)
 
     @property
-    def input_shape(self) -> Tuple[int, int, int]:
-        """Shape of one clip (without the batch axis)."""
+    def rgb(self) -> bool:
+        return self.color == "rgb"
+
+    @property
+    def input_shape(self) -> Tuple[int, ...]:
+        """Shape of one clip (without the batch axis): (T, H, W) grey, (3, T, H, W) RGB."""
+        if self.rgb:
+            return (3, int(self.window), self.crop_h, self.crop_w)
         return (int(self.window), self.crop_h, self.crop_w)
 
     @classmethod
@@ -94,10 +117,12 @@ class ClipContract(InputContract):
         return cls.from_dict({k: block[k] for k in CLIP_FIELDS if block.get(k) is not None})
 
     def to_dict(self) -> Dict[str, Any]:
-        return {k: getattr(self, k) for k in CLIP_FIELDS}
+        """The sidecar block; a grey clip's has no per-channel fields (as before they existed)."""
+        return {k: (list(getattr(self, k)) if k in _RGB_ONLY else getattr(self, k)) for k in CLIP_FIELDS
+                if self.rgb or k not in _RGB_ONLY}
 
     def describe(self) -> str:
-        return "clip %d x %dx%d grey" % (self.window, self.crop_w, self.crop_h)
+        return "clip %d x %dx%d %s" % (self.window, self.crop_w, self.crop_h, "RGB" if self.rgb else "grey")
 
     def region(self, boxes: np.ndarray) -> Tuple[int, int, int, int]:
         """Union of the window's boxes, scaled by margin, at the crop aspect, around its centre (may leave the frame)."""
@@ -114,23 +139,41 @@ class ClipContract(InputContract):
         return (int(round(cx - w / 2)), int(round(cy - h / 2)), int(round(cx + w / 2)), int(round(cy + h / 2)))
 
     def crop(self, gray: np.ndarray, region: Tuple[int, int, int, int]) -> np.ndarray:
-        """One HxW uint8 grey frame -> the crop_h x crop_w uint8 crop of ``region`` (grey 128 outside the frame)."""
+        """One frame -> the crop_h x crop_w uint8 crop of ``region`` (grey 128 outside the frame).
+
+        Grey clips take an HxW grey frame; RGB clips the HxWx3 BGR frame as decoded, and return the crop in RGB."""
         import cv2
 
         x0, y0, x1, y1 = region
         h, w = gray.shape[:2]
         pad = max(0, -x0, -y0, x1 - w, y1 - h)
         if pad:
-            gray = cv2.copyMakeBorder(gray, pad, pad, pad, pad, cv2.BORDER_CONSTANT, value=128)
+            fill = (128, 128, 128) if gray.ndim == 3 else 128  # a plain 128 would fill only a colour image's blue
+            gray = cv2.copyMakeBorder(gray, pad, pad, pad, pad, cv2.BORDER_CONSTANT, value=fill)
         patch = gray[y0 + pad:y1 + pad, x0 + pad:x1 + pad]
-        return cv2.resize(patch, (self.crop_w, self.crop_h), interpolation=cv2.INTER_AREA)
+        out = cv2.resize(patch, (self.crop_w, self.crop_h), interpolation=cv2.INTER_AREA)
+        if self.rgb:
+            if out.ndim != 3 or out.shape[2] != 3:
+                raise ModelError("an RGB clip model needs the decoded BGR frames, got frames of shape %s"
+                                 % (gray.shape,), hint="pass the frames as OpenCV decodes them, not grey")
+            out = cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
+        return out
 
     def normalize(self, crops: np.ndarray) -> np.ndarray:
-        """uint8 grey crops (any leading axes) -> float32 ``(g / 255 - gray_mean) / gray_std``."""
-        return ((crops.astype(np.float32) / np.float32(255.0)) - np.float32(self.mean)) / np.float32(self.std)
+        """uint8 crops -> float32 model values.
+
+        Grey: any leading axes, ``(g / 255 - gray_mean) / gray_std``.  RGB: ``(..., T, H, W, 3)`` ->
+        ``(..., 3, T, H, W)``, ``(v / 255 - channel_mean[c]) / channel_std[c]``."""
+        if not self.rgb:
+            return ((crops.astype(np.float32) / np.float32(255.0)) - np.float32(self.mean)) / np.float32(self.std)
+        mean = np.asarray(self.channel_mean, np.float32)
+        std = np.asarray(self.channel_std, np.float32)
+        x = ((crops.astype(np.float32) / np.float32(255.0)) - mean) / std
+        return np.ascontiguousarray(np.moveaxis(x, -1, -4))
 
     def clip(self, grays: Sequence[np.ndarray], boxes: np.ndarray) -> np.ndarray:
-        """T grey frames and T boxes of one track -> (T, crop_h, crop_w) float32 model input."""
+        """T frames (grey, or BGR for an RGB clip) and T boxes of one track -> the model input of one clip
+        ((T, crop_h, crop_w) or (3, T, crop_h, crop_w) float32)."""
         region = self.region(boxes)
         return self.normalize(np.stack([self.crop(g, region) for g in grays]))
 
@@ -149,6 +192,9 @@ class FusedClip:
         self.contract = contract
         self._scalefactor = 1.0 / (255.0 * contract.std)
         self._mean = 255.0 * contract.mean
+        # RGB: blobFromImages subtracts the per-channel mean (scalefactor is one number), then one multiply per channel
+        self._rgb_mean = tuple(255.0 * m for m in contract.channel_mean) + (0.0,)
+        self._rgb_scale = (1.0 / (255.0 * np.asarray(contract.channel_std, np.float32))).reshape(3, 1, 1, 1)
 
     def __call__(self, grays: Sequence[np.ndarray], boxes: np.ndarray) -> np.ndarray:
         import cv2
@@ -156,6 +202,10 @@ class FusedClip:
         c = self.contract
         region = c.region(boxes)
         crops = [c.crop(g, region) for g in grays]
+        if c.rgb:
+            blob = cv2.dnn.blobFromImages(crops, scalefactor=1.0, size=(c.crop_w, c.crop_h), mean=self._rgb_mean,
+                                          swapRB=False, crop=False, ddepth=cv2.CV_32F)  # (T, 3, H, W)
+            return np.ascontiguousarray(blob.transpose(1, 0, 2, 3)) * self._rgb_scale
         blob = cv2.dnn.blobFromImages(crops, scalefactor=self._scalefactor, size=(c.crop_w, c.crop_h),
                                       mean=(self._mean, 0.0, 0.0, 0.0), swapRB=False, crop=False, ddepth=cv2.CV_32F)
         return blob[:, 0]
@@ -164,4 +214,4 @@ class FusedClip:
 ClipInput = ClipContract
 """The clip kind under its kind name."""
 
-__all__ = ["CLIP_FIELDS", "ClipContract", "ClipInput", "FusedClip"]
+__all__ = ["CLIP_FIELDS", "COLORS", "ClipContract", "ClipInput", "FusedClip", "IMAGENET_MEAN", "IMAGENET_STD"]

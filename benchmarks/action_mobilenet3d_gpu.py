@@ -1,0 +1,349 @@
+"""Train the 3D MobileNetV2 action teacher, prune and distil its student, and time both on a CUDA GPU, in one call.
+
+Three steps, two machines:
+
+1. ``--prepare`` (here, project venv; seconds): writes the carry folder ``build/action3d_device/`` (git-ignored,
+   ~23 MiB): vtest.avi, the people app's track cache ``events.jsonl`` (``jetforge app people`` with the CNN
+   detector; made first when missing), the ImageNet MobileNetV2 weights (asset ``mobilenet_v2_imagenet``),
+   and ``prepare.json`` (the recipe, hashes).
+2. the device run (the H200; torch, numpy and OpenCV only; this checkout mapped onto ``jetforge.*``, nothing
+   installed): the recipe's functions (``jetforge.compress.action.action3d``) build the labelled clips from the
+   tracks (training frames only for training), fine-tune the inflated teacher, prune a copy (MACs goal),
+   distil the student from the teacher, and save both state dicts (``teacher.pt``, ``student.pt``) and
+   ``action3d_gpu.json`` (also after each model, so a run cut short keeps what it did).  Then, in a fresh
+   process (``--time-only``), both are timed side by side: FP16, NCDHW and channels-last-3d, cuDNN autotuned,
+   each forward captured in a CUDA graph and replayed (graph, model, input and output kept alive), models
+   alternating per round, median of rounds, batch 32 and batch 1, at the model's clip (3x8x112x112) and at a
+   standard 16x112x112 RGB clip; and the increase of allocated GPU memory when each model is loaded in FP16
+   and run (weights, and peak during a batch-1 and a batch-32 forward).  ``action3d_gpu_timing.json``.
+3. here: ``benchmarks/action_mobilenet3d.py --device-out DIR`` (ONNX, held-out accuracy FP32 / simulated
+   INT8, CPU latency, memory model, table and plot).
+
+    .venv/bin/python benchmarks/action_mobilenet3d_gpu.py --prepare
+    .venv/bin/python benchmarks/action_mobilenet3d_gpu.py --dry-run --out /tmp/a3d_dry      # CPU, ~3 min
+    python3 benchmarks/action_mobilenet3d_gpu.py                                           # the GPU (~4 min)
+"""
+
+import argparse
+import copy
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CARRY = ROOT / "build" / "action3d_device"
+RECIPE = ROOT / "recipes" / "action_mobilenet3d.yaml"
+WEIGHTS = "mobilenet_v2-b0353104.pth"
+SCHEMA = 1
+
+sys.path.insert(0, str(HERE))
+from estimate_h200 import add_repo_to_path  # noqa: E402  (maps this checkout's folders to jetforge.*)
+
+
+def log(*parts: Any) -> None:
+    print(*parts, flush=True)
+
+
+def write_json(path: Path, result: Dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, sort_keys=True))
+    os.replace(str(tmp), str(path))
+
+
+# ------------------------------------------------------------------------------------------------ prepare (here)
+def prepare(carry: Path) -> Dict[str, Any]:
+    from jetforge.assets import asset_path
+    from jetforge.compress.action.action3d import recipe_dict
+    from jetforge.compress.action.track_clips import ensure_track_cache
+    from jetforge.config import load_config
+    from jetforge.compress.action.action3d import Action3DRecipe
+    from jetforge.fileio import sha256_file
+
+    carry.mkdir(parents=True, exist_ok=True)
+    recipe = load_config(Action3DRecipe, str(RECIPE), [])
+    video = asset_path("opencv_samples", "vtest.avi")
+    events = ensure_track_cache(video, ROOT / recipe.tracks_dir)
+    for src, name in ((video, "vtest.avi"), (events, "events.jsonl"),
+                      (asset_path("mobilenet_v2_imagenet", WEIGHTS), WEIGHTS)):
+        shutil.copyfile(str(src), str(carry / name))
+    meta = {"schema": SCHEMA, "recipe": recipe_dict(recipe),
+            "files": {p.name: sha256_file(p) for p in sorted(carry.iterdir()) if p.name != "prepare.json"}}
+    (carry / "prepare.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+    return meta
+
+
+# ------------------------------------------------------------------------------------------------ device run
+def load_recipe(carry: Path, dry_run: bool) -> Any:
+    from jetforge.compress.action.action3d import Action3DRecipe, TrainSettings
+    from jetforge.compress.action.track_clips import MotionRule
+
+    d = json.loads((carry / "prepare.json").read_text())["recipe"]
+    d["rule"] = MotionRule(**d["rule"])
+    d["teacher"], d["student"] = TrainSettings(**d["teacher"]), TrainSettings(**d["student"])
+    recipe = Action3DRecipe(**d)
+    if dry_run:  # the code path only
+        recipe.max_clips = 6
+        for s in (recipe.teacher, recipe.student):
+            s.epochs, s.batch_size = 1, 4
+    return recipe
+
+
+def environment(device: Any) -> Dict[str, Any]:
+    import torch
+
+    env = {"python": platform.python_version(), "torch": torch.__version__, "host": platform.node(),
+           "cpu_count": os.cpu_count(), "device": str(device)}
+    if device.type == "cuda":
+        env.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
+    return env
+
+
+def accuracy(logits: Any, y: Any) -> float:
+    return float((logits.argmax(1) == y).mean()) if len(y) else 0.0
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    import torch
+
+    from jetforge.compress.action.action3d import (build_data, predict, prune_student, to_tensor,
+                                                   train_clip_classifier)
+    from jetforge.compress.models.mobilenet3d import mobilenet3d_inflated
+
+    wall = time.perf_counter()
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.dry_run else "cpu")
+    torch.backends.cudnn.benchmark = True
+    out, carry = Path(args.out), Path(args.carry)
+    out.mkdir(parents=True, exist_ok=True)
+    recipe = load_recipe(carry, args.dry_run)
+    data = build_data(recipe, carry / "vtest.avi", carry / "events.jsonl", progress=False)
+    x, y = to_tensor(data.contract, data.train_clips), torch.from_numpy(data.targets(data.train))
+    xh, yh = to_tensor(data.contract, data.heldout_clips), data.targets(data.heldout)
+    if device.type == "cuda":
+        x = x.to(device)
+    log("%d training / %d held-out clips (%.1f s); device %s" % (len(y), len(yh), time.perf_counter() - wall, device))
+    result: Dict[str, Any] = {"schema": SCHEMA, "dry_run": bool(args.dry_run), "environment": environment(device),
+                              "data": data.info, "contract": data.contract.to_dict(), "labels": data.labels,
+                              "recipe": json.loads((carry / "prepare.json").read_text())["recipe"], "models": {}}
+    teacher = mobilenet3d_inflated(len(data.labels), weights=str(carry / WEIGHTS))
+    hist = train_clip_classifier(teacher, x, y, data.labels, recipe.teacher, device, seed=recipe.seed,
+                                 on_epoch=lambda e: log("teacher epoch %(epoch)d loss %(loss).4f %(elapsed_s).0fs" % e))
+    teacher_logits = predict(teacher, xh, device)
+    torch.save({k: v.detach().cpu() for k, v in teacher.state_dict().items()}, str(out / "teacher.pt"))
+    result["models"]["teacher"] = {"train": hist, "heldout_accuracy_torch": accuracy(teacher_logits, yh)}
+    write_json(out / "action3d_gpu.json", result)
+
+    t0 = time.perf_counter()
+    student, prune_info = prune_student(teacher.cpu(), data.contract, recipe.macs_factor)
+    prune_info["seconds"] = round(time.perf_counter() - t0, 1)
+    log("pruned: %s" % prune_info)
+    hist = train_clip_classifier(student, x, y, data.labels, recipe.student, device, teacher=teacher,
+                                 kd_weight=recipe.kd_weight, temperature=recipe.temperature, seed=recipe.seed,
+                                 on_epoch=lambda e: log("student epoch %(epoch)d loss %(loss).4f %(elapsed_s).0fs" % e))
+    torch.save({k: v.detach().cpu() for k, v in student.state_dict().items()}, str(out / "student.pt"))
+    result["models"]["student"] = {"train": hist, "prune": prune_info,
+                                   "heldout_accuracy_torch": accuracy(predict(student, xh, device), yh)}
+    log("held-out accuracy (torch, on the device): teacher %.3f student %.3f" % (
+        result["models"]["teacher"]["heldout_accuracy_torch"], result["models"]["student"]["heldout_accuracy_torch"]))
+    write_json(out / "action3d_gpu.json", result)
+    del teacher, student, x
+    result["timing"] = timing_in_subprocess(args)
+    result["wall_s"] = time.perf_counter() - wall
+    write_json(out / "action3d_gpu.json", result)
+    return result
+
+
+def timing_in_subprocess(args: argparse.Namespace) -> Dict[str, Any]:
+    """Time the saved models in a fresh process (CUDA graphs; eager FP16 if that process dies)."""
+    attempts = []
+    for extra in ([], ["--no-cuda-graph"]):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--time-only", "--out", args.out, "--carry", args.carry,
+               "--rounds", str(args.rounds), "--reps", str(args.reps)] + (["--dry-run"] if args.dry_run else []) + extra
+        start = time.perf_counter()
+        rc = subprocess.run(cmd).returncode
+        attempts.append({"cuda_graph": not extra, "returncode": rc, "seconds": round(time.perf_counter() - start, 1)})
+        path = Path(args.out) / "action3d_gpu_timing.json"
+        if rc == 0 and path.is_file():
+            timing = json.loads(path.read_text())
+            timing["attempts"] = attempts
+            return timing
+    return {"attempts": attempts}
+
+
+# ------------------------------------------------------------------------------------------------ timing (subprocess)
+def load_trained(out: Path) -> Dict[str, Any]:
+    import torch
+
+    from jetforge.compress.models.mobilenet3d import mobilenet3d_from_state
+
+    return {name: mobilenet3d_from_state(torch.load(str(out / ("%s.pt" % name)), map_location="cpu",
+                                                    weights_only=True)).eval() for name in ("teacher", "student")}
+
+
+def _prepared(model: Any, shape: List[int], device: Any, layout: str) -> Any:
+    import torch
+
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    fmt = torch.channels_last_3d if layout == "channels_last_3d" else torch.contiguous_format
+    m = copy.deepcopy(model).to(device=device, dtype=dtype, memory_format=fmt).eval()
+    x = torch.randn(*shape, device=device, dtype=dtype).contiguous(memory_format=fmt)
+    return m, x
+
+
+def _timer(model: Any, shape: List[int], device: Any, layout: str, use_graph: bool) -> Callable[[int], float]:
+    """``run(n) -> ms per forward``: a CUDA graph replayed ``n`` times (eager on the CPU or with --no-cuda-graph)."""
+    import torch
+
+    m, x = _prepared(model, shape, device, layout)
+    if device.type != "cuda":
+        def cpu(n: int) -> float:
+            start = time.perf_counter()
+            with torch.no_grad():
+                for _ in range(n):
+                    m(x)
+            return 1000.0 * (time.perf_counter() - start) / n
+        cpu(1)
+        return cpu
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(stream):
+        for _ in range(5):  # cuDNN autotuning happens here, outside the graph
+            m(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    alive: List[Any] = [m, x]  # the graph reads weights and input at fixed addresses: keep them for every replay
+    if use_graph:
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(graph):
+            alive.append(m(x))
+        alive.append(graph)
+
+    def run(n: int) -> float:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.no_grad():
+            begin.record()
+            for _ in range(n):
+                if use_graph:
+                    alive[3].replay()
+                else:
+                    alive[0](alive[1])
+            end.record()
+        end.synchronize()
+        return begin.elapsed_time(end) / n
+    run(3)
+    run.alive = alive  # type: ignore[attr-defined]
+    return run
+
+
+def time_side_by_side(models: Dict[str, Any], shape: List[int], device: Any, layout: str, rounds: int, reps: int,
+                      use_graph: bool) -> Dict[str, Any]:
+    timers = {name: _timer(m, shape, device, layout, use_graph) for name, m in models.items()}
+    samples: Dict[str, List[float]] = {name: [] for name in models}
+    for r in range(rounds):
+        for name in (list(timers) if r % 2 == 0 else list(reversed(list(timers)))):
+            samples[name].append(timers[name](reps))
+    out = {name: {"ms_per_batch": statistics.median(v), "ms_per_clip": statistics.median(v) / shape[0],
+                  "rounds_ms": [round(t, 4) for t in v]} for name, v in samples.items()}
+    out["speedup_student_vs_teacher"] = out["teacher"]["ms_per_batch"] / out["student"]["ms_per_batch"]
+    return out
+
+
+def gpu_memory(model: Any, clip: List[int], device: Any) -> Dict[str, Any]:
+    """Increase of allocated GPU memory (bytes) when the model is loaded in FP16 and run at batch 1 and 32."""
+    import torch
+
+    if device.type != "cuda":
+        return {"note": "no CUDA device"}
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    m = copy.deepcopy(model).to(device=device, dtype=torch.float16).eval()
+    out: Dict[str, Any] = {"weights_bytes": torch.cuda.memory_allocated() - base}
+    for batch in (1, 32):
+        x = torch.randn(batch, *clip, device=device, dtype=torch.float16)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        with torch.no_grad():
+            m(x)
+        torch.cuda.synchronize()
+        out["peak_increase_bytes_batch%d" % batch] = torch.cuda.max_memory_allocated() - base
+        del x
+    del m
+    torch.cuda.empty_cache()
+    return out
+
+
+def time_only(args: argparse.Namespace) -> Dict[str, Any]:
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.dry_run else "cpu")
+    torch.backends.cudnn.benchmark = True
+    models = load_trained(Path(args.out))
+    use_graph = not args.no_cuda_graph and device.type == "cuda"
+    timing: Dict[str, Any] = {
+        "method": ("CUDA graph replay" if use_graph else "eager forward passes") + ", FP16 on CUDA (FP32 on the CPU), "
+                  "cuDNN autotuned, CUDA events, teacher and student alternating per round, median of rounds",
+        "device": str(device), "memory_fp16": {}, "runs": {}}
+    frames = (8, 16) if not args.dry_run else (8,)
+    for t in frames:
+        for name, m in models.items():
+            timing["memory_fp16"]["%s_T%d" % (name, t)] = gpu_memory(m, [3, t, 112, 112], device)
+    layouts = ("ncdhw", "channels_last_3d")
+    for t in frames:
+        for batch in ((32, 1) if not args.dry_run else (2,)):
+            for layout in layouts:
+                key = "T%d_b%d_%s" % (t, batch, layout)
+                timing["runs"][key] = time_side_by_side(models, [batch, 3, t, 112, 112], device, layout, args.rounds,
+                                                        args.reps if batch > 1 else 4 * args.reps, use_graph)
+                log("%s: teacher %.3f ms, student %.3f ms, speed-up %.2fx" % (
+                    key, timing["runs"][key]["teacher"]["ms_per_batch"], timing["runs"][key]["student"]["ms_per_batch"],
+                    timing["runs"][key]["speedup_student_vs_teacher"]))
+                write_json(Path(args.out) / "action3d_gpu_timing.json", timing)
+    return timing
+
+
+def parse_args(argv: Any = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--prepare", action="store_true", help="write the carry folder (here, in the project's venv)")
+    p.add_argument("--dry-run", action="store_true", help="the device run on the CPU with a few clips and one epoch")
+    p.add_argument("--carry", default=str(CARRY))
+    p.add_argument("--out", default=None, help="output folder (default $OUT/action3d)")
+    p.add_argument("--time-only", action="store_true", help="only time the trained models in --out (subprocess)")
+    p.add_argument("--no-cuda-graph", action="store_true", help="--time-only: eager forward passes")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--reps", type=int, default=20)
+    args = p.parse_args(argv)
+    if args.out is None:
+        args.out = str(Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="action3d_")) / "action3d")
+    if args.dry_run:
+        args.rounds, args.reps = 2, 1
+    return args
+
+
+def main(argv: Any = None) -> int:
+    import faulthandler
+
+    faulthandler.enable()
+    args = parse_args(argv)
+    add_repo_to_path()
+    if args.time_only:
+        time_only(args)
+        return 0
+    if args.prepare:
+        meta = prepare(Path(args.carry))
+        log(json.dumps(meta["files"], indent=1))
+        return 0
+    result = run(args)
+    log("wrote %s (%.0f s)" % (args.out, result["wall_s"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
