@@ -22,7 +22,8 @@ class DlaCheckCommand(Command):
   jetforge dla-check model.onnx --target agx-orin-64gb
   jetforge dla-check model.onnx --target agx-xavier --precision int8 --calib model.calib
   jetforge dla-check model.onnx --target orin-nx-16gb --shape input=1x3x224x224 --strict
-  jetforge dla-check model.onnx --target agx-orin-64gb --loadables-per-core 4 --json"""
+  jetforge dla-check model.onnx --target agx-orin-64gb --loadables-per-core 4 --json
+  jetforge dla-check clip_model.onnx --target orin-nx-16gb --fold-time clip_model.folded.onnx"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("model", help="ONNX model")
@@ -38,6 +39,12 @@ class DlaCheckCommand(Command):
         parser.add_argument("--strict", action="store_true",
                             help="exit 1 if any layer would fall back to the GPU or the loadable limit is exceeded")
         parser.add_argument("--all-layers", action="store_true", help="also list layers folded at build time")
+        parser.add_argument("--fold-time", metavar="OUT.onnx",
+                            help="clip models: write the exact rewrite that folds time into the batch around every "
+                                 "1xkxk convolution/pool ((N,C,T,H,W) -> (N*T,C,H,W)), keeping as many folded "
+                                 "regions as fit the loadables per core, and check that model instead")
+        parser.add_argument("--fold-regions", type=int, metavar="N",
+                            help="with --fold-time: fold at most N regions (the biggest; default: as many as fit)")
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -60,16 +67,28 @@ class DlaCheckCommand(Command):
 
             scales = parse_calibration_cache(require_file(args.calib, "calibration cache").read_bytes(),
                                              args.calib).scales
-        analysis = analyze_onnx(args.model, target, tensorrt_version=args.tensorrt, precision=args.precision,
-                                loadables_per_core=args.loadables_per_core, input_shapes=shapes or None,
-                                cache_scales=scales)
+        options = dict(target=target, tensorrt_version=args.tensorrt, precision=args.precision,
+                       loadables_per_core=args.loadables_per_core, input_shapes=shapes or None, cache_scales=scales)
+        fold = None
+        if args.fold_time:
+            fold, analysis = _fold_time(args, options)
+        else:
+            analysis = analyze_onnx(args.model, **options)
         failures = analysis.strict_failures() if args.strict else []
         if args.json:
             data = analysis.to_dict()
             data["strict"] = {"enabled": bool(args.strict), "failures": failures}
+            if fold is not None:
+                data["fold_time"] = dict(fold.to_dict(), output=args.fold_time)
             print_json(data)
         else:
             print(format_table(analysis, all_layers=args.all_layers))
+            if fold is not None:
+                print("time folded: %d convolution/pool layers as 2-D over N*T frames, %d per-frame layers with them, "
+                      "%d region(s)%s; wrote %s" % (len(fold.seeds), len(fold.per_frame), fold.regions,
+                                                    " (%d more left 3-D to fit the loadables per core)"
+                                                    % fold.regions_dropped if fold.regions_dropped else "",
+                                                    args.fold_time))
             for name, dims in assumed:
                 print("note: assumed %s=%s (the dynamic batch axis set to 1: DLA needs static shapes; "
                       "pass --shape to choose)" % (name, "x".join(str(d) for d in dims)))
@@ -77,6 +96,23 @@ class DlaCheckCommand(Command):
             raise DlaCheckError("--strict: %d problem(s), first: %s" % (len(failures), failures[0]),
                                 hint="apply the suggestions above, or drop --strict to allow GPU fallback")
         return 0
+
+
+def _fold_time(args: argparse.Namespace, options: dict) -> Tuple[object, object]:
+    """--fold-time: rewrite, analyse the rewritten model, write it (with the sidecar) next to the user's choice."""
+    from jetforge.fileio import check_not_input, check_output_path
+    from jetforge.runtime.onnx_file import read_onnx
+    from jetforge.runtime.tensorrt.dla.fold_time import fold_for_dla, write_folded
+
+    if args.fold_regions is not None and args.fold_regions < 0:
+        raise ConfigError("--fold-regions must be at least 0", hint="e.g. --fold-regions 8")
+    check_not_input(args.fold_time, [args.model])
+    check_output_path(args.fold_time)
+    proto = read_onnx(args.model, purpose="folding time into the batch (dla-check --fold-time)")
+    fold, analysis = fold_for_dla(proto, args.fold_regions, **options)
+    write_folded(fold, args.model, args.fold_time)
+    analysis.model = args.fold_time
+    return fold, analysis
 
 
 def _batch_one_shapes(model: str) -> List[Tuple[str, List[int]]]:

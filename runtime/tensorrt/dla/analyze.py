@@ -18,6 +18,11 @@ The graph reading is :mod:`.graph`'s, the facts per layer kind :mod:`.facts`'s, 
 * Constants, Identity/Dropout and subgraphs whose inputs are all constant (including Shape of
   a static tensor) are folded at build time and create no layer.
 * 1-D convolutions are analysed as 2-D (k x 1), as the ONNX parser expands them.
+* Clip models: DLA layers are "2D only", so every layer on a 5-D (N, C, T, H, W) tensor is predicted on the
+  GPU (rules ``*.spatial_2d``); each 3-D window is classified (``time_fold``: a 1 x k x k window is exactly a 2-D
+  one over the N*T frames, see :mod:`.fold_time`) so the suggestion says what DLA can run instead.
+* Every tensor that crosses between GPU and DLA is listed with its bytes at the analysed shapes
+  (:mod:`.transitions`): the cost the placement implies besides the fallback layers themselves.
 """
 
 from dataclasses import dataclass, field
@@ -27,9 +32,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from jetforge.errors import TargetError, UnknownNameError
 from jetforge.runtime.tensorrt.dla.facts import cbuf_banks, layer_facts  # noqa: F401  (cbuf_banks: public here)
 from jetforge.runtime.tensorrt.dla.graph import OnnxGraph, load_model
-from jetforge.runtime.tensorrt.dla.rules import (GPU, INFO, OP_SUGGESTIONS, UNCERTAIN_KINDS, WARN, Rule, dla_generation,
-                                                 rules_for)
+from jetforge.runtime.tensorrt.dla.advice import OP_SUGGESTIONS, TIME_FOLD_SUGGESTIONS
+from jetforge.runtime.tensorrt.dla.rules import GPU, INFO, UNCERTAIN_KINDS, WARN, Rule, dla_generation, rules_for
 from jetforge.runtime.tensorrt.dla.subgraphs import DLA, FOLDED, GPU_DEVICE, activation_patterns, dla_subgraphs
+from jetforge.runtime.tensorrt.dla.transitions import Transition, find_transitions, summarize
 from jetforge.runtime.tensorrt.version import TensorRTVersion
 
 DEFAULT_LOADABLES_PER_CORE = 16
@@ -99,6 +105,7 @@ class LayerResult:
     uncertain_rules: List[str] = field(default_factory=list)   # uncertain rules the decision rests on
     subgraph: Optional[int] = None
     notes: List[str] = field(default_factory=list)
+    time_fold: Optional[str] = None               # "spatial", "temporal", "spatiotemporal", "per-frame" (5-D)
 
     @property
     def reasons(self) -> List[Finding]:
@@ -121,7 +128,7 @@ class LayerResult:
                 "device": self.device, "reason": self.reason, "rules": self.rule_ids,
                 "findings": [f.to_dict() for f in self.findings], "flops": self.flops,
                 "output_shape": self.output_shape, "subgraph": self.subgraph, "uncertain": self.uncertain,
-                "uncertain_rules": list(self.uncertain_rules), "notes": list(self.notes)}
+                "uncertain_rules": list(self.uncertain_rules), "notes": list(self.notes), "time_fold": self.time_fold}
 
 
 @dataclass
@@ -139,6 +146,7 @@ class DlaAnalysis:
     inputs: Dict[str, List[Optional[int]]]
     patterns: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    transitions: List[Transition] = field(default_factory=list)
 
     @property
     def real_layers(self) -> List[LayerResult]:
@@ -187,6 +195,8 @@ class DlaAnalysis:
         counts: Dict[str, List[str]] = {}
         for layer in self.gpu_layers:
             text = OP_SUGGESTIONS.get(layer.onnx_op)
+            if layer.time_fold and any(r.endswith("spatial_2d") for r in layer.rule_ids):
+                text = TIME_FOLD_SUGGESTIONS[layer.time_fold]
             if text is None:
                 text = layer.reasons[0].suggestion if layer.reasons else ""
             if text:
@@ -220,10 +230,12 @@ class DlaAnalysis:
                 "flops_dla": self.flops_dla, "dla_flops_share": round(self.dla_flops_share, 6),
                 "fully_on_dla": self.fully_on_dla,
                 "uncertain_layers": sum(1 for l in self.real_layers if l.uncertain),
+                "transitions": summarize(self.transitions),
             },
             "gpu_fallback": [{"name": l.name, "onnx_op": l.onnx_op, "reason": l.reason, "rules": l.rule_ids,
                               "uncertain": l.uncertain} for l in self.gpu_layers],
             "subgraphs": self.subgraphs,
+            "transitions": [t.to_dict() for t in self.transitions],
             "suggestions": self.suggestions,
             "patterns": self.patterns,
             "warnings": [{"layer": name, **f.to_dict()} for name, f in self.warnings],
@@ -264,7 +276,8 @@ def predict_layer(index: int, node: Any, g: OnnxGraph, gen: int, trt: TensorRTVe
         return LayerResult(index, node_name, op, kind, FOLDED, output_shape=ys,
                            notes=["folded at build time (constant or pass-through)"])
     facts, flops, lnotes = layer_facts(node, kind, g, precision, scales)
-    result = LayerResult(index, node_name, op, kind, DLA, flops=flops, output_shape=ys, notes=lnotes)
+    result = LayerResult(index, node_name, op, kind, DLA, flops=flops, output_shape=ys, notes=lnotes,
+                         time_fold=facts.get("time_fold"))
     for rule in rules_for(kind, gen, trt, precision, rules):
         value = facts.get(rule.fact)
         if value is None:
@@ -321,4 +334,5 @@ def analyze_onnx(model: Union[str, Path, Any], target: Any = None, *, dla_versio
                 layer.subgraph = number
     return DlaAnalysis(model=name, target=target_name, dla_version=gen, tensorrt_version=trt_text,
                        precision=precision, loadables_per_core=limit, layers=layers, subgraphs=subgraphs,
-                       inputs=inputs, patterns=activation_patterns(proto, layers), notes=notes)
+                       inputs=inputs, patterns=activation_patterns(proto, layers), notes=notes,
+                       transitions=find_transitions(proto, layers, g, precision))

@@ -77,6 +77,7 @@ def _conv_geometry(v: NodeView, kind: str, facts: Dict[str, Any], notes: List[st
         in_spatial = (list(in_spatial) + [1]) if in_spatial else None
         n = 2
     facts.update(spatial_rank=n, kernel=kernel, stride=strides, dilation=dilations, groups=groups, padding=pads)
+    facts["time_fold"] = time_fold_kind(kernel, strides, pads)
     return w, kernel, strides, dilations, pads, groups, in_spatial, n
 
 
@@ -119,6 +120,7 @@ def _pooling(v: NodeView, facts: Dict[str, Any], notes: List[str]) -> int:
     strides = list(v.attrs.get("strides", [1] * n))
     pads = conv_pads(v.attrs, v.xs[2:] if v.xs else None, kernel, strides, [1] * n)
     facts.update(spatial_rank=n, kernel=kernel, stride=strides, padding=pads)
+    facts["time_fold"] = time_fold_kind(kernel, strides, pads)
     facts["exclusive_padding"] = (v.op == "AveragePool" and any(pads) and
                                   int(v.attrs.get("count_include_pad", 0)) == 0)
     if v.int8 and v.scales is not None:
@@ -126,7 +128,21 @@ def _pooling(v: NodeView, facts: Dict[str, Any], notes: List[str]) -> int:
     return v.out_elems * (prod(kernel) if kernel else 1)
 
 
+def _data_rank_facts(v: NodeView, facts: Dict[str, Any]) -> None:
+    """Spatial rank of a per-element layer (largest data tensor's rank - 2) and whether time folding covers it.
+
+    DLA runs these layers "2D only": a 5-D (N, C, T, H, W) tensor has three spatial axes.  Such a layer is
+    per element, so it is exact on the same data folded to (N*T, C, H, W) (:mod:`.fold_time`).
+    """
+    ranks = [len(s) for s in (v.g.shape(t) for t in v.data_inputs + [o for o in v.node.output if o]) if s]
+    if ranks:
+        facts["spatial_rank"] = max(ranks) - 2
+        if max(ranks) == 5:
+            facts["time_fold"] = "per-frame"
+
+
 def _activation(v: NodeView, facts: Dict[str, Any], notes: List[str]) -> int:
+    _data_rank_facts(v, facts)
     facts["is_leaky_relu"] = v.op == "LeakyRelu"
     facts["int8_upgraded"] = v.int8 and v.op in ("Sigmoid", "Tanh")
     if v.op == "Clip":
@@ -135,15 +151,23 @@ def _activation(v: NodeView, facts: Dict[str, Any], notes: List[str]) -> int:
 
 
 def _prelu(v: NodeView, facts: Dict[str, Any], notes: List[str]) -> int:
+    _data_rank_facts(v, facts)
     facts["slope_constant"] = len(v.node.input) > 1 and v.node.input[1] in v.g.constant
     return v.out_elems
 
 
 def _elementwise(v: NodeView, facts: Dict[str, Any], notes: List[str]) -> int:
+    _data_rank_facts(v, facts)
     facts["xavier_sub"] = v.op == "Sub"
     if v.int8 and v.scales is not None and len(v.data_inputs) >= 2:
         facts["int8_ranges_equal"] = ranges_equal(v.scales, v.data_inputs[:2])
     return v.out_elems
+
+
+def _scale(v: NodeView, facts: Dict[str, Any], notes: List[str]) -> int:
+    """BatchNormalization (TensorRT folds it into a preceding convolution, else a Scale layer)."""
+    _data_rank_facts(v, facts)
+    return 2 * v.out_elems
 
 
 def _lrn(v: NodeView, facts: Dict[str, Any], notes: List[str]) -> int:
@@ -223,7 +247,7 @@ def _comparison(v: NodeView, facts: Dict[str, Any], notes: List[str]) -> int:
 
 _KIND_FACTS: Dict[str, Callable[[NodeView, Dict[str, Any], List[str]], int]] = {
     "convolution": _convolution, "deconvolution": _deconvolution, "pooling": _pooling, "activation": _activation,
-    "prelu": _prelu, "elementwise": _elementwise, "lrn": _lrn, "concatenation": _concatenation, "resize": _resize,
+    "prelu": _prelu, "elementwise": _elementwise, "scale": _scale, "lrn": _lrn, "concatenation": _concatenation, "resize": _resize,
     "softmax": _softmax, "slice": _slice, "shuffle": _shuffle, "matmul": _matmul, "comparison": _comparison,
 }
 
@@ -238,6 +262,20 @@ def layer_facts(node: Any, kind: str, g: OnnxGraph, precision: str,
     handler = _KIND_FACTS.get(kind)
     flops = handler(v, facts, notes) if handler is not None else v.out_elems
     return facts, int(flops), notes
+
+
+def time_fold_kind(kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int]) -> Optional[str]:
+    """How a 3-D (T, H, W) window relates to 2-D ones: ``"spatial"`` (1 x kh x kw, time stride 1, no time
+    padding: exactly a 2-D window over each of the N*T frames), ``"time-strided"`` (the same on every s-th
+    frame), ``"temporal"`` (kt x 1 x 1: mixes frames, no per-frame form), ``"spatiotemporal"`` (both) or
+    None (not 3-D)."""
+    if len(kernel) != 3 or len(strides) != 3 or len(pads) != 6:
+        return None
+    if kernel[0] == 1 and pads[0] == 0 and pads[3] == 0:
+        return "spatial" if strides[0] == 1 else "time-strided"
+    if list(kernel[1:]) == [1, 1]:
+        return "temporal"
+    return "spatiotemporal"
 
 
 def cbuf_banks(c_in: int, w_in: int, k_h: int, k_w: int, dilation_h: int, int8: bool) -> int:

@@ -41,6 +41,9 @@ class OnnxGraph:
                     if attr.name == "value":
                         self.values[node.output[0]] = numpy_helper.to_array(attr.t)
                 self.constant.add(node.output[0])
+            elif node.op_type == "Identity" and node.input and node.input[0] in self.values:
+                self.values[node.output[0]] = self.values[node.input[0]]   # exporters alias shared constants
+                self.constant.add(node.output[0])
             elif node.op_type == "Shape" and self.static(node.input[0]):
                 self.constant.update(node.output)
             elif node.op_type != "Constant" and [i for i in node.input if i] and \

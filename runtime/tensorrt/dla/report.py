@@ -1,7 +1,7 @@
 """Render a :class:`~jetforge.runtime.tensorrt.dla.analyze.DlaAnalysis` as a terminal table or JSON."""
 
 import json
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from jetforge.runtime.tensorrt.dla.analyze import FOLDED, DlaAnalysis
 from jetforge.table import format_table as text_table
@@ -37,6 +37,7 @@ def format_summary(analysis: DlaAnalysis) -> str:
         % (d["dla_subgraphs"], d["loadables_per_core"], ": EXCEEDED" if d["exceeds_loadables"] else ""),
         "FLOPs on DLA: %.1f%% of %.3f GFLOPs" % (100.0 * analysis.dla_flops_share, analysis.flops_total / 1e9),
     ]
+    lines.extend(transition_lines(analysis))
     if analysis.gpu_layers:
         lines.append("GPU fallback: " + ", ".join("%s (%s)" % (l.name, l.onnx_op) for l in analysis.gpu_layers[:20])
                      + (" ..." if len(analysis.gpu_layers) > 20 else ""))
@@ -52,6 +53,27 @@ def format_summary(analysis: DlaAnalysis) -> str:
     for text in analysis.notes:
         lines.append("note: " + text)
     return "\n".join(lines)
+
+
+def _size(n: float) -> str:
+    return "%.2f MiB" % (n / 1048576.0) if n >= 1048576 else "%.1f KiB" % (n / 1024.0)
+
+
+def transition_lines(analysis: DlaAnalysis, shown: int = 6) -> List[str]:
+    """The GPU<->DLA transitions: count and bytes, then the largest ones (each a reformat + hand-off)."""
+    t = analysis.to_dict()["summary"]["transitions"]
+    if not t["count"]:
+        return ["GPU<->DLA transitions: none"]
+    lines = ["GPU<->DLA transitions: %d (%d to DLA, %d to GPU), %s moved per inference at these shapes, "
+             "largest %s" % (t["count"], t["to_dla"], t["to_gpu"], _size(t["bytes_total"]), _size(t["bytes_max"]))]
+    biggest = sorted(analysis.transitions, key=lambda m: -(m.bytes or 0))[:shown]
+    for move in biggest:
+        shape = "x".join(str(d) for d in move.shape) if move.shape else "?"
+        lines.append("  transition %s -> %s: %s (%s, %s)" % (move.source, move.dest, _short(move.tensor, 48), shape,
+                                                            _size(move.bytes) if move.bytes is not None else "?"))
+    if len(analysis.transitions) > shown:
+        lines.append("  ... %d more (--json lists every transition)" % (len(analysis.transitions) - shown))
+    return lines
 
 
 def to_json(analysis: DlaAnalysis) -> Dict[str, Any]:

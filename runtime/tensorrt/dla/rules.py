@@ -32,6 +32,9 @@ SRC_QDQ = ("NVIDIA/TensorRT#2222 (no Q/DQ on DLA in 8.x); NVIDIA/Model-Optimizer
            "in 10.x)")
 SRC_SHUFFLE = ("NVIDIA/Deep-Learning-Accelerator-SW operators/README.md lists Reshape/Transpose as native "
                "('see Shuffle layer'); the 8.6/10.x Shuffle restriction text was not found (unverified)")
+SRC_2D_ONLY = (_DLA_DOCS + " (summary table: '2D only' for Activation, ElementWise, Scale, Pooling, Convolution); "
+               "TensorRT 8.x developer guide, DLA supported layers: 'Only two spatial dimension operations are "
+               "supported' per layer")
 SRC_ONNX_GAP = ("onnx/onnx-tensorrt builtin_op_importers.cpp, GlobalAveragePool importer: 'implemented via "
                 "Reduce layers rather than Pooling layers' (ReduceOperation::kAVG)")
 
@@ -147,8 +150,8 @@ DLA_LAYER_KINDS = frozenset([
 # Kinds whose DLA restriction text was not found for TensorRT 8.6/10.x: a DLA verdict on them is uncertain.
 UNCERTAIN_KINDS = frozenset(["shuffle", "reduce", "comparison"])
 
-HARD_SWISH_FIX = ("write HardSwish as x * Clip(x + 3, 0, 6) * (1/6) (Add, Clip, Mul), which DLA runs "
-                  "(Clip as kCLIP, Add/Mul as element-wise)")
+FOLD_TIME_FIX = ("fold time into the batch, (N, C, T, H, W) -> (N*T, C, H, W), together with the 1 x k x k "
+                 "convolution it follows (jetforge dla-check --fold-time OUT.onnx)")
 
 RULES: List[Rule] = [
     # ---------------- every layer ----------------
@@ -278,6 +281,10 @@ RULES: List[Rule] = [
          "activation {value} is not supported on DLA",
          "replace it: HardSwish -> x*Clip(x+3,0,6)/6, HardSigmoid -> Clip(x+3,0,6)/6, SiLU -> x*Sigmoid(x), "
          "ReLU6 -> Clip(0,6)", SRC_HEADER),
+    Rule("act.spatial_2d", "activation", "spatial_rank", "max", 2,
+         "2D only: at most two spatial axes (tensors of rank <= 4, NCHW)",
+         "activation over {value} spatial axes (a 5-D clip tensor) is not supported on DLA",
+         FOLD_TIME_FIX, SRC_2D_ONLY),
     Rule("act.leaky_relu", "activation", "is_leaky_relu", "false", None,
          "Leaky ReLU: listed by DG8.4, the latest table and DLA-SW, absent from the header's list",
          "Leaky ReLU is documented inconsistently", "verify with can_run_on_DLA on the board",
@@ -293,6 +300,9 @@ RULES: List[Rule] = [
          "TanH/Sigmoid in INT8 are supported by auto-upgrading to FP16",
          "runs in FP16 although INT8 was requested", "nothing to do (this is automatic)",
          SRC_DG84, precisions=("int8",), effect=INFO),
+    Rule("prelu.spatial_2d", "prelu", "spatial_rank", "max", 2,
+         "2D only: at most two spatial axes (tensors of rank <= 4, NCHW)",
+         "PReLU over {value} spatial axes is not supported on DLA", FOLD_TIME_FIX, SRC_2D_ONLY),
     Rule("prelu.constant_slope", "prelu", "slope_constant", "true", None,
          "PReLU slopes must be a build-time constant", "the PReLU slope is not a constant",
          "make the slope an initializer", SRC_HEADER),
@@ -302,6 +312,10 @@ RULES: List[Rule] = [
          "DLA supports only kSUM, kPROD, kMAX, kMIN and kSUB (header 8.6 and 10.3)",
          "element-wise {value} is not supported on DLA through JetPack's TensorRT",
          "Div by a constant -> Mul by its reciprocal; Pow(x, 2) -> Mul(x, x)", SRC_HEADER),
+    Rule("eltwise.spatial_2d", "elementwise", "spatial_rank", "max", 2,
+         "2D only: at most two spatial axes (tensors of rank <= 4, NCHW)",
+         "element-wise layer over {value} spatial axes (a 5-D clip tensor) is not supported on DLA",
+         FOLD_TIME_FIX, SRC_2D_ONLY),
     Rule("eltwise.div_pow_uncertain", "elementwise", "onnx_op", "not_in", frozenset(["Div", "Pow"]),
          "the latest summary adds Div and Pow; DLA-SW: Div native only as of DRIVE TRT 8.6.12",
          "{value} on DLA is documented only for DRIVE OS / newer TensorRT (predicted GPU here)",
@@ -314,6 +328,11 @@ RULES: List[Rule] = [
     Rule("eltwise.xavier_sub", "elementwise", "xavier_sub", "false", None,
          "Xavier: Sub is implemented as a DLA Scale layer plus a Sum element-wise layer",
          "Sub runs as Scale + Sum on Xavier", "nothing to do", SRC_DG84, dla_versions=(1,), effect=INFO),
+
+    # ---------------- scale (BatchNormalization not folded into a convolution) ----------------
+    Rule("scale.spatial_2d", "scale", "spatial_rank", "max", 2,
+         "2D only: at most two spatial axes (tensors of rank <= 4, NCHW)",
+         "scale (BatchNorm) over {value} spatial axes is not supported on DLA", FOLD_TIME_FIX, SRC_2D_ONLY),
 
     # ---------------- LRN ----------------
     Rule("lrn.window", "lrn", "lrn_size", "in", frozenset([3, 5, 7, 9]),
@@ -454,24 +473,3 @@ def dla_generation(dla_version: Any) -> int:
         else:
             break
     return int(digits) if digits else 0
-
-
-# Per-ONNX-op advice for ops that fall back (shown once per op in the report's suggestions).
-OP_SUGGESTIONS: Dict[str, str] = {
-    "HardSwish": HARD_SWISH_FIX,
-    "HardSigmoid": "write HardSigmoid as Clip(x + 3, 0, 6) * (1/6) (Add, Clip, Mul), which DLA runs",
-    "Elu": "replace ELU with ReLU or LeakyReLU and fine-tune",
-    "Gelu": "replace GELU with ReLU or SiLU (x * Sigmoid(x)) and fine-tune",
-    "Mish": "replace Mish with SiLU (x * Sigmoid(x)), which DLA runs as Sigmoid + Mul",
-    "Softplus": "replace Softplus with ReLU and fine-tune",
-    "GlobalAveragePool": ("replace the global average pool with AveragePool(kernel = H x W) when H, W <= 8 "
-                          "(PyTorch: nn.AvgPool2d(7) at 224 input), which DLA runs as pooling"),
-    "ReduceMean": "a mean over H and W is AveragePool(kernel = H x W) when H, W <= 8",
-    "Gather": "DLA has no Gather: index with a constant Slice, or keep it at the end of the network on the GPU",
-    "Pad": "fold the padding into the next Conv's pads (DLA pads up to 31)",
-    "Div": "divide by a constant as Mul by its reciprocal",
-    "Pow": "square as Mul(x, x)",
-    "Cast": "remove the Cast from the exported graph (keep the network in one float type)",
-    "QuantizeLinear": "build from the plain ONNX plus the calibration cache for DLA INT8",
-    "DequantizeLinear": "build from the plain ONNX plus the calibration cache for DLA INT8",
-}
