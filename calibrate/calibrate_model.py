@@ -29,8 +29,10 @@ from jetforge.calibrate.cache import (ALGORITHM_TOKENS, DEFAULT_TOKEN, Calibrati
                                       version_string)
 from jetforge.calibrate.cache_check import CacheCheck, check_cache, retarget_path  # noqa: F401  (re-exported)
 from jetforge.calibrate import detection_eval as det_eval
-from jetforge.calibrate.quality import RECOMMENDED_SAMPLES, QualityReport, QualityTracker
-from jetforge.calibrate.sources import SAMPLINGS, collect_sources
+from jetforge.calibrate.clip_calibration import ClipOptions, calibration_inputs, clip_evaluator, clip_lines
+from jetforge.calibrate.eval_data import evaluation_batches  # noqa: F401  (re-exported: tests, benchmarks)
+from jetforge.calibrate.quality import RECOMMENDED_SAMPLES, QualityReport
+from jetforge.calibrate.sources import SAMPLINGS
 from jetforge.calibrate.stats import ActivationStats, collect_statistics, load_model
 from jetforge.errors import CalibrationError, UnknownNameError
 from jetforge.fileio import PathLike, check_not_input, require_file
@@ -96,7 +98,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
               samples: int = RECOMMENDED_SAMPLES, batch_size: int = 8, out: Optional[PathLike] = None,
               qdq: bool = True, report: bool = True, plots: Union[bool, str] = True, video_sampling: str = "uniform",
               percentile: float = 99.99, cache_algorithm: str = DEFAULT_TOKEN, min_samples: int = 16,
-              providers: Optional[Sequence[str]] = None, progress: bool = True,
+              providers: Optional[Sequence[str]] = None, progress: bool = True, clips: Optional[ClipOptions] = None,
               check_build: bool = False, eval_data: Optional[DataArg] = None,
               labels: Optional[PathLike] = None, eval_samples: Optional[int] = EVAL_SAMPLES,
               mixed_precision: Optional[float] = None, mixed_metric: str = "agreement_confident",
@@ -119,6 +121,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     is given); the numbers to quote are on the disjoint report half, never used to choose; the
     layer-precision list, the curve and the mixed Q/DQ ONNX are written (see :mod:`jetforge.calibrate.mixed`).
     ``plots``: True (an overview and the most clipped tensors), ``"all"`` (every tensor) or False.
+    A clip model (sidecar input kind ``clip``) is fed clips cut as ``clips`` says (:mod:`.clip_calibration`).
     """
     t0 = time.perf_counter()
     _check_names(algorithm, video_sampling, cache_algorithm)  # unknown names fail before any sample is read
@@ -128,20 +131,20 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     from jetforge.runtime.sidecar import read_sidecar
 
     sidecar = read_sidecar(model_file)
-    contract = input_contract(sidecar, "image", purpose="calibration from images and video frames")
+    contract = input_contract(sidecar, ("image", "clip"), purpose="calibration from images, video frames or clips")
     paths = output_paths(model_file, out)
     data_items = [data] if isinstance(data, (str, Path)) else list(data)
-    eval_items = _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items,
+    eval_items = _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq,
+                                  data_items if contract.kind == "image" else [],  # clips: split, checked by frames
                                   eval_samples, sidecar.task)
     inputs = [model_file] + [Path(d) for d in data_items + eval_items] + ([Path(labels)] if labels else [])
     for key in ("cache", "qdq", "report") + (("mixed_qdq", "precisions", "precisions_txt", "precisions_plot")
                                              if mixed_precision is not None else ()):
         check_not_input(paths[key], inputs)
 
-    source = collect_sources(data_items, max_samples=samples, sampling=video_sampling)
-    model = load_model(model_file)
-    tracker = QualityTracker()
-    stats = collect_statistics(model, source, contract, batch_size=batch_size, tensors="all",
+    feed = calibration_inputs(contract, clips, data_items, eval_items, samples, video_sampling, progress)
+    source, tracker, eval_items, model = feed.source, feed.quality, feed.eval_items, load_model(model_file)
+    stats = collect_statistics(model, source, feed.preprocess, batch_size=batch_size, tensors="all",
                                providers=providers, total=source.total, progress=progress, quality=tracker)
     quality = tracker.check(min_samples=min_samples)
     for w in quality.warnings:
@@ -165,7 +168,8 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
         result.evaluation = _evaluate(model, result, paths, sidecar, model_file,
                                       eval_items or data_items, labels, eval_samples, video_sampling,
                                       mixed_precision, mixed_metric, sensitivity, _held_out(data_items, eval_items),
-                                      progress, int8_kernels, plots=bool(plots), calibration_hashes=tracker.hashes)
+                                      progress, int8_kernels, plots=bool(plots), calibration_hashes=tracker.hashes,
+                                      clips=feed.clips)
     result.seconds = time.perf_counter() - t0
     if report:
         result.report = _report(result, stats, quality, source, model_file, qdq_info, batch_size, percentile)
@@ -254,30 +258,20 @@ def _held_out(data_items: List, eval_items: List) -> bool:
     return bool(eval_items) and not resolved(data_items) & resolved(eval_items)
 
 
-def evaluation_batches(data: DataArg, preprocess, model=None, samples: Optional[int] = EVAL_SAMPLES,
-                       video_sampling: str = "uniform", batch_size: int = 16):
-    """Preprocessed evaluation batches and sample names from images/videos (every sample unless ``samples``)."""
-    from jetforge.calibrate.eval_data import gather
-    from jetforge.calibrate.stats import fixed_batch
-
-    items = [data] if isinstance(data, (str, Path)) else list(data)
-    ev = gather(items, preprocess, fixed_batch(model) if model is not None else None, samples, video_sampling,
-                batch_size)
-    return ev.batches, ev.names
-
-
 def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar, model_file: Path, items: List,
               labels, samples: int, video_sampling: str, mixed_precision: Optional[float], mixed_metric: str,
               sensitivity: Optional[str], held_out: bool, progress: bool,
               int8_kernels: bool = False, plots: bool = True,
-              calibration_hashes: Sequence = ()) -> Dict[str, object]:
+              calibration_hashes: Sequence = (), clips: Optional[ClipOptions] = None) -> Dict[str, object]:
     from jetforge.calibrate import eval_data
     from jetforge.calibrate import evaluate as ev
     from jetforge.calibrate.stats import fixed_batch
     from jetforge.runtime.inputs import input_contract
 
-    contract = input_contract(sidecar, "image", purpose="INT8 evaluation")
-    if sidecar.task == "detect" and labels is not None and det_eval.is_person_label_file(labels):
+    contract = input_contract(sidecar, ("image", "clip"), purpose="INT8 evaluation")
+    if contract.kind == "clip":  # clips cut as for calibration; held out by the clips' frames
+        data, evaluator, held, held_out = clip_evaluator(model, sidecar, contract, items, labels, samples, clips)
+    elif sidecar.task == "detect" and labels is not None and det_eval.is_person_label_file(labels):
         data, evaluator, held = det_eval.detection_evaluator(model, sidecar, labels, fixed_batch(model), samples)
         items, held_out = ["%s (held-out frames)" % labels], True  # by the file's split (no hash check)
     else:
@@ -371,7 +365,7 @@ def _eval_lines(label: str, res) -> List[str]:
     if d.get("labelled"):
         lines.append("accuracy on %d labelled: FP32 %.4f, %s %.4f (drop %.2f points)"
                      % (d["labelled"], d["accuracy_fp32"], label, d["accuracy_int8"], 100 * d["accuracy_drop"]))
-    return lines
+    return lines + clip_lines((res.metrics or {}).get("clip_accuracy"))
 
 
 def evaluation_summary(evaluation: Dict[str, object]) -> List[str]:

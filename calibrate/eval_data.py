@@ -89,6 +89,17 @@ def gather(items: Sequence[Union[str, Path]], preprocess, fixed_batch: Optional[
     return ev
 
 
+def evaluation_batches(data: Union[str, Path, Sequence[Union[str, Path]]], preprocess, model=None,
+                       samples: Optional[int] = ALL, video_sampling: str = "uniform", batch_size: int = 16):
+    """Preprocessed evaluation batches and sample names from images/videos (every sample unless ``samples``)."""
+    from jetforge.calibrate.stats import fixed_batch
+
+    items = [data] if isinstance(data, (str, Path)) else list(data)
+    ev = gather(items, preprocess, fixed_batch(model) if model is not None else None, samples, video_sampling,
+                batch_size)
+    return ev.batches, ev.names
+
+
 def check_held_out(ev: EvaluationSet, calibration_hashes: Sequence[Tuple[str, int]],
                    threshold: int = phash.NEAR_DUPLICATE_BITS) -> Dict[str, object]:
     """Count evaluation samples with a near-duplicate calibration sample; warn when there is any."""

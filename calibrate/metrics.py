@@ -35,12 +35,14 @@ The contract of :meth:`Metric.compute`:
 Registered here: ``classification`` (top-1/top-5 agreement with FP32 overall and on confident
 samples, mean KL of the softmax outputs, output SQNR, labelled accuracy -- the fields of
 :class:`EvalResult`), ``output_sqnr`` (SQNR of every output, for any task) and ``detection_ap``
-(person AP of an SSD detector's decoded boxes against labelled boxes, :class:`DetectionTarget`).
+(person AP of an SSD detector's decoded boxes against labelled boxes, :class:`DetectionTarget`) and
+``clip_accuracy`` (a clip classifier's top-1 agreement with FP32 and labelled accuracy, with bootstrap
+intervals over clips or groups of clips).
 """
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -298,10 +300,89 @@ class DetectionAPMetric(Metric):
         return out
 
 
+def bootstrap_ci(values: np.ndarray, groups: Optional[Sequence[Any]] = None, n_resamples: int = 2000, seed: int = 0,
+                 level: float = 0.95) -> Tuple[Optional[float], Optional[float]]:
+    """Percentile bootstrap interval of the mean of ``values`` (per sample), resampling samples or, with ``groups``,
+    whole groups of samples (clips of one track are correlated: the group interval is the honest one)."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    if v.size == 0:
+        return None, None
+    rng = np.random.default_rng(seed)
+    if groups is None:
+        means = v[rng.integers(0, v.size, size=(n_resamples, v.size))].mean(axis=1)
+    else:
+        _, index = np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)
+        sums, counts = np.bincount(index, weights=v), np.bincount(index).astype(np.float64)
+        pick = rng.integers(0, len(sums), size=(n_resamples, len(sums)))
+        means = sums[pick].sum(axis=1) / counts[pick].sum(axis=1)
+    tail = 100.0 * (1.0 - level) / 2.0
+    return float(np.percentile(means, tail)), float(np.percentile(means, 100.0 - tail))
+
+
+@METRICS.register("clip_accuracy", summary="clip classifier: top-1 agreement with FP32 and, with labels, accuracy of "
+                                           "both, with bootstrap intervals")
+class ClipAccuracyMetric(Metric):
+    """Top-1 agreement of the candidate with FP32 over clips and, where clips are labelled, the accuracy of both and
+    the paired difference (candidate - FP32), each with a percentile bootstrap interval.
+
+    ``groups`` (one name per clip, e.g. its video and track) makes the intervals resample whole groups: the clips of
+    one track overlap in time and are not independent.  ``Evaluator.subset`` keeps a prefix of the samples, so the
+    first ``n`` groups are used for ``n`` clips.  Targets are class indices (-1: unlabelled), as for
+    ``classification``.
+    """
+
+    def __init__(self, output: int = 0, groups: Optional[Sequence[Any]] = None, n_resamples: int = 2000,
+                 seed: int = 0, level: float = 0.95) -> None:
+        self.output, self.groups = int(output), None if groups is None else list(groups)
+        self.n_resamples, self.seed, self.level = int(n_resamples), int(seed), float(level)
+
+    def _ci(self, values: np.ndarray, groups: Optional[List[Any]], prefix: str) -> Dict[str, Optional[float]]:
+        low, high = bootstrap_ci(values, groups, self.n_resamples, self.seed, self.level)
+        return {prefix + "_ci_low": low, prefix + "_ci_high": high}
+
+    def compute(self, reference, candidate, targets=None):
+        ref = np.asarray(reference[self.output]).reshape(len(reference[self.output]), -1)
+        cand = np.asarray(candidate[self.output]).reshape(len(candidate[self.output]), -1)
+        if ref.shape != cand.shape:
+            raise CalibrationError("the INT8 model's output has shape %s but FP32's has %s" % (cand.shape, ref.shape))
+        n = len(ref)
+        if n == 0:
+            raise CalibrationError("no evaluation clips", hint="give --eval a video long enough for one clip")
+        groups = None
+        if self.groups is not None:
+            if len(self.groups) < n:
+                raise CalibrationError("%d clip groups for %d clips" % (len(self.groups), n))
+            groups = self.groups[:n]
+        top_ref, top_cand = ref.argmax(axis=1), cand.argmax(axis=1)
+        agree = (top_ref == top_cand).astype(np.float64)
+        out: Dict[str, Optional[float]] = {"clips": n, "groups": len(set(map(str, groups))) if groups else n,
+                                           "agreement": float(agree.mean())}
+        out.update(self._ci(agree, groups, "agreement"))
+        y = None if targets is None else np.asarray(targets, dtype=np.int64).reshape(-1)
+        if y is not None and len(y) != n:
+            raise CalibrationError("%d labels for %d evaluation clips" % (len(y), n))
+        known = np.zeros(n, bool) if y is None else y >= 0
+        out["labelled"] = int(known.sum())
+        if not known.any():
+            out.update({k: None for k in ("accuracy_fp32", "accuracy_int8", "accuracy_diff", "accuracy_diff_ci_low",
+                                          "accuracy_diff_ci_high")})
+            return out
+        right_ref = (top_ref[known] == y[known]).astype(np.float64)
+        right_cand = (top_cand[known] == y[known]).astype(np.float64)
+        kept = None if groups is None else [g for g, k in zip(groups, known) if k]
+        out.update({"accuracy_fp32": float(right_ref.mean()), "accuracy_int8": float(right_cand.mean()),
+                    "accuracy_diff": float(right_cand.mean() - right_ref.mean())})
+        out.update(self._ci(right_ref, kept, "accuracy_fp32"))
+        out.update(self._ci(right_cand, kept, "accuracy_int8"))
+        out.update(self._ci(right_cand - right_ref, kept, "accuracy_diff"))
+        return out
+
+
 def make_metric(name: str, **options: Any) -> Metric:
     """An instance of the metric registered as ``name`` (UnknownNameError with close matches otherwise)."""
     return METRICS.get(name)(**options)
 
 
-__all__ = ["CONFIDENCE", "ClassificationMetric", "DetectionAPMetric", "DetectionTarget", "EvalResult", "METRICS",
-           "Metric", "OutputSqnrMetric", "compare_outputs", "make_metric", "softmax", "sqnr_db"]
+__all__ = ["CONFIDENCE", "ClassificationMetric", "ClipAccuracyMetric", "DetectionAPMetric", "DetectionTarget",
+           "EvalResult", "METRICS", "Metric", "OutputSqnrMetric", "bootstrap_ci", "compare_outputs", "make_metric",
+           "softmax", "sqnr_db"]

@@ -1,10 +1,14 @@
 """``jetforge calibrate``: INT8 calibration cache, Q/DQ ONNX and report from real images or video."""
 
 import argparse
+import contextlib
 import logging
-from typing import List
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
+from jetforge.apps.tasks.people import add_detector_arguments, make_person_detector, score_to_unit
+from jetforge.apps.tasks.tracking import Tracker
 from jetforge.cli.base import Command, add_json_flag, print_json
+from jetforge.cli.model_refs import ensure_person_detector
 from jetforge.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -27,7 +31,10 @@ class CalibrateCommand(Command):
   jetforge calibrate model.onnx --data calib.mp4 --eval other.mp4 --mixed-precision 0.98
   jetforge calibrate det.onnx --data train_frames/ --labels benchmarks/labels/people_boxes.json
   jetforge calibrate --check-cache old.calib --model model.onnx --trt 10.3 --retarget --out new.calib
-  jetforge calibrate --check-cache old.calib --trt 8.6.2 --retarget     (writes old.trt8.6.2.calib)"""
+  jetforge calibrate --check-cache old.calib --trt 8.6.2 --retarget     (writes old.trt8.6.2.calib)
+  jetforge calibrate action.onnx --data vtest.avi --eval vtest.avi      (a clip model: sliding clips, first half /
+                                                                        second half of the video)
+  jetforge calibrate action.onnx --data street.mp4@0:600 --clips per-track --eval street.mp4@700: --labels l.txt"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("model", nargs="?", metavar="MODEL.onnx", help="the ONNX model (with its sidecar)")
@@ -52,6 +59,7 @@ class CalibrateCommand(Command):
         parser.add_argument("--batch-size", type=int, default=8, help="ONNX Runtime batch size (default 8)")
         parser.add_argument("--video-sampling", default="uniform", choices=["uniform", "scene"],
                             help="how frames are picked from videos (default uniform)")
+        _add_clip_arguments(parser)
         parser.add_argument("--out", metavar="PATH.calib",
                             help="cache path (the Q/DQ ONNX and report go next to it); with --check-cache "
                                  "--retarget, where the retargeted cache goes")
@@ -125,14 +133,15 @@ class CalibrateCommand(Command):
             raise ConfigError("--eval-samples must be at least 1, got %d" % args.eval_samples)
         from jetforge.calibrate.calibrate_model import calibrate, evaluation_summary
 
-        result = calibrate(model, args.data, trt_version=args.trt or "10.3", algorithm=args.algorithm,
-                           samples=args.samples, batch_size=args.batch_size, out=args.out, qdq=not args.no_qdq,
-                           plots=False if args.no_plots else ("all" if args.all_plots else True),
-                           video_sampling=args.video_sampling, percentile=args.percentile,
-                           min_samples=args.min_samples, progress=not args.json, check_build=args.check_build,
-                           eval_data=args.eval or None, labels=args.labels, eval_samples=args.eval_samples,
-                           mixed_precision=args.mixed_precision, mixed_metric=args.mixed_metric,
-                           sensitivity=args.sensitivity, int8_kernels=args.int8_kernels)
+        with _clip_options(args) as clips:
+            result = calibrate(model, args.data, trt_version=args.trt or "10.3", algorithm=args.algorithm,
+                               samples=args.samples, batch_size=args.batch_size, out=args.out, qdq=not args.no_qdq,
+                               plots=False if args.no_plots else ("all" if args.all_plots else True),
+                               video_sampling=args.video_sampling, percentile=args.percentile,
+                               min_samples=args.min_samples, progress=not args.json, check_build=args.check_build,
+                               eval_data=args.eval or None, labels=args.labels, eval_samples=args.eval_samples,
+                               mixed_precision=args.mixed_precision, mixed_metric=args.mixed_metric,
+                               sensitivity=args.sensitivity, int8_kernels=args.int8_kernels, clips=clips)
         if args.json:
             data = result.to_dict()
             if args.check_build:
@@ -182,3 +191,67 @@ class CalibrateCommand(Command):
             print("model %s: %d tensors matched, %d not in the model, %d model tensors without a scale"
                   % (model, len(v.matched), len(v.not_in_model), len(v.missing)))
         return 0
+
+
+def _add_clip_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of clip models: how clips are cut, and the person detector of per-track clips."""
+    g = parser.add_argument_group("clip models (sidecar input kind clip)", "--data/--eval take videos, or "
+                                  "VIDEO@START:STOP frame ranges; a video given to both is split: calibration on "
+                                  "its first half, evaluation after a guard of one clip")
+    from jetforge.calibrate.clip_sources import CLIP_MODES
+
+    g.add_argument("--clips", choices=CLIP_MODES, default=None,
+                   help="how clips are cut (default sliding): sliding = windows over the whole frame every "
+                        "--clip-stride sampled frames; per-track = windows along each tracked person, cropped "
+                        "as the action app crops them (people found by --detector)")
+    g.add_argument("--clip-stride", type=int, default=None, metavar="N",
+                   help="sampled frames between two clips of a video or track (default: the sidecar's "
+                        "stride_trained, else one clip length)")
+    g.add_argument("--clips-per-track", type=int, default=None, metavar="N",
+                   help="--clips per-track: at most N clips of one track, evenly spread (default: no cap)")
+    add_detector_arguments(g, default="ssd")
+
+
+@contextlib.contextmanager
+def _clip_options(args: argparse.Namespace) -> Iterator[Any]:
+    """The clip options the flags ask for (None: the flags name none), with the person detector of per-track clips
+    open for the run and closed after it."""
+    per_track = args.clips == "per-track"
+    if not per_track and (args.clips_per_track is not None or args.detector_model or args.detector != "ssd"):
+        raise ConfigError("--clips-per-track, --detector and --detector-model go with --clips per-track",
+                          hint="add --clips per-track, or drop those flags")
+    if args.clips is None and args.clip_stride is None:
+        yield None
+        return
+    from jetforge.calibrate.clip_calibration import ClipOptions
+
+    if not per_track:
+        yield ClipOptions(mode=args.clips or "sliding", stride=args.clip_stride)
+        return
+    detector = _person_detector(args)
+    try:
+        yield ClipOptions(mode="per-track", stride=args.clip_stride, max_per_track=args.clips_per_track,
+                          tracker=lambda: person_tracks(detector))
+    finally:
+        if getattr(detector, "close", None) is not None:
+            detector.close()
+
+
+def _person_detector(args: argparse.Namespace) -> Any:
+    """The people detector of the action app (the CNN by default, exported into the cache on first use)."""
+    if args.detector == "ssd" and not args.detector_model:
+        args.detector_model = str(ensure_person_detector()[0])
+    return make_person_detector(args, hog_min_score=0.3, hog_tighten=False)[0]  # the action app's HOG settings
+
+
+def person_tracks(detector: Any) -> Callable[[int, Any], Sequence[Tuple[int, Any]]]:
+    """A new tracker over one video: each (frame index, BGR frame) -> [(track id, box)], the action app's tracks."""
+    from jetforge.apps.tasks.action import ACTION_TRACKER_OPTIONS
+
+    tracker = Tracker(ACTION_TRACKER_OPTIONS)
+    to_confidence = getattr(detector, "to_confidence", score_to_unit)
+
+    def track(index: int, frame: Any) -> List[Tuple[int, Any]]:
+        found = detector(frame)
+        return [(t.id, t.box) for t in tracker.update(found.boxes, to_confidence(found.scores))]
+    return track
