@@ -35,6 +35,17 @@ WHEEL = "pynvvideocodec-2.2.4-cp312-cp312-manylinux_2_28_x86_64.whl"
 STREAMS = {"classify": "people720.mp4", "people": "people720.mp4"}  # one file opened N times: a small carry
 GOALS = {"render_off_ratio": 0.9, "render_on_ratio": 0.8, "cores_per_30fps_stream": 0.1}
 SCHEMA = 1
+# How the pipeline's host side runs, measured side by side (the first H200 runs: 0.88x at 1 stream, 0.22x at 16):
+# nonblocking: decoded-frame copies and the launch path on non-blocking CUDA streams ordered by events (instead of
+# torch's legacy default stream, which serialises with the decoders' streams); switch_ms: Python's GIL switch
+# interval (default 5 ms: a thread waking from a GIL-releasing call may wait that long behind 16 decode threads);
+# per_stream: frames of one stream a batch may take (1 stream: two frames per batch halve the per-batch host work).
+VARIANTS = {
+    "legacy": {"nonblocking": False, "switch_ms": None, "per_stream": 1},
+    "nonblocking": {"nonblocking": True, "switch_ms": None, "per_stream": 1},
+    "nb-gil": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 1},
+    "nb-gil-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2},
+}
 
 sys.path.insert(0, str(HERE))
 from estimate_h200 import add_repo_to_path  # noqa: E402  (maps this checkout's folders to jetforge.*)
@@ -142,13 +153,17 @@ def encode_alone(frames_nv12: List[Any], width: int, height: int, workers: int, 
             "cpu_ms_per_encoded_frame": 1000.0 * cpu / max(1, n)}
 
 
-def pipeline_run(env: "Env", model: str, n: int, render: bool) -> Dict[str, Any]:
-    """The whole GPU path for N streams of ``model``; render on sends every frame to the encoder pool."""
+def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> Dict[str, Any]:
+    """The whole GPU path for N streams of ``model`` run the ``variant`` way (:data:`VARIANTS`); render on sends
+    every frame to the encoder pool."""
     from jetforge.apps.pipeline.streams import StreamRunOptions, run_streams
     from jetforge.apps.video.sinks.encode_pool import EncoderPool
+    from pipeline_gpu_ops import keep_hook
 
-    ops = env.ops(model, n)
-    sources = open_sources([env.streams[model]], n, env.codec, keep=env.keep)
+    v = VARIANTS[variant]
+    ops = env.ops(model, n, v["nonblocking"], v["per_stream"])
+    keep = keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])
+    sources = open_sources([env.streams[model]], n, env.codec, keep=keep)
     pool, sink = None, None
     if render:
         pool = EncoderPool(env.scratch / ("%s_%d" % (model, n)), sources[0].width, sources[0].height, 30.0,
@@ -156,17 +171,25 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool) -> Dict[str, Any]
         sink = (lambda s, f, e, host: pool.submit(s, host, e))  # noqa: E731
     else:
         sink = env.event_sink()
-    opts = StreamRunOptions(max_batch=min(n, 32), batch_timeout_s=env.args.batch_timeout_ms / 1000.0,
-                            time_limit_s=env.args.seconds)
+    batch = batch_of(n, v["per_stream"])
+    opts = StreamRunOptions(max_batch=batch, batch_timeout_s=env.args.batch_timeout_ms / 1000.0,
+                            time_limit_s=env.args.seconds, per_stream=v["per_stream"], depth=max(2, v["per_stream"]))
+    switch = sys.getswitchinterval()
+    if v["switch_ms"]:
+        sys.setswitchinterval(v["switch_ms"] / 1000.0)
     try:
         result = run_streams(sources, ops, opts, sink=sink, render=render)
     finally:
+        sys.setswitchinterval(switch)
         enc = pool.close() if pool is not None else []
         for src in sources:
             src.close()
     row = result.summary()
     row.update({"model": model, "render": render, "preprocess": getattr(ops.pre, "kind", env.pre_kind[model]),
-                "cuda_streams": "non-blocking + events" if env.args.nonblocking else "legacy default stream",
+                "variant": variant, "max_batch": batch, "per_stream": v["per_stream"],
+                "gil_switch_interval_ms": v["switch_ms"] or 1000.0 * switch,
+                "cuda_streams": "non-blocking + events" if v["nonblocking"] else "legacy default stream",
+                "launch_parts_ms_per_batch": ops.launch_parts(),
                 "colour": "%s %s range" % (sources[0].matrix, "full" if sources[0].full_range else "limited")})
     if enc:
         row["encoded_frames"] = sum(r["frames"] for r in enc)
@@ -195,7 +218,7 @@ class Env:
 
             self.codec = load_pynvvideocodec()
         self.streams = {m: carry / "streams" / STREAMS[m] for m in args.models}
-        self.keep = keep_hook(torch, self.device, nonblocking=args.nonblocking)
+        self.keep = keep_hook(torch, self.device, nonblocking=False)  # the device-pool stand-in's frames
         self.models = load_models(carry / "assets", args.models)
         self.sessions = {m: open_torch_session(mod, c, self.device) for m, (mod, c, _) in self.models.items()}
         self.pre_kind: Dict[str, str] = {}
@@ -203,11 +226,11 @@ class Env:
         self.scratch.mkdir(parents=True, exist_ok=True)
         self._sink_lock = threading.Lock()
 
-    def ops(self, model: str, n: int) -> Any:
+    def ops(self, model: str, n: int, nonblocking: bool, per_stream: int = 1) -> Any:
         from pipeline_gpu_ops import ClassifyHead, SsdHead, TorchStreamOps
 
         _, contract, spec = self.models[model]
-        batch = min(n, 32)
+        batch = batch_of(n, per_stream)
         pre = self._preprocessor(model, contract, batch)
         if model == "classify":
             from jetforge.apps.labels import load_labels
@@ -216,8 +239,7 @@ class Env:
         else:
             head = SsdHead(spec, contract, (720, 1280), threshold=0.5, gpu_decoder=self._ssd_decoder(spec, batch),
                            torch=self.torch)
-        return TorchStreamOps(self.torch, self.sessions[model], pre, head, self.device,
-                              nonblocking=self.args.nonblocking)
+        return TorchStreamOps(self.torch, self.sessions[model], pre, head, self.device, nonblocking=nonblocking)
 
     def _preprocessor(self, model: str, contract: Any, batch: int) -> Any:
         from pipeline_gpu_ops import F2Preprocess, TorchNv12Preprocess
@@ -261,30 +283,37 @@ def _json_default(value: Any) -> Any:
 # --------------------------------------------------------------------------------------------------- the matrix
 def plan(args: argparse.Namespace) -> List[Tuple[str, Any, Any]]:
     """The points in priority order (the goals first: render off at 1 and 16 streams of MobileNetV2 with their
-    bounds, then one render-on point, then the detector, then 32 streams), as (kind, model, N or render)."""
-    models, streams = args.models, args.streams
+    bounds, every variant; then one render-on point, then the detector, then 32 streams), as (kind, model, arg)."""
+    models, streams, variants = args.models, args.streams, args.variants
     steps: List[Tuple[str, Any, Any]] = []
     first = [n for n in (1, 16, 4, 32) if n in streams] + [n for n in streams if n not in (1, 16, 4, 32)]
     first_on = 16 if 16 in streams else max(streams)  # the one render-on point that comes early
     for model in models:
         core = [n for n in first if n != 32] or first[:1]
-        steps.append(("model_only", model, sorted({bucket(n) for n in core})))
+        steps.append(("model_only", model, sorted({bucket(batch_of(n, VARIANTS[v]["per_stream"]))
+                                                   for n in core for v in variants})))
         if model == models[0]:
             steps += [("decode_alone", None, n) for n in core]
-        steps += [("pipeline", model, (n, False)) for n in core]
+        steps += [("pipeline", model, (n, False, v)) for v in variants for n in core]
         if model == models[0] and True in args.render:
             steps.append(("encode_alone", None, max(streams)))
-            steps.append(("pipeline", model, (first_on, True)))
+            steps.append(("pipeline", model, (first_on, True, variants[0])))
     if 32 in streams:
-        steps += [("model_only", models[0], [32]), ("decode_alone", None, 32), ("pipeline", models[0], (32, False))]
+        steps += [("model_only", models[0], [32]), ("decode_alone", None, 32),
+                  ("pipeline", models[0], (32, False, variants[0]))]
     if True in args.render:
         for model in models:
-            steps += [("pipeline", model, (n, True)) for n in first if (model, n) != (models[0], first_on)]
+            steps += [("pipeline", model, (n, True, variants[0])) for n in first if (model, n) != (models[0], first_on)]
     if 32 in streams:
-        steps += [("pipeline", m, (32, False)) for m in models[1:]]
+        steps += [("pipeline", m, (32, False, variants[0])) for m in models[1:]]
     if args.device_pool and "classify" in models:
         steps.append(("device_pool", "classify", max(streams)))
     return steps
+
+
+def batch_of(n: int, per_stream: int = 1) -> int:
+    """The pipeline's batch for N streams: N x frames per stream, at most 32 (the largest CUDA graph)."""
+    return min(n * per_stream, 32)
 
 
 def bucket(n: int) -> int:
@@ -293,17 +322,22 @@ def bucket(n: int) -> int:
     return bucket_for(min(n, 32))
 
 
-def measure(env: Env, args: argparse.Namespace, checkpoint: Any) -> Dict[str, Any]:
+def measure(env: Env, args: argparse.Namespace, checkpoint: Any, state: Dict[str, Any]) -> Dict[str, Any]:
     """Every point of :func:`plan` that fits the time budget (``--budget-s``: no point starts after it);
-    ``checkpoint(res)`` after each keeps what a time-out would lose."""
+    ``checkpoint(res)`` after each keeps what a time-out would lose; ``state["current"]`` names the point running
+    (the wall-limit watchdog records it if it has to cut the run)."""
     res: Dict[str, Any] = {"model_only": {m: {} for m in args.models}, "decode_alone": {}, "pipeline": [],
                            "errors": [], "skipped_for_time": []}
+    state["res"] = res
     t0 = time.perf_counter()
     for kind, model, arg in plan(args):
+        what = "%s %s %s" % (kind, model or "", arg)
         if time.perf_counter() - t0 > args.budget_s:
-            res["skipped_for_time"].append("%s %s %s" % (kind, model or "", arg))
+            res["skipped_for_time"].append(what)
             continue
-        _guard(res, "%s %s %s" % (kind, model or "", arg), lambda: run_step(env, args, res, kind, model, arg))
+        state["current"] = what
+        _guard(res, what, lambda: run_step(env, args, res, kind, model, arg))
+        state["current"] = None
         checkpoint(res)
     if res["skipped_for_time"]:
         log("skipped (time budget %.0f s): %s" % (args.budget_s, "; ".join(res["skipped_for_time"])))
@@ -328,14 +362,16 @@ def run_step(env: Env, args: argparse.Namespace, res: Dict[str, Any], kind: str,
         log("encode alone, %d workers: %.1f FPS, %.2f CPU ms per frame" % (args.encoders, r["fps"],
                                                                            r["cpu_ms_per_encoded_frame"]))
     elif kind == "pipeline":
-        n, render = arg
-        if str(bucket(n)) not in res["model_only"][model]:  # its graph and its bound first
-            run_step(env, args, res, "model_only", model, [bucket(n)])
-        row = pipeline_run(env, model, n, render)
+        n, render, variant = arg
+        b = bucket(batch_of(n, VARIANTS[variant]["per_stream"]))
+        if str(b) not in res["model_only"][model]:  # its graph and its bound first
+            run_step(env, args, res, "model_only", model, [b])
+        row = pipeline_run(env, model, n, render, variant)
         res["pipeline"].append(row)
-        log("pipeline %-8s %2d streams render %-3s: %8.1f FPS, p99 %s ms, %.3f cores/30fps stream"
-            % (model, n, "on" if render else "off", row["fps"], _r(row["latency_p99_ms"]["worst_stream"]),
-               row["cores_per_30fps_stream"]))
+        log("pipeline %-8s %2d streams render %-3s %-12s: %8.1f FPS, p99 %s ms, %.3f cores/30fps stream, launch "
+            "parts ms/batch %s" % (model, n, "on" if render else "off", variant, row["fps"],
+                                   _r(row["latency_p99_ms"]["worst_stream"]), row["cores_per_30fps_stream"],
+                                   json.dumps(row["launch_parts_ms_per_batch"])))
     elif kind == "device_pool":
         res["device_pool"] = row = device_pool_run(env, model, arg, args.device_pool)
         log("device pool: %d sessions, %d streams: %.1f FPS, batches per session %s, order kept %s"
@@ -426,16 +462,40 @@ def main(argv: Any = None) -> int:
     if not args.dry_run:
         install_wheel(carry)
     tests = run_gpu_tests(args, out) if not args.dry_run else {"skipped": "dry run"}
-    env = Env(args, carry)
-    info = machine(env)
+    state: Dict[str, Any] = {"res": None, "current": "start-up", "info": {}}
 
     def checkpoint(res: Dict[str, Any]) -> None:
-        partial = {"partial": True, "machine": info, "gpu_tests": tests, "results": res}
+        partial = {"partial": True, "machine": state["info"], "gpu_tests": tests, "results": res,
+                   "variants": {v: VARIANTS[v] for v in args.variants}}
         (out / (name + ".json")).write_text(json.dumps(partial, indent=1, default=str))  # replaced at the end
 
-    res = measure(env, args, checkpoint)
-    write_outputs(report(res, args, tests, info, time.perf_counter() - t0), out, name)
+    start_watchdog(args.wall_limit_s - (time.perf_counter() - t0), state, checkpoint)
+    env = Env(args, carry)
+    state["info"] = machine(env)
+    res = measure(env, args, checkpoint, state)
+    write_outputs(report(res, args, tests, state["info"], time.perf_counter() - t0), out, name)
     return 1 if res["errors"] else 0
+
+
+def start_watchdog(seconds: float, state: Dict[str, Any], checkpoint: Any) -> None:
+    """The script's own wall limit: after ``seconds`` the partial JSON records the point that was cut and the
+    process exits at once (os._exit: a hung decoder, CUDA call or thread cannot keep a device call waiting)."""
+    if seconds <= 0:
+        return
+
+    def fire() -> None:
+        res = state.get("res") or {"pipeline": [], "errors": []}
+        res.setdefault("errors", []).append({"what": state.get("current"), "error": "cut by the script's wall "
+                                             "limit (--wall-limit-s)"})
+        log("WALL LIMIT %.0f s reached during %s: partial results kept, exiting" % (seconds, state.get("current")))
+        try:
+            checkpoint(res)
+        finally:
+            os._exit(3)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
 
 
 def machine(env: Env) -> Dict[str, Any]:
@@ -467,23 +527,34 @@ def parse_args(argv: Any) -> argparse.Namespace:
                     "of measuring (the points run in priority order)")
     ap.add_argument("--encoders", type=int, default=8, help="CPU encoder worker processes (render on)")
     ap.add_argument("--batch-timeout-ms", type=float, default=4.0, help="batched-push-timeout")
-    ap.add_argument("--nonblocking", action="store_true",
-                    help="decoded-frame copies and the launch path on non-blocking CUDA streams ordered by events "
-                         "(the first H200 run used the legacy default stream for both)")
+    ap.add_argument("--nonblocking", action="store_true", help="same as --variants nonblocking")
+    ap.add_argument("--variants", default=None, type=lambda s: s.split(","),
+                    help="how the host side runs, each measured at every render-off point: %s (default: legacy)"
+                         % ", ".join("%s %s" % (k, v) for k, v in VARIANTS.items()))
+    ap.add_argument("--wall-limit-s", type=float, default=0.0,
+                    help="exit (code 3) after this many seconds of the whole script, keeping the partial JSON")
     ap.add_argument("--torch-preprocess", action="store_true", help="use the torch fallback, not the NVRTC kernel")
     ap.add_argument("--host-ssd-decode", action="store_true", help="SSD decode + NMS on the host, not the GPU")
-    ap.add_argument("--device-pool", type=int, default=2,
-                    help="sessions of MobileNetV2 standing in for GPU + DLA engines in the scheduler run (0: skip)")
+    ap.add_argument("--device-pool", type=int, default=0,
+                    help="sessions of MobileNetV2 standing in for GPU + DLA engines in the scheduler run (0: skip; "
+                         "it hung on the H200 in both runs that reached it: not in the default matrix)")
     ap.add_argument("--gpu-tests", default="", help="pytest paths of GPU tests to run first (F2's kernel tests run "
                     "from benchmarks/gpu_kernels.py, before this script)")
     ap.add_argument("--gpu-tests-timeout", type=float, default=120.0)
     ap.add_argument("--scratch", default="/tmp/jf_pipeline_gpu")
     ap.add_argument("--tag", default="_h200")
     args = ap.parse_args(argv)
+    args.variants = args.variants or (["nonblocking"] if args.nonblocking else ["legacy"])
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        ap.error("unknown variant(s) %s; known: %s" % (", ".join(unknown), ", ".join(VARIANTS)))
     if args.dry_run:
         args.streams = [min(n, 3) for n in args.streams[:2]] if args.streams != [1, 4, 16, 32] else [1, 3]
     return args
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown: decoder/CUDA objects or a stray thread must not hold a device call

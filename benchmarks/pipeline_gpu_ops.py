@@ -216,6 +216,24 @@ class TorchStreamOps(BatchOps):
         self._gpu = {"preprocess": 0.0, "infer": 0.0, "copy": 0.0}
         # --nonblocking: the launch path on its own non-blocking stream, ordered after each frame's copy by events
         self.stream = torch.cuda.Stream() if nonblocking and self.cuda else None
+        # host wall / thread-CPU seconds of each part of a launch: where the launch thread waits (GIL or GPU)
+        self._parts = {k: [0.0, 0.0] for k in ("wait_events", "preprocess", "infer", "to_host")}
+        self._launches = 0
+
+    def _timed(self, part: str, fn: Any, *args: Any) -> Any:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return fn(*args)
+        finally:
+            acc = self._parts[part]
+            acc[0] += time.perf_counter() - t0
+            acc[1] += time.thread_time() - c0
+
+    def launch_parts(self) -> Dict[str, Dict[str, float]]:
+        """Per batch, ms: {part: {"wall": .., "cpu": ..}} (wall much above CPU: the thread waited)."""
+        n = max(1, self._launches)
+        return {k: {"wall": round(1000.0 * w / n, 4), "cpu": round(1000.0 * c / n, 4)} for k, (w, c) in
+                self._parts.items()}
 
     def _event(self) -> Any:
         if not self.cuda:
@@ -225,22 +243,26 @@ class TorchStreamOps(BatchOps):
         return e
 
     def launch(self, frames: List[Any], padded: int) -> Any:
+        self._launches += 1
         if self.stream is None:
             return self._launch(frames, padded)
+        self._timed("wait_events", self._wait_frames, frames)
+        with self.torch.cuda.stream(self.stream):
+            return self._launch(frames, padded)
+
+    def _wait_frames(self, frames: List[Any]) -> None:
         for f in frames:
             ready = getattr(f.data, "ready", None)
             if ready is not None:
                 self.stream.wait_event(ready)
-        with self.torch.cuda.stream(self.stream):
-            return self._launch(frames, padded)
 
     def _launch(self, frames: List[Any], padded: int) -> Any:
         e0 = self._event()
-        x = self.pre(frames, padded)
+        x = self._timed("preprocess", self.pre, frames, padded)
         e1 = self._event()
-        outs = self.session.infer_tensors({self.name: x})
+        outs = self._timed("infer", self.session.infer_tensors, {self.name: x})
         e2 = self._event()
-        host = self.head.to_host(outs, len(frames))
+        host = self._timed("to_host", self.head.to_host, outs, len(frames))
         e3 = self._event()
         return e0, e1, e2, e3, host
 

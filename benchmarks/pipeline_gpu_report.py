@@ -20,7 +20,7 @@ def add_bounds(res: Dict[str, Any]) -> None:
     enc = res.get("encode_alone") or {}
     for row in res["pipeline"]:
         n, model = row["streams"], row["model"]
-        m = res["model_only"].get(model, {}).get(str(bucket(n)))
+        m = res["model_only"].get(model, {}).get(str(bucket(row.get("max_batch") or n)))
         d = res["decode_alone"].get(str(n))
         parts = {"model_alone_fps": m["fps"] if m else None, "decode_alone_fps": d["fps"] if d else None}
         if row["render"]:
@@ -54,6 +54,7 @@ def report(res: Dict[str, Any], args: Any, tests: Dict[str, Any], machine: Dict[
     add_bounds(res)
     return {"schema": 1, "benchmark": "pipeline_gpu", "dry_run": bool(args.dry_run), "machine": machine,
             "settings": {"streams": args.streams, "models": args.models, "seconds_per_config": args.seconds,
+                         "variants": list(getattr(args, "variants", ["legacy"])),
                          "encoders": args.encoders, "batch_timeout_ms": args.batch_timeout_ms,
                          "stream_files": "720p H.264, 900 frames (30 s) each: people720.mp4, bbb720.mp4"},
             "gpu_tests": tests, "goals": GOALS, "goal_results": goals_summary(res), "results": res,
@@ -76,9 +77,9 @@ def table(doc: Dict[str, Any]) -> str:
                      _f(b["fps"]), _f(r["ratio_to_bound"], "%.2f"), "yes" if r["goal_met"] else "no",
                      "%.3f" % r["cores_per_30fps_stream"], _f(r["latency_p50_ms"]["median_stream"], "%.1f"),
                      _f(r["latency_p99_ms"]["worst_stream"], "%.1f"), "%.1f" % r["mean_batch"],
-                     _f(r.get("cpu_ms_per_encoded_frame"), "%.2f"), r["preprocess"]])
+                     _f(r.get("cpu_ms_per_encoded_frame"), "%.2f"), r.get("variant", "legacy"), r["preprocess"]])
     head = ["model", "N", "render", "FPS", "model alone", "decode alone", "encode alone", "bound", "ratio", "goal",
-            "cores/30fps", "p50 ms", "p99 ms (worst)", "batch", "enc CPU ms/f", "preprocess"]
+            "cores/30fps", "p50 ms", "p99 ms (worst)", "batch", "enc CPU ms/f", "variant", "preprocess"]
     text = format_table(head, rows)
     stages = ["", "per-frame stage times (ms): wall / CPU / GPU"]
     for r in res["pipeline"]:
@@ -87,8 +88,12 @@ def table(doc: Dict[str, Any]) -> str:
                  for k in r["stage_wall_ms_per_frame"]]
         gpu_only = ["%s GPU %.3f" % (k, v) for k, v in r["stage_gpu_ms_per_frame"].items()
                     if k not in r["stage_wall_ms_per_frame"]]
-        stages.append("  %s N=%d render %s: %s" % (r["model"], r["streams"], "on" if r["render"] else "off",
-                                                   ", ".join(parts + gpu_only)))
+        stages.append("  %s N=%d render %s %s: %s" % (r["model"], r["streams"], "on" if r["render"] else "off",
+                                                      r.get("variant", "legacy"), ", ".join(parts + gpu_only)))
+        launch = r.get("launch_parts_ms_per_batch")
+        if launch:
+            stages.append("      launch per batch (ms wall/CPU): " + ", ".join(
+                "%s %.3f/%.3f" % (k, v["wall"], v["cpu"]) for k, v in launch.items()))
     pool = res.get("device_pool")
     if pool:
         stages.append("")

@@ -34,9 +34,11 @@ except ImportError:  # pragma: no cover
 
 @dataclass
 class StreamRunOptions:
-    """``max_batch``: frames per batch (default: the number of streams, at most 32); ``batch_timeout_s``: the
-    batched-push-timeout; ``depth``: frames a stream may have waiting; ``in_flight``: batches between launch and
-    finish; ``time_limit_s``: stop after this long (0: run the sources to their end); ``buckets``: batch sizes."""
+    """``max_batch``: frames per batch (default: streams x ``per_stream``, at most 32); ``per_stream``: frames of
+    one stream a batch may take (more than 1 amortises the per-batch host work when there are few streams);
+    ``batch_timeout_s``: the batched-push-timeout; ``depth``: frames a stream may have waiting (at least
+    ``per_stream``); ``in_flight``: batches between launch and finish; ``time_limit_s``: stop after this long (0: run
+    the sources to their end); ``buckets``: batch sizes."""
 
     max_batch: int = 0
     batch_timeout_s: float = 0.004
@@ -44,10 +46,14 @@ class StreamRunOptions:
     in_flight: int = 2
     time_limit_s: float = 0.0
     buckets: Tuple[int, ...] = DEFAULT_BUCKETS
+    per_stream: int = 1
 
     def __post_init__(self) -> None:
-        if self.in_flight < 1 or self.depth < 1:
-            raise ConfigError("in_flight and depth must be at least 1")
+        if self.in_flight < 1 or self.depth < 1 or self.per_stream < 1:
+            raise ConfigError("in_flight, depth and per_stream must be at least 1")
+        if self.depth < self.per_stream:
+            raise ConfigError("depth %d is less than per_stream %d" % (self.depth, self.per_stream),
+                              hint="let each stream hold at least per_stream frames")
 
 
 class BatchOps:
@@ -162,7 +168,8 @@ def run_streams(sources: Sequence[Any], ops: BatchOps, options: Optional[StreamR
     n = len(sources)
     if n < 1:
         raise ConfigError("run_streams needs at least one source")
-    batcher = StreamBatcher(n, opts.max_batch or min(n, max(opts.buckets)), opts.batch_timeout_s, opts.depth)
+    batcher = StreamBatcher(n, opts.max_batch or min(n * opts.per_stream, max(opts.buckets)), opts.batch_timeout_s,
+                            opts.depth, opts.per_stream)
     run = _Run(n, ops, sink, render, opts.in_flight)
     producers = [threading.Thread(target=run.produce, args=(s, src, batcher), name="decode-%d" % s, daemon=True)
                  for s, src in enumerate(sources)]

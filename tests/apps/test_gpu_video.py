@@ -130,6 +130,24 @@ def test_batcher_round_robin_when_the_batch_is_smaller_than_the_streams():
     assert sorted(first + second) == [0, 1, 2, 3]
 
 
+def test_batcher_takes_several_frames_of_a_stream_in_order_when_asked():
+    b = StreamBatcher(streams=2, max_batch=4, timeout_s=10.0, depth=3, per_stream=2)
+    for i in range(3):
+        for s in range(2):
+            b.put(s, (s, i))
+    assert b.take() == [(0, 0), (0, 1), (1, 0), (1, 1)]  # full: 2 streams x 2 frames, each stream's in order
+    b.close(0)
+    b.close(1)
+    assert b.take() == [(0, 2), (1, 2)]  # closed streams: what is left goes without waiting for the timeout
+    assert b.take() is None
+    one = StreamBatcher(streams=1, max_batch=2, timeout_s=10.0, depth=2, per_stream=2)
+    one.put(0, "f0")
+    one.put(0, "f1")
+    assert one.take() == ["f0", "f1"] and one.timeouts == 0  # one stream fills a batch of 2 by itself
+    with pytest.raises(ConfigError, match="per_stream"):
+        StreamBatcher(streams=1, max_batch=2, depth=1, per_stream=2)
+
+
 def test_batcher_back_pressure_blocks_a_full_stream_until_taken_and_stop_releases():
     b = StreamBatcher(streams=1, max_batch=1, timeout_s=0.0, depth=1)
     b.put(0, 1)
