@@ -142,7 +142,7 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
                                              if mixed_precision is not None else ()):
         check_not_input(paths[key], inputs)
 
-    feed = calibration_inputs(contract, clips, data_items, eval_items, samples, video_sampling, progress)
+    feed = calibration_inputs(sidecar, contract, clips, data_items, eval_items, samples, video_sampling, progress)
     source, tracker, eval_items, model = feed.source, feed.quality, feed.eval_items, load_model(model_file)
     stats = collect_statistics(model, source, feed.preprocess, batch_size=batch_size, tensors="all",
                                providers=providers, total=source.total, progress=progress, quality=tracker)

@@ -98,8 +98,23 @@ class CalibrationInputs:
     clips: Optional[ClipOptions] = None
 
 
-def calibration_inputs(contract: Any, clips: Optional[ClipOptions], data_items: List[Any], eval_items: List[Any],
-                       samples: int, video_sampling: str, progress: bool) -> CalibrationInputs:
+def check_clip_shape(sidecar: Any, contract: Any) -> None:
+    """The clip the contract makes must be what the model takes (a wrong window or colour fails here, by name)."""
+    inputs = list(getattr(sidecar, "inputs", None) or [])
+    if len(inputs) != 1:
+        return  # the statistics pass names a model without exactly one input
+    want = list(inputs[0].shape[1:])
+    got = list(contract.input_shape)
+    if len(want) != len(got) or any(isinstance(w, int) and w > 0 and w != g for w, g in zip(want, got)):
+        raise CalibrationError("the sidecar's clip contract (%s) makes clips of shape %s but model input %s takes %s"
+                               % (contract.describe(), "x".join(map(str, got)), inputs[0].name,
+                                  "x".join(str(w) if isinstance(w, int) and w > 0 else "?" for w in want)),
+                               hint="fix window, crop_height, crop_width or color in the sidecar's input block to "
+                                    "what the model was trained on (grey clips are (T, H, W), rgb (3, T, H, W))")
+
+
+def calibration_inputs(sidecar: Any, contract: Any, clips: Optional[ClipOptions], data_items: List[Any],
+                       eval_items: List[Any], samples: int, video_sampling: str, progress: bool) -> CalibrationInputs:
     """The calibration samples for ``contract``'s kind; bad combinations fail here, before any model runs."""
     if contract.kind != "clip":
         if clips is not None:
@@ -113,6 +128,7 @@ def calibration_inputs(contract: Any, clips: Optional[ClipOptions], data_items: 
         raise CalibrationError("--video-sampling %s picks single frames for image models; a clip model takes "
                                "consecutive frames" % video_sampling,
                                hint="drop --video-sampling; choose how clips are cut with --clips sliding|per-track")
+    check_clip_shape(sidecar, contract)
     opts = clips or ClipOptions()
     opts.progress = progress
     data_items, eval_items, opts.split_notes = split_shared_videos(data_items, eval_items, contract, opts.split)
@@ -217,4 +233,4 @@ def clip_lines(metrics: Optional[Dict[str, Any]]) -> List[str]:
 
 
 __all__ = ["CLIP_METRICS", "CalibrationInputs", "ClipEvaluationSet", "ClipOptions", "calibration_inputs",
-           "clip_evaluator", "clip_lines", "gather_clips"]
+           "check_clip_shape", "clip_evaluator", "clip_lines", "gather_clips"]

@@ -344,12 +344,20 @@ def test_cli_refuses_clip_options_on_an_image_model_in_one_line(tiny_model, imag
 
 
 def test_cli_refuses_what_cannot_make_a_clip(clip_model, vtest, image_dir, tmp_path, capsys):
-    cases = [(["--data", "%s@0:5" % vtest], "long enough for one clip"),
+    wrong = tmp_path / "wrong.onnx"  # the same model with a sidecar that claims 16-frame clips
+    wrong.write_bytes(clip_model.read_bytes())
+    side = json.loads(Path(str(clip_model) + ".json").read_text())
+    side["input"]["window"] = 16
+    Path(str(wrong) + ".json").write_text(json.dumps(side))
+    cases = [(["--model", str(wrong), "--data", str(vtest)], "makes clips of shape 16x64x32 but model input clip "
+                                                             "takes 8x64x32"),
+             (["--data", "%s@0:5" % vtest], "long enough for one clip"),
              (["--data", str(image_dir)], "needs video"),
              (["--data", str(vtest), "--video-sampling", "scene"], "consecutive frames"),
              (["--data", "%s@0:200" % vtest, "--eval", "%s@790:" % vtest], "no clip of 8 frames")]
     for extra, message in cases:
-        code = main(["calibrate", str(clip_model), "--no-plots", "--samples", "8", "--min-samples", "8",
+        model = [] if "--model" in extra else [str(clip_model)]
+        code = main(["calibrate"] + model + ["--no-plots", "--samples", "8", "--min-samples", "8",
                      "--out", str(tmp_path / "y.calib")] + extra)
         err = capsys.readouterr().err.strip()
         assert code == 1 and message in err and len(err.splitlines()) == 1, (extra, err)
