@@ -101,21 +101,24 @@ class ClipWindow:
         return cls(int(d["track"]), int(d["start"]), str(d["label"]), np.asarray(d["boxes"], np.float64))
 
 
-def track_cache_command(video: Path, out_dir: Path, executable: str = sys.executable) -> List[str]:
+def track_cache_command(video: Path, out_dir: Path, executable: str = sys.executable,
+                        max_frames: int = 0) -> List[str]:
     """The command that makes the track cache: the people app (CNN detector + tracker) over ``video``."""
+    limit = ["--max-frames", str(int(max_frames))] if max_frames else []
     return [executable, "-m", "jetforge.cli.main", "-q", "app", "people", "--detector", "ssd", "--no-video",
-            "--no-plots", "--out", str(out_dir), "--source", str(video)]
+            "--no-plots", "--out", str(out_dir)] + limit + ["--source", str(video)]
 
 
-def ensure_track_cache(video: Path, out_dir: Path) -> Path:
+def ensure_track_cache(video: Path, out_dir: Path, max_frames: int = 0) -> Path:
     """``out_dir/events.jsonl``, made by :func:`track_cache_command` when missing."""
     events = Path(out_dir) / "events.jsonl"
     if not events.is_file():
-        result = subprocess.run(track_cache_command(Path(video), Path(out_dir)), capture_output=True, text=True)
+        cmd = track_cache_command(Path(video), Path(out_dir), max_frames=max_frames)
+        result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0 or not events.is_file():
             raise CompressError("making the person-track cache failed (exit %d): %s" % (
                 result.returncode, (result.stderr or result.stdout).strip().splitlines()[-1:]),
-                hint="run it by hand: %s" % " ".join(track_cache_command(Path(video), Path(out_dir))))
+                hint="run it by hand: %s" % " ".join(cmd))
     return events
 
 

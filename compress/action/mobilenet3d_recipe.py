@@ -1,0 +1,149 @@
+"""Run ``recipes/action_mobilenet3d.yaml`` end to end on this machine, and export a 3D action model with its sidecar.
+
+``python -m jetforge.compress.action.mobilenet3d_recipe --recipe recipes/action_mobilenet3d.yaml`` builds the
+track-labelled clips, fine-tunes the inflated teacher, prunes and distils the student
+(:mod:`jetforge.compress.action.action3d`), and writes ``OUT_DIR/teacher.onnx``, ``OUT_DIR/student.onnx`` (+ sidecars
+with the ``clip`` input contract, the label rule and the held-out accuracy) and ``OUT_DIR/report.json``.  On a
+2-core CPU the full recipe takes hours: use ``--set`` to shrink it (the tests run it with a few clips and one
+epoch), or run the same steps on a GPU with ``benchmarks/action_mobilenet3d_gpu.py`` (the bundled model's origin)
+and export its checkpoints with :func:`export_action_model`.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+import torch
+
+from jetforge.compress.action.action3d import (Action3DRecipe, ClipData, build_data, predict, prune_student,
+                                               recipe_dict, to_tensor, train_clip_classifier)
+from jetforge.compress.action.track_clips import rule_dict
+from jetforge.fileio import write_json_atomic
+
+PROG = "python -m jetforge.compress.action.mobilenet3d_recipe"
+
+
+def what_it_recognizes(data: ClipData) -> str:
+    fps = data.contract.fps_trained
+    return ("how one tracked person's box moves over %d frames (%.1f s at %g fps) in a fixed elevated camera view "
+            "like vtest.avi: %s. Labels come from the CNN person detector's tracks by a velocity rule (body heights "
+            "per second); accuracy is agreement with that rule on one scene, not a general action-recognition "
+            "result" % (data.contract.window, data.contract.window / fps, fps, ", ".join(data.labels)))
+
+
+def heldout_accuracy(logits: np.ndarray, data: ClipData) -> Dict[str, Any]:
+    y = data.targets(data.heldout)
+    pred = logits.argmax(1)
+    majority = int(np.bincount(data.targets(data.train), minlength=len(data.labels)).argmax())
+    return {"accuracy": float((pred == y).mean()), "clips": int(len(y)), "tracks": len({w.track for w in data.heldout}),
+            "majority_baseline": float((y == majority).mean()),
+            "per_class_recall": {lab: (float((pred[y == i] == i).mean()) if (y == i).any() else None)
+                                 for i, lab in enumerate(data.labels)}}
+
+
+def export_action_model(model: torch.nn.Module, path: Path, data: ClipData, name: str,
+                        evaluation: Optional[Dict[str, Any]] = None, window: Optional[int] = None,
+                        provenance: Optional[Dict[str, Any]] = None) -> Path:
+    """ONNX + sidecar (task ``action``, the ``clip`` contract, labels, the rule, the held-out evaluation).
+
+    ``window``: export for clips of this many frames instead of the contract's (the net is convolutional in
+    time, so the same weights take a 16-frame clip; the sidecar's contract says the window it takes)."""
+    from dataclasses import replace
+
+    from jetforge.compress.export import export_onnx
+
+    contract = data.contract if window is None else replace(data.contract, window=int(window))
+    extra: Dict[str, Any] = {"clip": contract.to_dict(), "label_rule": rule_dict_from(data),
+                             "data": {k: v for k, v in data.info.items() if k != "rule"}}
+    if evaluation:
+        extra["evaluation"] = dict(evaluation, what=what_it_recognizes(data))
+    export_onnx(model.cpu().eval(), path, (1,) + tuple(contract.input_shape), task="action", model_name=name,
+                labels=data.labels, input_name="clip", output_name="logits", extra=extra,
+                provenance=dict(provenance or {}, video=data.info["video"],
+                                trained_on_frames=data.info["train_frames"]))
+    return Path(path)
+
+
+def rule_dict_from(data: ClipData) -> Dict[str, Any]:
+    return dict(data.info["rule"])
+
+
+def run_recipe(recipe: Action3DRecipe, video: Path, progress: bool = True) -> Dict[str, Any]:
+    """Every step of the recipe on this machine's CPU (or its first CUDA GPU); returns the report."""
+    from jetforge.compress.models.mobilenet3d import mobilenet3d_inflated
+
+    t0 = time.perf_counter()
+    torch.set_num_threads(max(1, recipe.threads))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    out = Path(recipe.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = build_data(recipe, video, progress=progress)
+    x, y = to_tensor(data.contract, data.train_clips), torch.from_numpy(data.targets(data.train))
+    xh = to_tensor(data.contract, data.heldout_clips)
+    teacher = mobilenet3d_inflated(len(data.labels))
+    report: Dict[str, Any] = {"recipe": recipe_dict(recipe), "data": data.info, "rule": rule_dict(recipe.rule),
+                              "what_it_recognizes": what_it_recognizes(data)}
+    report["teacher_train"] = train_clip_classifier(teacher, x, y, data.labels, recipe.teacher, device,
+                                                    seed=recipe.seed)
+    report["teacher"] = heldout_accuracy(predict(teacher, xh, device), data)
+    student, report["prune"] = prune_student(teacher.cpu(), data.contract, recipe.macs_factor)
+    report["student_train"] = train_clip_classifier(student, x, y, data.labels, recipe.student, device,
+                                                    teacher=teacher, kd_weight=recipe.kd_weight,
+                                                    temperature=recipe.temperature, seed=recipe.seed)
+    report["student"] = heldout_accuracy(predict(student, xh, device), data)
+    for name, model in (("teacher", teacher), ("student", student)):
+        export_action_model(model, out / ("%s.onnx" % name), data, "%s_%s" % (recipe.name, name), report[name],
+                            provenance={"recipe": recipe.name, "seed": recipe.seed})
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    report["files"] = {"teacher": str(out / "teacher.onnx"), "student": str(out / "student.onnx")}
+    write_json_atomic(out / "report.json", report)
+    return report
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command line; a usage or recipe error is one line and exit 1 (:mod:`jetforge.entry`)."""
+    from jetforge.entry import run_entry
+
+    return run_entry(PROG, lambda: _main(argv))
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    from jetforge.config import load_config
+    from jetforge.entry import ArgumentParser
+
+    parser = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
+                            epilog="example:\n  %s --recipe recipes/action_mobilenet3d.yaml --set teacher.epochs=2 "
+                                   "--set student.epochs=2 --set max_clips=40" % PROG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", metavar="YAML", help="recipe file (default: built-in defaults)")
+    parser.add_argument("--video", metavar="PATH", help="the video (default: the vtest.avi asset)")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                        help="override a recipe option, e.g. --set teacher.epochs=2")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    recipe = load_config(Action3DRecipe, args.recipe, list(args.overrides))
+    if args.video:
+        video = Path(args.video)
+    else:
+        from jetforge.assets import asset_path
+
+        video = asset_path("opencv_samples", "vtest.avi")
+    report = run_recipe(recipe, video, progress=not args.quiet)
+    print("recognizes  %s" % report["what_it_recognizes"])
+    print("clips       train %d, held out %d (frames %s, %d tracks)" % (
+        sum(report["data"]["train_counts"].values()), report["student"]["clips"], report["data"]["heldout_frames"],
+        report["student"]["tracks"]))
+    print("held out    teacher %.3f, student %.3f (majority class alone %.3f)" % (
+        report["teacher"]["accuracy"], report["student"]["accuracy"], report["student"]["majority_baseline"]))
+    print("MACs        teacher %.0f M, student %.0f M (%.2fx)" % (
+        report["prune"]["macs_teacher"] / 1e6, report["prune"]["macs_student"] / 1e6, report["prune"]["macs_factor"]))
+    print("wrote       %s, %s, %s" % (report["files"]["teacher"], report["files"]["student"],
+                                      Path(recipe.out_dir) / "report.json"))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
