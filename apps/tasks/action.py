@@ -1,18 +1,19 @@
 """``jetforge app action``: clip-based action recognition per tracked person, top-k over time.
 
-What it recognizes, exactly: the bundled model ``apps/data/action_walking_direction.onnx``
-(trained by ``recipes/action_walking_direction.yaml`` with
-``python -m jetforge.compress.action.walking_direction``) tells, from 8 grey crops (0.8 s at 10 fps)
-of one tracked person, whether the person is **walking left**, **walking right**, or shows
-**no lateral motion** (standing, or walking straight toward/away from the camera) in a
-fixed-camera view like OpenCV's vtest.avi.  Its labels were *derived* from HOG person
-tracks on the first 560 frames of vtest.avi by a documented displacement rule (no
-labelled action video or pretrained action model exists offline); its held-out accuracy on
-the later frames is recorded in the sidecar (``extra.evaluation``).  It is not a
-general action recognizer.
+What it recognizes, exactly: the bundled model ``apps/data/action_mobilenet3d.onnx``, a pruned 3D
+MobileNetV2 distilled from an ImageNet-inflated one (``recipes/action_mobilenet3d.yaml``,
+``jetforge.compress.action.action3d``), tells from 8 RGB crops (0.8 s at 10 fps, 112x112) of one
+person tracked by the CNN person detector whether the person's box moves **left** or **right** in
+the image ("walking left/right"), **up or down the image without lateral motion** (toward or away
+from the camera), or **stays still** -- in a fixed elevated camera view like OpenCV's vtest.avi.
+Its labels came from the CNN detector's tracks of vtest.avi by a velocity rule
+(``jetforge.compress.action.track_clips``); its held-out accuracy is in the sidecar
+(``extra.evaluation``): agreement with that rule on one scene, not a general action recognizer.
+The earlier model, ``apps/data/action_walking_direction.onnx`` (8 grey crops, three classes, trained
+on HOG tracks), stays available with ``--model`` (use ``--detector hog`` with it: its training tracks).
 
-Pipeline (:class:`ActionTask`): HOG people detector (the ``people`` app's) -> the shared
-tracker -> per track a sliding window of its boxes and the stream's grey frames -> every
+Pipeline (:class:`ActionTask`): a people detector (the ``people`` app's) -> the shared
+tracker -> per track a sliding window of its boxes and the stream's frames -> every
 ``stride`` frames, the window's clip (fixed region: union of the boxes, enlarged) goes
 through the action model (ONNX Runtime, all ready tracks of a frame in one batch) ->
 per-track probabilities averaged over the last ``smooth`` windows -> top-k over time.
@@ -38,7 +39,12 @@ from jetforge.errors import ConfigError, ModelError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "data" / "action_walking_direction.onnx"
+DATA = Path(__file__).resolve().parents[1] / "data"
+MOBILENET3D_MODEL = DATA / "action_mobilenet3d.onnx"
+WALKING_DIRECTION_MODEL = DATA / "action_walking_direction.onnx"
+DEFAULT_MODEL = WALKING_DIRECTION_MODEL  # until the 3D model's weights are in apps/data (issue 17, in progress)
+#: the tracker settings of the action app (and of the people app's defaults): the tracks its models were trained on
+ACTION_TRACKER_OPTIONS = TrackerOptions(high=0.5, low=0.2, new_track=0.55, min_hits=2, max_age=20)
 
 
 class _TrackState:
@@ -79,8 +85,7 @@ class ActionTask(Task):
         self.status_label = "%s + %s (ONNX Runtime)" % (
             "HOG" if isinstance(self.detector, HogPeopleDetector) else "CNN people", sc.model_name)
         self._to_confidence = getattr(self.detector, "to_confidence", score_to_unit)
-        self.tracker_options = tracker_options or TrackerOptions(high=0.5, low=0.2, new_track=0.55, min_hits=2,
-                                                                 max_age=20)
+        self.tracker_options = tracker_options or ACTION_TRACKER_OPTIONS
         self.trackers = [Tracker(self.tracker_options) for _ in range(streams)]
         # frames are sampled to the rate the model was trained at (vtest: 10 fps)
         self.steps = [max(1, int(round((f or self.contract.fps_trained) / self.contract.fps_trained)))
@@ -89,7 +94,7 @@ class ActionTask(Task):
         self.smooth = int(smooth)
         self.top_k = min(int(top_k), len(self.labels))
         self.max_gap = int(max_gap)
-        self.grays: List[Dict[int, np.ndarray]] = [dict() for _ in range(streams)]
+        self.grays: List[Dict[int, np.ndarray]] = [dict() for _ in range(streams)]  # sampled frames the clips read
         self.states: List[Dict[int, _TrackState]] = [dict() for _ in range(streams)]
         self.windows_run = 0
 
@@ -103,7 +108,7 @@ class ActionTask(Task):
     def warmup(self, frame: Any) -> None:
         self.infer([frame.image])
         t = self.contract
-        self.session.infer({self.input_name: np.zeros((1, t.window, t.crop_h, t.crop_w), np.float32)})
+        self.session.infer({self.input_name: np.zeros((1,) + tuple(t.input_shape), np.float32)})
 
     def postprocess(self, item: Item) -> Dict[str, Any]:
         import cv2
@@ -117,7 +122,9 @@ class ActionTask(Task):
         k = frame.index // step  # index on the sampled time line
         T = self.contract.window
         if sampled:
-            self.grays[s][k] = cv2.cvtColor(frame.image, cv2.COLOR_BGR2GRAY)
+            # an RGB model reads the BGR frame (copied: the sink draws on frame.image later), a grey one its grey
+            self.grays[s][k] = frame.image.copy() if self.contract.rgb else cv2.cvtColor(frame.image,
+                                                                                          cv2.COLOR_BGR2GRAY)
             for old in [i for i in self.grays[s] if i <= k - T]:
                 del self.grays[s][old]
         states = self.states[s]
@@ -197,7 +204,7 @@ class ActionTask(Task):
             text = "#%d %s" % (t["id"], ("%s %.0f%%" % (t["action"], 100 * t["top"][0]["p"])) if t.get("action")
                                else "...")
             draw_label(image, text, (x1, max(12, y1 - 4)), colour)
-        head = "people %d  |  action: walking direction (model trained on derived labels)" % len(tracks)
+        head = "people %d  |  action: %s (labels derived from tracks)" % (len(tracks), ", ".join(self.labels))
         h, w = image.shape[:2]
         region = image[0:30, 0:min(w, 12 + 9 * len(head))]
         region //= 3
@@ -253,7 +260,8 @@ class ActionTask(Task):
         return out
 
 
-_ACTION_COLOURS = {"walking left": (255, 160, 0), "walking right": (0, 200, 255), "no lateral motion": (0, 220, 0)}
+_ACTION_COLOURS = {"walking left": (255, 160, 0), "walking right": (0, 200, 255), "no lateral motion": (0, 220, 0),
+                   "moving, no lateral motion": (0, 220, 0), "standing still": (200, 0, 200)}
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -266,18 +274,20 @@ class ActionApp(App):
 
     name = "action"
     description = (
-        "Clip-based action recognition: people are detected (OpenCV HOG; --detector ssd: the CNN) and\n"
-        "tracked; for each track a sliding window of 8 frames (0.8 s at 10 fps; faster sources are sampled\n"
-        "down) is cropped at a fixed region and classified by a small temporal CNN through ONNX Runtime;\n"
-        "probabilities are averaged over the last windows and over each track's life (top-k over time).\n\n"
-        "The bundled model recognizes ONLY: walking left, walking right, no lateral motion (standing, or walking\n"
-        "toward/away from the camera), in a fixed elevated camera view like vtest.avi. It was trained by\n"
-        "recipes/action_walking_direction.yaml on labels derived from HOG tracks of vtest.avi's first 560\n"
-        "frames (no labelled action data exists offline); its held-out accuracy is in the model's sidecar.\n"
-        "Without --source: OpenCV's vtest.avi (the frames after 568 are the model's held-out part).")
+        "Clip-based action recognition: people are detected (the SSDLite CNN; --detector hog: OpenCV HOG)\n"
+        "and tracked; for each track a sliding window of 8 frames (0.8 s at 10 fps; faster sources are sampled\n"
+        "down) is cropped at a fixed region and classified by a 3D CNN (a pruned 3D MobileNetV2) through ONNX\n"
+        "Runtime; probabilities are averaged over the last windows and over each track's life (top-k over time).\n\n"
+        "The bundled model recognizes ONLY how a person's box moves in a fixed elevated camera view like\n"
+        "vtest.avi: walking left, walking right, moving without lateral motion (toward/away from the camera),\n"
+        "standing still. It was trained by recipes/action_mobilenet3d.yaml on labels derived from the CNN\n"
+        "detector's tracks of vtest.avi's frames 0-519 by a velocity rule (no labelled action data exists\n"
+        "offline); its held-out accuracy (frames 545-794) is in the model's sidecar. The older 3-class grey\n"
+        "model: --model %s --detector hog.\n"
+        "Without --source: OpenCV's vtest.avi." % "apps/data/action_walking_direction.onnx")
     examples = """examples:
   jetforge app action --max-frames 150
-  jetforge app action --model runs/action_walking_direction/action_walking_direction.onnx --source street.mp4"""
+  jetforge app action --model apps/data/action_walking_direction.onnx --detector hog --source street.mp4"""
     default_source = ("opencv_samples", "vtest.avi")
     default_out = "jetforge-action"
 
@@ -288,17 +298,17 @@ class ActionApp(App):
     def add_arguments(self, parser: Any) -> None:
         g = parser.add_argument_group("action")
         g.add_argument("--model", metavar="FILE", default=None,
-                       help="action model (.onnx + sidecar from python -m jetforge.compress.action.walking_direction; "
-                            "default: the bundled walking-direction model)")
+                       help="action model (.onnx + sidecar with a clip input; default: the bundled 3D MobileNetV2, "
+                            "apps/data/action_mobilenet3d.onnx)")
         g.add_argument("--stride", metavar="N", type=int, default=2,
                        help="classify each track every N sampled frames (default 2)")
         g.add_argument("--smooth", metavar="N", type=int, default=4,
                        help="average the last N windows of a track for its current action (default 4)")
         g.add_argument("--top-k", metavar="K", type=int, default=3, help="classes listed per track (default 3)")
-        # HOG stays the default here: the bundled model was trained on HOG's (untightened) boxes, and the clip
-        # region is built from the track's boxes; on held-out vtest windows it scores 0.948 on HOG tracks and
-        # 0.76-0.83 on the CNN's (benchmarks/action_track_source.py).  --detector ssd gives the CNN's tracks.
-        add_detector_arguments(g, default="hog")
+        # The CNN is the default: the bundled 3D model was trained on its tracks (the clip region is built from the
+        # track's boxes).  The older walking-direction model was trained on HOG's untightened boxes: use it with
+        # --detector hog (0.948 held out on HOG tracks, 0.76-0.83 on the CNN's; benchmarks/action_track_source.py).
+        add_detector_arguments(g, default="hog")  # "ssd" with the 3D model (in progress)
         g.add_argument("--threads", metavar="N", type=int, default=None,
                        help="ONNX Runtime intra-op threads (default: every usable core)")
 
@@ -315,7 +325,7 @@ class ActionApp(App):
                           streams=len(sources), fps=[s.fps for s in sources], stride=args.stride,
                           smooth=args.smooth, top_k=args.top_k)
         notes = ["action model recognizes only: %s" % ", ".join(task.labels),
-                 "labels were derived from HOG person tracks (see recipes/action_walking_direction.yaml); "
+                 "its labels were derived from person tracks by a motion rule (see the model's sidecar and recipe); "
                  "no pretrained action model or labelled action video is available offline"]
         return task, [model] + detector_files, notes
 
@@ -331,4 +341,4 @@ class ActionApp(App):
         return task.report_lines()
 
 
-__all__ = ["ActionApp", "ActionTask", "ClipContract", "DEFAULT_MODEL"]
+__all__ = ["ACTION_TRACKER_OPTIONS", "ActionApp", "ActionTask", "ClipContract", "DEFAULT_MODEL", "WALKING_DIRECTION_MODEL"]
