@@ -49,8 +49,10 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, default_out: str) ->
                    help="play a video file again from the start when it ends (soak tests, demos; stop with "
                         "--max-frames, Ctrl-C or SIGTERM)")
     g.add_argument("--decode", choices=("auto", "gpu", "cpu"), default="cpu",
-                   help="video files: decode with NVDEC (PyNvVideoCodec) or jetson-utils (gpu), OpenCV (cpu, the "
-                        "default), or a GPU decoder when there is one (auto); see `jetforge doctor`")
+                   help="video files: gpu = the GPU path (NVDEC or jetson-utils decode, GPU preprocessing, batched "
+                        "session; classify and people --detector ssd; annotated video as stream_N.mpg); cpu = "
+                        "OpenCV (the default); auto = a GPU decoder when there is one, frames copied to the CPU "
+                        "pipeline; see `jetforge doctor`")
     g.add_argument("--no-video", action="store_true", help="do not write the annotated MP4")
     g.add_argument("--no-plots", action="store_true", help="do not draw fps.png and latency.png")
     g.add_argument("--display", action="store_true", help="show the annotated video in a window (needs a display)")
@@ -91,6 +93,8 @@ def run_app_command(app: App, args: argparse.Namespace, out_default: Optional[st
         if app.default_source is None:
             raise ConfigError("jetforge app %s needs --source" % app.name)
         uris = [str(asset_path(*app.default_source))]
+    if getattr(args, "decode", "cpu") == "gpu":
+        return run_gpu_path(app, args, uris)
     source_options = SourceOptions(max_reconnects=args.max_reconnects, stall_timeout_s=args.stall_timeout,
                                    loop=getattr(args, "loop", False))
     options = PipelineOptions(queue_size=args.queue_size, batch_size=args.batch or len(uris),
@@ -124,6 +128,29 @@ def run_app_command(app: App, args: argparse.Namespace, out_default: Optional[st
     if result.stream_errors:
         raise StreamError("; ".join(result.stream_errors) + "; the %d frames finished before are kept in %s"
                           % (result.metrics["frames"], out_dir))
+    return 0
+
+
+def run_gpu_path(app: App, args: argparse.Namespace, uris: List[Any]) -> int:
+    """``--decode gpu``: NVDEC/jetson-utils -> GPU preprocessing -> batched session (jetforge.apps.pipeline.gpu_app)."""
+    from jetforge.apps.pipeline.gpu_app import (GpuAppOptions, default_encoders, format_gpu_report, open_gpu_sources,
+                                                run_gpu_app)
+
+    options = GpuAppOptions(max_batch=min(args.batch or len(uris), 32), encoders=0 if args.no_video else
+                            default_encoders())
+    sources = open_gpu_sources(uris, max_frames=args.max_frames, loop=getattr(args, "loop", False))
+    try:
+        prepared = prepare_app_models(app.name, args)
+        task, inputs, notes = app.build(args, sources)
+        result = run_gpu_app(task, sources, Path(args.out), options, inputs=inputs, notes=prepared + notes)
+    finally:
+        app.close()
+        for s in sources:
+            s.close()
+    if args.json:
+        print_json(result.metrics)
+    else:
+        print(format_gpu_report(result.metrics, app.report_lines(task)))
     return 0
 
 

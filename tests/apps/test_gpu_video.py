@@ -448,3 +448,118 @@ def test_cli_decode_gpu_without_a_gpu_decoder_is_one_line_and_exit_1(capsys, mon
     assert main(["app", "classify", "--decode", "gpu", "--max-frames", "1", "--out", "/tmp/unused"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no GPU decoder" in err[0]
+
+
+# -- the GPU path behind `jetforge app ... --decode gpu` -------------------------------------------------------------
+def _use_fake_nvdec(monkeypatch, module=FakeNvDecoder):
+    """PyNvVideoCodec replaced by the named CPU stand-in: the CLI's own NVDEC choice, source and pipeline run."""
+    from jetforge.apps.video.sources import gpu, nvdec
+
+    monkeypatch.setattr(gpu, "choose_decoder", lambda wanted, have=None: "nvdec")
+    monkeypatch.setattr(nvdec, "load_pynvvideocodec", lambda: module)
+
+
+def test_cli_decode_gpu_runs_the_gpu_path_and_agrees_with_the_cpu_path(tmp_path, monkeypatch, capsys, bikes_clip,
+                                                                       mobilenet_onnx):
+    """`jetforge app classify --decode gpu` over 2 streams: NVDEC source (FakeNvDecoder) -> batcher -> the model's
+    contract -> ORT -> the task's postprocess -> events; every frame's top-1 equals the CPU app's on that frame."""
+    import json
+
+    from jetforge.apps.tasks.classify import ClassifyTask
+    from jetforge.cli.main import main
+    from jetforge.runtime.session import open_session
+
+    _use_fake_nvdec(monkeypatch)
+    out = tmp_path / "gpu"
+    rc = main(["app", "classify", "--decode", "gpu", "--model", str(mobilenet_onnx), "--source", str(bikes_clip),
+               "--source", str(bikes_clip), "--max-frames", "10", "--no-video", "--no-plots", "--out", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "GPU path" in printed and "host frames" in printed
+    records = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["path"] == "gpu" and metrics["status"] == "finished" and metrics["frames"] == 20
+    assert metrics["run"]["order_ok"] and metrics["run"]["mean_batch"] > 1.0  # the two streams were batched
+    with open_session(mobilenet_onnx) as session:
+        task = ClassifyTask(session)
+        with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=10) as src:
+            frames = list(src)
+        from jetforge.apps.video.sources.gpu_frame import bgr_from_nv12
+
+        # the CPU app's preprocessing on OpenCV's own frames (no NV12 in between)
+        cap = cv2.VideoCapture(str(bikes_clip))
+        cpu = [task.head(task.infer([task.preprocess(_Img(cap.read()[1]))])[0][task.output_name])[0].index
+               for _ in frames]
+        via_nv12 = [task.head(task.infer([task.preprocess(_Img(bgr_from_nv12(cv2, f.host_nv12())))])[0]
+                              [task.output_name])[0].index for f in frames]
+    for s in range(2):
+        mine = [r for r in records if r["stream"] == s]
+        assert [r["frame"] for r in mine] == list(range(10))
+        assert [r["top"][0]["index"] for r in mine] == via_nv12  # the same arithmetic on the same NV12 frames
+        # against the CPU app (OpenCV BGR, no NV12 round trip): the issue's bar is >= 99 % of frames
+        agree = np.mean([a == b for a, b in zip(via_nv12, cpu)])
+        assert agree >= 0.99
+
+
+class _Img:
+    def __init__(self, image):
+        self.image = image
+
+
+def test_gpu_app_render_on_writes_every_stream_through_the_encoder_pool(tmp_path, monkeypatch, bikes_clip,
+                                                                        mobilenet_onnx):
+    from jetforge.apps.pipeline.gpu_app import GpuAppOptions, open_gpu_sources, run_gpu_app
+    from jetforge.apps.tasks.classify import ClassifyTask
+    from jetforge.runtime.session import open_session
+
+    _use_fake_nvdec(monkeypatch)
+    sources = open_gpu_sources([str(bikes_clip)] * 2, max_frames=6)
+    with open_session(mobilenet_onnx) as session:
+        result = run_gpu_app(ClassifyTask(session), sources, tmp_path, GpuAppOptions(encoders=2))
+    for s in sources:
+        s.close()
+    assert result.metrics["encoders"]["frames"] == 12
+    for s in range(2):
+        video = _read_video(tmp_path / ("stream_%d.mpg" % s))
+        assert len(video) == 6 and video[0].shape == (272, 640, 3)
+
+
+class FakeDeviceFrames(FakeNvDecoder):
+    """FakeNvDecoder whose frames claim to be in GPU memory, as PyNvVideoCodec's are: the path must then want CUDA."""
+
+    @classmethod
+    def CreateDecoder(cls, gpuid=0, codec=None, usedevicememory=True, **_):  # noqa: N802
+        inner = FakeNvDecoder.CreateDecoder(gpuid, codec, usedevicememory)
+
+        class Decoder:
+            def Decode(self, packet):  # noqa: N802
+                frames = inner.Decode(packet)
+                for f in frames:
+                    f.on_host = False
+                return frames
+
+        return Decoder()
+
+
+def test_cli_decode_gpu_without_cuda_for_device_frames_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys,
+                                                                            bikes_clip, mobilenet_onnx):
+    from jetforge.cli.main import main
+
+    _use_fake_nvdec(monkeypatch, FakeDeviceFrames)
+    rc = main(["app", "classify", "--decode", "gpu", "--model", str(mobilenet_onnx), "--source", str(bikes_clip),
+               "--max-frames", "3", "--no-video", "--out", str(tmp_path / "o")])
+    assert rc == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("CUDA" in err[0] or "cuda" in err[0]), err
+
+
+def test_gpu_path_refuses_a_task_it_cannot_run_before_writing_anything(tmp_path):
+    from jetforge.apps.pipeline.gpu_app import run_gpu_app
+
+    class HogTask:
+        name = "people"
+        detector = object()  # the HOG detector has no session
+
+    with pytest.raises(ConfigError, match="HOG detector"):
+        run_gpu_app(HogTask(), [object()], tmp_path / "o")
+    assert not (tmp_path / "o").exists()
