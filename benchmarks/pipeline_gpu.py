@@ -327,7 +327,7 @@ def measure(env: Env, args: argparse.Namespace, checkpoint: Any, state: Dict[str
     ``checkpoint(res)`` after each keeps what a time-out would lose; ``state["current"]`` names the point running
     (the wall-limit watchdog records it if it has to cut the run)."""
     res: Dict[str, Any] = {"model_only": {m: {} for m in args.models}, "decode_alone": {}, "pipeline": [],
-                           "errors": [], "skipped_for_time": []}
+                           "errors": [], "skipped_for_time": [], "step_seconds": []}
     state["res"] = res
     t0 = time.perf_counter()
     for kind, model, arg in plan(args):
@@ -336,7 +336,9 @@ def measure(env: Env, args: argparse.Namespace, checkpoint: Any, state: Dict[str
             res["skipped_for_time"].append(what)
             continue
         state["current"] = what
+        t_step = time.perf_counter()
         _guard(res, what, lambda: run_step(env, args, res, kind, model, arg))
+        res["step_seconds"].append([what, round(time.perf_counter() - t_step, 2)])  # sizes the next device call
         state["current"] = None
         checkpoint(res)
     if res["skipped_for_time"]:

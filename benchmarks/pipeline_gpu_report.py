@@ -123,12 +123,15 @@ def plot(doc: Dict[str, Any], path: Path) -> Optional[Path]:
         return None
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
     for ax, model in zip(axes[0], models):
+        variants = sorted({r.get("variant", "legacy") for r in res["pipeline"]})
         for render, style in ((False, "o-"), (True, "s--")):
-            rows = sorted((r for r in res["pipeline"] if r["model"] == model and r["render"] == render),
-                          key=lambda r: r["streams"])
-            if rows:
-                ax.plot([r["streams"] for r in rows], [r["fps"] for r in rows], style,
-                        label="pipeline, render %s" % ("on" if render else "off"))
+            for variant in variants:
+                rows = sorted((r for r in res["pipeline"] if r["model"] == model and r["render"] == render
+                               and r.get("variant", "legacy") == variant), key=lambda r: r["streams"])
+                if rows:
+                    ax.plot([r["streams"] for r in rows], [r["fps"] for r in rows], style,
+                            label="pipeline, render %s%s" % ("on" if render else "off",
+                                                             ", " + variant if len(variants) > 1 else ""))
         off = sorted((r for r in res["pipeline"] if r["model"] == model and not r["render"]),
                      key=lambda r: r["streams"])
         for key, style, label in (("model_alone_fps", ":", "model alone"), ("decode_alone_fps", "-.", "decode alone")):
