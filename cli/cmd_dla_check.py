@@ -89,6 +89,8 @@ class DlaCheckCommand(Command):
                                                     " (%d more left 3-D to fit the loadables per core)"
                                                     % fold.regions_dropped if fold.regions_dropped else "",
                                                     args.fold_time))
+                print("note: DLA time, transitions and the GPU shuffles they need can outweigh what folding frees on "
+                      "the GPU; compare `jetforge estimate MODEL --dla-core 0` on both files before deploying")
             for name, dims in assumed:
                 print("note: assumed %s=%s (the dynamic batch axis set to 1: DLA needs static shapes; "
                       "pass --shape to choose)" % (name, "x".join(str(d) for d in dims)))
@@ -112,6 +114,9 @@ def _fold_time(args: argparse.Namespace, options: dict) -> Tuple[object, object]
     fold, analysis = fold_for_dla(proto, args.fold_regions, **options)
     write_folded(fold, args.model, args.fold_time)
     analysis.model = args.fold_time
+    if args.calib:
+        analysis.notes.append("the calibration cache names the original model's tensors; folded regions have new "
+                              "names, so calibrate %s itself for its INT8 checks and its DLA build" % args.fold_time)
     return fold, analysis
 
 
