@@ -37,6 +37,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from jetforge.calibrate.int8sim_pool import SIM_SUFFIX, float64_average_pool, float64_reduction
 from jetforge.calibrate.qdq_surgery import unique_name
 from jetforge.errors import ModelError
 from jetforge.optional import require
@@ -48,7 +49,7 @@ EXACT_LIMIT = float(2 ** 24)  # float32 holds every integer of smaller magnitude
 QMIN, QMAX = -128, 127
 LINEAR_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 FLOAT64_REDUCTIONS = ("GlobalAveragePool", "ReduceMean", "ReduceSum")
-_SUFFIX = "__jf_sim"
+_SUFFIX = SIM_SUFFIX
 
 
 @dataclass
@@ -93,17 +94,43 @@ class _Graph:
         self.producer = {o: n for n in self.g.node for o in n.output if o}
         self.names = {n.name for n in self.g.node} | set(self.inits) | {o for n in self.g.node for o in n.output}
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+        self._shapes: Optional[Dict[str, List[Optional[int]]]] = None
 
     def value(self, name: str) -> Optional[np.ndarray]:
-        if name in self.inits:
-            return self.numpy_helper.to_array(self.inits[name])
-        node = self.consts.get(name)
-        if node is not None and node.attribute[0].name == "value":
-            return self.numpy_helper.to_array(node.attribute[0].t)
+        """The constant behind ``name``: an initializer, a Constant node, or an Identity of one (the exporter
+        shares equal initializers, e.g. the all-zero biases of BN-folded convolutions, through Identity)."""
+        for _ in range(len(self.g.node) + 1):
+            if name in self.inits:
+                return self.numpy_helper.to_array(self.inits[name])
+            node = self.consts.get(name)
+            if node is not None and node.attribute[0].name == "value":
+                return self.numpy_helper.to_array(node.attribute[0].t)
+            node = self.producer.get(name)
+            if node is None or node.op_type != "Identity":
+                return None
+            name = node.input[0]
         return None
 
     def unique(self, base: str) -> str:
         return unique_name(base, self.names)
+
+    def inferred_shapes(self) -> Dict[str, List[Optional[int]]]:
+        """``{tensor: dims}`` (None for a dynamic dim) by ONNX shape inference, computed once on first use: the
+        rewrite replaces the node list only at its end, so the graph inferred is the model's own plus unused
+        new constants."""
+        if self._shapes is None:
+            import onnx
+
+            try:
+                inferred = onnx.shape_inference.infer_shapes(self.model)
+            except Exception as err:  # pragma: no cover - a model ONNX cannot infer: shapes stay unknown
+                log.debug("shape inference failed: %s", err)
+                inferred = self.model
+            self._shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None
+                                      for d in vi.type.tensor_type.shape.dim]
+                            for vi in list(inferred.graph.value_info) + list(inferred.graph.input)
+                            if vi.type.tensor_type.HasField("shape")}
+        return self._shapes
 
     def constant(self, base: str, array: np.ndarray) -> str:
         name = self.unique(base)
@@ -256,8 +283,12 @@ def simulation_model(qdq_model, quantize_bias: bool = True, summary: Optional[Si
         if plan is None:
             if node.op_type in LINEAR_OPS:
                 summary.float_layers.append(node.name or "%s_%d" % (node.op_type, index))
-            if node.op_type in FLOAT64_REDUCTIONS:
-                new_nodes.extend(_float64_reduction(gr, node))
+            pooled = float64_average_pool(gr, node) if node.op_type == "AveragePool" else None
+            if pooled is not None:
+                new_nodes.extend(pooled)
+                summary.float64_pools.append(node.name or "%s_%d" % (node.op_type, index))
+            elif node.op_type in FLOAT64_REDUCTIONS:
+                new_nodes.extend(float64_reduction(gr, node))
                 summary.float64_pools.append(node.name or "%s_%d" % (node.op_type, index))
             else:
                 new_nodes.append(node)
@@ -439,42 +470,6 @@ def _chunked(gr: _Graph, plan: _Plan, x_int: str, w_vals: np.ndarray, attrs: Dic
         total = _float64_bias_add(gr, plan, node, acc, total, bias_int, nodes)
     nodes.append(helper.make_node("Cast", [total], [acc], name=acc, to=TensorProto.FLOAT))
     return acc
-
-
-def _float64_reduction(gr: _Graph, node) -> List[object]:
-    """A float reduction (global average pooling, ReduceMean/Sum) as Cast(float64) -> reduce -> Cast(float32).
-
-    One rounding to float32 at the end, so the summation order of this CPU's kernel cannot move a
-    value across a float32 (and so a quantization) rounding boundary.
-    """
-    from onnx import TensorProto, helper
-
-    x, out = node.input[0], node.output[0]
-    wide = gr.unique(x + _SUFFIX + "_f64")
-    reduced = gr.unique(out + _SUFFIX + "_f64")
-    nodes = [helper.make_node("Cast", [x], [wide], name=wide, to=TensorProto.DOUBLE)]
-    if node.op_type == "GlobalAveragePool":
-        rank = _value_rank(gr, x)
-        axes = list(range(2, rank)) if rank else [2, 3]
-        if gr.opset >= 18:
-            nodes.append(helper.make_node("ReduceMean", [wide, gr.constant(reduced + "_axes", np.array(axes, np.int64))],
-                                          [reduced], name=reduced, keepdims=1))
-        else:
-            nodes.append(helper.make_node("ReduceMean", [wide], [reduced], name=reduced, axes=axes, keepdims=1))
-    else:
-        copy = helper.make_node(node.op_type, [wide] + list(node.input[1:]), [reduced], name=reduced)
-        copy.attribute.extend(node.attribute)
-        nodes.append(copy)
-    nodes.append(helper.make_node("Cast", [reduced], [out], name=node.name or gr.unique(out + "_cast"),
-                                  to=TensorProto.FLOAT))
-    return nodes
-
-
-def _value_rank(gr: _Graph, tensor: str) -> int:
-    for vi in list(gr.g.value_info) + list(gr.g.input) + list(gr.g.output):
-        if vi.name == tensor and vi.type.tensor_type.HasField("shape"):
-            return len(vi.type.tensor_type.shape.dim)
-    return 0
 
 
 def _drop_unused_initializers(m) -> None:

@@ -1,9 +1,10 @@
 """Quantized layers: quantizers on the *inputs* of quantizable operations (TensorRT's Q/DQ placement rules).
 
-``QuantConv2d`` / ``QuantLinear`` quantize their input per tensor and their weight per output
-channel; the bias stays float (TensorRT quantizes it to INT32 itself).  ``QuantAdd`` replaces a
-residual ``a + b`` and quantizes both inputs, so TensorRT can fuse the add into the preceding
-convolution in INT8.
+``QuantConv2d`` / ``QuantConv3d`` / ``QuantLinear`` quantize their input per tensor and their weight per
+output channel (axis 0 of the weight, whatever its rank: a 3D convolution's ``(M, C/g, kT, kH, kW)`` weight
+is quantized per ``M`` like a 2D one); the bias stays float (TensorRT quantizes it to INT32 itself).
+``QuantAdd`` replaces a residual ``a + b`` and quantizes both inputs, so TensorRT can fuse the add into the
+preceding convolution in INT8.
 """
 
 import torch
@@ -12,9 +13,11 @@ from torch import nn
 from jetforge.compress.qat.quantizer import TensorQuantizer
 
 
-class QuantConv2d(nn.Conv2d):
+class _QuantConv:
+    """What every quantized convolution adds to its float class: the two quantizers and a forward using them."""
+
     @classmethod
-    def from_float(cls, conv: nn.Conv2d) -> "QuantConv2d":
+    def from_float(cls, conv):
         q = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
                 conv.groups, conv.bias is not None, conv.padding_mode, device=conv.weight.device)
         with torch.no_grad():
@@ -31,6 +34,14 @@ class QuantConv2d(nn.Conv2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv_forward(self.input_quantizer(x), self.weight_quantizer(self.weight), self.bias)
+
+
+class QuantConv2d(_QuantConv, nn.Conv2d):
+    """``nn.Conv2d`` with a per-tensor input quantizer and a per-output-channel weight quantizer."""
+
+
+class QuantConv3d(_QuantConv, nn.Conv3d):
+    """``nn.Conv3d`` (3D and the (2+1)D factors, depthwise/grouped included), quantized like ``QuantConv2d``."""
 
 
 class QuantLinear(nn.Linear):
@@ -65,11 +76,11 @@ class QuantAdd(nn.Module):
         return self.input_quantizer_a(a) + self.input_quantizer_b(b)
 
 
-class FrozenBatchNorm2d(nn.Module):
-    """A BatchNorm2d that no convolution precedes (so it cannot be folded): its statistics and affine
-    parameters are frozen -- it is a fixed per-channel scale and shift in training and inference alike."""
+class FrozenBatchNorm(nn.Module):
+    """A BatchNorm (2d or 3d) that no convolution precedes (so it cannot be folded): its statistics and affine
+    parameters are frozen -- a fixed per-channel scale and shift on axis 1 in training and inference alike."""
 
-    def __init__(self, bn: nn.BatchNorm2d) -> None:
+    def __init__(self, bn: nn.Module) -> None:
         super().__init__()
         std = torch.sqrt(bn.running_var + bn.eps)
         w = bn.weight.detach() if bn.weight is not None else torch.ones_like(std)
@@ -78,7 +89,10 @@ class FrozenBatchNorm2d(nn.Module):
         self.register_buffer("shift", (b - bn.running_mean * w / std).detach().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.scale.view(1, -1, 1, 1) + self.shift.view(1, -1, 1, 1)
+        shape = (1, -1) + (1,) * (x.dim() - 2)  # the rank is static under tracing and export
+        return x * self.scale.view(shape) + self.shift.view(shape)
 
 
-__all__ = ["FrozenBatchNorm2d", "QuantAdd", "QuantConv2d", "QuantLinear"]
+FrozenBatchNorm2d = FrozenBatchNorm  # the name older code and checkpoints use
+
+__all__ = ["FrozenBatchNorm", "FrozenBatchNorm2d", "QuantAdd", "QuantConv2d", "QuantConv3d", "QuantLinear"]

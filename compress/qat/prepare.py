@@ -2,17 +2,21 @@
 
 :func:`prepare_qat` works on a copy traced with ``torch.fx``:
 
-1. **Checks** that every layer is one QAT handles: ``Conv2d`` and ``Linear`` are quantized;
-   BatchNorm, activations, pooling, flatten, dropout and parameter-free modules stay float (as
-   TensorRT runs them or fuses them).  Any other layer with weights (Conv1d/3d, ConvTranspose,
-   RNNs, attention, embeddings, ...) and functional convolutions / matmuls are refused with the
-   list of offending layers -- they would silently stay float and untrained for INT8.
-2. **Folds BatchNorm** into the convolution before it (weights and bias rewritten with the running
-   statistics), so the weight that is fake-quantized is the folded weight TensorRT executes; the BN
-   statistics are thereby frozen for QAT.  A BatchNorm with no convolution before it becomes a
-   frozen per-channel affine (:class:`FrozenBatchNorm2d`).
-3. **Swaps** ``Conv2d``/``Linear`` for :class:`QuantConv2d`/:class:`QuantLinear` and every residual
-   ``a + b`` of two tensors for a :class:`QuantAdd` module.
+1. **Checks** that every layer is one QAT handles: ``Conv2d``, ``Conv3d`` (3D, (2+1)D, depthwise and
+   grouped) and ``Linear`` are quantized; BatchNorm, activations, 2D and 3D pooling, flatten, dropout
+   and parameter-free modules stay float (as TensorRT runs them or fuses them).  Any other layer with
+   weights (Conv1d, ConvTranspose, RNNs, attention, embeddings, a convolution subclass with its own
+   ``forward``, ...) and functional convolutions / matmuls are refused with the list of offending
+   layers -- they would silently stay float and untrained for INT8.
+2. **Folds BatchNorm** (2d into ``Conv2d``, 3d into ``Conv3d``) into the convolution before it (weights
+   and bias rewritten with the running statistics), so the weight that is fake-quantized is the folded
+   weight TensorRT executes; the BN statistics are thereby frozen for QAT.  A BatchNorm with no
+   convolution before it becomes a frozen per-channel affine (:class:`FrozenBatchNorm`).
+3. **Swaps** ``Conv2d``/``Conv3d``/``Linear`` for :class:`QuantConv2d`/:class:`QuantConv3d`/:class:`QuantLinear`
+   and every residual ``a + b`` of two tensors for a :class:`QuantAdd` module.
+
+Convolution subclasses that only change the constructor (torchvision's video ``Conv3DSimple``,
+``Conv2Plus1D``'s factors, ``Conv3DNoTemporal``) are traced as the convolution they are and quantized.
 """
 
 import copy
@@ -24,23 +28,27 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch import fx, nn
 
-from jetforge.compress.qat.modules import FrozenBatchNorm2d, QuantAdd, QuantConv2d, QuantLinear
+from jetforge.compress.qat.modules import FrozenBatchNorm, QuantAdd, QuantConv2d, QuantConv3d, QuantLinear
 from jetforge.compress.qat.quantizer import TensorQuantizer
 from jetforge.errors import CompressError
 
 log = logging.getLogger(__name__)
 
-QUANTIZED = (nn.Conv2d, nn.Linear)
-FLOAT_OK = (nn.BatchNorm2d, nn.BatchNorm1d, nn.ReLU, nn.ReLU6, nn.Hardtanh, nn.Sigmoid, nn.Hardsigmoid,
-            nn.Hardswish, nn.SiLU, nn.GELU, nn.Tanh, nn.LeakyReLU, nn.MaxPool2d, nn.AvgPool2d,
-            nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.Flatten, nn.Dropout, nn.Dropout2d, nn.Identity,
-            nn.Softmax, nn.Upsample, nn.ZeroPad2d)
+QUANTIZED = (nn.Conv2d, nn.Conv3d, nn.Linear)
+QUANT_CLASSES = {nn.Conv2d: QuantConv2d, nn.Conv3d: QuantConv3d, nn.Linear: QuantLinear}
+BATCHNORM_OF = {nn.BatchNorm2d: nn.Conv2d, nn.BatchNorm3d: nn.Conv3d}  # which convolution each BN folds into
+FLOAT_OK = (nn.BatchNorm2d, nn.BatchNorm1d, nn.BatchNorm3d, nn.ReLU, nn.ReLU6, nn.Hardtanh, nn.Sigmoid,
+            nn.Hardsigmoid, nn.Hardswish, nn.SiLU, nn.GELU, nn.Tanh, nn.LeakyReLU, nn.MaxPool2d, nn.AvgPool2d,
+            nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.MaxPool3d, nn.AvgPool3d, nn.AdaptiveAvgPool3d,
+            nn.AdaptiveMaxPool3d, nn.Flatten, nn.Dropout, nn.Dropout2d, nn.Dropout3d, nn.Identity,
+            nn.Softmax, nn.Upsample, nn.ZeroPad2d, nn.ConstantPad3d)
 UNSUPPORTED_FUNCTIONS = {torch.nn.functional.conv1d: "F.conv1d", torch.nn.functional.conv2d: "F.conv2d",
                          torch.nn.functional.conv3d: "F.conv3d", torch.nn.functional.linear: "F.linear",
                          torch.matmul: "torch.matmul", torch.bmm: "torch.bmm", torch.einsum: "torch.einsum",
                          operator.matmul: "@"}
 ADD_TARGETS = (operator.add, operator.iadd, torch.add)
-SUPPORTED_TEXT = "Conv2d, Linear and residual adds (BatchNorm, activations, pooling and reshapes stay float)"
+SUPPORTED_TEXT = ("Conv2d, Conv3d (grouped/depthwise too), Linear and residual adds (BatchNorm, activations, "
+                  "2D/3D pooling and reshapes stay float)")
 
 
 @dataclass
@@ -60,22 +68,55 @@ class QatSummary:
                 "batchnorm": "folded into the preceding convolution before QAT (statistics frozen)"}
 
 
+def float_layer_kind(m: nn.Module) -> Optional[type]:
+    """The float class (Conv2d, Conv3d, Linear) that ``m`` is quantized as, or None.
+
+    A subclass counts only when it keeps its base class's ``forward`` (torchvision's ``Conv3DSimple`` does);
+    one with its own ``forward`` computes something else, which the quantized copy would not reproduce.
+    """
+    if isinstance(m, (QuantConv2d, QuantConv3d, QuantLinear)):
+        return None
+    for base in QUANT_CLASSES:
+        if isinstance(m, base) and type(m).forward is base.forward:
+            return base
+    return None
+
+
 def unsupported_layers(model: nn.Module) -> List[str]:
     """``name (Type)`` of every leaf module with parameters that QAT neither quantizes nor may keep float."""
     bad = []
     for name, m in model.named_modules():
-        if isinstance(m, QUANTIZED + FLOAT_OK + (QuantAdd, TensorQuantizer, FrozenBatchNorm2d)):
-            if type(m) is nn.Conv2d and m.padding_mode != "zeros":
-                bad.append("%s (Conv2d with padding_mode=%s)" % (name, m.padding_mode))
+        kind = float_layer_kind(m)
+        if kind is not None and kind is not nn.Linear and m.padding_mode != "zeros":
+            bad.append("%s (%s with padding_mode=%s)" % (name, kind.__name__, m.padding_mode))
+            continue
+        if kind is not None or isinstance(m, FLOAT_OK + (QuantConv2d, QuantConv3d, QuantLinear, QuantAdd,
+                                                         TensorQuantizer, FrozenBatchNorm)):
+            continue
+        if isinstance(m, QUANTIZED):
+            base = next(b for b in QUANTIZED if isinstance(m, b))
+            bad.append("%s (%s: a %s subclass with its own forward)" % (name or "<model>", type(m).__name__,
+                                                                       base.__name__))
             continue
         if any(True for _ in m.parameters(recurse=False)):
             bad.append("%s (%s)" % (name or "<model>", type(m).__name__))
     return bad
 
 
+class _QatTracer(fx.Tracer):
+    """torch.fx's tracer, with convolution subclasses that keep the base ``forward`` kept as one module call
+    (the default tracer only keeps ``torch.nn`` modules whole and would trace into torchvision's
+    ``Conv3DSimple`` down to a functional ``conv3d``)."""
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return float_layer_kind(m) is not None or super().is_leaf_module(m, qualname)
+
+
 def _trace(model: nn.Module) -> fx.GraphModule:
     try:
-        return fx.symbolic_trace(model)
+        tracer = _QatTracer()
+        graph = tracer.trace(model)
+        return fx.GraphModule(tracer.root, graph, type(model).__name__)
     except Exception as err:
         raise CompressError("QAT needs a model torch.fx can trace; %s failed: %s: %s"
                             % (type(model).__name__, type(err).__name__, str(err).splitlines()[0] if str(err) else ""),
@@ -89,7 +130,7 @@ def _set_module(root: nn.Module, name: str, new: nn.Module) -> None:
     setattr(parent, attr, new)
 
 
-def _fold(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> None:
+def _fold(conv: nn.Module, bn: nn.Module) -> None:
     with torch.no_grad():
         std = torch.sqrt(bn.running_var + bn.eps)
         gamma = bn.weight if bn.weight is not None else torch.ones_like(std)
@@ -102,22 +143,24 @@ def _fold(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> None:
 
 
 def fold_batchnorm(gm: fx.GraphModule, summary: Optional[QatSummary] = None) -> fx.GraphModule:
-    """Fold every Conv2d -> BatchNorm2d pair (the conv's only user) of a traced model, in place."""
+    """Fold every Conv2d -> BatchNorm2d and Conv3d -> BatchNorm3d pair (the conv's only user) of a traced model,
+    in place."""
     summary = summary if summary is not None else QatSummary()
     modules = dict(gm.named_modules())
     for node in list(gm.graph.nodes):
-        if node.op != "call_module" or not isinstance(modules.get(node.target), nn.BatchNorm2d):
+        bn = modules.get(node.target) if node.op == "call_module" else None
+        conv_kind = next((c for b, c in BATCHNORM_OF.items() if type(bn) is b), None)
+        if conv_kind is None:
             continue
         src = node.args[0] if node.args else None
-        bn = modules[node.target]
-        if (isinstance(src, fx.Node) and src.op == "call_module" and type(modules.get(src.target)) is nn.Conv2d
+        if (isinstance(src, fx.Node) and src.op == "call_module" and float_layer_kind(modules.get(src.target)) is conv_kind
                 and len(src.users) == 1 and bn.track_running_stats and bn.running_var is not None):
             _fold(modules[src.target], bn)
             node.replace_all_uses_with(src)
             gm.graph.erase_node(node)
             summary.folded_batchnorms.append((node.target, src.target))
         else:
-            _set_module(gm, node.target, FrozenBatchNorm2d(bn))
+            _set_module(gm, node.target, FrozenBatchNorm(bn))
             summary.frozen_batchnorms.append(node.target)
     gm.graph.eliminate_dead_code()
     gm.delete_all_unused_submodules()
@@ -157,12 +200,11 @@ def prepare_qat(model: nn.Module, fold_bn: bool = True, quantize_add: bool = Tru
     if fold_bn:
         fold_batchnorm(gm, summary)
     for name, m in list(gm.named_modules()):
-        if type(m) is nn.Conv2d:
-            _set_module(gm, name, QuantConv2d.from_float(m))
-            summary.quantized_convs.append(name)
-        elif type(m) is nn.Linear:
-            _set_module(gm, name, QuantLinear.from_float(m))
-            summary.quantized_linears.append(name)
+        kind = float_layer_kind(m)
+        if kind is None:
+            continue
+        _set_module(gm, name, QUANT_CLASSES[kind].from_float(m))
+        (summary.quantized_linears if kind is nn.Linear else summary.quantized_convs).append(name)
     if quantize_add:
         k = 0
         for node in list(gm.graph.nodes):
@@ -194,7 +236,7 @@ def _input_quantizer_slots(gm: fx.GraphModule) -> Dict[fx.Node, List[Tuple[nn.Mo
         if node.op != "call_module":
             continue
         m = modules.get(node.target)
-        if isinstance(m, (QuantConv2d, QuantLinear)):
+        if isinstance(m, (QuantConv2d, QuantConv3d, QuantLinear)):
             pairs = [(0, "input_quantizer")]
         elif isinstance(m, QuantAdd):
             pairs = [(0, "input_quantizer_a"), (1, "input_quantizer_b")]
@@ -277,7 +319,7 @@ def freeze_weight_ranges(model: nn.Module) -> int:
     """Store every weight quantizer's current ``max|w|`` (before export); returns how many."""
     n = 0
     for m in model.modules():
-        if isinstance(m, (QuantConv2d, QuantLinear)):
+        if isinstance(m, (QuantConv2d, QuantConv3d, QuantLinear)):
             m.weight_quantizer.freeze(m.weight)
             n += 1
     return n
@@ -285,7 +327,7 @@ def freeze_weight_ranges(model: nn.Module) -> int:
 
 def unfreeze_weight_ranges(model: nn.Module) -> None:
     for m in model.modules():
-        if isinstance(m, (QuantConv2d, QuantLinear)):
+        if isinstance(m, (QuantConv2d, QuantConv3d, QuantLinear)):
             m.weight_quantizer.unfreeze()
 
 
@@ -296,5 +338,5 @@ def set_quantization(model: nn.Module, enabled: bool) -> None:
             m.enabled = bool(enabled)
 
 
-__all__ = ["QatSummary", "calibrate_qat", "fold_batchnorm", "freeze_weight_ranges", "prepare_qat", "quantizers",
+__all__ = ["QatSummary", "calibrate_qat", "float_layer_kind", "fold_batchnorm", "freeze_weight_ranges", "prepare_qat", "quantizers",
            "set_quantization", "unfreeze_weight_ranges", "unsupported_layers"]

@@ -11,8 +11,8 @@ quantization rules say:
   multiplied by ``float32(s_x * s_w)``;
 * every other op in float32 on dequantized values (``q * s``), global average pooling in float64.
 
-Ops: Conv (groups, strides, pads, dilations), Gemm, MatMul, Relu, Clip, Add, Mul, Sub, Div,
-MaxPool, AveragePool, GlobalAveragePool, ReduceMean, ReduceSum, Flatten, Reshape, Transpose, Concat, Identity, Constant,
+Ops: Conv (2D and 3D; groups, strides, pads, dilations), Gemm, MatMul, Relu, Clip, Add, Mul, Sub, Div,
+MaxPool, AveragePool (2D and 3D), GlobalAveragePool, ReduceMean, ReduceSum, Flatten, Reshape, Transpose, Concat, Identity, Constant,
 Shape, Gather, Unsqueeze, Squeeze, Softmax.  Enough for the small networks of the tests; an
 unknown op raises.
 
@@ -57,52 +57,52 @@ def _quantize(x: np.ndarray, scale: np.ndarray, axis: Optional[int]) -> np.ndarr
 
 
 def _pad_nchw(x: np.ndarray, pads: List[int], value=0) -> np.ndarray:
+    """Pad the spatial axes (2 and on: H, W or T, H, W) with ONNX's ``pads`` (all begins, then all ends)."""
     n = len(pads) // 2
     width = [(0, 0), (0, 0)] + [(pads[i], pads[i + n]) for i in range(n)]
     return np.pad(x, width, constant_values=value)
 
 
-def _windows(x: np.ndarray, kernel: Tuple[int, int], strides, dilations) -> np.ndarray:
-    """(N, C, OH, OW, KH, KW) views of a padded NCHW tensor."""
-    n, c, h, w = x.shape
-    kh, kw = kernel
-    sh, sw = strides
-    dh, dw = dilations
-    oh = (h - dh * (kh - 1) - 1) // sh + 1
-    ow = (w - dw * (kw - 1) - 1) // sw + 1
-    s = x.strides
-    return np.lib.stride_tricks.as_strided(x, (n, c, oh, ow, kh, kw),
-                                           (s[0], s[1], s[2] * sh, s[3] * sw, s[2] * dh, s[3] * dw))
+def _windows(x: np.ndarray, kernel: Tuple[int, ...], strides, dilations) -> np.ndarray:
+    """(N, C, *out, *kernel) views of a padded tensor with any number of spatial axes (2D: NCHW, 3D: NCTHW)."""
+    spatial = x.shape[2:]
+    out = [(size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(spatial, kernel, strides, dilations)]
+    st = x.strides
+    return np.lib.stride_tricks.as_strided(
+        x, tuple(x.shape[:2]) + tuple(out) + tuple(kernel),
+        tuple(st[:2]) + tuple(st[2 + i] * strides[i] for i in range(len(kernel)))
+        + tuple(st[2 + i] * dilations[i] for i in range(len(kernel))))
+
+
+def _einsum_spec(rank: int) -> str:
+    """``"nc<out><kernel>,mc<kernel>->nm<out>"`` for ``rank`` spatial axes."""
+    out, ker = "hwt"[:rank], "ijk"[:rank]
+    return "nc%s%s,mc%s->nm%s" % (out, ker, ker, out)
+
+
+def _grouped_conv(x: np.ndarray, w: np.ndarray, a: Dict[str, object], dtype) -> np.ndarray:
+    """``group``-wise convolution of ``x`` (N, C, *spatial) with ``w`` (M, C/group, *kernel) in ``dtype``."""
+    rank = w.ndim - 2
+    group = int(a.get("group", 1))
+    xp = _pad_nchw(x.astype(dtype), list(a.get("pads", [0] * (2 * rank))))
+    win = _windows(np.ascontiguousarray(xp), tuple(w.shape[2:]), a.get("strides", [1] * rank),
+                   a.get("dilations", [1] * rank))
+    cin_g, m = w.shape[1], w.shape[0]
+    m_g = m // group
+    spec = _einsum_spec(rank)
+    return np.concatenate([np.einsum(spec, win[:, g * cin_g:(g + 1) * cin_g], w[g * m_g:(g + 1) * m_g].astype(dtype),
+                                     optimize=True) for g in range(group)], axis=1)
 
 
 def _conv_int(x: np.ndarray, w: np.ndarray, a: Dict[str, object]) -> np.ndarray:
-    """Integer convolution (int64) of NCHW ``x`` with (M, C/group, KH, KW) ``w``."""
-    group = int(a.get("group", 1))
-    kh, kw = w.shape[2:]
-    x = _pad_nchw(x.astype(np.int64), list(a.get("pads", [0, 0, 0, 0])))
-    win = _windows(np.ascontiguousarray(x), (kh, kw), a.get("strides", [1, 1]), a.get("dilations", [1, 1]))
-    cin_g, m = w.shape[1], w.shape[0]
-    m_g = m // group
-    outs = []
-    for g in range(group):
-        xs = win[:, g * cin_g:(g + 1) * cin_g]                   # N, Cg, OH, OW, KH, KW
-        ws = w[g * m_g:(g + 1) * m_g].astype(np.int64)           # Mg, Cg, KH, KW
-        outs.append(np.einsum("nchwij,mcij->nmhw", xs, ws, optimize=True))
-    return np.concatenate(outs, axis=1)
+    """Integer convolution (int64) of ``x`` with (M, C/group, *kernel) ``w``: 2D or 3D."""
+    return _grouped_conv(x, w, a, np.int64)
 
 
 def _conv_float(x: np.ndarray, w: np.ndarray, b: Optional[np.ndarray], a: Dict[str, object]) -> np.ndarray:
-    group = int(a.get("group", 1))
-    kh, kw = w.shape[2:]
-    xp = _pad_nchw(x.astype(np.float64), list(a.get("pads", [0, 0, 0, 0])))
-    win = _windows(np.ascontiguousarray(xp), (kh, kw), a.get("strides", [1, 1]), a.get("dilations", [1, 1]))
-    cin_g, m = w.shape[1], w.shape[0]
-    m_g = m // group
-    y = np.concatenate([np.einsum("nchwij,mcij->nmhw", win[:, g * cin_g:(g + 1) * cin_g],
-                                  w[g * m_g:(g + 1) * m_g].astype(np.float64), optimize=True)
-                        for g in range(group)], axis=1)
+    y = _grouped_conv(x, w, a, np.float64)
     if b is not None:
-        y = y + b.reshape(1, -1, 1, 1)
+        y = y + b.reshape((1, -1) + (1,) * (w.ndim - 2))
     return y.astype(np.float32)
 
 
@@ -113,7 +113,7 @@ def _linear_int(node, xq: Quantized, wq: Quantized, bias: Optional[np.ndarray]) 
     s_w = wq.scale.reshape(-1).astype(np.float32)
     if node.op_type == "Conv":
         acc = _conv_int(xq.values, wq.values, a)
-        channel_shape = (1, -1, 1, 1)
+        channel_shape = (1, -1) + (1,) * (wq.values.ndim - 2)
     elif node.op_type == "Gemm":
         xa = xq.values.astype(np.int64)
         wa = wq.values.astype(np.int64)
@@ -138,13 +138,24 @@ def _linear_int(node, xq: Quantized, wq: Quantized, bias: Optional[np.ndarray]) 
 
 
 def _pool(x: np.ndarray, a: Dict[str, object], kind: str) -> np.ndarray:
-    kh, kw = a["kernel_shape"]
-    pads = list(a.get("pads", [0, 0, 0, 0]))
+    """Max or average pooling over 2 or 3 spatial axes; the average in float64 (ONNX: padding counted only with
+    ``count_include_pad``)."""
+    kernel = tuple(a["kernel_shape"])
+    rank = len(kernel)
+    pads = list(a.get("pads", [0] * (2 * rank)))
+    if a.get("ceil_mode", 0):
+        raise NotImplementedError("the INT8 reference has no ceil_mode pooling")
+    strides, dilations = a.get("strides", [1] * rank), a.get("dilations", [1] * rank)
+    axes = tuple(range(2 + rank, 2 + 2 * rank))
     xp = _pad_nchw(x, pads, value=-np.inf if kind == "max" else 0.0)
-    win = _windows(np.ascontiguousarray(xp), (kh, kw), a.get("strides", [1, 1]), a.get("dilations", [1, 1]))
+    win = _windows(np.ascontiguousarray(xp), kernel, strides, dilations)
     if kind == "max":
-        return win.max(axis=(4, 5)).astype(np.float32)
-    return win.astype(np.float64).mean(axis=(4, 5)).astype(np.float32)
+        return win.max(axis=axes).astype(np.float32)
+    total = win.astype(np.float64).sum(axis=axes)
+    if a.get("count_include_pad", 0) or not any(pads):
+        return (total / float(np.prod(kernel))).astype(np.float32)
+    ones = _windows(np.ascontiguousarray(_pad_nchw(np.ones((1, 1) + x.shape[2:]), pads)), kernel, strides, dilations)
+    return (total / ones.sum(axis=axes)).astype(np.float32)
 
 
 def run(model, x: np.ndarray, trace: Optional[Dict[str, np.ndarray]] = None) -> List[np.ndarray]:
@@ -200,7 +211,8 @@ def run(model, x: np.ndarray, trace: Optional[Dict[str, np.ndarray]] = None) -> 
         elif op == "AveragePool":
             out = _pool(flt(ins[0]), a, "avg")
         elif op == "GlobalAveragePool":
-            out = flt(ins[0]).astype(np.float64).mean(axis=(2, 3), keepdims=True).astype(np.float32)
+            v = flt(ins[0])
+            out = v.astype(np.float64).mean(axis=tuple(range(2, v.ndim)), keepdims=True).astype(np.float32)
         elif op in ("ReduceMean", "ReduceSum"):
             axes = a.get("axes") if "axes" in a else ([int(v) for v in env[ins[1]]] if len(ins) > 1 else None)
             fn = np.mean if op == "ReduceMean" else np.sum
