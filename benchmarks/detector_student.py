@@ -49,7 +49,16 @@ def log(*parts: Any) -> None:
     print(*parts, flush=True)
 
 
-def load_models(gpu_dir: Path) -> Tuple[Dict[str, Any], Any, Any]:
+def title(name: str) -> str:
+    return TITLES.get(name, "jetforge student %s" % name)
+
+
+def model_names(result: Dict[str, Any]) -> List[str]:
+    """The teacher, then the students of a result (older results name none: the first run's two)."""
+    return list(result.get("models", MODELS))
+
+
+def load_models(gpu_dir: Path, students: List[str]) -> Tuple[Dict[str, Any], Any, Any]:
     """Teacher (from the frozen graph) and the returned students; the SSD spec and preprocessing of the graph."""
     import torch
 
@@ -63,7 +72,7 @@ def load_models(gpu_dir: Path) -> Tuple[Dict[str, Any], Any, Any]:
     graph = load_graphdef(weights)
     g = SSDGraph(graph)
     models = {"teacher": load_from_graphdef(weights, graph=graph)}
-    for name in MODELS[1:]:
+    for name in students:
         state = torch.load(str(gpu_dir / ("student_%s.pt" % name)), map_location="cpu", weights_only=True)
         models[name] = detector_from_state(state, models["teacher"].image_size)
     return models, read_spec(g), read_preprocess(g)
@@ -203,7 +212,7 @@ def goals(result: Dict[str, Any]) -> Dict[str, Any]:
     """Each goal of the issue, per student: met only if the interval's bound (frames and blocks) is."""
     out: Dict[str, Any] = {}
     gpu = (result.get("gpu") or {}).get("timing", {})
-    for name in MODELS[1:]:
+    for name in model_names(result)[1:]:
         ap = result["ap"][name]
         int8 = (result.get("int8") or {}).get(name)
         g = {"h200_batch32_speedup>=1.8": None, "cpu_batch1_speedup>=1.5":
@@ -213,25 +222,47 @@ def goals(result: Dict[str, Any]) -> Dict[str, Any]:
              "int8_minus_fp32_ci_low>=-0.02": None if int8 is None else int8["ap50_diff_ci_low"] >= -0.02,
              "int8_minus_fp32_block_ci_low>=-0.02": None if int8 is None or "ap50_diff_block_ci_low" not in int8
              else int8["ap50_diff_block_ci_low"] >= -0.02}
-        if "batch32" in gpu and gpu.get("method", "").startswith("CUDA graph"):  # the goal's method only
+        if "batch32" in gpu and gpu.get("method", "").startswith("CUDA graph") and name in gpu["batch32"] \
+                and graphs_sound(gpu["batch32"]):  # the goal's method, and graphs that computed the right thing
             g["h200_batch32_speedup>=1.8"] = gpu["batch32"][name]["speedup_vs_teacher"] >= 1.8
         out[name] = g
     return out
 
 
+def graphs_sound(batch: Dict[str, Any]) -> bool:
+    """Every replayed graph's output equals the eager forward's (FP16 rounding: 1 % of the output scale)."""
+    return all(v.get("graph_vs_eager_max_abs", float("nan")) <= 0.01 * v.get("eager_max_abs", 0.0)
+               for k, v in batch.items() if isinstance(v, dict))
+
+
+def cut_lines(gpu: Dict[str, Any], names: List[str]) -> List[str]:
+    """H200 speed of the timing-only cuts (random weights: speed, not accuracy) beside the teacher."""
+    b32, b1 = gpu.get("batch32", {}), gpu.get("batch1", {})
+    cuts = [n for n in b32 if n not in names and isinstance(b32[n], dict)]
+    if not cuts:
+        return []
+    about = gpu.get("models", {})
+    lines = ["H200 timing-only cuts (jetforge L1 prunes, random weights; same run): " + "; ".join(
+        "%s %.0fM MACs: b32 %.2fx, b1 %.2fx" % (n, about.get(n, {}).get("macs", float("nan")) / 1e6,
+                                               b32[n]["speedup_vs_teacher"], b1.get(n, {}).get("speedup_vs_teacher",
+                                                                                             float("nan")))
+        for n in sorted(cuts, key=lambda n: -about.get(n, {}).get("macs", 0)))]
+    return lines
+
+
 def table(result: Dict[str, Any]) -> str:
     gpu = (result.get("gpu") or {}).get("timing", {})
-    macs = ((result.get("gpu") or {}).get("prepare") or {}).get("macs", {})
+    macs = result.get("macs") or ((result.get("gpu") or {}).get("prepare") or {}).get("macs", {})
     lines = ["| detector | MACs | H200 b32 FP16 ms/img (x) | H200 b1 ms (x) | CPU ORT b1 ms (x) | AP@0.5 [95% CI] "
              "| minus teacher [CI frames] [CI blocks] | AP@[.5:.95] [CI] | INT8 sim. AP@0.5 (minus FP32 [CI frames] "
              "[CI blocks]) |", "|---" * 9 + "|"]
-    for name in ("hog",) + MODELS:
+    for name in ["hog"] + model_names(result):
         ap = result["ap"][name]
         g32, g1 = gpu.get("batch32", {}).get(name), gpu.get("batch1", {}).get(name)
         cpu = result["cpu_latency"].get(name)
         int8 = (result.get("int8") or {}).get(name)
         diff = ap.get("minus_teacher")
-        cells = [TITLES[name], "%.0fM" % (macs[name] / 1e6) if name in macs else "-",
+        cells = [title(name), "%.0fM" % (macs[name] / 1e6) if name in macs else "-",
                  "%.4f (%.2fx)" % (g32["ms_per_image"], g32["speedup_vs_teacher"]) if g32 else "-",
                  "%.3f (%.2fx)" % (g1["ms_per_batch"], g1["speedup_vs_teacher"]) if g1 else "-",
                  "%.1f (%.2fx)" % (cpu["median_ms"], cpu["speedup_vs_teacher"]) if cpu else "-",
@@ -247,7 +278,9 @@ def table(result: Dict[str, Any]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("H200 timing: %s%s" % (gpu.get("method", "not run"), "" if gpu.get("method", "").startswith(
         "CUDA graph") else " -- NOT the goal's method (CUDA graph); launch-bound, says nothing about the kernels"))
-    return "\n".join(lines)
+    if gpu.get("method", "").startswith("CUDA graph") and not graphs_sound(gpu.get("batch32", {})):
+        lines.append("WARNING: a CUDA graph's output differs from the eager forward's: these timings are not trusted")
+    return "\n".join(lines + cut_lines(gpu, model_names(result)))
 
 
 def plot(result: Dict[str, Any], path: Path) -> None:
@@ -263,11 +296,11 @@ def plot(result: Dict[str, Any], path: Path) -> None:
             ("H200 batch 32 FP16, ms per image (%s)" % ("CUDA graph" if result["gpu"]["timing"].get(
                 "method", "").startswith("CUDA graph") else "eager, launch-bound"),
              lambda n: gpu[n]["ms_per_image"] if n in gpu else float("nan")))):
-        for name, marker in zip(MODELS, "osD"):
+        for name, marker in zip(model_names(result), "osD^vP"):
             ap = result["ap"][name]
             x = getter(name)
             ax.errorbar([x], [ap["ap50"]], yerr=[[ap["ap50"] - ap["ap50_ci"][0]], [ap["ap50_ci"][1] - ap["ap50"]]],
-                        fmt=marker, capsize=4, label=TITLES[name])
+                        fmt=marker, capsize=4, label=title(name))
             int8 = (result.get("int8") or {}).get(name)
             if int8:
                 ax.plot([x], [int8["ap50_int8"]], marker, mfc="none", color="grey")
@@ -293,16 +326,24 @@ def main(argv: Any = None) -> int:
     p.add_argument("--no-int8", action="store_true")
     p.add_argument("--out", default=str(RESULTS / "detector_student"))
     p.add_argument("--report-only", action="store_true", help="rewrite goals, table and plot from the --out JSON")
+    p.add_argument("--students", nargs="+", default=list(MODELS[1:]), help="student_<name>.pt files of --gpu-dir")
+    p.add_argument("--int8-models", nargs="+", default=None, help="default: the teacher and every student")
+    p.add_argument("--gpu-timing", help="a detector_student_timing.json (e.g. a --time-only run) to use for the "
+                                        "H200 columns instead of the one in --gpu-dir's detector_student_gpu.json")
     args = p.parse_args(argv)
     if args.report_only:
-        return write_outputs(json.loads(Path(args.out).with_suffix(".json").read_text()), Path(args.out))
+        result = json.loads(Path(args.out).with_suffix(".json").read_text())
+        if args.gpu_timing:
+            result["gpu"]["timing"] = gpu_timing(Path(args.gpu_timing))
+        return write_outputs(result, Path(args.out))
     import onnxruntime
 
     from jetforge.calibrate.metrics import DetectionAPMetric
+    from jetforge.compress.distill.detection_student import model_macs
 
     gpu_dir = Path(args.gpu_dir)
     wall = time.perf_counter()
-    models, spec, preprocess = load_models(gpu_dir)
+    models, spec, preprocess = load_models(gpu_dir, args.students)
     paths = export_all(models, spec, preprocess, WORK / "onnx")
     sess = sessions(paths)
     frames, groups = heldout_frames()
@@ -314,7 +355,11 @@ def main(argv: Any = None) -> int:
                                                   "side by side in one run are what counts",
                                           "onnxruntime": onnxruntime.__version__},
                               "gpu": json.loads((gpu_dir / "detector_student_gpu.json").read_text()),
-                              "frames": len(frames), "score_threshold": metric.score_threshold}
+                              "frames": len(frames), "score_threshold": metric.score_threshold,
+                              "models": list(models),
+                              "macs": {n: model_macs(m, m.image_size) for n, m in models.items()}}
+    if args.gpu_timing:
+        result["gpu"]["timing"] = gpu_timing(Path(args.gpu_timing))
     x = preprocess.apply(frames[0].image)[None]
     result["cpu_latency"] = latency(sess, x, args.rounds, args.per_round)
     log("CPU latency:", {n: round(v["median_ms"], 1) for n, v in result["cpu_latency"].items()})
@@ -324,9 +369,17 @@ def main(argv: Any = None) -> int:
     result["ap"]["hog"] = hog
     if not args.no_int8:
         calib = calibration_frames(WORK / "calibration_frames", step=4)
-        result["int8"] = int8_rows(paths, calib, args.calib_samples, args.int8_eval_samples)
+        chosen = {n: p for n, p in paths.items() if args.int8_models is None or n in args.int8_models}
+        result["int8"] = int8_rows(chosen, calib, args.calib_samples, args.int8_eval_samples)
     result["wall_s"] = time.perf_counter() - wall
     return write_outputs(result, Path(args.out))
+
+
+def gpu_timing(path: Path) -> Dict[str, Any]:
+    """The H200 timing of a separate ``--time-only`` run, with where it came from."""
+    timing = json.loads(path.read_text())
+    timing["source"] = path.name
+    return timing
 
 
 def write_outputs(result: Dict[str, Any], out: Path) -> int:

@@ -29,6 +29,51 @@ def load_recipe(args: argparse.Namespace, cfg_cls: Any) -> Optional[Any]:
     return load_config(cfg_cls, args.config, overrides + ["data.root=%s" % root])
 
 
+def recipe_kind(args: argparse.Namespace) -> str:
+    """Which runner a recipe is for: its ``kind`` key (or ``--set kind=...``); no kind is a classifier recipe.
+
+    ``kind: detector`` is the SSDLite person detector's recipe (``recipes/distill_ssdlite_person.yaml``).
+    """
+    from jetforge.config import parse_override, read_yaml
+    from jetforge.errors import ConfigError
+
+    kind = read_yaml(args.config).get("kind") if args.config else None
+    for text in args.overrides:
+        keys, value = parse_override(text)
+        if keys == ["kind"]:
+            kind = value
+    if kind not in (None, "detector"):
+        raise ConfigError("recipe kind %r is not one jetforge distill knows" % (kind,),
+                          hint="use kind: detector (the SSDLite person detector's recipe) or leave kind out "
+                               "(a classifier recipe)")
+    return kind or "classifier"
+
+
+def run_detector_recipe(args: argparse.Namespace) -> int:
+    """``kind: detector``: prune + distil + export the person detector; ``--data`` is the clips' asset folder."""
+    from jetforge.compress.distill.detection_recipe import DetectorDistillConfig, run_recipe
+    from jetforge.config import load_config
+
+    overrides = list(args.overrides) + (["data.assets_root=%s" % args.data] if args.data else [])
+    cfg = load_config(DetectorDistillConfig, args.config, overrides)
+    if args.print_config:
+        print_config(cfg)
+        return 0
+    result = run_recipe(cfg)
+    summary = {k: result[k] for k in ("name", "device", "frames", "macs", "seconds", "files")}
+    summary["steps_done"] = result["train"]["steps_done"]
+    if args.json:
+        print_json(summary)
+        return 0
+    macs = summary["macs"]
+    lines = ["%s: student distilled on %s for %d steps from %d training frames, %.1f M MACs (teacher %.1f M, "
+             "%.2fx fewer)" % (cfg.name, summary["device"], summary["steps_done"], summary["frames"],
+                               macs["student"] / 1e6, macs["teacher"] / 1e6, macs["teacher"] / macs["student"])]
+    lines += ["  %-11s%s" % (k, v) for k, v in summary["files"].items()]
+    print("\n".join(lines))
+    return 0
+
+
 def print_config(cfg: Any) -> None:
     import yaml
 
@@ -48,7 +93,10 @@ class DistillCommand(Command):
         "launch `torchrun --nproc_per_node=N -m jetforge.compress.distill RECIPE`. Checkpoints (model.checkpoint, "
         "teacher.checkpoint: a state dict or a jetforge last.pt/best.pt; model.prune_plan for one pruned by jetforge "
         "prune) are read weights-only; one holding other pickled objects runs code when loaded and needs "
-        "model.trust_pickle: true (teacher.trust_pickle), for files you made yourself.")
+        "model.trust_pickle: true (teacher.trust_pickle), for files you made yourself. A recipe with kind: detector "
+        "prunes the SSDLite-MobileNetV2 person detector and distils it from the original on the training segments "
+        "of the labelled clips (student.pt, student.onnx + sidecar, result.json in out_dir; --data is then the "
+        "folder holding the clips' assets).")
     examples = """examples:
   jetforge distill --config recipes/distill_fashion_mnist.yaml
   jetforge distill --config recipes/distill_fashion_mnist.yaml --set model.checkpoint=pruned/pruned.pt \\
@@ -56,17 +104,22 @@ class DistillCommand(Command):
   jetforge distill --config recipes/distill_fashion_mnist.yaml --set train.epochs=10 --set loss.temperature=2
   jetforge distill --config recipes/distill_fashion_mnist.yaml --set teacher=null --set out_dir=runs/finetune
   jetforge distill --config recipes/distill_fashion_mnist.yaml --print-config
-  torchrun --nproc_per_node=2 -m jetforge.compress.distill recipes/distill_fashion_mnist.yaml --data DIR"""
+  torchrun --nproc_per_node=2 -m jetforge.compress.distill recipes/distill_fashion_mnist.yaml --data DIR
+  jetforge distill --config recipes/distill_ssdlite_person.yaml          # the person detector (CUDA: minutes)
+  jetforge distill --config recipes/distill_ssdlite_person.yaml --set student.macs_factor=2 --print-config"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_config_flags(parser)
         parser.add_argument("--data", metavar="DIR", help="folder with the Fashion-MNIST .gz files (default: "
-                                                          "data.root of the recipe, else the asset cache)")
+                                                          "data.root of the recipe, else the asset cache); for "
+                                                          "kind: detector the folder holding the clips' assets")
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from jetforge.compress.distill import DistillConfig, distill
 
+        if recipe_kind(args) == "detector":
+            return run_detector_recipe(args)
         cfg = load_recipe(args, DistillConfig)
         if cfg is None:
             return 0

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional
 
 from jetforge.compress.distill.detection_train import TrainConfig, ViewConfig
 from jetforge.errors import ConfigError
+from jetforge.fileio import atomic_output, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -101,18 +102,26 @@ def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
 
     if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):
         raise ConfigError("device must be auto, cpu or cuda[:N], got %r" % cfg.device)
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("device %s: this torch sees no CUDA GPU" % cfg.device,
+                          hint="use device: auto (CUDA when present) or device: cpu")
+    if cfg.data.assets_root is not None and not Path(cfg.data.assets_root).is_dir():
+        raise ConfigError("data.assets_root %s is not a folder" % cfg.data.assets_root,
+                          hint="give the folder holding the clips' assets (e.g. opencv_samples/vtest.avi), or "
+                               "null for jetforge's asset cache")
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     weights = asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb")
     graph = load_graphdef(weights)
     g = SSDGraph(graph)
     spec, preprocess = read_spec(g), read_preprocess(g)
-    teacher = load_from_graphdef(weights, graph=graph)
-    student = make_student(teacher, cfg.student)
     root = cfg.data.assets_root or asset_dir("opencv_samples").parent
+    # the frames first: a wrong clip folder or label file is reported before minutes of pruning
     bank = frame_bank_from_labels(root, preprocess, device, step=cfg.data.frame_step, clips=cfg.data.clips,
                                   limit=cfg.data.limit, labels=cfg.data.labels)
+    teacher = load_from_graphdef(weights, graph=graph)
+    student = make_student(teacher, cfg.student)
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     log.info("%d training frames on %s; student %d MACs (teacher %d)", len(bank), device,
              model_macs(student, 300), model_macs(teacher, 300))
     start = time.perf_counter()
@@ -120,7 +129,8 @@ def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
                                on_log=lambda e: log.info("step %d loss %.4f (class %.4f, box %.4f)", e["step"],
                                                          e["loss"], e["class_kl"], e["box_l1"]))
     student = student.cpu().eval()
-    torch.save(student.state_dict(), str(out / "student.pt"))
+    with atomic_output(out / "student.pt") as tmp:
+        torch.save(student.state_dict(), str(tmp))
     result: Dict[str, Any] = {"name": cfg.name, "device": str(device), "frames": len(bank),
                               "macs": {"teacher": model_macs(teacher, 300), "student": model_macs(student, 300)},
                               "train": history, "seconds": time.perf_counter() - start, "config": asdict(cfg),
@@ -131,7 +141,7 @@ def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
         name_student_export(export_detector(student, spec, preprocess, out / "student.onnx",
                                             provenance={"recipe": cfg.name}), out / "student.onnx")
         result["files"]["onnx"] = str(out / "student.onnx")
-    (out / "result.json").write_text(json.dumps(result, indent=1, sort_keys=True, default=str))
+    write_json_atomic(out / "result.json", result)
     return result
 
 

@@ -137,22 +137,54 @@ def test_recipe_rejects_unknown_keys_and_bad_values():
 
 
 @pytest.mark.slow
-def test_recipe_end_to_end_on_two_frames(tmp_path):
-    from jetforge.compress.distill.detection_recipe import DetectorDistillConfig, run_recipe
-    from jetforge.config import load_config
+def test_recipe_end_to_end_on_two_frames_through_the_cli(tmp_path, capsys):
+    """``jetforge distill --config recipes/distill_ssdlite_person.yaml`` runs the detector recipe (kind: detector)."""
+    import json
+
+    from jetforge.cli.main import main
     from jetforge.runtime.sidecar import read_sidecar
 
-    cfg = load_config(DetectorDistillConfig, "recipes/distill_ssdlite_person.yaml",
-                      ["out_dir=%s" % tmp_path, "data.limit=2", "data.frame_step=50", "train.steps=1",
-                       "train.batch=2", "device=cpu"])
-    result = run_recipe(cfg)
+    overrides = ["out_dir=%s" % tmp_path, "data.limit=2", "data.frame_step=50", "train.steps=1", "train.batch=2",
+                 "device=cpu"]
+    argv = ["distill", "--config", "recipes/distill_ssdlite_person.yaml", "--json"]
+    assert main(argv + [a for o in overrides for a in ("--set", o)]) == 0
+    result = json.loads(capsys.readouterr().out)
     state = torch.load(str(tmp_path / "student.pt"), weights_only=True)
     student = detector_from_state(state, 300)
     assert model_macs(student, 300) == result["macs"]["student"]
     assert result["macs"]["teacher"] / result["macs"]["student"] >= 2.5  # the MACs goal, met from above
     sidecar = read_sidecar(tmp_path / "student.onnx")
     assert sidecar.task == "detect" and sidecar.extra["ssd"]["num_anchors"] == 1917
-    assert result["train"]["steps_done"] == 1 and result["frames"] == 2
+    assert result["steps_done"] == 1 and result["frames"] == 2
+    assert json.loads((tmp_path / "result.json").read_text())["train"]["steps_done"] == 1
+
+
+def test_distill_cli_routes_detector_recipes_and_refuses_bad_ones_in_one_line(tmp_path, capsys):
+    """Every refusal comes before the teacher is loaded or pruned (the whole test takes about a second)."""
+    from jetforge.cli.main import main
+
+    recipe = ["distill", "--config", "recipes/distill_ssdlite_person.yaml"]
+    assert main(recipe + ["--set", "student.macs_factor=2", "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert "kind: detector" in printed and "macs_factor: 2" in printed and "crop_scale:" in printed
+
+    def refused(*extra, argv=recipe):
+        assert main(argv + list(extra)) == 1
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("jetforge: error: "), lines
+        return lines[0]
+
+    assert "student.macs_factor must be >= 1" in refused("--set", "student.macs_factor=0.5")
+    assert "train.bogus" in refused("--set", "train.bogus=1")
+    assert "recipe kind 'segmenter'" in refused("--set", "kind=segmenter")
+    line = refused("--data", str(tmp_path / "nowhere"))
+    assert "data.assets_root" in line and "not a folder" in line
+    assert "device must be" in refused("--set", "device=tpu")
+    if not torch.cuda.is_available():
+        assert "no CUDA GPU" in refused("--set", "device=cuda")
+    other = tmp_path / "other.yaml"
+    other.write_text("kind: detector\nstudent: {pruner: magic}\n")
+    assert "student.pruner must be one of jetforge, torch_pruning" in refused(argv=["distill", "--config", str(other)])
 
 
 @pytest.mark.slow
