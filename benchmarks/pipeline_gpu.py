@@ -40,11 +40,15 @@ SCHEMA = 1
 # torch's legacy default stream, which serialises with the decoders' streams); switch_ms: Python's GIL switch
 # interval (default 5 ms: a thread waking from a GIL-releasing call may wait that long behind 16 decode threads);
 # per_stream: frames of one stream a batch may take (1 stream: two frames per batch halve the per-batch host work).
+# keep: how a decoded frame becomes an owned copy: "torch" (from_dlpack + clone, tens of microseconds of Python a
+# frame) or "ring" (jetforge's DeviceFrameRing: two cudaMemcpy2DAsync into a ring slot, what `jetforge app` uses).
 VARIANTS = {
-    "legacy": {"nonblocking": False, "switch_ms": None, "per_stream": 1},
-    "nonblocking": {"nonblocking": True, "switch_ms": None, "per_stream": 1},
-    "nb-gil": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 1},
-    "nb-gil-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2},
+    "legacy": {"nonblocking": False, "switch_ms": None, "per_stream": 1, "keep": "torch"},
+    "nonblocking": {"nonblocking": True, "switch_ms": None, "per_stream": 1, "keep": "torch"},
+    "nb-gil": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 1, "keep": "torch"},
+    "nb-gil-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "torch"},
+    "ring-gil": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 1, "keep": "ring"},
+    "ring-gil-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring"},
 }
 
 sys.path.insert(0, str(HERE))
@@ -99,11 +103,13 @@ def run_gpu_tests(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------- measurements
 def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int = 0) -> List[Any]:
-    """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed."""
+    """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed.
+    ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source)."""
+    from jetforge.apps.video.sources.device_ring import DeviceFrameRing
     from jetforge.apps.video.sources.nvdec import NvDecSource
 
-    sources = [NvDecSource(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, keep=keep,
-                           loop=True) for s in range(n)]
+    sources = [NvDecSource(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
+                           keep=DeviceFrameRing() if keep == "ring" else keep) for s in range(n)]
     for src in sources:
         src.prime()
     return sources
@@ -162,7 +168,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
 
     v = VARIANTS[variant]
     ops = env.ops(model, n, v["nonblocking"], v["per_stream"])
-    keep = keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])
+    keep = "ring" if v["keep"] == "ring" else keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])
     sources = open_sources([env.streams[model]], n, env.codec, keep=keep)
     pool, sink = None, None
     if render:
@@ -186,7 +192,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
             src.close()
     row = result.summary()
     row.update({"model": model, "render": render, "preprocess": getattr(ops.pre, "kind", env.pre_kind[model]),
-                "variant": variant, "max_batch": batch, "per_stream": v["per_stream"],
+                "variant": variant, "max_batch": batch, "per_stream": v["per_stream"], "keep": v["keep"],
                 "gil_switch_interval_ms": v["switch_ms"] or 1000.0 * switch,
                 "cuda_streams": "non-blocking + events" if v["nonblocking"] else "legacy default stream",
                 "launch_parts_ms_per_batch": ops.launch_parts(),

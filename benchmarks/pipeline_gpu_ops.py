@@ -134,7 +134,8 @@ class TorchNv12Preprocess:
         torch, F = self.torch, self.torch.nn.functional
         f0 = frames[0]
         h, w = f0.height, f0.width
-        nv = torch.stack([f.data for f in frames]).to(self.device, non_blocking=True).float()
+        nv = torch.stack([_tensor(torch, f.data, self.device) for f in frames]).to(self.device,
+                                                                                     non_blocking=True).float()
         y = nv[:, :h, :]
         uv = nv[:, h:, :].reshape(len(frames), h // 2, w // 2, 2).permute(0, 3, 1, 2)
         uv = F.interpolate(uv, size=(h, w), mode="nearest")
@@ -199,7 +200,7 @@ class F2Preprocess:
                 print("NVRTC preprocessing kernel failed (%s: %s); torch fallback" % (type(err).__name__, err))
                 self.kind = "torch-fallback (kernel failed)"
                 return self._fallback(frames, padded)
-        table = [Nv12Frame.contiguous(f.data.data_ptr(), f.width, f.height, f.data.stride(0)) for f in frames]
+        table = [Nv12Frame(f.y_ptr, f.pitch, f.uv_ptr, f.pitch, f.width, f.height) for f in frames]  # any keep
         stream = self.torch.cuda.current_stream().cuda_stream
         self.pre.run(table, stream, out_ptr=self.out.data_ptr())
         return self.out[:padded]
@@ -276,11 +277,21 @@ class TorchStreamOps(BatchOps):
         return self.head.events(host, frames)
 
     def host_frames(self, handle: Any, frames: List[Any]) -> List[np.ndarray]:
-        batch = self.torch.stack([f.data for f in frames]).cpu().numpy()  # one copy back per batch
-        return list(batch)
+        batch = self.torch.stack([_tensor(self.torch, f.data, self.device) for f in frames])
+        return list(batch.cpu().numpy())  # one copy back per batch
 
     def gpu_ms(self) -> Dict[str, float]:
         return dict(self._gpu) if self.cuda else {}
+
+
+def _tensor(torch: Any, data: Any, device: str) -> Any:
+    """A frame's pixels as a tensor: a torch keep's tensor as it is, a ring slot or host array through its array
+    interface (no copy for a device slot)."""
+    if isinstance(data, torch.Tensor):
+        return data
+    if isinstance(data, np.ndarray):
+        return torch.from_numpy(data)
+    return torch.as_tensor(data, device=device)
 
 
 class Head:

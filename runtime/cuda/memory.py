@@ -31,6 +31,14 @@ def _stream_handle(stream: Any) -> Any:
     return getattr(stream, "handle", stream)
 
 
+def copy_2d(dst: int, dst_pitch: int, src: int, src_pitch: int, width_bytes: int, rows: int, stream: Any = None) -> None:
+    """Asynchronous pitched device-to-device copy (``cudaMemcpy2DAsync``): ``rows`` rows of ``width_bytes``."""
+    rt = runtime_api()
+    check(rt.cudaMemcpy2DAsync(int(dst), int(dst_pitch), int(src), int(src_pitch), int(width_bytes), int(rows),
+                               rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice, _stream_handle(stream)),
+          "cudaMemcpy2DAsync(device to device)")
+
+
 class DeviceBuffer:
     """``nbytes`` of device memory (``cudaMalloc``); ``ptr`` is its address as an int."""
 

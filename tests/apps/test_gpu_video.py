@@ -563,3 +563,21 @@ def test_gpu_path_refuses_a_task_it_cannot_run_before_writing_anything(tmp_path)
     with pytest.raises(ConfigError, match="HOG detector"):
         run_gpu_app(HogTask(), [object()], tmp_path / "o")
     assert not (tmp_path / "o").exists()
+
+
+def test_device_frame_ring_keeps_an_owned_copy_and_describes_it_for_cuda():
+    from jetforge.apps.video.sources.device_ring import DeviceFrameRing, OwnedNv12
+
+    from jetforge.apps.video.sources.fake_nvdec import FakeDecodedFrame
+
+    ring = DeviceFrameRing(slots=4)
+    frame = FakeDecodedFrame(np.arange(6 * 4, dtype=np.uint8).reshape(6, 4), 0)  # a CPU stand-in: host copy
+    kept = ring(frame, 4, 4)
+    frame.nv12[:] = 0  # the decoder reuses its surface
+    assert kept.sum() == np.arange(24).sum()  # the kept frame did not change
+    cai = OwnedNv12(0x1000, 1280, 720).__cuda_array_interface__
+    assert cai["shape"] == (1080, 1280) and cai["strides"] == (1280, 1) and cai["data"] == (0x1000, False)
+    y, uv, pitch = array_plane_pointers(OwnedNv12(0x1000, 1280, 720), 720)
+    assert (y, uv, pitch) == (0x1000, 0x1000 + 1280 * 720, 1280)  # what the preprocessing kernel is given
+    with pytest.raises(ConfigError):
+        DeviceFrameRing(slots=1)

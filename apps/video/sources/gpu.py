@@ -58,7 +58,11 @@ def open_gpu_source(uri: Any, decode: str = "auto", stream: int = 0, loop: bool 
         raise ConfigError("the GPU pipeline reads video files and nvdec:// or jetson:// URIs, not %s sources"
                           % spec.kind, hint="use the CPU pipeline (jetforge app ...) for cameras and streams")
     if decoder == "nvdec":
-        return NvDecSource(spec.location, stream=stream, loop=loop, max_frames=max_frames, codec_module=codec_module)
+        from jetforge.apps.video.sources.device_ring import DeviceFrameRing
+
+        # frames are held in the batcher and in batches in flight: owned copies, not the decoder's own surfaces
+        return NvDecSource(spec.location, stream=stream, loop=loop, max_frames=max_frames, codec_module=codec_module,
+                           keep=DeviceFrameRing())
     if decoder == "jetson-utils":
         from jetforge.apps.video.sources.jetson import JetsonVideoSource
 

@@ -127,8 +127,12 @@ class NvDecSource(GpuFrameReader):
 
 
     def close(self) -> None:
-        """Release the decoder before the demuxer (NVIDIA's samples free them in that order)."""
+        """Release the decoder before the demuxer (NVIDIA's samples free them in that order), then the keep hook's
+        buffers (a :class:`~.device_ring.DeviceFrameRing`) when it has a ``close``."""
         self._pending.clear()
+        release = getattr(self._keep, "close", None)
+        if callable(release):
+            release()
         self._decoder = None
         self._demuxer = None
         self._packets = iter(())
