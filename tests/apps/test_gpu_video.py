@@ -237,6 +237,7 @@ def test_encoder_pool_spreads_one_stream_over_every_worker_in_order(tmp_path, bi
     with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=66) as src:
         sent = [f.host_nv12() for f in src][::3]  # 22 frames, 3 apart: neighbours differ clearly
     with EncoderPool(tmp_path, 640, 272, 25.0, workers=4, slots=2, segment_frames=4) as pool:
+        pool.wait_ready()  # all 4 processes up (a benchmark starts its clock here)
         for i, nv12 in enumerate(sent):
             pool.submit(0, nv12, {"label": "frame %d" % i} if i == 21 else None)
         results = pool.close()

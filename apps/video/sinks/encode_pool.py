@@ -133,6 +133,16 @@ class EncoderPool:
         segment, w, _ = self._open.pop(stream)
         self._tasks[w].put((_END, stream, segment))
 
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Block until every worker has started (a benchmark's timing should not include process start-up)."""
+        deadline = time.perf_counter() + timeout
+        while not self._assembler.ready.wait(0.2):
+            self._assembler.raise_error()
+            dead = [w for w, p in enumerate(self._procs) if not p.is_alive()]
+            if dead or time.perf_counter() > deadline:
+                raise StreamError("encoder workers %s did not start" % (dead or "(time-out)"),
+                                  hint="check that OpenCV imports in a fresh Python process")
+
     def _wait_slot(self, worker: int) -> int:
         while True:
             try:
@@ -180,6 +190,8 @@ class SegmentAssembler:
         self.workers: List[Dict[str, Any]] = []
         self.errors: List[str] = []
         self.stopped = False  # set by the pool when its workers are gone without reporting
+        self.ready = threading.Event()  # every worker has started (imported OpenCV, attached its memory)
+        self._started = 0
         self._lock = threading.Lock()
 
     def collect(self, results: Any, workers: int) -> None:
@@ -192,7 +204,11 @@ class SegmentAssembler:
             except (EOFError, OSError):  # the queue's pipe closed: the workers are gone
                 break
             with self._lock:
-                if msg.get("segment") is not None:
+                if msg.get("ready") is not None:
+                    self._started += 1
+                    if self._started == workers:
+                        self.ready.set()
+                elif msg.get("segment") is not None:
                     self.add(int(msg["stream"]), int(msg["segment"]), msg["file"])
                 else:
                     self.workers.append(msg)
@@ -306,6 +322,7 @@ def _worker_main(mem_name: str, slot_bytes: int, tasks: Any, free: Any, results:
     thread = threading.Thread(target=encoder.run, args=(local,), name="encode", daemon=True)
     c0 = time.process_time()
     thread.start()
+    results.put({"ready": int(mp.current_process().name.split("-")[-1])})
     try:
         while not encoder.error:
             task = tasks.get()
