@@ -49,7 +49,13 @@ VARIANTS = {
     "nb-gil-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "torch"},
     "ring-gil": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 1, "keep": "ring"},
     "ring-gil-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring"},
+    # demux + decode in PyNvVideoCodec's own native thread, frames fetched 4 at a time (NvThreadedSource)
+    "threaded-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "threaded"},
 }
+# The H200 runs of 2026-12-01 (benchmarks/results/pipeline_gpu_h200_variants*.json): torch's non-blocking streams
+# did not help (0.19x at 16 streams vs 0.25x legacy: the launch thread waits for the GIL, not for the GPU); owned
+# copies without torch + a 0.5 ms GIL switch interval + two frames a stream per batch did (1 stream 1.00x, 16: 0.47x).
+DEFAULT_VARIANT = "ring-gil-pairs"
 
 sys.path.insert(0, str(HERE))
 from estimate_h200 import add_repo_to_path  # noqa: E402  (maps this checkout's folders to jetforge.*)
@@ -102,14 +108,17 @@ def run_gpu_tests(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------- measurements
-def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int = 0) -> List[Any]:
+def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int = 0,
+                 threaded: bool = False) -> List[Any]:
     """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed.
-    ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source)."""
+    ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source); ``threaded``: NvThreadedSource."""
     from jetforge.apps.video.sources.device_ring import DeviceFrameRing
     from jetforge.apps.video.sources.nvdec import NvDecSource
+    from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
 
-    sources = [NvDecSource(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
-                           keep=DeviceFrameRing() if keep == "ring" else keep) for s in range(n)]
+    kind = NvThreadedSource if threaded else NvDecSource
+    sources = [kind(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
+                    keep=DeviceFrameRing() if keep == "ring" else keep) for s in range(n)]
     for src in sources:
         src.prime()
     return sources
@@ -170,7 +179,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
     v = VARIANTS[variant]
     ops = env.ops(model, n, v["nonblocking"], v["per_stream"])
     keep = "ring" if v["keep"] == "ring" else keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])
-    sources = open_sources([env.streams[model]], n, env.codec, keep=keep)
+    sources = open_sources([env.streams[model]], n, env.codec, keep=keep, threaded=v.get("source") == "threaded")
     pool, sink = None, None
     if render:
         pool = EncoderPool(env.scratch / ("%s_%d" % (model, n)), sources[0].width, sources[0].height, 30.0,
@@ -195,6 +204,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
     row = result.summary()
     row.update({"model": model, "render": render, "preprocess": getattr(ops.pre, "kind", env.pre_kind[model]),
                 "variant": variant, "max_batch": batch, "per_stream": v["per_stream"], "keep": v["keep"],
+                "source": v.get("source", "core decoder, one thread per stream"),
                 "gil_switch_interval_ms": v["switch_ms"] or 1000.0 * switch,
                 "cuda_streams": "non-blocking + events" if v["nonblocking"] else "legacy default stream",
                 "launch_parts_ms_per_batch": ops.launch_parts(),
@@ -302,16 +312,19 @@ def plan(args: argparse.Namespace) -> List[Tuple[str, Any, Any]]:
                                                    for n in core for v in variants})))
         if model == models[0]:
             steps += [("decode_alone", None, n) for n in core]
-        steps += [("pipeline", model, (n, False, v)) for v in variants for n in core]
+        steps += [("pipeline", model, (n, False, variants[0])) for n in core]
         if model == models[0] and True in args.render:
             steps.append(("encode_alone", None, max(streams)))
             steps.append(("pipeline", model, (first_on, True, variants[0])))
+            steps += [("pipeline", model, (n, True, variants[0])) for n in first if n != first_on and n != 32]
+        steps += [("pipeline", model, (n, False, v)) for v in variants[1:] for n in core]  # comparisons last
     if 32 in streams:
         steps += [("model_only", models[0], [32]), ("decode_alone", None, 32),
                   ("pipeline", models[0], (32, False, variants[0]))]
     if True in args.render:
         for model in models:
-            steps += [("pipeline", model, (n, True, variants[0])) for n in first if (model, n) != (models[0], first_on)]
+            steps += [("pipeline", model, (n, True, variants[0])) for n in first
+                      if model != models[0] or n == 32]
     if 32 in streams:
         steps += [("pipeline", m, (32, False, variants[0])) for m in models[1:]]
     if args.device_pool and "classify" in models:
@@ -539,8 +552,8 @@ def parse_args(argv: Any) -> argparse.Namespace:
     ap.add_argument("--batch-timeout-ms", type=float, default=4.0, help="batched-push-timeout")
     ap.add_argument("--nonblocking", action="store_true", help="same as --variants nonblocking")
     ap.add_argument("--variants", default=None, type=lambda s: s.split(","),
-                    help="how the host side runs, each measured at every render-off point: %s (default: legacy)"
-                         % ", ".join("%s %s" % (k, v) for k, v in VARIANTS.items()))
+                    help="how the host side runs, each measured at every render-off point: %s (default: %s)"
+                         % (", ".join("%s %s" % (k, v) for k, v in VARIANTS.items()), DEFAULT_VARIANT))
     ap.add_argument("--wall-limit-s", type=float, default=0.0,
                     help="exit (code 3) after this many seconds of the whole script, keeping the partial JSON")
     ap.add_argument("--torch-preprocess", action="store_true", help="use the torch fallback, not the NVRTC kernel")
@@ -554,7 +567,7 @@ def parse_args(argv: Any) -> argparse.Namespace:
     ap.add_argument("--scratch", default="/tmp/jf_pipeline_gpu")
     ap.add_argument("--tag", default="_h200")
     args = ap.parse_args(argv)
-    args.variants = args.variants or (["nonblocking"] if args.nonblocking else ["legacy"])
+    args.variants = args.variants or (["nonblocking"] if args.nonblocking else [DEFAULT_VARIANT])
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
         ap.error("unknown variant(s) %s; known: %s" % (", ".join(unknown), ", ".join(VARIANTS)))

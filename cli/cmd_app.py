@@ -136,7 +136,7 @@ def run_gpu_path(app: App, args: argparse.Namespace, uris: List[Any]) -> int:
     from jetforge.apps.pipeline.gpu_app import (GpuAppOptions, default_encoders, format_gpu_report, open_gpu_sources,
                                                 run_gpu_app)
 
-    options = GpuAppOptions(max_batch=min(args.batch or len(uris), 32), encoders=0 if args.no_video else
+    options = GpuAppOptions(max_batch=min(args.batch, 32) if args.batch else 0, encoders=0 if args.no_video else
                             default_encoders())
     sources = open_gpu_sources(uris, max_frames=args.max_frames, loop=getattr(args, "loop", False))
     try:

@@ -582,3 +582,18 @@ def test_device_frame_ring_keeps_an_owned_copy_and_describes_it_for_cuda():
     assert (y, uv, pitch) == (0x1000, 0x1000 + 1280 * 720, 1280)  # what the preprocessing kernel is given
     with pytest.raises(ConfigError):
         DeviceFrameRing(slots=1)
+
+
+def test_threaded_nvdec_source_over_the_fake_yields_every_frame_once_in_order_and_loops(bikes_clip):
+    from jetforge.apps.video.sources.device_ring import DeviceFrameRing
+    from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
+
+    with NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, stream=2, keep=DeviceFrameRing(), loop=True,
+                          max_frames=BIKES_FRAMES + 7, fetch=4) as src:
+        src.prime()
+        frames = list(src)
+    assert [f.index for f in frames] == list(range(BIKES_FRAMES + 7)) and src.passes == 2
+    assert all(f.stream == 2 and f.host_nv12().shape == (408, 640) for f in frames)
+    with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=7) as ref:
+        want = [f.host_nv12() for f in ref]
+    assert all(np.array_equal(a.host_nv12(), b) for a, b in zip(frames[BIKES_FRAMES:], want))  # second pass = first

@@ -114,8 +114,38 @@ class FakeDecoder:
         return []
 
 
+class FakeThreadedDecoder:
+    """``ThreadedDecoder(path, buffer_size, gpu_id=, use_device_memory=)``: ``get_batch_frames(n)`` gives up to n
+    frames, an empty list at the end; ``reconfigure_decoder(path)`` starts again; ``end()``."""
+
+    def __init__(self, enc_file_path: str, buffer_size: int, gpu_id: int = 0, use_device_memory: bool = True,
+                 **_: Any) -> None:
+        self.buffer_size = int(buffer_size)
+        self.reconfigure_decoder(enc_file_path)
+
+    def reconfigure_decoder(self, new_source: str, start_frame: int = 0) -> None:
+        self._packets = iter(FakeDemuxer(new_source))
+        self._decoder = FakeDecoder(latency=0)
+        self._count = 0
+
+    def get_batch_frames(self, batch_size: int) -> List[FakeDecodedFrame]:
+        if batch_size > self.buffer_size:
+            raise Exception("batch_size cannot be greater than buffer_size")
+        out: List[FakeDecodedFrame] = []
+        for packet in self._packets:
+            out += self._decoder.Decode(packet)
+            if len(out) >= batch_size:
+                break
+        return out
+
+    def end(self) -> None:
+        self._packets = iter(())
+
+
 class FakeNvDecoder:
     """Module-like stand-in for ``PyNvVideoCodec`` (pass the class itself, or an instance, as ``codec_module``)."""
+
+    ThreadedDecoder = FakeThreadedDecoder
 
     __version__ = "fake"
     latency = 4
@@ -133,4 +163,4 @@ class FakeNvDecoder:
         return FakeDecoder(cls.latency)
 
 
-__all__ = ["FakeDecodedFrame", "FakeDecoder", "FakeDemuxer", "FakeNvDecoder"]
+__all__ = ["FakeDecodedFrame", "FakeDecoder", "FakeDemuxer", "FakeNvDecoder", "FakeThreadedDecoder"]

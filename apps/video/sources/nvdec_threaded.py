@@ -1,0 +1,112 @@
+"""NVDEC with demuxing and decoding in the library's own native thread: :class:`NvThreadedSource`.
+
+Why: with one Python thread per stream calling the demuxer and ``Decode`` for every packet, 16 streams are 16
+threads taking the GIL thousands of times a second; the H200 runs showed the pipeline's launch thread waiting for
+the GIL, not for the GPU (16 streams at 0.47x of NVDEC's rate).  PyNvVideoCodec's ``ThreadedDecoder`` demuxes and
+decodes in a C++ thread into a buffer of ``buffer_size`` frames; Python fetches them ``fetch`` at a time
+(``get_batch_frames``), so the per-packet Python calls disappear.  Every fetched frame is handed to ``keep`` at
+once (an owned copy: the decoder's buffer is reused), then served one by one like :class:`.nvdec.NvDecSource`.
+
+API used (PyNvVideoCodec 2.x): ``ThreadedDecoder(path, buffer_size, gpu_id=, use_device_memory=True)``,
+``get_batch_frames(n)`` (an empty list at the end), ``reconfigure_decoder(path)`` (start again: ``loop``),
+``end()``.  The stream's size, rate and colour description come from a demuxer opened once, as NvDecSource reads
+them.  Executed on the H200 by ``benchmarks/pipeline_gpu.py`` (variant ``threaded``) only.
+"""
+
+import os
+import time
+from collections import deque
+from typing import Any, Deque, Dict, Optional, Union
+
+from jetforge.apps.video.sources.gpu_frame import GpuFrame, GpuFrameReader, full_range_from_code, matrix_from_code
+from jetforge.apps.video.sources.nvdec import (KeepHook, _call, _call_first, array_plane_pointers,
+                                               load_pynvvideocodec, plane_pointers)
+from jetforge.errors import StreamError
+from jetforge.fileio import require_file
+
+
+class NvThreadedSource(GpuFrameReader):
+    """A video file decoded by NVDEC in PyNvVideoCodec's background thread; yields :class:`GpuFrame` (NV12)."""
+
+    live = False
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], gpu_id: int = 0, stream: int = 0,
+                 codec_module: Optional[Any] = None, keep: Optional[KeepHook] = None, loop: bool = False,
+                 max_frames: int = 0, buffer_size: int = 12, fetch: int = 4) -> None:
+        self.path = require_file(path, "video file", hint="check the path of the video (--source)")
+        self.uri = "nvdec://" + str(self.path)
+        self._nvc = codec_module if codec_module is not None else load_pynvvideocodec()
+        self.gpu_id, self.stream, self.loop, self.max_frames = int(gpu_id), int(stream), bool(loop), int(max_frames)
+        self._keep, self.fetch = keep, max(1, min(int(fetch), int(buffer_size)))
+        self._pending: Deque[GpuFrame] = deque()
+        self._index, self.passes = 0, 1
+        try:
+            demuxer = self._nvc.CreateDemuxer(filename=str(self.path))  # the stream's facts, read once
+            self.width = int(_call_first(demuxer, ("Width", "GetWidth")))
+            self.height = int(_call_first(demuxer, ("Height", "GetHeight")))
+            fps = float(demuxer.FrameRate() or 0.0)
+            self.matrix = matrix_from_code(_call(demuxer, "ColorSpace"), self.height)
+            self.full_range = full_range_from_code(_call(demuxer, "ColorRange"))
+            del demuxer
+            self._decoder = self._nvc.ThreadedDecoder(str(self.path), int(buffer_size), gpu_id=self.gpu_id,
+                                                      use_device_memory=True)
+        except (RuntimeError, ValueError, OSError) as err:
+            raise StreamError("NVDEC cannot decode %s: %s" % (self.path, err),
+                              hint="NVDEC decodes H.264/HEVC/AV1/VP9; convert the file, or use --decode cpu") from None
+        self.fps = fps if 0.0 < fps < 1000.0 else 0.0
+        self.frame_count: Optional[int] = None
+
+    def prime(self) -> None:
+        """Fetch the first frames, so that decoder start-up is not counted in a timed run."""
+        self._refill()
+
+    def _refill(self) -> bool:
+        while True:
+            frames = self._decoder.get_batch_frames(self.fetch)
+            if frames:
+                now = time.perf_counter()
+                self._pending.extend(self._wrap(f, now) for f in frames)  # owned copies before the next fetch
+                return True
+            if not self.loop:
+                return False
+            self._decoder.reconfigure_decoder(str(self.path))
+            self.passes += 1
+
+    def read(self) -> Optional[GpuFrame]:
+        if self.max_frames and self._index >= self.max_frames:
+            return None
+        if not self._pending and not self._refill():
+            return None
+        frame = self._pending.popleft()
+        self._index += 1
+        return frame
+
+    def _wrap(self, decoded: Any, captured: float) -> GpuFrame:
+        data = decoded
+        if self._keep is not None:
+            data = self._keep(decoded, self.width, self.height)
+            y_ptr, uv_ptr, pitch = array_plane_pointers(data, self.height)
+        else:
+            y_ptr, uv_ptr, pitch = plane_pointers(decoded, self.width, self.height)
+        index = self._index + len(self._pending)
+        return GpuFrame(index=index, timestamp=index / self.fps if self.fps else 0.0, width=self.width,
+                        height=self.height, data=data, y_ptr=y_ptr, uv_ptr=uv_ptr, pitch=pitch, matrix=self.matrix,
+                        full_range=self.full_range, captured=captured, stream=self.stream,
+                        on_host=bool(getattr(decoded, "on_host", False)))
+
+    def close(self) -> None:
+        self._pending.clear()
+        decoder, self._decoder = getattr(self, "_decoder", None), None
+        if decoder is not None and hasattr(decoder, "end"):
+            decoder.end()
+        release = getattr(self._keep, "close", None)
+        if callable(release):
+            release()
+
+    def info(self) -> Dict[str, Any]:
+        return {"uri": self.uri, "width": self.width, "height": self.height, "fps": self.fps,
+                "decoder": "nvdec (threaded)", "matrix": self.matrix, "full_range": self.full_range,
+                "gpu_id": self.gpu_id}
+
+
+__all__ = ["NvThreadedSource"]
