@@ -12,7 +12,9 @@ the same translation, built in:
 * the Q/DQ nodes are removed and their consumers read the float tensor again;
 * scales are propagated where TensorRT needs a range that QAT did not place a quantizer on:
   backward from a ReLU/ReLU6 output to the Conv/Add output it activates (TensorRT fuses them; the
-  negative side is clipped anyway), forward through range-preserving ops (MaxPool, Reshape,
+  negative side is clipped anyway) and from a MaxPool (2D or 3D) output to its input (max is monotone,
+  so quantizing before or after it at one scale gives the same values; a 3D stem's conv -> ReLU ->
+  MaxPool3d -> conv gets its stem conv in INT8 this way), forward through range-preserving ops (MaxPool, Reshape,
   Flatten, Transpose, Squeeze/Unsqueeze, Identity, ReLU) and through (Global)AveragePool, whose
   output never exceeds its input (qdq-translator's ``--infer_average_pool_scales``);
 * a layer runs INT8 only when all its activation inputs and outputs have a range; every other
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 PASS_THROUGH = ("MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Relu")
 SHRINKING = ("GlobalAveragePool", "AveragePool")
 ZERO_FLOOR = ("Relu", "Clip")
+BACKWARD = ("MaxPool",)  # q(max(x)) == max(q(x)) at one scale: a MaxPool output's range holds for its input
 WEIGHT_RTOL = 1e-3
 
 
@@ -259,6 +262,11 @@ def _infer_scales(g, consts: Dict[str, np.ndarray], trained: "OrderedDict[str, f
                     and x in producer:
                 scales[x] = scales[y]
                 inferred[x] = (scales[y], "%s output %s (fused activation)" % (n.op_type, y))
+                changed = True
+            elif n.op_type in BACKWARD and y in scales and x not in scales and len(users.get(x, [])) == 1 \
+                    and x in producer:
+                scales[x] = scales[y]
+                inferred[x] = (scales[y], "%s output %s (max commutes with quantization)" % (n.op_type, y))
                 changed = True
             if x in scales and y not in scales and (n.op_type in PASS_THROUGH + SHRINKING or _zero_floor(n, consts)):
                 scales[y] = scales[x]

@@ -171,7 +171,7 @@ def fashion_mnist(root: PathLike, split: str = "train", limit: Optional[int] = N
 def _collate(data: Any) -> Any:
     """``__getitems__`` already returns a batch; single items (no ``__getitems__``) are stacked."""
     torch = require("torch", "training datasets")
-    if isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], torch.Tensor) and data[0].dim() == 4:
+    if isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], torch.Tensor) and data[0].dim() >= 4:  # images or clips
         return data
     from torch.utils.data import default_collate
 

@@ -62,6 +62,29 @@ def _constants_to_initializers(model) -> None:
             g.node.remove(n)
 
 
+def _inline_identity_constants(model) -> int:
+    """Readers of ``Identity(initializer)`` read the initializer itself; returns how many Identity nodes went.
+
+    The exporter shares equal initializers through Identity nodes (every all-zero bias of a BN-folded
+    convolution of a network with fresh BatchNorm statistics is one tensor), which would make the bias look
+    like an activation to TensorRT's Q/DQ rules, the DLA translation and the INT8 simulation."""
+    g = model.graph
+    inits = {i.name for i in g.initializer}
+    outputs = {o.name for o in g.output}
+    alias = {n.output[0]: n.input[0] for n in g.node
+             if n.op_type == "Identity" and n.input and n.input[0] in inits and n.output[0] not in outputs}
+    if not alias:
+        return 0
+    for n in g.node:
+        for k, name in enumerate(n.input):
+            if name in alias:
+                n.input[k] = alias[name]
+    kept = [n for n in g.node if not (n.op_type == "Identity" and n.output[0] in alias)]
+    del g.node[:]
+    g.node.extend(kept)
+    return len(alias)
+
+
 def normalize_qdq(model) -> Tuple[int, int, int]:
     """Make every Q/DQ pair follow TensorRT's rules, in place; returns (Q nodes, per-channel, per-tensor).
 
@@ -72,6 +95,7 @@ def normalize_qdq(model) -> Tuple[int, int, int]:
     from onnx import numpy_helper
 
     _constants_to_initializers(model)
+    _inline_identity_constants(model)
     g = model.graph
     inits = {i.name: i for i in g.initializer}
     n_q = per_channel = per_tensor = 0
@@ -171,8 +195,14 @@ def activation_scales(model) -> Dict[str, float]:
 def export_qdq_onnx(model: Any, path: PathLike, input_shape: Sequence[int] = (1, 1, 28, 28), *,
                     labels: Sequence[str] = (), model_name: str = "", preprocess: Any = None,
                     opset: int = 17, dynamic_batch: bool = True,
-                    provenance: Optional[Dict[str, Any]] = None) -> QdqExport:
-    """Write the QAT ``model`` as a Q/DQ ONNX at ``path`` (plus ``path.json`` sidecar)."""
+                    provenance: Optional[Dict[str, Any]] = None, task: str = "classify", input_name: str = "input",
+                    output_name: str = "logits", extra: Optional[Dict[str, Any]] = None) -> QdqExport:
+    """Write the QAT ``model`` as a Q/DQ ONNX at ``path`` (plus ``path.json`` sidecar).
+
+    ``input_shape`` has the batch axis first: ``(1, C, H, W)`` for an image model, ``(1, C, T, H, W)`` for a
+    3D / (2+1)D clip model, whose sidecar gets its clip contract through ``extra={"clip": contract.to_dict()}``
+    with ``task="action"`` (as :func:`jetforge.compress.export.export_onnx` writes clip models).
+    """
     onnx = require("onnx", "Q/DQ export")
     from jetforge.compress.export import export_onnx
     from jetforge.compress.qat.prepare import freeze_weight_ranges, unfreeze_weight_ranges
@@ -191,9 +221,10 @@ def export_qdq_onnx(model: Any, path: PathLike, input_shape: Sequence[int] = (1,
         details.update(provenance or {})
         with warnings.catch_warnings():  # the scales are traced as constants on purpose
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            sidecar = export_onnx(model, path, input_shape, model_name=model_name, labels=labels, preprocess=preprocess,
+            sidecar = export_onnx(model, path, input_shape, task=task, model_name=model_name, labels=labels,
+                                  preprocess=preprocess, input_name=input_name, output_name=output_name,
                                   opset=opset, dynamic_batch=dynamic_batch, provenance=details,
-                                  extra={"precision": "int8-qdq", "quantization": "qat"})
+                                  extra=dict(extra or {}, precision="int8-qdq", quantization="qat"))
     finally:
         unfreeze_weight_ranges(model)
         model.train(was_training)
@@ -204,6 +235,9 @@ def export_qdq_onnx(model: Any, path: PathLike, input_shape: Sequence[int] = (1,
                          hint="export the model returned by prepare_qat/qat()")
     with atomic_output(path, suffix=".onnx") as tmp:
         onnx.save(proto, str(tmp))
+    from jetforge.runtime.sidecar import write_sidecar
+
+    write_sidecar(path, sidecar)  # the file changed: the sidecar's content hash must be the normalised file's
     opset_v = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     log.info("exported Q/DQ ONNX %s: %d Q nodes (%d per-channel weights, %d per-tensor activations)",
              path, n_q, pc, pt)

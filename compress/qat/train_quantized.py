@@ -15,7 +15,7 @@ import copy
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 
@@ -33,6 +33,9 @@ from jetforge.fileio import write_json_atomic
 from jetforge.runtime.cpu_features import SATURATION_WARNING, int8_kernels_can_saturate, ort_kernel_label
 
 log = logging.getLogger(__name__)
+
+
+EXPORT_OPTIONS = ("input_shape", "labels", "task", "input_name", "output_name", "extra", "preprocess")
 
 
 @dataclass
@@ -104,13 +107,48 @@ class QatResult:
 
 
 def qat(cfg: QatConfig, model: Optional[torch.nn.Module] = None, teacher: Optional[torch.nn.Module] = None,
-        train_set: Any = None, val_set: Any = None, ctx: Optional[DistContext] = None) -> QatResult:
-    """Run a QAT recipe (see the module docstring); ``model``/``teacher``/datasets override the recipe."""
+        train_set: Any = None, val_set: Any = None, ctx: Optional[DistContext] = None,
+        calib_batches: Optional[Sequence[Any]] = None, export_options: Optional[Dict[str, Any]] = None) -> QatResult:
+    """Run a QAT recipe (see the module docstring); ``model``/``teacher``/datasets override the recipe.
+
+    For a model that is not the recipe's image classifier -- a 3D or (2+1)D clip model -- a Python caller gives
+    the model, ``train_set``/``val_set`` (objects with ``__len__`` and ``__getitems__(indices) -> (x, y)``
+    tensors, as :class:`jetforge.compress.data.ArrayDataset`), ``calib_batches`` (input tensors, e.g. clips
+    ``(N, C, T, H, W)``) and ``export_options`` for :func:`export_qdq_onnx` (``input_shape``, ``labels``,
+    ``task``, ``input_name``, ``output_name``, ``extra`` such as ``{"clip": contract.to_dict()}``, ``preprocess``).
+    Without ``calib_batches`` the recipe's own training images calibrate; without ``export_options`` the
+    recipe's image contract is exported.
+    """
+    unknown = set(export_options or {}) - set(EXPORT_OPTIONS)
+    if unknown:  # refused before any training
+        raise CompressError("unknown export option(s) for QAT: %s" % ", ".join(sorted(unknown)),
+                            hint="give only %s" % ", ".join(EXPORT_OPTIONS))
     with distributed(cfg.train.device, ctx) as run_ctx:
-        return _qat(cfg, model, teacher, train_set, val_set, run_ctx)
+        return _qat(cfg, model, teacher, train_set, val_set, run_ctx, calib_batches, export_options)
 
 
-def _qat(cfg, model, teacher, train_set, val_set, ctx) -> QatResult:
+def _export_arguments(cfg: QatConfig, val_set: Any, export_options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The export call's shape and sidecar: the recipe's image classifier, or what the caller gave."""
+    if export_options is None:
+        return {"input_shape": INPUT_SHAPE, "labels": CLASSES, "preprocess": _preprocess()}
+    options = dict(export_options)
+    if "input_shape" not in options:
+        example = val_set.__getitems__([0])[0]
+        options["input_shape"] = (1,) + tuple(int(d) for d in example.shape[1:])
+    return options
+
+
+def _validation_arrays(val_set: Any):
+    """``(x, y)`` numpy arrays of the whole validation set, as the model sees them."""
+    if hasattr(val_set, "images"):  # the recipe's image set: raw images, normalised as in training
+        from jetforge.compress.data import normalize
+
+        return normalize(val_set.images.numpy()), val_set.labels.numpy()
+    x, y = val_set.__getitems__(list(range(len(val_set))))
+    return x.numpy(), y.numpy()
+
+
+def _qat(cfg, model, teacher, train_set, val_set, ctx, calib_batches=None, export_options=None) -> QatResult:
     out = Path(cfg.out_dir)
     train_set, val_set = load_data(cfg.data, seed=cfg.train.seed, train=train_set, val=val_set)
     if model is None:
@@ -123,7 +161,7 @@ def _qat(cfg, model, teacher, train_set, val_set, ctx) -> QatResult:
     fp32 = evaluate_accuracy(model, val_set, cfg.train.eval_batch_size, "cpu", ctx)["accuracy"]
     summary = QatSummary()
     qmodel = prepare_qat(model, fold_bn=cfg.qat.fold_bn, quantize_add=cfg.qat.quantize_add, summary=summary)
-    batches = calibration_batches(cfg.data, seed=cfg.train.seed)
+    batches = calib_batches if calib_batches is not None else calibration_batches(cfg.data, seed=cfg.train.seed)
     calibrate_qat(qmodel, batches, method=cfg.qat.calibration, percentile=cfg.qat.percentile)
     ptq = evaluate_accuracy(qmodel, val_set, cfg.train.eval_batch_size, "cpu", ctx)["accuracy"]
     if ctx.is_main:
@@ -151,8 +189,9 @@ def _qat(cfg, model, teacher, train_set, val_set, ctx) -> QatResult:
     if ctx.is_main:
         cpu = copy.deepcopy(qmodel).to("cpu").eval()
         qdq_path = out / "model.qdq.onnx"
-        export_qdq_onnx(cpu, qdq_path, INPUT_SHAPE, labels=CLASSES, model_name=cfg.name, preprocess=_preprocess(),
-                        opset=cfg.export.opset, provenance={"calibration": cfg.qat.calibration})
+        export = _export_arguments(cfg, val_set, export_options)
+        export_qdq_onnx(cpu, qdq_path, export.pop("input_shape"), model_name=cfg.name, opset=cfg.export.opset,
+                        provenance={"calibration": cfg.qat.calibration}, **export)
         res.files["qdq_onnx"] = str(qdq_path)
         torch.save(cpu.state_dict(), str(out / "qat_state.pt"))
         res.files["qat_state"] = str(out / "qat_state.pt")
@@ -166,11 +205,7 @@ def _qat(cfg, model, teacher, train_set, val_set, ctx) -> QatResult:
         if cfg.export.ort_eval:
             import onnx
 
-            from jetforge.compress.data import normalize
-
-            images = val_set.images.numpy()
-            x = normalize(images)
-            y = val_set.labels.numpy()
+            x, y = _validation_arrays(val_set)
             ort_model = qdq_for_ort(onnx.load(str(qdq_path)))
             res.onnx_int8_accuracy = onnx_accuracy(ort_model, x, y)  # simulated TensorRT arithmetic
             res.ort_kernels_accuracy = onnx_accuracy(ort_model, x, y, arithmetic="ort-int8")
