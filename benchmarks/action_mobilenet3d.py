@@ -36,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "action_mobilenet3d.yaml"
 APP_MODEL = ROOT / "apps" / "data" / "action_mobilenet3d.onnx"
 TARGET = "orin-nx-16gb"
+CARRIED_TEACHER = ROOT / "build" / "action3d_device" / "teacher_trained.pt"
+#: which of the device run's students this run measures (``--student``; the run may hold several)
+STUDENT = {"name": "student"}
 GOALS = {"gpu_speedup_b32": 2.0, "cpu_speedup_b1": 2.0, "memory_ratio_max": 0.5, "accuracy_drop_max": 0.02}
 
 
@@ -53,6 +56,14 @@ def load_data(progress: bool = True) -> Any:
     return recipe, build_data(recipe, asset_path("opencv_samples", "vtest.avi"), progress=progress)
 
 
+def checkpoint(device_out: Path, name: str) -> Path:
+    """The state dict of ``teacher`` or ``student`` (the student named by --student); a teacher carried to the
+    device from an earlier run (not sent back) is read from the carry folder."""
+    if name == "student":
+        return device_out / ("%s.pt" % STUDENT["name"])
+    return device_out / "teacher.pt" if (device_out / "teacher.pt").is_file() else CARRIED_TEACHER
+
+
 def export_models(device_out: Path, data: Any, folder: Path) -> Dict[str, Path]:
     import torch
 
@@ -62,7 +73,7 @@ def export_models(device_out: Path, data: Any, folder: Path) -> Dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name in ("teacher", "student"):
-        model = mobilenet3d_from_state(torch.load(str(device_out / ("%s.pt" % name)), map_location="cpu",
+        model = mobilenet3d_from_state(torch.load(str(checkpoint(device_out, name)), map_location="cpu",
                                                   weights_only=True)).eval()
         paths[name] = export_action_model(model, folder / ("%s.onnx" % name), data, "action_mobilenet3d_%s" % name)
         paths[name + "_t16"] = export_action_model(model, folder / ("%s_t16.onnx" % name), data,
@@ -130,7 +141,7 @@ def int8_qat(device_out: Path, data: Any, evaluator: Any, folder: Path, steps: i
     from jetforge.compress.qat import calibrate_qat, export_qdq_onnx, prepare_qat
 
     t0 = time.perf_counter()
-    state = {n: torch.load(str(device_out / ("%s.pt" % n)), map_location="cpu", weights_only=True)
+    state = {n: torch.load(str(checkpoint(device_out, n)), map_location="cpu", weights_only=True)
              for n in ("teacher", "student")}
     teacher = mobilenet3d_from_state(state["teacher"]).eval()
     qmodel = prepare_qat(mobilenet3d_from_state(state["student"]).eval())
@@ -222,8 +233,8 @@ def gpu_block(device_out: Path) -> Dict[str, Any]:
     out: Dict[str, Any] = {"method": timing.get("method"), "memory_fp16": timing.get("memory_fp16", {}), "best": {}}
     for key in sorted({"_".join(k.split("_", 2)[:2]) for k in runs}):  # T8_b32_ncdhw -> T8_b32
         cands = {k: v for k, v in runs.items() if k.startswith(key + "_")}
-        best = {m: min((v[m]["ms_per_batch"], k.split("_", 2)[2]) for k, v in cands.items())
-                for m in ("teacher", "student")}
+        best = {m: min((v[n]["ms_per_batch"], k.split("_", 2)[2]) for k, v in cands.items())
+                for m, n in (("teacher", "teacher"), ("student", STUDENT["name"]))}
         out["best"][key] = {m: {"ms_per_batch": best[m][0], "layout": best[m][1]} for m in best}
         out["best"][key]["speedup"] = best["teacher"][0] / best["student"][0]
     return out
@@ -316,6 +327,7 @@ def main(argv: Any = None) -> int:
     p.add_argument("--device-out", required=True, help="the device run's output folder (teacher.pt, student.pt, ...)")
     p.add_argument("--work", default=str(ROOT / "build" / "action3d" / "bench"))
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--student", default="student", help="which student of the device run (student, student_m4, ...)")
     p.add_argument("--install", action="store_true", help="also write the student as apps/data/action_mobilenet3d.onnx")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--reps", type=int, default=5)
@@ -330,6 +342,7 @@ def main(argv: Any = None) -> int:
     from jetforge.fileio import write_json_atomic
 
     device_out, work, results = Path(args.device_out), Path(args.work), Path(args.results)
+    STUDENT["name"] = args.student
     recipe, data = load_data()
     if args.limit:
         keep = np.linspace(0, len(data.heldout) - 1, min(args.limit, len(data.heldout))).astype(int)
@@ -344,11 +357,12 @@ def main(argv: Any = None) -> int:
         "limit": args.limit or None, "machine": machine_info(), "shared_machine": "2-core VM shared by ~7 engineers (load average in the JSON)",
         "data": data.info, "labels": data.labels, "contract": data.contract.to_dict(),
         "what": "agreement with a motion rule on one scene (vtest.avi), not a general action-recognition result",
-        "macs": {"teacher": device["models"]["student"]["prune"]["macs_teacher"],
-                 "student": device["models"]["student"]["prune"]["macs_student"]},
-        "params": {"teacher": device["models"]["student"]["prune"]["params_teacher"],
-                   "student": device["models"]["student"]["prune"]["params_student"]},
-        "device_training": {k: {"epochs": len(v["train"]), "last_loss": v["train"][-1]["loss"],
+        "student": STUDENT["name"], "prune": device["models"][STUDENT["name"]]["prune"],
+        "macs": {"teacher": device["models"][STUDENT["name"]]["prune"]["macs_teacher"],
+                 "student": device["models"][STUDENT["name"]]["prune"]["macs_student"]},
+        "params": {"teacher": device["models"][STUDENT["name"]]["prune"]["params_teacher"],
+                   "student": device["models"][STUDENT["name"]]["prune"]["params_student"]},
+        "device_training": {k: {"epochs": len(v["train"]), "last_loss": v["train"][-1].get("loss"),
                                 "heldout_accuracy_torch_on_device": v["heldout_accuracy_torch"]}
                             for k, v in device["models"].items()},
         "accuracy_fp32": accuracy_block(logits, y, groups)}
@@ -401,7 +415,8 @@ def install(device_out: Path, data: Any, result: Dict[str, Any]) -> None:
     from jetforge.compress.action.mobilenet3d_recipe import export_action_model
     from jetforge.compress.models.mobilenet3d import mobilenet3d_from_state
 
-    model = mobilenet3d_from_state(torch.load(str(device_out / "student.pt"), map_location="cpu", weights_only=True))
+    model = mobilenet3d_from_state(torch.load(str(checkpoint(device_out, "student")), map_location="cpu",
+                                              weights_only=True))
     acc = result["accuracy_fp32"]
     held = result["heldout_student"]
     evaluation = {"test_accuracy": acc["student"]["accuracy"], "test_accuracy_ci": acc["student"]["ci"],

@@ -43,6 +43,7 @@ ROOT = HERE.parent
 CARRY = ROOT / "build" / "action3d_device"
 RECIPE = ROOT / "recipes" / "action_mobilenet3d.yaml"
 WEIGHTS = "mobilenet_v2-b0353104.pth"
+TRAINED_TEACHER = "teacher_trained.pt"
 SCHEMA = 1
 START = time.perf_counter()
 
@@ -61,7 +62,7 @@ def write_json(path: Path, result: Dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ prepare (here)
-def prepare(carry: Path) -> Dict[str, Any]:
+def prepare(carry: Path, teacher: str = "") -> Dict[str, Any]:
     from jetforge.assets import asset_path
     from jetforge.compress.action.action3d import recipe_dict
     from jetforge.compress.action.track_clips import ensure_track_cache
@@ -76,6 +77,10 @@ def prepare(carry: Path) -> Dict[str, Any]:
     for src, name in ((video, "vtest.avi"), (events, "events.jsonl"),
                       (asset_path("mobilenet_v2_imagenet", WEIGHTS), WEIGHTS)):
         shutil.copyfile(str(src), str(carry / name))
+    if teacher:  # a teacher trained by an earlier device run: the next run prunes and distils from it
+        shutil.copyfile(teacher, str(carry / TRAINED_TEACHER))
+    elif (carry / TRAINED_TEACHER).exists():
+        (carry / TRAINED_TEACHER).unlink()
     meta = {"schema": SCHEMA, "recipe": recipe_dict(recipe),
             "files": {p.name: sha256_file(p) for p in sorted(carry.iterdir()) if p.name != "prepare.json"}}
     (carry / "prepare.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
@@ -134,32 +139,52 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     result: Dict[str, Any] = {"schema": SCHEMA, "dry_run": bool(args.dry_run), "environment": environment(device),
                               "data": data.info, "contract": data.contract.to_dict(), "labels": data.labels,
                               "recipe": json.loads((carry / "prepare.json").read_text())["recipe"], "models": {}}
-    teacher = mobilenet3d_inflated(len(data.labels), weights=str(carry / WEIGHTS))
-    hist = train_clip_classifier(teacher, x, y, data.labels, recipe.teacher, device, seed=recipe.seed,
-                                 on_epoch=lambda e: log("teacher epoch %(epoch)d loss %(loss).4f %(elapsed_s).0fs" % e))
+    if (carry / TRAINED_TEACHER).is_file():
+        from jetforge.compress.models.mobilenet3d import mobilenet3d_from_state
+
+        teacher = mobilenet3d_from_state(torch.load(str(carry / TRAINED_TEACHER), map_location="cpu",
+                                                    weights_only=True))
+        hist = [{"loaded": TRAINED_TEACHER, "note": "trained by an earlier device run; not trained again"}]
+        log("teacher loaded from %s (not trained again)" % TRAINED_TEACHER)
+    else:
+        teacher = mobilenet3d_inflated(len(data.labels), weights=str(carry / WEIGHTS))
+        hist = train_clip_classifier(teacher, x, y, data.labels, recipe.teacher, device, seed=recipe.seed,
+                                     on_epoch=lambda e: log("teacher epoch %(epoch)d loss %(loss).4f %(elapsed_s).0fs"
+                                                            % e))
     teacher_logits = predict(teacher, xh, device)
-    torch.save({k: v.detach().cpu() for k, v in teacher.state_dict().items()}, str(out / "teacher.pt"))
+    if not (carry / TRAINED_TEACHER).is_file():  # a loaded teacher stays in the carry folder (not sent back)
+        torch.save({k: v.detach().cpu() for k, v in teacher.state_dict().items()}, str(out / "teacher.pt"))
     result["models"]["teacher"] = {"train": hist, "heldout_accuracy_torch": accuracy(teacher_logits, yh)}
     write_json(out / "action3d_gpu.json", result)
 
-    t0 = time.perf_counter()
-    student, prune_info = prune_student(teacher.cpu(), data.contract, recipe.macs_factor)
-    prune_info["seconds"] = round(time.perf_counter() - t0, 1)
-    log("pruned: %s" % prune_info)
-    hist = train_clip_classifier(student, x, y, data.labels, recipe.student, device, teacher=teacher,
-                                 kd_weight=recipe.kd_weight, temperature=recipe.temperature, seed=recipe.seed,
-                                 on_epoch=lambda e: log("student epoch %(epoch)d loss %(loss).4f %(elapsed_s).0fs" % e))
-    torch.save({k: v.detach().cpu() for k, v in student.state_dict().items()}, str(out / "student.pt"))
-    result["models"]["student"] = {"train": hist, "prune": prune_info,
-                                   "heldout_accuracy_torch": accuracy(predict(student, xh, device), yh)}
-    log("held-out accuracy (torch, on the device): teacher %.3f student %.3f" % (
-        result["models"]["teacher"]["heldout_accuracy_torch"], result["models"]["student"]["heldout_accuracy_torch"]))
-    write_json(out / "action3d_gpu.json", result)
-    del teacher, student, x
+    for name, factor in student_names(args, recipe).items():
+        t0 = time.perf_counter()
+        student, prune_info = prune_student(teacher.cpu(), data.contract, factor)
+        prune_info["seconds"] = round(time.perf_counter() - t0, 1)
+        log("%s pruned: %s" % (name, prune_info))
+        hist = train_clip_classifier(student, x, y, data.labels, recipe.student, device, teacher=teacher,
+                                     kd_weight=recipe.kd_weight, temperature=recipe.temperature, seed=recipe.seed,
+                                     on_epoch=lambda e, n=name: log("%s epoch %d loss %.4f %.0fs" % (
+                                         n, e["epoch"], e["loss"], e["elapsed_s"])))
+        torch.save({k: v.detach().cpu() for k, v in student.state_dict().items()}, str(out / ("%s.pt" % name)))
+        result["models"][name] = {"train": hist, "prune": prune_info,
+                                  "heldout_accuracy_torch": accuracy(predict(student, xh, device), yh)}
+        log("held-out accuracy (torch, on the device): teacher %.3f %s %.3f" % (
+            result["models"]["teacher"]["heldout_accuracy_torch"], name, result["models"][name]["heldout_accuracy_torch"]))
+        write_json(out / "action3d_gpu.json", result)
+        del student
+    del teacher, x
     result["timing"] = timing_in_subprocess(args)
     result["wall_s"] = time.perf_counter() - wall
     write_json(out / "action3d_gpu.json", result)
     return result
+
+
+def student_names(args: argparse.Namespace, recipe: Any) -> Dict[str, float]:
+    """``student`` for the recipe's MACs goal; with ``--macs-factors A,B``: ``student_mA``, ``student_mB``."""
+    if not args.macs_factors:
+        return {"student": float(recipe.macs_factor)}
+    return {"student_m%g" % float(f): float(f) for f in args.macs_factors.split(",")}
 
 
 def timing_in_subprocess(args: argparse.Namespace) -> Dict[str, Any]:
@@ -171,7 +196,8 @@ def timing_in_subprocess(args: argparse.Namespace) -> Dict[str, Any]:
             attempts.append({"cuda_graph": not extra, "skipped": "%.0f s left of the deadline" % left})
             break
         cmd = [sys.executable, str(Path(__file__).resolve()), "--time-only", "--out", args.out, "--carry", args.carry,
-               "--rounds", str(args.rounds), "--reps", str(args.reps)] + (["--dry-run"] if args.dry_run else []) + extra
+               "--rounds", str(args.rounds), "--reps", str(args.reps), "--macs-factors", args.macs_factors,
+               "--layouts", args.layouts] + (["--dry-run"] if args.dry_run else []) + extra
         start = time.perf_counter()
         try:
             rc = subprocess.run(cmd, timeout=left).returncode
@@ -192,13 +218,18 @@ def timing_in_subprocess(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ timing (subprocess)
-def load_trained(out: Path) -> Dict[str, Any]:
+def load_trained(out: Path, carry: Path, names: Any) -> Dict[str, Any]:
     import torch
 
     from jetforge.compress.models.mobilenet3d import mobilenet3d_from_state
 
-    return {name: mobilenet3d_from_state(torch.load(str(out / ("%s.pt" % name)), map_location="cpu",
-                                                    weights_only=True)).eval() for name in ("teacher", "student")}
+    def path(name: str) -> Path:
+        if name == "teacher" and (carry / TRAINED_TEACHER).is_file():
+            return carry / TRAINED_TEACHER
+        return out / ("%s.pt" % name)
+
+    return {name: mobilenet3d_from_state(torch.load(str(path(name)), map_location="cpu", weights_only=True)).eval()
+            for name in ["teacher"] + list(names)}
 
 
 def _prepared(model: Any, shape: List[int], device: Any, layout: str) -> Any:
@@ -264,7 +295,9 @@ def time_side_by_side(models: Dict[str, Any], shape: List[int], device: Any, lay
             samples[name].append(timers[name](reps))
     out = {name: {"ms_per_batch": statistics.median(v), "ms_per_clip": statistics.median(v) / shape[0],
                   "rounds_ms": [round(t, 4) for t in v]} for name, v in samples.items()}
-    out["speedup_student_vs_teacher"] = out["teacher"]["ms_per_batch"] / out["student"]["ms_per_batch"]
+    for name in models:
+        if name != "teacher":
+            out["speedup_%s_vs_teacher" % name] = out["teacher"]["ms_per_batch"] / out[name]["ms_per_batch"]
     return out
 
 
@@ -298,7 +331,8 @@ def time_only(args: argparse.Namespace) -> Dict[str, Any]:
 
     device = torch.device("cuda" if torch.cuda.is_available() and not args.dry_run else "cpu")
     torch.backends.cudnn.benchmark = True
-    models = load_trained(Path(args.out))
+    names = list(student_names(args, load_recipe(Path(args.carry), args.dry_run)))
+    models = load_trained(Path(args.out), Path(args.carry), names)
     use_graph = not args.no_cuda_graph and device.type == "cuda"
     timing: Dict[str, Any] = {
         "method": ("CUDA graph replay" if use_graph else "eager forward passes") + ", FP16 on CUDA (FP32 on the CPU), "
@@ -308,16 +342,16 @@ def time_only(args: argparse.Namespace) -> Dict[str, Any]:
     for t in frames:
         for name, m in models.items():
             timing["memory_fp16"]["%s_T%d" % (name, t)] = gpu_memory(m, [3, t, 112, 112], device)
-    layouts = ("ncdhw", "channels_last_3d")
+    layouts = args.layouts.split(",")
     for t in frames:
         for batch in ((32, 1) if not args.dry_run else (2,)):
             for layout in layouts:
                 key = "T%d_b%d_%s" % (t, batch, layout)
                 timing["runs"][key] = time_side_by_side(models, [batch, 3, t, 112, 112], device, layout, args.rounds,
                                                         args.reps if batch > 1 else 4 * args.reps, use_graph)
-                log("%s: teacher %.3f ms, student %.3f ms, speed-up %.2fx" % (
-                    key, timing["runs"][key]["teacher"]["ms_per_batch"], timing["runs"][key]["student"]["ms_per_batch"],
-                    timing["runs"][key]["speedup_student_vs_teacher"]))
+                run = timing["runs"][key]
+                log("%s: teacher %.3f ms; %s" % (key, run["teacher"]["ms_per_batch"], "; ".join(
+                    "%s %.3f ms, %.2fx" % (n, run[n]["ms_per_batch"], run["speedup_%s_vs_teacher" % n]) for n in names)))
                 write_json(Path(args.out) / "action3d_gpu_timing.json", timing)
     return timing
 
@@ -327,9 +361,14 @@ def parse_args(argv: Any = None) -> argparse.Namespace:
     p.add_argument("--prepare", action="store_true", help="write the carry folder (here, in the project's venv)")
     p.add_argument("--dry-run", action="store_true", help="the device run on the CPU with a few clips and one epoch")
     p.add_argument("--carry", default=str(CARRY))
+    p.add_argument("--teacher", default="", help="--prepare: carry this trained teacher (state dict) so the device run "
+                                                 "prunes and distils from it instead of training one")
     p.add_argument("--out", default=None, help="output folder (default $OUT/action3d)")
     p.add_argument("--time-only", action="store_true", help="only time the trained models in --out (subprocess)")
     p.add_argument("--no-cuda-graph", action="store_true", help="--time-only: eager forward passes")
+    p.add_argument("--layouts", default="ncdhw,channels_last_3d", help="memory layouts timed (comma-separated)")
+    p.add_argument("--macs-factors", default="", help="prune and distil one student per MACs goal (A,B,...), "
+                                                      "named student_mA ...; default: one student at the recipe's goal")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--deadline-s", type=float, default=380.0,
@@ -352,7 +391,7 @@ def main(argv: Any = None) -> int:
         time_only(args)
         return 0
     if args.prepare:
-        meta = prepare(Path(args.carry))
+        meta = prepare(Path(args.carry), args.teacher)
         log(json.dumps(meta["files"], indent=1))
         return 0
     result = run(args)

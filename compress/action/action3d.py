@@ -232,6 +232,8 @@ def prune_student(teacher: nn.Module, contract: ClipContract, macs_factor: float
     from jetforge.compress.prune import prune
 
     student = copy.deepcopy(teacher).cpu().eval()
+    for p in student.parameters():  # a teacher that was frozen for distillation gives a trainable copy
+        p.requires_grad_(True)
     example = torch.zeros((1,) + tuple(contract.input_shape))
     result = prune(student, example, flops_reduction=macs_factor, importance="l1", protect_stem=False)
     totals = result.report.to_dict()["totals"]
