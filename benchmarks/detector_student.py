@@ -385,6 +385,7 @@ def gpu_timing(path: Path) -> Dict[str, Any]:
 def write_outputs(result: Dict[str, Any], out: Path) -> int:
     """Goals, JSON, table and plot of a finished run."""
     result["goals"] = goals(result)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1, sort_keys=True, default=float))
     text = table(result)
     out.with_suffix(".txt").write_text(text + "\n")
