@@ -5,6 +5,7 @@ import contextlib
 import logging
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
+from jetforge.apps.tasks.action import ACTION_TRACKER_OPTIONS
 from jetforge.apps.tasks.people import add_detector_arguments, make_person_detector, score_to_unit
 from jetforge.apps.tasks.tracking import Tracker
 from jetforge.cli.base import Command, add_json_flag, print_json
@@ -246,8 +247,6 @@ def _person_detector(args: argparse.Namespace) -> Any:
 
 def person_tracks(detector: Any) -> Callable[[int, Any], Sequence[Tuple[int, Any]]]:
     """A new tracker over one video: each (frame index, BGR frame) -> [(track id, box)], the action app's tracks."""
-    from jetforge.apps.tasks.action import ACTION_TRACKER_OPTIONS
-
     tracker = Tracker(ACTION_TRACKER_OPTIONS)
     to_confidence = getattr(detector, "to_confidence", score_to_unit)
 
