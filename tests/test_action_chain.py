@@ -1,18 +1,22 @@
 """A small 3-D action model through the whole chain, as issue 17's "done when" asks, in one test.
 
 prune (``jetforge prune``, CLI) -> distil from the unpruned model (``jetforge.compress.distill``'s KD loss through
-the action recipe's trainer, Python: ``jetforge distill`` has no clip recipe) -> calibrate from real clips
-(``jetforge calibrate --clips sliding`` with a held-out INT8 evaluation, CLI) -> Q/DQ parse and build in
+the action recipe's trainer; Python, as ``jetforge distill`` has no clip recipe) -> QAT (``jetforge.compress.qat``:
+3-D fake quantization, a few KD steps; Python, as ``jetforge qat`` runs only its Fashion-MNIST recipe) -> Q/DQ
+export -> ``jetforge qat --translate`` (plain ONNX + DLA cache from the trained scales, CLI) -> calibrate from real
+clips with a held-out INT8 evaluation (``jetforge calibrate --clips sliding``, CLI) -> Q/DQ parse and build in
 TensorRT-RTX (skipped without it) -> ``jetforge dla-check`` (and ``--fold-time``) -> ``jetforge bundle create`` ->
 ``jetforge app action`` on vtest.avi with the bundle's model.
 
-The model is jetforge's 3-D MobileNetV2 at width 0.25 over 8-frame 32x32 RGB clips, random initial weights and a
-few training steps: the chain is what is tested, not accuracy.  Real parts everywhere: OpenCV decodes the clip,
-ONNX Runtime runs the models, TensorRT-RTX parses and builds; the DLA placement is dla-check's prediction (no
-Jetson here).
+The model is jetforge's 3-D MobileNetV2 over 8-frame 32x32 RGB clips: ImageNet MobileNetV2 weights inflated to
+3-D (real features, so the logits and their INT8 agreement mean something) under a random 4-class head, a few
+training steps at each stage: the chain is what is tested, not accuracy.  Real parts everywhere: OpenCV decodes
+the clip, ONNX Runtime runs the models, TensorRT-RTX parses and builds; the DLA placement is dla-check's
+prediction (no Jetson here).
 """
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -71,12 +75,22 @@ def _ort(path: Path, x: np.ndarray) -> np.ndarray:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"clip": x})[0]
 
 
-def _prune(tmp_path: Path, capsys):
-    """The unpruned teacher (a user's whole pickled module) pruned by the CLI; the student rebuilt from its state."""
-    from jetforge.compress.models.mobilenet3d import MobileNet3D, mobilenet3d_from_state
+def _teacher():
+    """ImageNet MobileNetV2 inflated to 3-D with a random 4-class head scaled so the logits are O(1)."""
+    from jetforge.compress.models.mobilenet3d import mobilenet3d_inflated
 
     torch.manual_seed(0)
-    teacher = MobileNet3D(len(LABELS), width_mult=0.25).eval()
+    teacher = mobilenet3d_inflated(len(LABELS)).eval()
+    with torch.no_grad():
+        teacher.classifier[1].weight.normal_(0.0, 0.3)
+    return teacher
+
+
+def _prune(tmp_path: Path, capsys):
+    """The unpruned teacher (a user's whole pickled module) pruned by the CLI; the student rebuilt from its state."""
+    from jetforge.compress.models.mobilenet3d import mobilenet3d_from_state
+
+    teacher = _teacher()
     torch.save(teacher, str(tmp_path / "teacher.pt"))
     report = _cli_json(capsys, "prune", "--model", tmp_path / "teacher.pt", "--trust-pickle", "--flops-reduction", 2,
                        "--input-shape", "1x3x8x32x32", "--out", tmp_path / "pruned", "--no-plot", "--no-onnx")
@@ -101,29 +115,78 @@ def _distill(teacher, student, clips: np.ndarray):
     return student.eval()
 
 
+def _qat(teacher, student, clips: np.ndarray, out: Path):
+    """3-D QAT of the distilled student: entropy-calibrated ranges, two KD epochs with fake quantization, Q/DQ
+    export with the clip sidecar."""
+    from jetforge.compress.qat import calibrate_qat, export_qdq_onnx, prepare_qat, set_quantization
+
+    x = torch.from_numpy(clips)
+    q = prepare_qat(student)
+    calibrate_qat(q, [x[i:i + 8] for i in range(0, len(x), 8)], "entropy")
+    with torch.no_grad():
+        target = torch.softmax(teacher(x) / 4.0, 1)
+    opt = torch.optim.AdamW(q.parameters(), lr=1e-4)
+    q.train()
+    for _epoch in range(2):
+        for i in range(0, len(x), 8):
+            loss = torch.nn.functional.kl_div(torch.log_softmax(q(x[i:i + 8]) / 4.0, 1), target[i:i + 8],
+                                              reduction="batchmean")
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    q.eval()
+    export = export_qdq_onnx(q, out, (1,) + tuple(CONTRACT.input_shape), labels=LABELS, model_name="action_chain_qat",
+                             task="action", input_name="clip", output_name="logits", extra={"clip": CONTRACT.to_dict()})
+    assert export.quantize_nodes > 50 and export.per_channel_weights > 20
+    set_quantization(q, False)   # the same network without fake quantization: what the plain ONNX must compute
+    with torch.no_grad():
+        float_logits = q(x[:4]).numpy()
+    return out, float_logits
+
+
+def _translate(qdq: Path, out: Path, capsys):
+    """``jetforge qat --translate``: the plain ONNX + the cache holding the trained scales (DLA takes INT8 only from a
+    cache); the plain model gets the Q/DQ model's sidecar (clip contract, labels), as the bundle and the app need."""
+    from jetforge.runtime.sidecar import ModelSidecar, read_sidecar, write_sidecar
+
+    report = _cli_json(capsys, "qat", "--translate", qdq, "--trt", "10.3", "--out", out)
+    plain, cache = out / "qat.plain.onnx", out / "qat.calib"
+    assert plain.is_file() and cache.is_file() and report["trained_scales"] > 20
+    side = read_sidecar(qdq)
+    extra = {k: v for k, v in side.extra.items() if k not in ("precision", "quantization")}
+    write_sidecar(plain, ModelSidecar(task=side.task, model_name=side.model_name, inputs=side.inputs,
+                                      outputs=side.outputs, input=side.input, labels=side.labels, extra=extra))
+    return plain, cache
+
+
 def test_small_3d_model_through_the_whole_chain(tmp_path, capsys):
     video = asset_path("opencv_samples", "vtest.avi")
     teacher, student, _macs = _prune(tmp_path, capsys)
     train_clips = _clips(video, TRAIN_FRAMES, 24)
     student = _distill(teacher, student, train_clips)
 
-    model = _export(student, tmp_path / "action.onnx", "action_chain_student")
-    ref = student(torch.from_numpy(train_clips[:2])).detach().numpy()
-    assert np.allclose(_ort(model, train_clips[:2]), ref, rtol=1e-4, atol=1e-5)
+    qat_qdq, float_logits = _qat(teacher, student, train_clips, tmp_path / "qat.qdq.onnx")
+    model, qat_cache = _translate(qat_qdq, tmp_path / "dla", capsys)
+    # the plain model is the QAT network with its BatchNorms folded: float32 re-association only (5 folded
+    # layers deep, K <= 960 products per output: well under 1e-4 of the logits' scale)
+    got = _ort(model, train_clips[:4])
+    assert np.abs(got - float_logits).max() <= 1e-4 * np.abs(float_logits).max() + 1e-6
 
     # calibrate from real clips: training frames for calibration, later frames held out for the INT8 evaluation
     cal = _cli_json(capsys, "calibrate", model, "--data", str(video) + TRAIN_FRAMES, "--eval", str(video) + HELD_OUT,
                     "--clips", "sliding", "--samples", 16, "--no-plots")
-    calib, qdq = Path(cal["cache"]), Path(cal["qdq_onnx"])
-    assert calib.is_file() and qdq.is_file() and cal["samples"] == 16
+    calib_qdq = Path(cal["qdq_onnx"])
+    assert Path(cal["cache"]).is_file() and calib_qdq.is_file() and cal["samples"] == 16
     held_out = cal["evaluation"]["int8"]["metrics"]["clip_accuracy"]   # INT8 (simulated) vs FP32 on held-out clips
     assert held_out["clips"] > 20 and 0.0 <= held_out["agreement_ci_low"] <= held_out["agreement"] <= 1.0
 
-    _rtx_parse_and_build(qdq)
-    _dla(model, calib, tmp_path, capsys)
+    for qdq in (qat_qdq, calib_qdq):
+        _rtx_parse_and_build(qdq)
+    _dla(model, qat_cache, tmp_path, capsys)
 
     bundle = tmp_path / "bundle"
-    _cli_json(capsys, "bundle", "create", model, "--target", "orin-nx-16gb", "--out", bundle, "--calib", calib, "--qdq")
+    _cli_json(capsys, "bundle", "create", model, "--target", "orin-nx-16gb", "--out", bundle, "--calib", qat_cache,
+              "--qdq", qat_qdq)
     assert sha256_file(bundle / "model.onnx") == sha256_file(model)
     _app(bundle / "model.onnx", tmp_path / "app", capsys)
 
@@ -132,7 +195,7 @@ def _rtx_parse_and_build(qdq: Path) -> None:
     try:
         import tensorrt_rtx  # noqa: F401
     except ImportError:
-        print("TensorRT-RTX is not installed: Q/DQ parse and build skipped")
+        warnings.warn("TensorRT-RTX is not installed: the Q/DQ parse and build step of the chain was skipped")
         return
     from jetforge.runtime.tensorrt import check_onnx_builds
 
