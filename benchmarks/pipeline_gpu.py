@@ -51,7 +51,11 @@ VARIANTS = {
     "ring-gil-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring"},
     # demux + decode in PyNvVideoCodec's own native thread, frames fetched 4 at a time (NvThreadedSource)
     "threaded-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "threaded"},
+    # four frames of a stream per batch: batches up to 64 (a 64 CUDA graph), a quarter of the launch work per frame
+    "ring-gil-quads": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 4, "keep": "ring"},
 }
+MAX_BATCH = 64  # the largest batch (and CUDA graph) of a pipeline point
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 # The H200 runs of 2026-12-01 (benchmarks/results/pipeline_gpu_h200_variants*.json): torch's non-blocking streams
 # did not help (0.19x at 16 streams vs 0.25x legacy: the launch thread waits for the GIL, not for the GPU); owned
 # copies without torch + a 0.5 ms GIL switch interval + two frames a stream per batch did (1 stream 1.00x, 16: 0.47x).
@@ -189,7 +193,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
     else:
         sink = env.event_sink()
     batch = batch_of(n, v["per_stream"])
-    opts = StreamRunOptions(max_batch=batch, batch_timeout_s=env.args.batch_timeout_ms / 1000.0,
+    opts = StreamRunOptions(max_batch=batch, batch_timeout_s=env.args.batch_timeout_ms / 1000.0, buckets=BUCKETS,
                             time_limit_s=env.args.seconds, per_stream=v["per_stream"], depth=max(2, v["per_stream"]))
     switch = sys.getswitchinterval()
     if v["switch_ms"]:
@@ -198,10 +202,15 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         result = run_streams(sources, ops, opts, sink=sink, render=render)
     finally:
         sys.setswitchinterval(switch)
-        enc = pool.close() if pool is not None else []
+        t_drain = time.perf_counter()
+        enc = pool.close() if pool is not None else []  # render on: the frames still queued get encoded here
+        drain_s = time.perf_counter() - t_drain
         for src in sources:
             src.close()
     row = result.summary()
+    if render:  # end to end = until the last frame is encoded and the files are joined, not until it is queued
+        row["fps_until_queued"], row["encoder_drain_s"] = row["fps"], drain_s
+        row["fps"] = row["frames"] / (row["wall_s"] + drain_s)
     row.update({"model": model, "render": render, "preprocess": getattr(ops.pre, "kind", env.pre_kind[model]),
                 "variant": variant, "max_batch": batch, "per_stream": v["per_stream"], "keep": v["keep"],
                 "source": v.get("source", "core decoder, one thread per stream"),
@@ -264,13 +273,13 @@ class Env:
 
         if not self.args.dry_run and not self.args.torch_preprocess:
             try:
-                pre = F2Preprocess(self.torch, contract, 32, self.device)
+                pre = F2Preprocess(self.torch, contract, MAX_BATCH, self.device)
                 self.pre_kind[model] = "nvrtc-kernel"
                 return pre
             except Exception as err:  # the kernel package missing or failing: measured with the fallback, said so
                 log("F2 preprocessing kernel unavailable (%s: %s); torch fallback" % (type(err).__name__, err))
         self.pre_kind[model] = "torch-fallback"
-        return TorchNv12Preprocess(self.torch, contract, 32, self.device)
+        return TorchNv12Preprocess(self.torch, contract, MAX_BATCH, self.device)
 
     def _ssd_decoder(self, spec: Any, batch: int) -> Optional[Any]:
         if self.args.dry_run or self.args.host_ssd_decode:
@@ -278,7 +287,7 @@ class Env:
         try:
             from jetforge.runtime.cuda.kernels import GpuSsdDecoder
 
-            return GpuSsdDecoder(spec, batch=32)
+            return GpuSsdDecoder(spec, batch=MAX_BATCH)
         except Exception as err:
             log("GPU SSD decoder unavailable (%s: %s); host decode" % (type(err).__name__, err))
             return None
@@ -317,7 +326,8 @@ def plan(args: argparse.Namespace) -> List[Tuple[str, Any, Any]]:
             steps.append(("encode_alone", None, max(streams)))
             steps.append(("pipeline", model, (first_on, True, variants[0])))
             steps += [("pipeline", model, (n, True, variants[0])) for n in first if n != first_on and n != 32]
-        steps += [("pipeline", model, (n, False, v)) for v in variants[1:] for n in core]  # comparisons last
+        by_goal = sorted(core, key=lambda n: (n != 16, n))  # 16 streams (the missed goal) first
+        steps += [("pipeline", model, (n, False, v)) for n in by_goal for v in variants[1:]]  # comparisons last
     if 32 in streams:
         steps += [("model_only", models[0], [32]), ("decode_alone", None, 32),
                   ("pipeline", models[0], (32, False, variants[0]))]
@@ -333,14 +343,14 @@ def plan(args: argparse.Namespace) -> List[Tuple[str, Any, Any]]:
 
 
 def batch_of(n: int, per_stream: int = 1) -> int:
-    """The pipeline's batch for N streams: N x frames per stream, at most 32 (the largest CUDA graph)."""
-    return min(n * per_stream, 32)
+    """The pipeline's batch for N streams: N x frames per stream, at most 32 (64 with four frames a stream)."""
+    return min(n * per_stream, 32 if per_stream < 4 else MAX_BATCH)
 
 
 def bucket(n: int) -> int:
     from jetforge.apps.pipeline.batching import bucket_for
 
-    return bucket_for(min(n, 32))
+    return bucket_for(min(n, MAX_BATCH), BUCKETS)
 
 
 def measure(env: Env, args: argparse.Namespace, checkpoint: Any, state: Dict[str, Any]) -> Dict[str, Any]:
