@@ -62,7 +62,8 @@ def _split_per_frame(outputs: Outputs, frames: List[Any]) -> List[Any]:
 
 def _ssd_model(task: Any, detector: Any) -> GpuModel:
     """The people app's SSD person detector: raw outputs -> person Detections in each frame's pixels."""
-    from jetforge.runtime.detection import Detections, postprocess, spec_from_sidecar
+    from jetforge.runtime.detection import postprocess, spec_from_sidecar
+    from jetforge.runtime.hog import Detections  # what the people task's detectors hand it: boxes in frame pixels
     from jetforge.runtime.inputs import input_contract
 
     session = detector.session

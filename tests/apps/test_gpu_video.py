@@ -597,3 +597,39 @@ def test_threaded_nvdec_source_over_the_fake_yields_every_frame_once_in_order_an
     with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=7) as ref:
         want = [f.host_nv12() for f in ref]
     assert all(np.array_equal(a.host_nv12(), b) for a, b in zip(frames[BIKES_FRAMES:], want))  # second pass = first
+
+
+def test_gpu_path_people_app_detections_agree_with_the_cpu_detector(tmp_path, monkeypatch):
+    """The people app's CNN detector on the GPU path (batched over 2 streams, raw outputs -> boxes in frame pixels
+    by gpu_ops) against the CPU detector on the same NV12-converted frames: same people, boxes within 2 px.
+    (The GPU path preprocesses with the contract's fused path, the CPU detector with its reference path: they may
+    differ by a grey level's rounding, which moves an SSD box by a fraction of a pixel and a score by < 0.01.)"""
+    import json
+
+    from jetforge.apps.pipeline.gpu_app import GpuAppOptions, open_gpu_sources, run_gpu_app
+    from jetforge.apps.tasks.detectors.ssd import SsdPeopleDetector
+    from jetforge.apps.tasks.people import PeopleTask
+    from jetforge.apps.video.sources.gpu_frame import bgr_from_nv12
+    from jetforge.assets import asset_path
+    from jetforge.cli import model_refs
+
+    _use_fake_nvdec(monkeypatch)
+    clip = asset_path("opencv_samples", "vtest.avi")
+    detector = SsdPeopleDetector(model_refs.ensure_person_detector()[0], score_threshold=0.3)
+    try:
+        sources = open_gpu_sources([str(clip)] * 2, max_frames=5)
+        run_gpu_app(PeopleTask(detector, streams=2), sources, tmp_path, GpuAppOptions())
+        for s in sources:
+            s.close()
+        events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+        with NvDecSource(clip, codec_module=FakeNvDecoder, max_frames=5) as src:
+            cpu = [detector.detect_batch([bgr_from_nv12(cv2, f.host_nv12())])[0] for f in src]
+    finally:
+        detector.close()
+    for s in range(2):
+        mine = [e for e in events if e.get("stream") == s and "detections" in e]
+        assert [e["frame"] for e in mine] == list(range(5))
+        for e, want in zip(mine, cpu):
+            got = np.asarray(e["detections"], np.float32).reshape(-1, 5)[:, :4]  # x1, y1, x2, y2, score
+            assert len(got) == len(want.boxes) >= 1
+            assert np.abs(np.sort(got, axis=0) - np.sort(want.boxes, axis=0)).max() <= 2.0
