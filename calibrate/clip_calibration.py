@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from jetforge.calibrate import phash
-from jetforge.calibrate.clip_sources import (CLIP_MODES, PREPARED_CLIPS, ClipQualityTracker, ClipVideo,
-                                             TrackerFactory, clip_bytes, clip_overlap, collect_clip_sources,
-                                             open_clip_videos, split_shared_videos)
-from jetforge.calibrate.eval_data import ALL, EVAL_MEMORY_BYTES, EvaluationSet
+from jetforge.calibrate.clip_sources import (CLIP_MODES, PREPARED_CLIPS, ClipQualityTracker, ClipSample, ClipVideo,
+                                             TrackerFactory, clip_bytes, clip_name, clip_overlap,
+                                             collect_clip_sources, open_clip_videos, split_shared_videos)
+from jetforge.calibrate.eval_data import ALL, EVAL_MEMORY_BYTES, EvaluationSet, evaluation_set, how_many
 from jetforge.calibrate.quality import QualityTracker
 from jetforge.calibrate.sources import Samples, allocate, collect_sources
 from jetforge.errors import CalibrationError
@@ -156,37 +156,21 @@ class ClipEvaluationSet(EvaluationSet):
 def gather_clips(items: Sequence[Union[str, Path]], contract: Any, clips: ClipOptions,
                  fixed_batch: Optional[int] = None, samples: Optional[int] = ALL, batch_size: int = 16,
                  memory_bytes: int = EVAL_MEMORY_BYTES) -> ClipEvaluationSet:
-    """Every evaluation clip (unless ``samples`` or memory limits), cut, hashed and batched."""
-    from jetforge.calibrate.evaluate import preprocess_samples
-
+    """Every evaluation clip (unless ``samples`` or memory limits), cut, hashed (middle-frame crop) and batched."""
     videos = clips.eval_videos(items, contract)
     available = int(sum(v.available for v in videos))
-    cap = max(1, int(memory_bytes // max(1, clip_bytes(contract))))
-    if samples is not None:
-        wanted, limit = int(samples), "--eval-samples %d" % samples
-    elif available > cap:
-        wanted, limit = cap, "memory: %d clips fit in %.1f GiB" % (cap, memory_bytes / float(1 << 30))
-    else:
-        wanted, limit = available, "all"
+    wanted, limit, capped = how_many(available, clip_bytes(contract), samples, memory_bytes)
     source = Samples(videos, allocate([v.available for v in videos], min(wanted, available)))  # type: ignore
-    hashes: List[Tuple[str, int]] = []
     meta: Dict[str, Tuple[str, Tuple[int, ...], Optional[int]]] = {}
 
-    def hashed():
-        for name, clip in source:
-            hashes.append((name, phash.perceptual_hash(clip.keyframe)))
-            meta[name] = (clip.video, clip.frames, clip.track)
-            yield name, clip
+    def keyframe(clip: ClipSample) -> Any:
+        meta[clip_name(clip)] = (clip.video, clip.frames, clip.track)
+        return clip.keyframe
 
-    batches, names = preprocess_samples(hashed(), PREPARED_CLIPS, batch_size=batch_size, fixed_batch=fixed_batch)
-    kept = set(names)
-    ev = ClipEvaluationSet(batches, names, [h for h in hashes if h[0] in kept], available, len(names), limit)
-    ev.clips = [(meta[n][0], meta[n][1]) for n in names]
-    ev.groups = [("%s:t%d" % (meta[n][0], meta[n][2])) if meta[n][2] is not None else n for n in names]
-    message = "evaluation: %d of %d available clips (%s)" % (ev.used, ev.available, limit)
-    if limit.startswith("memory"):
-        ev.warnings.append(message)
-    log.info("%s", message)
+    ev: ClipEvaluationSet = evaluation_set(  # type: ignore[assignment]  (make= builds a ClipEvaluationSet)
+        source, PREPARED_CLIPS, available, limit, capped, fixed_batch, batch_size, keyframe, ClipEvaluationSet)
+    ev.clips = [(meta[n][0], meta[n][1]) for n in ev.names]
+    ev.groups = [("%s:t%d" % (meta[n][0], meta[n][2])) if meta[n][2] is not None else n for n in ev.names]
     return ev
 
 

@@ -73,6 +73,11 @@ class ClipSample:
     track: Optional[int] = None
 
 
+def clip_name(clip: ClipSample) -> str:
+    """``video#first_frame`` (sliding) or ``video#first_frame:t<track>`` (per track): how labels name clips."""
+    return "%s#%d" % (clip.video, clip.frames[0]) + ("" if clip.track is None else ":t%d" % clip.track)
+
+
 def parse_video_range(item: Union[str, Path]) -> Tuple[Path, int, Optional[int]]:
     """``video.mp4@START:STOP`` -> (path, start, stop or None); a plain path (or one that exists) -> (path, 0, None)."""
     text = str(item)
@@ -251,8 +256,8 @@ class ClipVideo:
                         window.frames[0], window.frames[-1])
             return
         tensor, key = cut_clip(self.contract, [frames[i] for i in window.frames], window)
-        name = "%s#%d" % (self.path, window.frames[0]) + ("" if window.track is None else ":t%d" % window.track)
-        yield name, ClipSample(tensor, key, str(self.path), window.frames, window.track)
+        sample = ClipSample(tensor, key, str(self.path), window.frames, window.track)
+        yield clip_name(sample), sample
 
     def describe(self) -> Dict[str, Any]:
         return {"path": str(self.path), "kind": "clips (%s)" % self.mode, "available": self.available,
@@ -393,6 +398,6 @@ def split_shared_videos(data: Sequence[Union[str, Path]], evaluation: Sequence[U
 
 
 __all__ = ["CLIP_MODES", "ClipQualityTracker", "ClipSample", "ClipVideo", "PREPARED_CLIPS", "PreparedClips",
-           "TrackFn", "TrackerFactory", "Window", "clip_bytes", "clip_overlap", "collect_clip_sources", "cut_clip",
-           "frame_step", "model_frame", "open_clip_videos", "parse_video_range", "replay_tracks", "spaced_starts",
-           "split_shared_videos", "whole_frame_region"]
+           "TrackFn", "TrackerFactory", "Window", "clip_bytes", "clip_name", "clip_overlap", "collect_clip_sources",
+           "cut_clip", "frame_step", "model_frame", "open_clip_videos", "parse_video_range", "replay_tracks",
+           "spaced_starts", "split_shared_videos", "whole_frame_region"]

@@ -17,7 +17,7 @@ alone do not make a held-out set.
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -56,32 +56,45 @@ def gather(items: Sequence[Union[str, Path]], preprocess, fixed_batch: Optional[
            samples: Optional[int] = ALL, video_sampling: str = "uniform", batch_size: int = 16,
            memory_bytes: int = EVAL_MEMORY_BYTES) -> EvaluationSet:
     """Decode, hash and preprocess the evaluation samples (all of them unless ``samples`` or memory limits)."""
-    from jetforge.calibrate.evaluate import preprocess_samples
-
     probe = collect_sources(list(items), max_samples=1, sampling=video_sampling)
     available = int(sum(s.available for s in probe.sources))
-    cap = max(1, int(memory_bytes // max(1, sample_bytes(preprocess))))
-    if samples is not None:
-        wanted, limit = int(samples), "--eval-samples %d" % samples
-    elif available > cap:
-        wanted = cap
-        limit = ("memory: %d preprocessed samples fit in %.1f GiB; --eval-samples N sets another number"
-                 % (cap, memory_bytes / float(1 << 30)))
-    else:
-        wanted, limit = available, "all"
+    wanted, limit, capped = how_many(available, sample_bytes(preprocess), samples, memory_bytes)
     source = collect_sources(list(items), max_samples=max(1, min(wanted, available)), sampling=video_sampling)
+    return evaluation_set(source, preprocess, available, limit, capped, fixed_batch, batch_size)
+
+
+def how_many(available: int, one_sample_bytes: int, samples: Optional[int] = ALL,
+             memory_bytes: int = EVAL_MEMORY_BYTES) -> Tuple[int, str, bool]:
+    """(samples to use, why, whether memory capped them): ``samples`` if given, else all that fit in memory."""
+    cap = max(1, int(memory_bytes // max(1, one_sample_bytes)))
+    if samples is not None:
+        return int(samples), "--eval-samples %d" % samples, False
+    if available > cap:
+        return cap, ("memory: %d preprocessed samples fit in %.1f GiB; --eval-samples N sets another number"
+                     % (cap, memory_bytes / float(1 << 30))), True
+    return available, "all", False
+
+
+def evaluation_set(source: Iterable[Tuple[str, Any]], preprocess, available: int, limit: str, capped: bool,
+                   fixed_batch: Optional[int] = None, batch_size: int = 16,
+                   image_of: Callable[[Any], np.ndarray] = lambda sample: sample,
+                   make: Callable[..., EvaluationSet] = EvaluationSet) -> EvaluationSet:
+    """Hash (on ``image_of(sample)``) and prepare the ``(name, sample)`` pairs of ``source`` into an evaluation set
+    (``make``: :class:`EvaluationSet` or a subclass); says how many of how many, and warns when memory capped it."""
+    from jetforge.calibrate.evaluate import preprocess_samples
+
     hashes: List[Tuple[str, int]] = []
 
     def hashed():
-        for name, image in source:
-            hashes.append((name, phash.perceptual_hash(image)))
-            yield name, image
+        for name, sample in source:
+            hashes.append((name, phash.perceptual_hash(image_of(sample))))
+            yield name, sample
 
     batches, names = preprocess_samples(hashed(), preprocess, batch_size=batch_size, fixed_batch=fixed_batch)
     kept = set(names)
-    ev = EvaluationSet(batches, names, [h for h in hashes if h[0] in kept], available, len(names), limit)
+    ev = make(batches, names, [h for h in hashes if h[0] in kept], available, len(names), limit)
     message = "evaluation: %d of %d available samples (%s)" % (ev.used, ev.available, limit)
-    if samples is None and available > cap:
+    if capped:
         ev.warnings.append(message)
         log.warning("%s", message)
     else:

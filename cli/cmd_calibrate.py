@@ -3,7 +3,7 @@
 import argparse
 import contextlib
 import logging
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Sequence, Tuple
 
 from jetforge.apps.tasks.action import ACTION_TRACKER_OPTIONS
 from jetforge.apps.tasks.people import add_detector_arguments, make_person_detector, score_to_unit
