@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 from estimate_fit import features, fit, log_error, params_of, summary, total_us  # noqa: E402
 
 from jetforge.runtime.estimate.efficiency import efficiency_set  # noqa: E402
-from jetforge.runtime.estimate.graph import CATEGORIES  # noqa: E402
+from jetforge.runtime.estimate.graph import CATEGORIES, DEPTHWISE_CATEGORIES  # noqa: E402
 from jetforge.runtime.estimate.model import place  # noqa: E402
 from jetforge.runtime.estimate.rates import target_rates  # noqa: E402
 from jetforge.targets import get_target  # noqa: E402
@@ -129,8 +129,8 @@ def scaled(base: Dict[str, float], p: Dict[str, float]) -> Dict[str, float]:
     out = dict(base)
     for c in CATEGORIES:
         out["gpu.%s.compute" % c] = base["gpu.%s.compute" % c] * p["s_gpu"]
-        out["dla.%s.compute" % c] = base["dla.%s.compute" % c] * p["s_dla"] * (p["s_dla_dw"] if c == "conv_depthwise"
-                                                                             else 1.0)
+        depthwise = p["s_dla_dw"] if c in DEPTHWISE_CATEGORIES else 1.0
+        out["dla.%s.compute" % c] = base["dla.%s.compute" % c] * p["s_dla"] * depthwise
         for d in ("gpu", "dla"):
             out["%s.%s.memory" % (d, c)] = base["%s.%s.memory" % (d, c)] * p["s_mem_" + d]
     for name in ("gpu_kernel_us", "dla_subgraph_us", "inference_us"):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from jetforge.runtime.estimate.graph import CATEGORIES
+from jetforge.runtime.estimate.graph import CATEGORIES, DEPTHWISE_CATEGORIES
 
 EFFICIENCY_FILE = Path(__file__).resolve().parent / "efficiency.yaml"
 
@@ -118,7 +118,7 @@ class EfficiencySet:
         for table, scale, memory in ((out.gpu, fit.gpu_compute_scale, fit.gpu_memory_scale),
                                      (out.dla, fit.dla_compute_scale, fit.dla_memory_scale)):
             for name, f in table.items():
-                extra = fit.dla_depthwise_scale if table is out.dla and name == "conv_depthwise" else 1.0
+                extra = fit.dla_depthwise_scale if table is out.dla and name in DEPTHWISE_CATEGORIES else 1.0
                 table[name] = Factor(f.compute * scale * extra, f.memory * memory, f.calibrated, f.note)
         for name in ("gpu_kernel_us", "dla_subgraph_us", "inference_us"):
             if getattr(fit, name) is not None:

@@ -27,10 +27,14 @@ FUSIONS = ("tensorrt", "none")
 # cost categories; "tensor" ones run on Tensor Cores (GPU) or the DLA's MAC array
 TENSOR_CATEGORIES = ("conv", "conv_grouped", "deconv", "gemm")
 CATEGORIES = TENSOR_CATEGORIES + ("conv_depthwise", "pool", "reduce", "pointwise", "batchnorm", "softmax", "norm",
-                                  "resize", "copy", "other", "batchnorm_3d")
+                                  "resize", "copy", "other", "batchnorm_3d", "conv_depthwise_dilated")
 # BatchNormalization layers, whichever tensor rank (batchnorm_3d: on a 5-D N,C,D,H,W video tensor, a type of its
 # own because eager PyTorch runs it at well under the bandwidth of the 2-D one: see efficiency.yaml)
 BATCHNORM_CATEGORIES = ("batchnorm", "batchnorm_3d")
+# Depthwise convolutions, undilated or dilated (conv_depthwise_dilated: a type of its own because eager PyTorch
+# ran the dilated ones at ~86x their ideal time, ~40x slower than the undilated ones of the same networks: see
+# efficiency.yaml); every other rule (FLOPs, fusion, the DLA's depthwise scale) treats them alike
+DEPTHWISE_CATEGORIES = ("conv_depthwise", "conv_depthwise_dilated")
 
 _VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "QuantizeLinear", "DequantizeLinear"}
 _POINTWISE = {"Relu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus",
@@ -168,7 +172,10 @@ def _category(op: str, attrs: Mapping[str, Any], info: GraphInfo, node: Any) -> 
             return "conv"
         x = info.shapes.get(node.input[0])
         c_in = x[1] if x and len(x) > 1 else None
-        return "conv_depthwise" if c_in is not None and groups == c_in else "conv_grouped"
+        if c_in is None or groups != c_in:
+            return "conv_grouped"
+        dilated = any(int(d) > 1 for d in attrs.get("dilations", []))
+        return "conv_depthwise_dilated" if dilated else "conv_depthwise"
     if op == "ConvTranspose":
         return "deconv"
     if op in ("Gemm", "MatMul"):
@@ -207,7 +214,7 @@ def _costs(layer: Layer, node: Any, attrs: Mapping[str, Any], info: GraphInfo) -
                 layer.const_elems += info.size(t)
     cat = layer.category
     y = info.shapes.get(layer.outputs[0]) if layer.outputs else None
-    if cat in ("conv", "conv_depthwise", "conv_grouped") and y and layer.weight_elems:
+    if cat in ("conv", "conv_grouped") + DEPTHWISE_CATEGORIES and y and layer.weight_elems:
         w = info.shapes.get(node.input[1]) or []
         groups = int(attrs.get("group", 1))
         k_per_out = _prod(w[1:]) if len(w) > 1 else 1
@@ -297,7 +304,7 @@ def _resolve(alias: Mapping[str, str], name: str) -> str:
     return name
 
 
-_EPILOGUE_HEADS = TENSOR_CATEGORIES + ("conv_depthwise", "pointwise")
+_EPILOGUE_HEADS = TENSOR_CATEGORIES + DEPTHWISE_CATEGORIES + ("pointwise",)
 
 
 def _fusable_into(layer: Layer, owner: Mapping[str, Kernel], consumers: Mapping[str, List[int]],
@@ -349,5 +356,5 @@ def _io(kernel: Kernel, consumers: Mapping[str, List[int]], outputs: Set[str]) -
                 kernel.outputs.append(t)
 
 
-__all__ = ["BATCHNORM_CATEGORIES", "CATEGORIES", "FUSIONS", "GraphInfo", "Kernel", "Layer", "TENSOR_CATEGORIES", "fuse",
-           "graph_info", "layers_of"]
+__all__ = ["BATCHNORM_CATEGORIES", "CATEGORIES", "DEPTHWISE_CATEGORIES", "FUSIONS", "GraphInfo", "Kernel", "Layer",
+           "TENSOR_CATEGORIES", "fuse", "graph_info", "layers_of"]

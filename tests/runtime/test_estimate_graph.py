@@ -260,3 +260,63 @@ def test_pool_window_reads_count_every_window_element():
     relu = [k for k in placed.kernels if k.category == "pointwise"][0]   # other types keep input + output
     assert kernel_time(relu, placed.info, rates, windows, "fp16").bytes == (2048 + 2048) * 2
 
+
+
+def _dilated_block():
+    """x [N,4,8,8] -> depthwise 3x3 dilation 2 pad 2 -> BN -> Relu -> depthwise 3x3 pad 1 -> Conv 4->4 3x3 dilation 2
+    pad 2 = y.  Every layer keeps 4 x 8 x 8 = 256 elements per image.
+    """
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("wd", (4, 1, 3, 3)), ("wu", (4, 1, 3, 3)), ("wc", (4, 4, 3, 3)), ("s", (4,)), ("b", (4,)),
+                          ("m", (4,)))]
+    inits.append(numpy_helper.from_array(np.ones(4, np.float32), "v"))
+    nodes = [helper.make_node("Conv", ["x", "wd"], ["d"], name="dw_dilated", group=4, kernel_shape=[3, 3],
+                              dilations=[2, 2], pads=[2] * 4),
+             helper.make_node("BatchNormalization", ["d", "s", "b", "m", "v"], ["n"], name="bn"),
+             helper.make_node("Relu", ["n"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "wu"], ["u"], name="dw", group=4, kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Conv", ["u", "wc"], ["y"], name="dense_dilated", kernel_shape=[3, 3], dilations=[2, 2],
+                              pads=[2] * 4)]
+    graph = helper.make_graph(nodes, "dilated", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_dilated_depthwise_is_its_own_type_with_the_same_costs():
+    placed = place(_dilated_block(), 2, "fp16", fusion="none")
+    layers = by_layer(placed)
+    assert layers["dw_dilated"].category == "conv_depthwise_dilated"
+    assert layers["dw"].category == "conv_depthwise"
+    assert layers["dense_dilated"].category == "conv"          # only depthwise ones: dense dilated convs run fast
+    # dilation spreads the taps, it does not add any: 2 x outputs (2 images x 256) x 9 taps, like the undilated one
+    assert layers["dw_dilated"].flops == layers["dw"].flops == 2 * 2 * 256 * 9
+    assert layers["dw_dilated"].gemm == layers["dw"].gemm == (2 * 64, 1, 9, 4)
+    fused = place(_dilated_block(), 1, "fp16", fusion="tensorrt")   # BN and ReLU still join its epilogue
+    assert [[l.name for l in k.layers] for k in fused.kernels] == [["dw_dilated", "bn", "relu"], ["dw"],
+                                                                   ["dense_dilated"]]
+
+
+def test_dilated_depthwise_leaves_tensorrt_estimates_unchanged():
+    """The TensorRT set has no data on dilated depthwise convolutions: it must time them like undilated ones
+    (GPU and DLA, fit scales included) so the eager-PyTorch type cannot move a Jetson estimate."""
+    from jetforge.runtime.estimate.efficiency import efficiency_set
+
+    for fitted in (False, True):
+        trt = efficiency_set("tensorrt", fitted=fitted)
+        for device in ("GPU", "DLA"):
+            dilated, plain = trt.factor(device, "conv_depthwise_dilated"), trt.factor(device, "conv_depthwise")
+            assert (dilated.compute, dilated.memory) == (plain.compute, plain.memory)
+    rates = target_rates(get_target("orin-nx-16gb"), "int8")
+    placed = place(_dilated_block(), 4, "int8", target=get_target("orin-nx-16gb"), fusion="none")
+    kernels = {k.name: k for k in placed.kernels}
+    trt = efficiency_set("tensorrt")
+    dilated = kernel_time(kernels["dw_dilated"], placed.info, rates, trt, "int8")
+    plain = kernel_time(kernels["dw"], placed.info, rates, trt, "int8")
+    assert dilated.time_s == pytest.approx(plain.time_s, rel=1e-12)   # same shapes, same bytes, same factor
+

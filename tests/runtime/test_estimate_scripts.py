@@ -144,6 +144,43 @@ def test_onnx_node_names_map_to_module_paths():
     assert module_key("/Flatten", modules) == "<root>"
 
 
+def test_fit_objective_pairs_kernels_and_modules_like_the_report():
+    """The fit sums kernel times per module with arrays; the report pairs them in a loop (``per_module``).
+    Both must see the same pairs: a module of two kernels, a kernel of no measured module, a measured module
+    without a kernel (skipped), and a module whose kernels are all elided (predicted 0: skipped)."""
+    import math
+
+    import numpy as np
+    from estimate_fit import features, params_of, predict, total_us
+    from estimate_h200_fit import config_error, layer_error, per_module
+
+    from jetforge.runtime.estimate.efficiency import efficiency_set
+    from jetforge.runtime.estimate.model import place
+    from jetforge.runtime.estimate.rates import target_rates
+
+    target = get_target("server-hopper-h200")
+    placed = place(tiny_net(), 2, "fp16", target=target, fusion="none")
+    f = features(placed, target_rates(target, "fp16"), efficiency_set("pytorch_eager", fitted=False))
+    names = [k.name for k in placed.kernels]
+    keys = ["block" if n in ("conv1", "bn1") else None if n == "fc" else n for n in names]
+    modules = {"block": 40.0, "dw": 7.0, "relu1": 3.0, "add": 2.5, "pw": 9.0, "gap": 4.0, "relu6": 2.0,
+               "nowhere": 5.0}
+    config = {"features": f, "keys": keys, "modules": modules, "graph_us": 100.0}
+    times = np.arange(1.0, len(names) + 1.0)
+    times[names.index("relu6")] = 0.0                         # as an elided kernel predicts
+    rows = per_module(config, times)
+    assert sorted(r[0] for r in rows) == ["add", "block", "dw", "gap", "pw", "relu1"]
+    assert dict((r[0], r[1]) for r in rows)["block"] == times[names.index("conv1")] + times[names.index("bn1")]
+    weight = sum(m for _, _, m, _ in rows)
+    expected = sum(m * math.log(p / m) ** 2 for _, p, m, _ in rows) / weight
+    assert layer_error(config, times) == pytest.approx(expected, rel=1e-12)
+    params = params_of(efficiency_set("pytorch_eager", fitted=False))
+    predicted = predict(f, params)
+    total = total_us(f, params, predicted)
+    assert config_error(config, params) == pytest.approx(math.log(total / 100.0) ** 2
+                                                         + 0.5 * layer_error(config, predicted), rel=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the shipped efficiency set
 # ---------------------------------------------------------------------------------------------------------------
