@@ -361,3 +361,20 @@ def test_cli_refuses_what_cannot_make_a_clip(clip_model, vtest, image_dir, tmp_p
                      "--out", str(tmp_path / "y.calib")] + extra)
         err = capsys.readouterr().err.strip()
         assert code == 1 and message in err and len(err.splitlines()) == 1, (extra, err)
+
+
+@pytest.mark.slow  # the CNN detector on 90 frames: ~6 s of CPU
+def test_cli_per_track_clips_use_the_cnn_detector_and_group_by_track(clip_model, vtest, tmp_path):
+    code = main(["calibrate", str(clip_model), "--data", "%s@0:40" % vtest, "--eval", "%s@50:90" % vtest,
+                 "--clips", "per-track", "--clip-stride", "3", "--clips-per-track", "2", "--samples", "8",
+                 "--min-samples", "4", "--no-plots", "--out", str(tmp_path / "pt.calib")])
+    assert code == 0
+    report = json.loads((tmp_path / "pt.calib.json").read_text())
+    source = report["data"]["sources"][0]
+    assert source["kind"] == "clips (per-track)" and source["frames"] == [0, 40] and source["stride"] == 3
+    ev = report["evaluation"]
+    clip = ev["int8"]["metrics"]["clip_accuracy"]
+    assert ev["held_out"] is True and ev["held_out_check"]["clip_overlap"]["overlapping"] == 0
+    # several people walk in frames 50-89 (7 tracks here; detector floats may move a track on another CPU): at most
+    # 2 clips per track, grouped by track for the intervals
+    assert clip["groups"] >= 2 and clip["groups"] <= clip["clips"] <= 2 * clip["groups"]
