@@ -252,6 +252,7 @@ class Env:
         self.scratch = Path(args.scratch)
         self.scratch.mkdir(parents=True, exist_ok=True)
         self._sink_lock = threading.Lock()
+        self.captured: Dict[int, Any] = {}  # session id -> buckets whose CUDA graphs exist
 
     def ops(self, model: str, n: int, nonblocking: bool, per_stream: int = 1) -> Any:
         from pipeline_gpu_ops import ClassifyHead, SsdHead, TorchStreamOps
@@ -399,6 +400,7 @@ def run_step(env: Env, args: argparse.Namespace, res: Dict[str, Any], kind: str,
         b = bucket(batch_of(n, VARIANTS[variant]["per_stream"]))
         if str(b) not in res["model_only"][model]:  # its graph and its bound first
             run_step(env, args, res, "model_only", model, [b])
+        capture_graphs(env, env.sessions[model], env.models[model][1], b)
         row = pipeline_run(env, model, n, render, variant)
         res["pipeline"].append(row)
         log("pipeline %-8s %2d streams render %-3s %-12s: %8.1f FPS, p99 %s ms, %.3f cores/30fps stream, launch "
@@ -411,6 +413,23 @@ def run_step(env: Env, args: argparse.Namespace, res: Dict[str, Any], kind: str,
             % (args.device_pool, arg, row["fps"], row["batches_per_device"], row["order_ok"]))
 
 
+def capture_graphs(env: "Env", session: Any, contract: Any, upto: int) -> None:
+    """Capture the CUDA graph of every bucket up to ``upto`` before a run: a partial batch (a batch timeout, the end
+    of a stream) needs a smaller bucket, and capturing one while the decode threads make CUDA calls is unsafe
+    (torch captures in the global mode: other threads' unsafe calls fail, NVDEC's among them).  The device-pool
+    point, which hung in both H200 runs that reached it, captured its first session's missing buckets that way."""
+    done = env.captured.setdefault(id(session), set())
+    for b in BUCKETS:
+        if b > upto or b in done:
+            continue
+        x = env.torch.zeros(b, 3, contract.height, contract.width, device=env.device)
+        for _ in range(2):
+            session.infer_tensors({session.inputs[0].name: x})
+        done.add(b)
+    if env.device == "cuda":
+        env.torch.cuda.synchronize()
+
+
 def device_pool_run(env: "Env", model: str, n: int, devices: int) -> Dict[str, Any]:
     """The GPU+DLA scheduler with ``devices`` CUDA sessions of one model standing in for a Jetson's engines."""
     from pipeline_gpu_ops import ClassifyHead, PooledTorchOps, TorchNv12Preprocess, open_torch_session
@@ -421,13 +440,8 @@ def device_pool_run(env: "Env", model: str, n: int, devices: int) -> Dict[str, A
     module, contract, _ = env.models[model]
     sessions = [env.sessions[model]] + [open_torch_session(copy_module(module), contract, env.device)
                                         for _ in range(devices - 1)]
-    for session in sessions[1:]:  # capture every bucket's graph now: a capture while decode threads run would fail
-        for b in (1, 2, 4, 8, 16, 32):
-            x = env.torch.zeros(b, 3, contract.height, contract.width, device=env.device)
-            for _ in range(4):
-                session.infer_tensors({session.inputs[0].name: x})
-    if env.device == "cuda":
-        env.torch.cuda.synchronize()
+    for session in sessions:  # every session, the first too (it lacked buckets: the suspected cause of the hang)
+        capture_graphs(env, session, contract, 32)
     pres = [TorchNv12Preprocess(env.torch, contract, 32, env.device) for _ in sessions]
     ops = PooledTorchOps(env.torch, sessions, pres, ClassifyHead(env.torch, load_labels("imagenet")), env.device)
     sources = open_sources([env.streams[model]], n, env.codec, keep=env.keep)
