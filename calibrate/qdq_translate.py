@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from jetforge.calibrate.cache import DEFAULT_TOKEN, INT8_BOUND, CalibrationCache, float32, parse_trt_version
-from jetforge.errors import CalibrationError, ModelError
+from jetforge.errors import CalibrationError, JetforgeError, ModelError
 from jetforge.fileio import PathLike, atomic_output, check_not_input, write_json_atomic, write_text_atomic
 from jetforge.optional import require
 
@@ -334,9 +334,10 @@ def tensor_names(model) -> List[str]:
 
 
 def write_translation(result: QdqTranslation, out_dir: PathLike, stem: str = "model",
-                      inputs: Tuple[PathLike, ...] = ()) -> Dict[str, Path]:
+                      inputs: Tuple[PathLike, ...] = (), sidecar: Any = None) -> Dict[str, Path]:
     """Write ``<stem>.plain.onnx``, ``<stem>.calib`` (the cache), ``<stem>.fp16_layers.txt`` and
-    ``<stem>.dla.json`` (the report with the trtexec arguments) into ``out_dir``."""
+    ``<stem>.dla.json`` (the report with the trtexec arguments) into ``out_dir``; with the Q/DQ model's
+    ``sidecar``, the plain model gets its own (same task, inputs, input contract and labels; its hash)."""
     onnx = _onnx()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -351,18 +352,39 @@ def write_translation(result: QdqTranslation, out_dir: PathLike, stem: str = "mo
     report["trtexec"] = [a.replace("calib.cache", paths["cache"].name) for a in result.trtexec_args()]
     report["files"] = {k: p.name for k, p in paths.items()}
     write_json_atomic(paths["report"], report)
+    if sidecar is not None:
+        _write_plain_sidecar(sidecar, paths["plain_onnx"], paths["cache"].name)
     return paths
+
+
+def _write_plain_sidecar(qdq_sidecar: Any, plain_path: Path, cache_name: str) -> None:
+    """The plain model is the Q/DQ model without Q/DQ: same inputs, outputs, contract, labels; INT8 comes from the
+    cache beside it (bundles, the app and ``jetforge calibrate`` read the sidecar of the file they are given)."""
+    from jetforge.runtime.sidecar import ModelSidecar, write_sidecar
+
+    plain = ModelSidecar.from_dict(qdq_sidecar.to_dict())
+    plain.extra = dict(plain.extra, precision="fp32", int8_cache=cache_name)
+    plain.produced_by = dict(plain.produced_by, translated="Q/DQ removed by jetforge.calibrate.qdq_translate")
+    write_sidecar(plain_path, plain)
 
 
 def translate_file(qdq_path: PathLike, out_dir: Optional[PathLike] = None, trt_version: str = "10.3",
                    algorithm: str = DEFAULT_TOKEN) -> Tuple[QdqTranslation, Dict[str, Path]]:
     """Translate ``qdq_path`` and write the outputs next to it (or into ``out_dir``)."""
+    from jetforge.runtime.sidecar import read_sidecar, sidecar_path
+
     p = Path(qdq_path)
     result = translate_qdq(p, trt_version=trt_version, algorithm=algorithm)
     stem = p.name[:-len(".onnx")] if p.name.endswith(".onnx") else p.stem
     if stem.endswith(".qdq"):
         stem = stem[:-4]
-    paths = write_translation(result, out_dir or p.parent, stem=stem, inputs=(p,))
+    sidecar = None
+    if sidecar_path(p).is_file():
+        try:
+            sidecar = read_sidecar(p)
+        except JetforgeError as err:  # stale (older jetforge qat exports) or damaged: not copied, said so
+            log.warning("the plain model gets no sidecar: %s", err)
+    paths = write_translation(result, out_dir or p.parent, stem=stem, inputs=(p,), sidecar=sidecar)
     log.info("translated %s: %d trained + %d inferred scales, %d INT8 / %d FP16 layers -> %s", p,
              len(result.trained), len(result.inferred), len(result.int8_layers), len(result.fp16_layers),
              paths["cache"])

@@ -399,3 +399,8 @@ def test_the_cli_translates_a_3d_qdq_model_for_dla(small_exports, tmp_path, caps
     out = json.loads(capsys.readouterr().out)
     assert out["cache"]["header"] == "TRT-8602-EntropyCalibration2" and out["trained_scales"] == info.per_tensor_activations
     assert (tmp_path / "2plus1d.calib").is_file() and (tmp_path / "2plus1d.plain.onnx").is_file()
+    from jetforge.runtime.sidecar import read_sidecar
+
+    qdq, plain = read_sidecar(info.path), read_sidecar(tmp_path / "2plus1d.plain.onnx")  # hashes verified
+    assert plain.inputs[0].to_dict() == qdq.inputs[0].to_dict() and plain.labels == qdq.labels
+    assert plain.extra["int8_cache"] == "2plus1d.calib" and plain.extra["precision"] == "fp32"
