@@ -102,21 +102,30 @@ def _prune(tmp_path: Path, capsys):
     return teacher, student, totals
 
 
+def _kd_divergence(teacher, student, x) -> float:
+    with torch.no_grad():
+        return float(torch.nn.functional.kl_div(torch.log_softmax(student(x) / 4.0, 1),
+                                                torch.softmax(teacher(x) / 4.0, 1), reduction="batchmean"))
+
+
 def _distill(teacher, student, clips: np.ndarray):
-    """A few epochs of pure logit distillation (kd_weight 1) on real clips; the KD loss must fall."""
+    """Two epochs of pure logit distillation (kd_weight 1) on real clips: the student must move toward the teacher
+    (its KL divergence from the teacher on these clips, in eval mode, falls)."""
     from jetforge.compress.action.action3d import TrainSettings, train_clip_classifier
 
     x = torch.from_numpy(clips)
     with torch.no_grad():
         y = teacher(x).argmax(1)
-    history = train_clip_classifier(student, x, y, LABELS, TrainSettings(epochs=4, batch_size=8, lr=0.003),
-                                    torch.device("cpu"), teacher=teacher, kd_weight=1.0, temperature=4.0)
-    assert history[-1]["loss"] < history[0]["loss"], history
+    before = _kd_divergence(teacher, student.eval(), x)
+    train_clip_classifier(student, x, y, LABELS, TrainSettings(epochs=2, batch_size=8, lr=0.003),
+                          torch.device("cpu"), teacher=teacher, kd_weight=1.0, temperature=4.0)
+    after = _kd_divergence(teacher, student.eval(), x)
+    assert after < before, (before, after)
     return student.eval()
 
 
 def _qat(teacher, student, clips: np.ndarray, out: Path):
-    """3-D QAT of the distilled student: entropy-calibrated ranges, two KD epochs with fake quantization, Q/DQ
+    """3-D QAT of the distilled student: entropy-calibrated ranges, one KD epoch with fake quantization, Q/DQ
     export with the clip sidecar."""
     from jetforge.compress.qat import calibrate_qat, export_qdq_onnx, prepare_qat, set_quantization
 
@@ -127,7 +136,7 @@ def _qat(teacher, student, clips: np.ndarray, out: Path):
         target = torch.softmax(teacher(x) / 4.0, 1)
     opt = torch.optim.AdamW(q.parameters(), lr=1e-4)
     q.train()
-    for _epoch in range(2):
+    for _epoch in range(1):
         for i in range(0, len(x), 8):
             loss = torch.nn.functional.kl_div(torch.log_softmax(q(x[i:i + 8]) / 4.0, 1), target[i:i + 8],
                                               reduction="batchmean")
@@ -167,8 +176,10 @@ def test_small_3d_model_through_the_whole_chain(tmp_path, capsys):
 
     qat_qdq, float_logits = _qat(teacher, student, train_clips, tmp_path / "qat.qdq.onnx")
     model, qat_cache = _translate(qat_qdq, tmp_path / "dla", capsys)
-    # the plain model is the QAT network with its BatchNorms folded: float32 re-association only (5 folded
-    # layers deep, K <= 960 products per output: well under 1e-4 of the logits' scale)
+    # the plain model is the QAT network with its BatchNorms folded into the weights: one float32 rounding per
+    # folded weight and ONNX Runtime's summation order; independent roundings add like a random walk, about
+    # sqrt(52 convolutions) * sqrt(K <= 960) * 2**-24 = 1.4e-5 of the logits' scale; 1e-4 leaves 7x (seen when
+    # written: 1.2e-5 at a scale of 5.7, i.e. 2e-6)
     got = _ort(model, train_clips[:4])
     assert np.abs(got - float_logits).max() <= 1e-4 * np.abs(float_logits).max() + 1e-6
 
