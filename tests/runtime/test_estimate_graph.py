@@ -320,3 +320,52 @@ def test_dilated_depthwise_leaves_tensorrt_estimates_unchanged():
     plain = kernel_time(kernels["dw"], placed.info, rates, trt, "int8")
     assert dilated.time_s == pytest.approx(plain.time_s, rel=1e-12)   # same shapes, same bytes, same factor
 
+
+def _attention_block(extra_reader=False):
+    """x [N,6,8] -> MatMul 8x24 -> Split q,k,v [N,6,8] -> q x s, (k^T) x s -> MatMul [N,6,6] -> Softmax -> MatMul v = y.
+
+    ``extra_reader``: the softmax output is also a graph output (someone reads the attention weights).
+    """
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.ones((8, 24), np.float32), "w"),
+             numpy_helper.from_array(np.array(8 ** -0.25, np.float32), "s"),
+             numpy_helper.from_array(np.array([8, 8, 8], np.int64), "sizes")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["qkv"], name="in_proj"),
+             helper.make_node("Split", ["qkv", "sizes"], ["q", "k", "v"], name="split", axis=2),
+             helper.make_node("Mul", ["q", "s"], ["qs"], name="scale_q"),
+             helper.make_node("Transpose", ["k"], ["kt"], name="kt", perm=[0, 2, 1]),
+             helper.make_node("Mul", ["kt", "s"], ["ks"], name="scale_k"),
+             helper.make_node("MatMul", ["qs", "ks"], ["scores"], name="scores"),
+             helper.make_node("Softmax", ["scores"], ["p"], name="softmax", axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"], name="context")]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6, 8])]
+    if extra_reader:
+        outs.append(helper.make_tensor_value_info("p", TensorProto.FLOAT, ["N", 6, 6]))
+    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6, 8])],
+                              outs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_eager_attention_is_one_kernel_that_never_writes_the_scores():
+    placed = place(_attention_block(), 2, "fp16", fusion="none")
+    names = [[l.name for l in k.layers] for k in placed.kernels]
+    assert names == [["in_proj"], ["scale_q", "scale_k", "scores", "softmax", "context"]]
+    attention = placed.kernels[1]
+    assert attention.category == "gemm"
+    # split and transpose are views of qkv: the kernel reads qkv once and writes y; scores and p stay inside
+    assert attention.inputs == ["qkv"] and attention.outputs == ["y"]
+    # 2 images: scales 2 x 48 elements each, scores 2 x 36 outputs x K=8 x 2, softmax 5 x 72, context 2 x 48 x K=6 x 2
+    assert attention.flops == 96 + 96 + 2 * 36 * 8 * 2 + 5 * 72 + 2 * 48 * 6 * 2
+    rates = target_rates(get_target("server-hopper-h200"), "fp16")
+    t = kernel_time(attention, placed.info, rates, flat_set(), "fp16")
+    assert t.bytes == (2 * 6 * 24 + 2 * 6 * 8 + 2) * 2                    # qkv in, y out, the 2 scales, FP16
+    # TensorRT's fusion is not touched; nor is an attention whose weights are read outside it
+    trt = place(_attention_block(), 2, "fp16", fusion="tensorrt")
+    assert ["softmax"] in [[l.name for l in k.layers] for k in trt.kernels]
+    kept = place(_attention_block(extra_reader=True), 2, "fp16", fusion="none")
+    assert [[l.name for l in k.layers] for k in kept.kernels] == [["in_proj"], ["scale_q"], ["scale_k"], ["scores"],
+                                                                  ["softmax"], ["context"]]
