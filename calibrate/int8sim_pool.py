@@ -45,7 +45,8 @@ def float64_reduction(gr, node) -> List[object]:
     if node.op_type == "GlobalAveragePool":
         axes = list(range(2, rank))  # every spatial (and temporal) axis: (H, W) or (T, H, W)
         if gr.opset >= 18:
-            nodes.append(helper.make_node("ReduceMean", [wide, gr.constant(reduced + "_axes", np.array(axes, np.int64))],
+            axes_name = gr.constant(reduced + "_axes", np.array(axes, np.int64))
+            nodes.append(helper.make_node("ReduceMean", [wide, axes_name],
                                           [reduced], name=reduced, keepdims=1))
         else:
             nodes.append(helper.make_node("ReduceMean", [wide], [reduced], name=reduced, axes=axes, keepdims=1))

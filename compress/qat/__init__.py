@@ -10,7 +10,8 @@
 from jetforge.compress.qat.train_quantized import ExportConfig, QatConfig, QatOptions, QatResult, qat
 from jetforge.compress.qat.export import (QdqExport, export_qdq_onnx, normalize_qdq, onnx_accuracy, ort_kernels,
                                           qdq_for_ort)
-from jetforge.compress.qat.modules import FrozenBatchNorm, FrozenBatchNorm2d, QuantAdd, QuantConv2d, QuantConv3d, QuantLinear
+from jetforge.compress.qat.modules import (FrozenBatchNorm, FrozenBatchNorm2d, QuantAdd, QuantConv2d, QuantConv3d,
+                                           QuantLinear)
 from jetforge.compress.qat.prepare import (QatSummary, calibrate_qat, fold_batchnorm, freeze_weight_ranges,
                                            prepare_qat, quantizers, set_quantization, unsupported_layers)
 from jetforge.compress.qat.quantizer import TensorQuantizer, fake_quantize

@@ -153,7 +153,8 @@ def fold_batchnorm(gm: fx.GraphModule, summary: Optional[QatSummary] = None) -> 
         if conv_kind is None:
             continue
         src = node.args[0] if node.args else None
-        if (isinstance(src, fx.Node) and src.op == "call_module" and float_layer_kind(modules.get(src.target)) is conv_kind
+        if (isinstance(src, fx.Node) and src.op == "call_module"
+                and float_layer_kind(modules.get(src.target)) is conv_kind
                 and len(src.users) == 1 and bn.track_running_stats and bn.running_var is not None):
             _fold(modules[src.target], bn)
             node.replace_all_uses_with(src)
@@ -338,5 +339,5 @@ def set_quantization(model: nn.Module, enabled: bool) -> None:
             m.enabled = bool(enabled)
 
 
-__all__ = ["QatSummary", "calibrate_qat", "float_layer_kind", "fold_batchnorm", "freeze_weight_ranges", "prepare_qat", "quantizers",
-           "set_quantization", "unfreeze_weight_ranges", "unsupported_layers"]
+__all__ = ["QatSummary", "calibrate_qat", "float_layer_kind", "fold_batchnorm", "freeze_weight_ranges", "prepare_qat",
+           "quantizers", "set_quantization", "unfreeze_weight_ranges", "unsupported_layers"]

@@ -116,7 +116,8 @@ class TwoPlusOne(nn.Module):
         return self.fc(torch.flatten(self.head(y), 1))
 
 
-SMALL = {"depthwise3d": (Depthwise3d, 4, 1, 4, 0), "2plus1d": (TwoPlusOne, 4, 1, 4, 1)}  # convs, linears, folded, frozen
+# name: (class, quantized convs, linears, folded BatchNorms, frozen BatchNorms)
+SMALL = {"depthwise3d": (Depthwise3d, 4, 1, 4, 0), "2plus1d": (TwoPlusOne, 4, 1, 4, 1)}
 
 
 def _small(name: str) -> nn.Module:
@@ -397,7 +398,8 @@ def test_the_cli_translates_a_3d_qdq_model_for_dla(small_exports, tmp_path, caps
     _, info, _ = small_exports["2plus1d"]
     assert main(["qat", "--translate", str(info.path), "--trt", "8.6.2", "--out", str(tmp_path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["cache"]["header"] == "TRT-8602-EntropyCalibration2" and out["trained_scales"] == info.per_tensor_activations
+    assert out["cache"]["header"] == "TRT-8602-EntropyCalibration2"
+    assert out["trained_scales"] == info.per_tensor_activations
     assert (tmp_path / "2plus1d.calib").is_file() and (tmp_path / "2plus1d.plain.onnx").is_file()
     from jetforge.runtime.sidecar import read_sidecar
 
