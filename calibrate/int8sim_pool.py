@@ -106,7 +106,11 @@ def _value_rank(gr, tensor: str) -> int:
     for vi in list(gr.g.value_info) + list(gr.g.input) + list(gr.g.output):
         if vi.name == tensor and vi.type.tensor_type.HasField("shape"):
             return len(vi.type.tensor_type.shape.dim)
-    return len(gr.inferred_shapes().get(tensor, []))
+    rank = len(gr.inferred_shapes().get(tensor, []))
+    if not rank and len(gr.g.input) == 1 and gr.g.input[0].type.tensor_type.HasField("shape"):
+        # shape inference failed (e.g. a model past protobuf's 2 GB): a single-input CNN pools at its input's rank
+        rank = len(gr.g.input[0].type.tensor_type.shape.dim)
+    return rank
 
 
 __all__ = ["SIM_SUFFIX", "float64_average_pool", "float64_reduction"]
