@@ -66,7 +66,7 @@ def run_detector_recipe(args: argparse.Namespace) -> int:
         print_json(summary)
         return 0
     macs = summary["macs"]
-    lines = ["%s: student distilled on %s for %d steps from %d training frames, %.1f M MACs (teacher %.1f M, "
+    lines = ["%s: student distilled on %s, %d step(s) on %d training frames, %.1f M MACs (teacher %.1f M, "
              "%.2fx fewer)" % (cfg.name, summary["device"], summary["steps_done"], summary["frames"],
                                macs["student"] / 1e6, macs["teacher"] / 1e6, macs["teacher"] / macs["student"])]
     lines += ["  %-11s%s" % (k, v) for k, v in summary["files"].items()]

@@ -23,12 +23,13 @@ from typing import Any, Dict, List, Optional
 
 from jetforge.compress.distill.detection_train import TrainConfig, ViewConfig
 from jetforge.errors import ConfigError
-from jetforge.fileio import atomic_output, write_json_atomic
+from jetforge.fileio import atomic_output, sha256_file, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 PRUNERS = ("jetforge", "torch_pruning")
 STUDENT_MODEL_NAME = "ssdlite_mobilenet_v2_person_student"  # what the apps print for a distilled student
+STUDENT_SOURCE = "distilled from the ssdlite_mobilenet_v2_person port (recipes/distill_ssdlite_person.yaml)"
 
 
 @dataclass
@@ -138,8 +139,10 @@ def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
     if cfg.export_onnx:
         from jetforge.compress.models.ssdlite_export import export_detector
 
-        name_student_export(export_detector(student, spec, preprocess, out / "student.onnx",
-                                            provenance={"recipe": cfg.name}), out / "student.onnx")
+        details = {"recipe": cfg.name, "weights": "student.pt", "weights_sha256": sha256_file(out / "student.pt"),
+                   "weights_source": STUDENT_SOURCE}  # the student's own weights, not the teacher's graph
+        name_student_export(export_detector(student, spec, preprocess, out / "student.onnx", provenance=details),
+                            out / "student.onnx")
         result["files"]["onnx"] = str(out / "student.onnx")
     write_json_atomic(out / "result.json", result)
     return result
@@ -159,14 +162,10 @@ def export_student_detector(weights: Any, out: Any, provenance: Optional[Dict[st
     from jetforge.compress.models.ssdlite_export import export_detector
     from jetforge.compress.models.tf_graphdef import load_graphdef
     from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess, read_spec
-    from jetforge.fileio import sha256_file
-
     g = SSDGraph(load_graphdef(asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb")))
     spec, preprocess = read_spec(g), read_preprocess(g)
     student = detector_from_state(read_weights(weights, "distilled detector weights"), preprocess.height)
-    details = {"weights": Path(weights).name, "weights_sha256": sha256_file(weights),
-               "weights_source": "distilled from the ssdlite_mobilenet_v2_person port "
-                                 "(recipes/distill_ssdlite_person.yaml)"}
+    details = {"weights": Path(weights).name, "weights_sha256": sha256_file(weights), "weights_source": STUDENT_SOURCE}
     details.update(provenance or {})
     sidecar = name_student_export(export_detector(student, spec, preprocess, out, provenance=details), out)
     return {"model": student, "sidecar": sidecar, "spec": spec, "onnx": Path(out)}

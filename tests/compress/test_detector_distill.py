@@ -142,6 +142,7 @@ def test_recipe_end_to_end_on_two_frames_through_the_cli(tmp_path, capsys):
     import json
 
     from jetforge.cli.main import main
+    from jetforge.fileio import sha256_file
     from jetforge.runtime.sidecar import read_sidecar
 
     overrides = ["out_dir=%s" % tmp_path, "data.limit=2", "data.frame_step=50", "train.steps=1", "train.batch=2",
@@ -155,6 +156,8 @@ def test_recipe_end_to_end_on_two_frames_through_the_cli(tmp_path, capsys):
     assert result["macs"]["teacher"] / result["macs"]["student"] >= 2.5  # the MACs goal, met from above
     sidecar = read_sidecar(tmp_path / "student.onnx")
     assert sidecar.task == "detect" and sidecar.extra["ssd"]["num_anchors"] == 1917
+    assert sidecar.model_name == "ssdlite_mobilenet_v2_person_student"
+    assert sidecar.produced_by["weights_sha256"] == sha256_file(tmp_path / "student.pt")  # its own, not the teacher's
     assert result["steps_done"] == 1 and result["frames"] == 2
     assert json.loads((tmp_path / "result.json").read_text())["train"]["steps_done"] == 1
 
