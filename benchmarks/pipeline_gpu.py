@@ -56,10 +56,12 @@ VARIANTS = {
 }
 MAX_BATCH = 64  # the largest batch (and CUDA graph) of a pipeline point
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-# The H200 runs of 2026-12-01 (benchmarks/results/pipeline_gpu_h200_variants*.json): torch's non-blocking streams
-# did not help (0.19x at 16 streams vs 0.25x legacy: the launch thread waits for the GIL, not for the GPU); owned
-# copies without torch + a 0.5 ms GIL switch interval + two frames a stream per batch did (1 stream 1.00x, 16: 0.47x).
-DEFAULT_VARIANT = "ring-gil-pairs"
+# The H200 runs of 2026-12-01 (benchmarks/results/pipeline_gpu_h200_variants*.json, _final.json): torch's
+# non-blocking streams did not help (0.19x at 16 streams vs 0.25x legacy: the launch thread waits for the GIL, not
+# for the GPU); owned copies without torch + a 0.5 ms GIL switch interval + two frames a stream per batch did (1 stream
+# 1.00x, 16: 0.47x); PyNvVideoCodec's ThreadedDecoder on top (no per-packet Python) took 16 streams to 0.68x and 4 to
+# 0.98x, 1 stream staying at 1.00x.
+DEFAULT_VARIANT = "threaded-pairs"
 
 sys.path.insert(0, str(HERE))
 from estimate_h200 import add_repo_to_path  # noqa: E402  (maps this checkout's folders to jetforge.*)

@@ -43,10 +43,11 @@ class GpuAppOptions:
     stream a batch may take; ``encoders``: CPU encoder processes for the annotated video (0: events only);
     ``batch_timeout_s``: the batched-push-timeout; ``gil_switch_ms``: Python's GIL switch interval during the run.
 
-    The defaults are what measured best on the H200 (benchmarks/pipeline_gpu.py variants): with one decode thread
-    per stream the launch thread waits for the GIL, not for the GPU; a 0.5 ms switch interval (Python's default is
-    5 ms) and two frames of a stream per batch (half the per-batch host work per frame) took one stream from 0.88x
-    to 1.00x of NVDEC's rate and 16 streams from 0.25x to 0.47x."""
+    The defaults are what measured best on the H200 (benchmarks/pipeline_gpu.py variants): the launch thread waits
+    for the GIL, not for the GPU; a 0.5 ms switch interval (Python's default is 5 ms), two frames of a stream per
+    batch (half the per-batch host work per frame), owned frame copies without torch and the decoder's own thread
+    (the sources of :func:`open_gpu_sources`) took one stream from 0.88x to 1.00x of NVDEC's rate, 4 streams to
+    0.98x and 16 streams from 0.25x to 0.68x."""
 
     max_batch: int = 0
     per_stream: int = 2

@@ -305,8 +305,10 @@ def test_gpu_source_choice_by_uri_and_decode_option(bikes_clip, monkeypatch):
     with _closing(open_gpu_source(str(bikes_clip), decode="cpu", max_frames=3)) as src:
         frames = list(src)
     assert isinstance(src, CpuGpuFrames) and [f.layout for f in frames] == ["bgr"] * 3
+    from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
+
     with _closing(open_gpu_source("nvdec://" + str(bikes_clip), codec_module=FakeNvDecoder, max_frames=2)) as src:
-        assert isinstance(src, NvDecSource) and len(list(src)) == 2
+        assert isinstance(src, NvThreadedSource) and len(list(src)) == 2  # decode in the library's own thread
     with pytest.raises(ConfigError, match="not v4l2 sources"):
         open_gpu_source("v4l2:///dev/video0")
 
@@ -540,6 +542,13 @@ class FakeDeviceFrames(FakeNvDecoder):
                 return frames
 
         return Decoder()
+
+    class ThreadedDecoder(FakeNvDecoder.ThreadedDecoder):
+        def get_batch_frames(self, batch_size):
+            frames = super().get_batch_frames(batch_size)
+            for f in frames:
+                f.on_host = False
+            return frames
 
 
 def test_cli_decode_gpu_without_cuda_for_device_frames_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys,

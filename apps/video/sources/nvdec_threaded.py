@@ -19,8 +19,8 @@ from collections import deque
 from typing import Any, Deque, Dict, Optional, Union
 
 from jetforge.apps.video.sources.gpu_frame import GpuFrame, GpuFrameReader, full_range_from_code, matrix_from_code
-from jetforge.apps.video.sources.nvdec import (KeepHook, _call, _call_first, array_plane_pointers,
-                                               load_pynvvideocodec, plane_pointers)
+from jetforge.apps.video.sources import nvdec
+from jetforge.apps.video.sources.nvdec import KeepHook, _call, _call_first, array_plane_pointers, plane_pointers
 from jetforge.errors import StreamError
 from jetforge.fileio import require_file
 
@@ -35,7 +35,7 @@ class NvThreadedSource(GpuFrameReader):
                  max_frames: int = 0, buffer_size: int = 12, fetch: int = 4) -> None:
         self.path = require_file(path, "video file", hint="check the path of the video (--source)")
         self.uri = "nvdec://" + str(self.path)
-        self._nvc = codec_module if codec_module is not None else load_pynvvideocodec()
+        self._nvc = codec_module if codec_module is not None else nvdec.load_pynvvideocodec()
         self.gpu_id, self.stream, self.loop, self.max_frames = int(gpu_id), int(stream), bool(loop), int(max_frames)
         self._keep, self.fetch = keep, max(1, min(int(fetch), int(buffer_size)))
         self._pending: Deque[GpuFrame] = deque()
