@@ -129,16 +129,18 @@ def ort_equality(original, folded, clip):
             "equal_within_tolerance": diff <= 1e-3 * scale, "argmax_equal": bool((got.argmax(1) == ref.argmax(1)).all())}
 
 
-def measure(name, clip, work, batches):
-    model = build(name)
+def measure(name, clip, work, batches, given=None):
+    """One model at one clip shape; ``given`` is an existing ONNX file (its input named clip) instead of an export."""
     tag = "%s_%dx%dx%d" % ((name,) + tuple(clip))
-    original, folded = work / (tag + ".onnx"), work / (tag + ".folded.onnx")
+    original, folded = Path(given) if given else work / (tag + ".onnx"), work / (tag + ".folded.onnx")
     start = time.time()
-    export(model, clip, original)
+    if not given:
+        export(build(name), clip, original)
     shape = "clip=1x3x%dx%dx%d" % clip
     before = cli("dla-check", original, "--target", TARGET, "--shape", shape)
     after = cli("dla-check", original, "--target", TARGET, "--shape", shape, "--fold-time", folded)
-    row = {"model": name, "description": MODELS[name][0], "clip": list(clip), "onnx_bytes": original.stat().st_size,
+    row = {"model": name, "description": MODELS[name][0] if name in MODELS else "given ONNX file %s" % original.name,
+           "clip": list(clip), "onnx_bytes": original.stat().st_size,
            "fold": {k: after["fold_time"][k] for k in ("regions", "regions_dropped", "folds", "unfolds")},
            "folded_convs_pools": len(after["fold_time"]["seeds"]),
            "folded_per_frame_layers": len(after["fold_time"]["per_frame"]),
@@ -147,9 +149,20 @@ def measure(name, clip, work, batches):
            "estimate": {"before": estimates(original, clip, batches), "after": estimates(folded, clip, batches)},
            "onnxruntime_fp32": ort_equality(original, folded, clip)}
     row["seconds"] = round(time.time() - start, 1)
-    for path in (original, folded):
+    for path in ([folded] if given else [original, folded]):
         path.unlink()
     return row
+
+
+def onnx_clip_shape(path):
+    """(T, H, W) of a clip model's input named clip, from the ONNX file."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    dims = [d.dim_value for i in graph.input if i.name == "clip" for d in i.type.tensor_type.shape.dim]
+    if len(dims) != 5 or not all(dims[1:]):
+        raise SystemExit("%s: no input named clip with a static (N, 3, T, H, W) shape" % path)
+    return tuple(dims[2:])
 
 
 def table(rows):
@@ -229,6 +242,9 @@ def main(argv=None):
     parser.add_argument("--work", default=str(ROOT / "build" / "dla_3d"))
     parser.add_argument("--dry-run", action="store_true", help="tiny clips (2x32x32), batch 1 and 2, no JSON")
     parser.add_argument("--plot-only", action="store_true", help="redraw the plot from --out's JSON")
+    parser.add_argument("--onnx", action="append", default=[], metavar="MODEL.onnx",
+                        help="also measure this clip model (input named clip, static T, H, W), e.g. "
+                             "apps/data/action_mobilenet3d.onnx; --models '' measures only these")
     args = parser.parse_args(argv)
     if args.plot_only:
         plot(json.loads(Path(args.out).read_text())["rows"], str(Path(args.out).with_suffix(".png")))
@@ -236,7 +252,11 @@ def main(argv=None):
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name in args.models.split(","):
+    for given in args.onnx:
+        print("measuring %s ..." % given, flush=True)
+        rows.append(measure(Path(given).stem, onnx_clip_shape(given), work, [1, 2] if args.dry_run else [1, 8],
+                            given=given))
+    for name in [n for n in args.models.split(",") if n]:
         if name not in MODELS:
             parser.error("unknown model %s (choose from %s)" % (name, ", ".join(MODELS)))
         clips = [(2, 32, 32)] if args.dry_run else MODELS[name][1]
