@@ -181,6 +181,44 @@ def test_fit_objective_pairs_kernels_and_modules_like_the_report():
                                                          + 0.5 * layer_error(config, predicted), rel=1e-12)
 
 
+@pytest.mark.slow
+def test_held_out_estimate_never_sees_the_held_out_model():
+    """Nested cross-validation: a model's held-out estimate (its factors and the prior weight its fold chose) must
+    not move when only that model's measurements change, while the fit on all models does move."""
+    import numpy as np
+    from estimate_fit import features, params_of, predict
+    from estimate_h200_fit import fitted_params, held_out
+
+    from jetforge.runtime.estimate.efficiency import efficiency_set
+    from jetforge.runtime.estimate.model import place
+    from jetforge.runtime.estimate.rates import target_rates
+
+    target = get_target("server-hopper-h200")
+    eff = efficiency_set("pytorch_eager", fitted=False)
+    start = params_of(eff)
+    rng = np.random.default_rng(1)
+
+    def config(name, batch, slowdown):
+        placed = place(tiny_net(), batch, "fp16", target=target, fusion="none")
+        f = features(placed, target_rates(target, "fp16"), eff)
+        times = predict(f, start) * slowdown * rng.uniform(0.8, 1.25, len(f.names))
+        names = [k.name for k in placed.kernels]
+        return {"model": name, "batch": batch, "features": f, "keys": names, "graph_us": float(times.sum()),
+                "modules": {n: float(t) for n, t in zip(names, times) if t > 0}}
+
+    configs = [config("m%d" % i, b, 2.0) for i, b in enumerate((1, 2, 4))]
+    models = sorted(c["model"] for c in configs)
+    before, record = held_out(configs, start, models, 3, None)
+    changed = [dict(c) for c in configs]
+    changed[0]["graph_us"] *= 3.0                                  # only m0's measurement changes
+    changed[0]["modules"] = {k: 3.0 * v for k, v in changed[0]["modules"].items()}
+    after, record_after = held_out(changed, start, models, 3, None)
+    assert after[("m0", 1)]["total_us"] == before[("m0", 1)]["total_us"]
+    assert record_after[0]["prior_weight"] == record[0]["prior_weight"]
+    assert after[("m1", 2)]["total_us"] != before[("m1", 2)]["total_us"]    # m0 is in m1's training folds
+    assert fitted_params(changed, start, 0.01) != fitted_params(configs, start, 0.01)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the shipped efficiency set
 # ---------------------------------------------------------------------------------------------------------------
