@@ -19,9 +19,14 @@ students' state dicts and ``detector_student_gpu.json``), rebuilds the students 
    TensorRT INT8 arithmetic, paired bootstrap of the difference).
 
 Writes ``benchmarks/results/detector_student.json``, ``.txt`` (the table) and ``.png`` (AP against CPU
-latency, with the H200 speed-ups of the GPU run).
+latency, with the H200 speed-ups of the GPU run).  ``--students`` names other ``student_<name>.pt`` files
+of ``--gpu-dir`` (e.g. a student trained further); ``--gpu-timing`` takes the H200 columns from a separate
+``detector_student_gpu.py --time-only`` run (also with ``--report-only``, which rewrites goals, table and
+plot from the JSON without measuring again).
 
     .venv/bin/python benchmarks/detector_student.py --gpu-dir <files_at>/detector_student
+    .venv/bin/python benchmarks/detector_student.py --gpu-dir - --report-only \
+        --gpu-timing benchmarks/results/detector_student_h200_timing.json
 """
 
 import argparse
