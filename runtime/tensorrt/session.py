@@ -248,7 +248,12 @@ class TrtSession(Session):
             self._device[t.name].copy_from_host(self._host[t.name], _nbytes(shapes[t.name], t.dtype), stream)
         if timed:
             ev[1].record(stream)
-        self._execute(shape_key(shapes))
+        return self._execute_and_copy_out(shape_key(shapes), timed)
+
+    def _execute_and_copy_out(self, key: Any, timed: bool) -> _Pending:
+        """The engine (or its graph) and the outputs' copies to pinned host memory, on the session's stream."""
+        stream, ev = self._stream, self._events
+        self._execute(key)
         if timed:
             ev[2].record(stream)
         for t in self._outputs:
@@ -290,14 +295,7 @@ class TrtSession(Session):
         if timed:
             ev[0].record(stream)
             ev[1].record(stream)  # no host-to-device copy
-        self._execute(key)
-        if timed:
-            ev[2].record(stream)
-        for t in self._outputs:
-            self._device[t.name].copy_to_host(self._host[t.name], _nbytes(self._out_shapes[t.name], t.dtype), stream)
-        ev[3].record(stream)
-        self._pending = _Pending(dict(self._out_shapes), timed)
-        return self._pending
+        return self._execute_and_copy_out(key, timed)
 
     def _execute(self, key: Any) -> None:
         action = self.policy.decide(key)

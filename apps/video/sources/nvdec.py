@@ -111,19 +111,9 @@ class NvDecSource(GpuFrameReader):
         return self._wrap(decoded)
 
     def _wrap(self, decoded: Any) -> GpuFrame:
-        data = decoded
-        if self._keep is not None:
-            data = self._keep(decoded, self.width, self.height)
-            y_ptr, uv_ptr, pitch = array_plane_pointers(data, self.height)
-        else:
-            y_ptr, uv_ptr, pitch = plane_pointers(decoded, self.width, self.height)
         index = self._index
         self._index += 1
-        ts = index / self.fps if self.fps else 0.0
-        return GpuFrame(index=index, timestamp=ts, width=self.width, height=self.height, data=data, y_ptr=y_ptr,
-                        uv_ptr=uv_ptr, pitch=pitch, matrix=self.matrix, full_range=self.full_range,
-                        captured=time.perf_counter(), stream=self.stream,
-                        on_host=bool(getattr(decoded, "on_host", False)))
+        return frame_from_decoded(self, decoded, index, time.perf_counter())
 
 
     def close(self) -> None:
@@ -141,6 +131,21 @@ class NvDecSource(GpuFrameReader):
     def info(self) -> Dict[str, Any]:
         return {"uri": self.uri, "width": self.width, "height": self.height, "fps": self.fps, "decoder": "nvdec",
                 "matrix": self.matrix, "full_range": self.full_range, "gpu_id": self.gpu_id}
+
+
+def frame_from_decoded(source: Any, decoded: Any, index: int, captured: float) -> GpuFrame:
+    """A decoded frame of ``source`` (an NVDEC source: its ``_keep`` hook, size, rate, colour, stream number) as a
+    :class:`GpuFrame`: kept through the hook when there is one, with the planes' pointers."""
+    data = decoded
+    if source._keep is not None:
+        data = source._keep(decoded, source.width, source.height)
+        y_ptr, uv_ptr, pitch = array_plane_pointers(data, source.height)
+    else:
+        y_ptr, uv_ptr, pitch = plane_pointers(decoded, source.width, source.height)
+    return GpuFrame(index=index, timestamp=index / source.fps if source.fps else 0.0, width=source.width,
+                    height=source.height, data=data, y_ptr=y_ptr, uv_ptr=uv_ptr, pitch=pitch, matrix=source.matrix,
+                    full_range=source.full_range, captured=captured, stream=source.stream,
+                    on_host=bool(getattr(decoded, "on_host", False)))
 
 
 def plane_pointers(decoded: Any, width: int, height: int) -> "tuple[int, int, int]":
@@ -210,5 +215,5 @@ def nvdec_available(codec_module: Optional[Any] = None) -> "tuple[bool, str]":
     return True, "PyNvVideoCodec %s, %d GPU(s)" % (getattr(nvc, "__version__", "?"), gpus)
 
 
-__all__ = ["KeepHook", "NvDecSource", "array_plane_pointers", "load_pynvvideocodec", "nvdec_available",
-           "plane_pointers"]
+__all__ = ["KeepHook", "NvDecSource", "array_plane_pointers", "frame_from_decoded", "load_pynvvideocodec",
+           "nvdec_available", "plane_pointers"]

@@ -20,7 +20,7 @@ from typing import Any, Deque, Dict, Optional, Union
 
 from jetforge.apps.video.sources.gpu_frame import GpuFrame, GpuFrameReader, full_range_from_code, matrix_from_code
 from jetforge.apps.video.sources import nvdec
-from jetforge.apps.video.sources.nvdec import KeepHook, _call, _call_first, array_plane_pointers, plane_pointers
+from jetforge.apps.video.sources.nvdec import KeepHook, _call, _call_first, frame_from_decoded
 from jetforge.errors import StreamError
 from jetforge.fileio import require_file
 
@@ -82,17 +82,7 @@ class NvThreadedSource(GpuFrameReader):
         return frame
 
     def _wrap(self, decoded: Any, captured: float) -> GpuFrame:
-        data = decoded
-        if self._keep is not None:
-            data = self._keep(decoded, self.width, self.height)
-            y_ptr, uv_ptr, pitch = array_plane_pointers(data, self.height)
-        else:
-            y_ptr, uv_ptr, pitch = plane_pointers(decoded, self.width, self.height)
-        index = self._index + len(self._pending)
-        return GpuFrame(index=index, timestamp=index / self.fps if self.fps else 0.0, width=self.width,
-                        height=self.height, data=data, y_ptr=y_ptr, uv_ptr=uv_ptr, pitch=pitch, matrix=self.matrix,
-                        full_range=self.full_range, captured=captured, stream=self.stream,
-                        on_host=bool(getattr(decoded, "on_host", False)))
+        return frame_from_decoded(self, decoded, self._index + len(self._pending), captured)
 
     def close(self) -> None:
         self._pending.clear()
