@@ -226,9 +226,13 @@ def _dla(model: Path, calib: Path, tmp_path: Path, capsys) -> None:
 
 def _app(model: Path, out: Path, capsys) -> None:
     _cli(capsys, "app", "action", "-q", "--model", model, "--detector", "hog", "--max-frames", 40, "--stride", 1,
-         "--no-video", "--no-plots", "--out", out)
+         "--top-k", len(LABELS), "--no-video", "--no-plots", "--out", out)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["model"]["action_model"] == str(model) and metrics["model"]["window"] == CONTRACT.window
     records = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     tracks = [t for r in records for t in r.get("tracks", []) if t.get("top")]
     assert sum(r.get("windows_classified", 0) for r in records) > 0 and tracks
     for t in tracks:
-        assert t["action"] in LABELS and all(c["label"] in LABELS and 0.0 <= c["p"] <= 1.0 for c in t["top"])
+        # the track's probabilities over the model's four classes (softmax averaged over windows; rounded to 1e-4)
+        assert t["action"] == t["top"][0]["label"] and sorted(c["label"] for c in t["top"]) == sorted(LABELS)
+        assert abs(sum(c["p"] for c in t["top"]) - 1.0) <= 5e-4
