@@ -253,3 +253,17 @@ def test_cli_fold_time_writes_the_model_and_its_sidecar(tiny_onnx, tmp_path, cap
     assert main(["dla-check", str(src), "--target", "orin-nx-16gb", "--fold-time", str(src)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1
+
+
+def test_cli_fold_time_on_a_2d_model_is_one_error_line(tmp_path, capsys):
+    from jetforge.cli.main import main
+
+    path = tmp_path / "image.onnx"
+    onnx.save(_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [1, 3, 8, 8])]), str(path))
+    out = tmp_path / "folded.onnx"
+    assert main(["dla-check", str(path), "--target", "orin-nx-16gb", "--fold-time", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no 5-D" in err and not out.exists()
+    assert main(["dla-check", str(path), "--target", "orin-nx-16gb", "--fold-time", str(out), "--fold-regions",
+                 "-1"]) == 1
+    assert "--fold-regions" in capsys.readouterr().err
