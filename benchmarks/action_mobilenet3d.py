@@ -87,10 +87,24 @@ def heldout_batches(data: Any, batch: int = 16) -> List[np.ndarray]:
 
 
 def fp32_logits(path: Path, batches: Sequence[np.ndarray]) -> np.ndarray:
+    """ONNX Runtime FP32 logits; kept beside the model keyed by the model's and the inputs' hashes (the teacher is
+    the same in every run, so a later run does not pay for it again)."""
+    import hashlib
+
+    from jetforge.fileio import sha256_file
     from jetforge.runtime.session import open_session
 
+    digest = hashlib.sha256()
+    digest.update(sha256_file(path).encode())
+    for b in batches:
+        digest.update(np.ascontiguousarray(b).tobytes())
+    cache = path.with_suffix(".logits.%s.npy" % digest.hexdigest()[:16])
+    if cache.is_file():
+        return np.load(str(cache))
     with open_session(path, threads=2) as s:
-        return np.concatenate([s.infer({s.inputs[0].name: b})[s.outputs[0].name] for b in batches])
+        out = np.concatenate([s.infer({s.inputs[0].name: b})[s.outputs[0].name] for b in batches])
+    np.save(str(cache), out)
+    return out
 
 
 def accuracy_block(logits: Dict[str, np.ndarray], y: np.ndarray, groups: List[str]) -> Dict[str, Any]:
@@ -327,12 +341,16 @@ def main(argv: Any = None) -> int:
     p.add_argument("--device-out", required=True, help="the device run's output folder (teacher.pt, student.pt, ...)")
     p.add_argument("--work", default=str(ROOT / "build" / "action3d" / "bench"))
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--install-from", default="", metavar="RESULT.json",
+                   help="only install the student, with the held-out numbers of this earlier result of the same run")
     p.add_argument("--student", default="student", help="which student of the device run (student, student_m4, ...)")
     p.add_argument("--install", action="store_true", help="also write the student as apps/data/action_mobilenet3d.onnx")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--qat-steps", type=int, default=40)
     p.add_argument("--skip-int8", action="store_true")
+    p.add_argument("--teacher-int8-from", default="", help="take the teacher's INT8 block from this earlier result "
+                                                           "JSON (same teacher checkpoint) instead of calibrating it again")
     p.add_argument("--limit", type=int, default=0, help="a quick check of the script: at most N held-out clips, "
                                                          "N calibration clips (recorded in the JSON; not a result)")
     args = p.parse_args(argv)
@@ -344,6 +362,12 @@ def main(argv: Any = None) -> int:
     device_out, work, results = Path(args.device_out), Path(args.work), Path(args.results)
     STUDENT["name"] = args.student
     recipe, data = load_data()
+    if args.install_from:
+        earlier = json.loads(Path(args.install_from).read_text())
+        if earlier.get("student", "student") != args.student or earlier.get("limit"):
+            raise SystemExit("%s is not a full result for %s" % (args.install_from, args.student))
+        install(device_out, data, earlier)
+        return 0
     if args.limit:
         keep = np.linspace(0, len(data.heldout) - 1, min(args.limit, len(data.heldout))).astype(int)
         data.heldout, data.heldout_clips = [data.heldout[i] for i in keep], data.heldout_clips[keep]
@@ -376,10 +400,15 @@ def main(argv: Any = None) -> int:
     result["memory"] = memory_model(paths)
     result["cpu_latency"] = cpu_latency(paths, args.rounds, args.reps)
     log("CPU batch 1: %s" % {k: round(v["speedup"], 2) for k, v in result["cpu_latency"].items()})
+    finish(result, results)  # everything but INT8 first: a run stopped during INT8 keeps its table
     if not args.skip_int8:
         tracks = read_track_events(ROOT / recipe.tracks_dir / "events.jsonl")
         result["int8"] = {"arithmetic": "simulated TensorRT INT8 (jetforge.calibrate int8sim)", "ptq": {}, "qat": {}}
         for k in ("student", "teacher"):
+            if k == "teacher" and args.teacher_int8_from:
+                earlier = json.loads(Path(args.teacher_int8_from).read_text())
+                result["int8"]["ptq"][k] = dict(earlier["int8"]["ptq"]["teacher"], reused_from=args.teacher_int8_from)
+                continue
             ev = Evaluator(str(paths[k]), batches, labels=y, metrics=("classification", "clip_accuracy"),
                            metric_options={"clip_accuracy": {"groups": groups}})
             try:
@@ -395,17 +424,24 @@ def main(argv: Any = None) -> int:
                 except Exception as err:
                     result["int8"]["qat"][k] = {"error": "%s: %s" % (type(err).__name__, err)}
                     log("QAT failed: %s" % err)
-            write_json_atomic(results / "action_mobilenet3d.json", dict(result, goals=goals(result)))
+            finish(result, results)
+    print(finish(result, results))
+    if args.install:
+        install(device_out, data, result)
+    return 0
+
+
+def finish(result: Dict[str, Any], results: Path) -> str:
+    """Goals, JSON, table and plot from what the run has so far (called again after every INT8 step)."""
+    from jetforge.fileio import write_json_atomic
+
     result["goals"] = goals(result)
     results.mkdir(parents=True, exist_ok=True)
     write_json_atomic(results / "action_mobilenet3d.json", result)
     text = table(result)
     (results / "action_mobilenet3d.txt").write_text(text + "\n")
     plot(result, results / "action_mobilenet3d.png")
-    print(text)
-    if args.install:
-        install(device_out, data, result)
-    return 0
+    return text
 
 
 def install(device_out: Path, data: Any, result: Dict[str, Any]) -> None:

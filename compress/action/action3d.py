@@ -64,7 +64,7 @@ class Action3DRecipe:
     rule: MotionRule = field(default_factory=MotionRule)
     teacher: TrainSettings = field(default_factory=TrainSettings)
     student: TrainSettings = field(default_factory=TrainSettings)
-    macs_factor: float = 3.5
+    macs_factor: float = 4.0
     kd_weight: float = 0.5
     temperature: float = 4.0
     seed: int = 0
