@@ -148,6 +148,10 @@ def measure(name, clip, work, batches, given=None):
            "dla_check": {"before": placement(before), "after": placement(after)},
            "estimate": {"before": estimates(original, clip, batches), "after": estimates(folded, clip, batches)},
            "onnxruntime_fp32": ort_equality(original, folded, clip)}
+    if given:
+        import hashlib
+
+        row["sha256"] = hashlib.sha256(original.read_bytes()).hexdigest()   # which file was measured
     row["seconds"] = round(time.time() - start, 1)
     for path in ([folded] if given else [original, folded]):
         path.unlink()
