@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 DATA = Path(__file__).resolve().parents[1] / "data"
 MOBILENET3D_MODEL = DATA / "action_mobilenet3d.onnx"
 WALKING_DIRECTION_MODEL = DATA / "action_walking_direction.onnx"
-DEFAULT_MODEL = WALKING_DIRECTION_MODEL  # until the 3D model's weights are in apps/data (issue 17, in progress)
+DEFAULT_MODEL = MOBILENET3D_MODEL
 #: the tracker settings of the action app (and of the people app's defaults): the tracks its models were trained on
 ACTION_TRACKER_OPTIONS = TrackerOptions(high=0.5, low=0.2, new_track=0.55, min_hits=2, max_age=20)
 
@@ -308,7 +308,7 @@ class ActionApp(App):
         # The CNN is the default: the bundled 3D model was trained on its tracks (the clip region is built from the
         # track's boxes).  The older walking-direction model was trained on HOG's untightened boxes: use it with
         # --detector hog (0.948 held out on HOG tracks, 0.76-0.83 on the CNN's; benchmarks/action_track_source.py).
-        add_detector_arguments(g, default="hog")  # "ssd" with the 3D model (in progress)
+        add_detector_arguments(g, default="ssd")
         g.add_argument("--threads", metavar="N", type=int, default=None,
                        help="ONNX Runtime intra-op threads (default: every usable core)")
 

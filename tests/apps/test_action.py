@@ -1,4 +1,5 @@
-"""``jetforge app action``: the walking-direction model over sliding windows of real person tracks.
+"""``jetforge app action --model WALKING_DIRECTION_MODEL --detector hog``: the earlier walking-direction model
+(still shipped as an option) over sliding windows of real person tracks.
 
 The bundled model (apps/data/action_walking_direction.onnx) was trained by
 recipes/action_walking_direction.yaml on vtest.avi frames 0..559, with labels derived
@@ -10,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from jetforge.apps.tasks.action import DEFAULT_MODEL, ClipContract
+from jetforge.apps.tasks.action import WALKING_DIRECTION_MODEL, ClipContract
 from jetforge.compress.action.walking_direction import (LABELS, ActionRecipe, LabelRule, label_window, link_tracks,
                                                         make_windows, window_boxes)
 from jetforge.runtime.sidecar import read_sidecar
@@ -73,7 +74,7 @@ def test_tracks_and_windows_from_detections():
 
 
 def test_bundled_model_sidecar_states_what_it_recognizes_and_its_held_out_accuracy():
-    sc = read_sidecar(DEFAULT_MODEL)  # verifies the content hash
+    sc = read_sidecar(WALKING_DIRECTION_MODEL)  # verifies the content hash
     assert sc.task == "action" and sc.labels == LABELS
     assert sc.inputs[0].shape == ["batch", 8, 64, 32]
     ev = sc.extra["evaluation"]
@@ -81,7 +82,7 @@ def test_bundled_model_sidecar_states_what_it_recognizes_and_its_held_out_accura
     assert ev["test_accuracy"] > ev["majority_baseline"] + 0.3
     assert "walking left, walking right, no lateral motion" in ev["what"]
     assert sc.produced_by["trained_on_frames"] == [0, 560]
-    assert DEFAULT_MODEL.stat().st_size < 2 * 1024 * 1024
+    assert WALKING_DIRECTION_MODEL.stat().st_size < 2 * 1024 * 1024
 
 
 def test_clip_contract_is_the_training_one(vtest_frames):
@@ -91,7 +92,7 @@ def test_clip_contract_is_the_training_one(vtest_frames):
 
     from jetforge.compress.models import action as train_side
 
-    contract = ClipContract.from_sidecar(read_sidecar(DEFAULT_MODEL))
+    contract = ClipContract.from_sidecar(read_sidecar(WALKING_DIRECTION_MODEL))
     grays = [cv2.cvtColor(im, cv2.COLOR_BGR2GRAY) for im in vtest_frames[:8]]
     for boxes in (_boxes(60, 4), _boxes(60, 4) + np.array([[-320.0, -210.0, -320.0, -210.0]])):  # inside, off edge
         region = train_side.window_region(boxes, (768, 576))
@@ -105,7 +106,7 @@ def test_action_app_headless_on_held_out_vtest(tmp_path, held_out_clip):
 
     out = tmp_path / "action"
     code = main(["-q", "app", "action", "--source", str(held_out_clip), "--out", str(out), "--no-plots",
-                 "--threads", "1", "--hog-scale", "1.1"])
+                 "--threads", "1", "--hog-scale", "1.1", "--model", str(WALKING_DIRECTION_MODEL), "--detector", "hog"])
     assert code == 0
     records = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     frames = [r for r in records if r["type"] == "action"]
