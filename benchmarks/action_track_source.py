@@ -47,7 +47,7 @@ def detections(kind: str, frames: List[np.ndarray], threshold: float = 0.0) -> L
 
 
 def accuracy_on(dets: List[np.ndarray], video: Path) -> Dict[str, Any]:
-    from jetforge.apps.tasks.action import DEFAULT_MODEL
+    from jetforge.apps.tasks.action import WALKING_DIRECTION_MODEL as DEFAULT_MODEL  # the model this script is about
     from jetforge.compress.action.walking_direction import ActionRecipe, extract_clips, link_tracks, make_windows
     from jetforge.compress.models.action import normalize_clip
     from jetforge.runtime.session import open_session
