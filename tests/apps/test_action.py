@@ -34,18 +34,6 @@ def vtest_frames():
     return frames
 
 
-@pytest.fixture(scope="module")
-def held_out_clip(vtest_frames, tmp_path_factory):
-    """vtest.avi frames 600..659 as a 10 fps MP4 (real frames, re-encoded)."""
-    from jetforge.apps.video import Mp4Sink
-
-    path = tmp_path_factory.mktemp("clips") / "vtest_600_660.mp4"
-    with Mp4Sink(path, 10.0) as sink:
-        for image in vtest_frames:
-            sink.write(image)
-    return path
-
-
 def _boxes(dx, dy, h=140.0, n=8):
     t = np.arange(n)[:, None]
     base = np.array([[300.0, 200.0, 300.0 + h / 2, 200.0 + h]])

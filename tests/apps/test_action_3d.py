@@ -3,7 +3,6 @@
 import json
 
 import numpy as np
-import pytest
 
 from jetforge.apps.tasks.action import DEFAULT_MODEL, MOBILENET3D_MODEL
 from jetforge.runtime.inputs import input_contract
@@ -11,22 +10,6 @@ from jetforge.runtime.sidecar import read_sidecar
 
 LABELS = ["walking left", "walking right", "moving, no lateral motion", "standing still"]
 HELD_OUT = (600, 660)  # inside the model's held-out frames (545-794)
-
-
-@pytest.fixture(scope="module")
-def held_out_clip(tmp_path_factory):
-    """vtest.avi frames 600..659 as a 10 fps MP4 (real frames, re-encoded)."""
-    from jetforge.apps.video import Mp4Sink, open_source
-    from jetforge.assets import asset_path
-
-    path = tmp_path_factory.mktemp("clips") / "vtest_600_660.mp4"
-    with open_source(asset_path("opencv_samples", "vtest.avi")) as src, Mp4Sink(path, 10.0) as sink:
-        for f in src:
-            if f.index >= HELD_OUT[1]:
-                break
-            if f.index >= HELD_OUT[0]:
-                sink.write(f.image)
-    return path
 
 
 def test_the_3d_model_is_the_default_and_its_sidecar_says_what_it_recognizes():
