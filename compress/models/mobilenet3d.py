@@ -37,7 +37,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from jetforge.compress.models.mobilenet_v2 import INVERTED_RESIDUAL_SETTING, make_divisible
+from jetforge.compress.models.mobilenet_v2 import INVERTED_RESIDUAL_SETTING, init_mobilenet_weights, make_divisible
 from jetforge.errors import ModelError
 
 #: time stride of each MobileNetV2 stage's first block (the stages of ``INVERTED_RESIDUAL_SETTING``)
@@ -97,15 +97,7 @@ class MobileNet3D(nn.Module):
         self.features = nn.Sequential(*features)
         self.pool = nn.AdaptiveAvgPool3d(1)
         self.classifier = nn.Sequential(nn.Dropout(p=dropout), nn.Linear(self.last_channel, num_classes))
-        for m in self.modules():
-            if isinstance(m, nn.Conv3d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out")
-            elif isinstance(m, nn.BatchNorm3d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, 0, 0.01)
-                nn.init.zeros_(m.bias)
+        init_mobilenet_weights(self, nn.Conv3d, nn.BatchNorm3d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.pool(self.features(x))

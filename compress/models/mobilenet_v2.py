@@ -7,7 +7,7 @@ that torchvision's ImageNet checkpoint ``mobilenet_v2-b0353104.pth`` loads with
 needed: it is an optional package and has to match the torch build exactly.
 """
 
-from typing import List, Optional
+from typing import List, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -93,17 +93,7 @@ class MobileNetV2(nn.Module):
         self._init_weights()
 
     def _init_weights(self) -> None:
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out")
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, 0, 0.01)
-                nn.init.zeros_(m.bias)
+        init_mobilenet_weights(self, nn.Conv2d, (nn.BatchNorm2d, nn.GroupNorm))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.features(x)
@@ -114,3 +104,20 @@ class MobileNetV2(nn.Module):
 
 def mobilenet_v2(num_classes: int = 1000, **kwargs) -> MobileNetV2:
     return MobileNetV2(num_classes=num_classes, **kwargs)
+
+
+def init_mobilenet_weights(model: nn.Module, conv_type: Union[type, Tuple[type, ...]],
+                           norm_type: Union[type, Tuple[type, ...]]) -> None:
+    """torchvision's MobileNetV2 initialisation, shared by the 2D net and its 3D inflation (MobileNet3D) so both
+    start from the same rule: convs Kaiming-normal (fan out), norms 1/0, the classifier N(0, 0.01)."""
+    for m in model.modules():
+        if isinstance(m, conv_type):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out")
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, norm_type):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0, 0.01)
+            nn.init.zeros_(m.bias)
