@@ -23,6 +23,7 @@ at each QuantizeLinear output) so tests can compare quantize points one by one.
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+import onnx
 from onnx import helper, numpy_helper
 
 
@@ -250,3 +251,13 @@ def run(model, x: np.ndarray, trace: Optional[Dict[str, np.ndarray]] = None) -> 
             raise NotImplementedError("the INT8 reference has no %s" % op)
         env[node.output[0]] = out
     return [flt(o.name) for o in model.graph.output]
+
+
+def with_quantized_outputs(model: onnx.ModelProto, names: List[str]) -> onnx.ModelProto:
+    """A copy of ``model`` that also outputs the int8 tensors ``names``, so a test can compare a runtime's quantize
+    points one by one with ``run(..., trace)`` (the input model is left as it was)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for n in names:
+        m.graph.output.append(helper.make_tensor_value_info(n, onnx.TensorProto.INT8, None))
+    return m

@@ -254,14 +254,6 @@ def _export_and_calibrate(net, x, path):
     return m, insert_qdq(m, algorithms.compute_all(st.histograms, "percentile", percentile=99.9))
 
 
-def _with_quantized_outputs(model, names):
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    for n in names:
-        m.graph.output.append(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.INT8, None))
-    return m
-
-
 def test_simulated_int8_equals_the_int32_reference_on_three_networks(small_qdq_models):
     """Every quantize point and every output of the simulated evaluator equals the numpy int32 reference.
 
@@ -286,7 +278,7 @@ def test_simulated_int8_equals_the_int32_reference_on_three_networks(small_qdq_m
             n.op_type == "Add" for n in q.graph.node) and not summary.inexact_layers, name
         assert not ortrun.integer_kernels(ortrun.executed_ops(q, "simulated")), name  # float kernels only
         names = sorted(trace)
-        got = ortrun.run(_with_quantized_outputs(sim, names), [x], "simulated", prepared=True)
+        got = ortrun.run(int8_reference.with_quantized_outputs(sim, names), [x], "simulated", prepared=True)
         assert np.abs(got[0] - want).max() <= 1e-6 * np.abs(want).max(), name
         for tensor, values in zip(names, got[1:]):
             assert np.array_equal(values, trace[tensor]), (name, tensor)
@@ -424,7 +416,7 @@ def test_a_huge_int32_bias_on_a_depthwise_conv_stays_exact(real_frames, tmp_path
     trace = {}
     want = int8_reference.run(q, x, trace)[0]
     names = sorted(trace)
-    got = ortrun.run(_with_quantized_outputs(sim, names), [x], "simulated", prepared=True)
+    got = ortrun.run(int8_reference.with_quantized_outputs(sim, names), [x], "simulated", prepared=True)
     assert np.abs(got[0] - want).max() <= 1e-6 * np.abs(want).max()
     for tensor, values in zip(names, got[1:]):
         assert np.array_equal(values, trace[tensor]), tensor

@@ -180,14 +180,6 @@ def small_exports(real_clips, tmp_path_factory):
     return out
 
 
-def _with_quantized_outputs(model, names):
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    for n in names:
-        m.graph.output.append(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.INT8, None))
-    return m
-
-
 def _check_tensorrt_rules(m, info, n_weighted: int) -> None:
     """TensorRT's explicit quantization: constant float32 scales > 0, int8 zero points all 0, weights per output
     channel on axis 0 (5-D Conv3d weights too), activations per tensor, opset >= 13."""
@@ -221,7 +213,7 @@ def _simulated_equals_reference(m, x) -> SimulationSummary:
     assert not summary.float_layers and not summary.inexact_layers
     assert not ortrun.integer_kernels(ortrun.executed_ops(m, "simulated"))  # float kernels on exact integers
     names = sorted(trace)
-    got = ortrun.run(_with_quantized_outputs(sim, names), [x], "simulated", prepared=True)
+    got = ortrun.run(int8_reference.with_quantized_outputs(sim, names), [x], "simulated", prepared=True)
     assert np.abs(got[0] - want).max() <= 1e-6 * np.abs(want).max()
     for tensor, values in zip(names, got[1:]):
         assert np.array_equal(values, trace[tensor]), tensor
