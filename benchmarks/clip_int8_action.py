@@ -143,11 +143,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 def machine() -> Dict[str, Any]:
     import onnxruntime
 
-    cpu = ""
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from jetforge.runtime.cpu_features import cpu_features
+
+    cpu = cpu_features().model  # the project's /proc/cpuinfo reader ("" where it cannot be read)
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "onnxruntime": onnxruntime.__version__, "numpy": np.__version__,
             "load_average_at_start": [round(v, 2) for v in os.getloadavg()], "shared": SHARED_NOTE}

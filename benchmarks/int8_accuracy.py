@@ -431,11 +431,9 @@ def machine() -> Dict[str, object]:
     import onnxruntime
     import torch
 
-    cpu = ""
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from jetforge.runtime.cpu_features import cpu_features
+
+    cpu = cpu_features().model  # the project's /proc/cpuinfo reader ("" where it cannot be read)
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "onnxruntime": onnxruntime.__version__, "torch": torch.__version__, "numpy": np.__version__,
             "platform": platform.platform(), "cpu_flags": _cpu_flags(),
