@@ -12,7 +12,7 @@ was finished is kept in ``--out`` either way).
 import argparse
 import logging
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from jetforge.apps.pipeline import PipelineOptions, format_report, run_app
 from jetforge.apps.tasks import TASKS, load_app
@@ -118,13 +118,8 @@ def run_app_command(app: App, args: argparse.Namespace, out_default: Optional[st
                                 hint=err.hint) from err
             raise
     finally:
-        app.close()
-        for s in sources:
-            s.close()
-    if args.json:
-        print_json(result.metrics)
-    else:
-        print(format_report(result.metrics, app.report_lines(task)))
+        close_app_and_sources(app, sources)
+    print_app_result(args, result.metrics, lambda: format_report(result.metrics, app.report_lines(task)))
     if result.stream_errors:
         raise StreamError("; ".join(result.stream_errors) + "; the %d frames finished before are kept in %s"
                           % (result.metrics["frames"], out_dir))
@@ -144,14 +139,24 @@ def run_gpu_path(app: App, args: argparse.Namespace, uris: List[Any]) -> int:
         task, inputs, notes = app.build(args, sources)
         result = run_gpu_app(task, sources, Path(args.out), options, inputs=inputs, notes=prepared + notes)
     finally:
-        app.close()
-        for s in sources:
-            s.close()
-    if args.json:
-        print_json(result.metrics)
-    else:
-        print(format_gpu_report(result.metrics, app.report_lines(task)))
+        close_app_and_sources(app, sources)
+    print_app_result(args, result.metrics, lambda: format_gpu_report(result.metrics, app.report_lines(task)))
     return 0
+
+
+def close_app_and_sources(app: App, sources: List[Any]) -> None:
+    """Close the app's models and every opened source (both run paths, also when the run failed)."""
+    app.close()
+    for s in sources:
+        s.close()
+
+
+def print_app_result(args: argparse.Namespace, metrics: Dict[str, Any], report: Callable[[], str]) -> None:
+    """``--json``: the metrics as JSON; otherwise the path's report table (built only then: ``report`` is called)."""
+    if args.json:
+        print_json(metrics)
+    else:
+        print(report())
 
 
 class AppCommand(Command):
