@@ -32,7 +32,8 @@ def load_recipe(args: argparse.Namespace, cfg_cls: Any) -> Optional[Any]:
 def recipe_kind(args: argparse.Namespace) -> str:
     """Which runner a recipe is for: its ``kind`` key (or ``--set kind=...``); no kind is a classifier recipe.
 
-    ``kind: detector`` is the SSDLite person detector's recipe (``recipes/distill_ssdlite_person.yaml``).
+    ``kind: detector`` is the SSDLite person detector's recipe (``recipes/distill_ssdlite_person.yaml``),
+    ``kind: action3d`` the 3D MobileNetV2 action recipe (``recipes/action_mobilenet3d.yaml``).
     """
     from jetforge.config import parse_override, read_yaml
     from jetforge.errors import ConfigError
@@ -42,10 +43,10 @@ def recipe_kind(args: argparse.Namespace) -> str:
         keys, value = parse_override(text)
         if keys == ["kind"]:
             kind = value
-    if kind not in (None, "detector"):
+    if kind not in (None, "detector", "action3d"):
         raise ConfigError("recipe kind %r is not one jetforge distill knows" % (kind,),
-                          hint="use kind: detector (the SSDLite person detector's recipe) or leave kind out "
-                               "(a classifier recipe)")
+                          hint="use kind: detector (the SSDLite person detector's recipe), kind: action3d (the 3D "
+                               "action recipe) or leave kind out (a classifier recipe)")
     return kind or "classifier"
 
 
@@ -74,6 +75,28 @@ def run_detector_recipe(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_action3d_recipe(args: argparse.Namespace) -> int:
+    """``kind: action3d``: tracks -> labelled clips -> teacher -> pruned, distilled student; ``--data`` is the video.
+
+    The same runner, outputs and printed summary as ``python -m jetforge.compress.action.mobilenet3d_recipe``;
+    the recipe and the video are checked before the tracks are made or anything is trained.
+    """
+    from jetforge.compress.action.action3d import Action3DRecipe
+    from jetforge.compress.action.mobilenet3d_recipe import recipe_video, run_recipe, summary_lines
+    from jetforge.config import load_config
+
+    cfg = load_config(Action3DRecipe, args.config, list(args.overrides))
+    if args.print_config:
+        print_config(cfg)
+        return 0
+    report = run_recipe(cfg, recipe_video(args.data), progress=not args.json)
+    if args.json:
+        print_json({k: report[k] for k in ("what_it_recognizes", "teacher", "student", "prune", "seconds", "files")})
+        return 0
+    print("\n".join(summary_lines(report, cfg)))
+    return 0
+
+
 def print_config(cfg: Any) -> None:
     import yaml
 
@@ -96,7 +119,9 @@ class DistillCommand(Command):
         "model.trust_pickle: true (teacher.trust_pickle), for files you made yourself. A recipe with kind: detector "
         "prunes the SSDLite-MobileNetV2 person detector and distils it from the original on the training segments "
         "of the labelled clips (student.pt, student.onnx + sidecar, result.json in out_dir; --data is then the "
-        "folder holding the clips' assets).")
+        "folder holding the clips' assets). A recipe with kind: action3d trains the 3D MobileNetV2 action teacher on "
+        "clips labelled from person tracks, prunes and distils the student (teacher.onnx, student.onnx + clip "
+        "sidecars, report.json in out_dir; --data is then the video, default the vtest.avi asset).")
     examples = """examples:
   jetforge distill --config recipes/distill_fashion_mnist.yaml
   jetforge distill --config recipes/distill_fashion_mnist.yaml --set model.checkpoint=pruned/pruned.pt \\
@@ -106,20 +131,27 @@ class DistillCommand(Command):
   jetforge distill --config recipes/distill_fashion_mnist.yaml --print-config
   torchrun --nproc_per_node=2 -m jetforge.compress.distill recipes/distill_fashion_mnist.yaml --data DIR
   jetforge distill --config recipes/distill_ssdlite_person.yaml          # the person detector (CUDA: minutes)
-  jetforge distill --config recipes/distill_ssdlite_person.yaml --set student.macs_factor=2 --print-config"""
+  jetforge distill --config recipes/distill_ssdlite_person.yaml --set student.macs_factor=2 --print-config
+  jetforge distill --config recipes/action_mobilenet3d.yaml             # the 3D action model (CPU: hours)
+  jetforge distill --config recipes/action_mobilenet3d.yaml --set teacher.epochs=2 --set student.epochs=2 \\
+      --set max_clips=40"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_config_flags(parser)
         parser.add_argument("--data", metavar="DIR", help="folder with the Fashion-MNIST .gz files (default: "
                                                           "data.root of the recipe, else the asset cache); for "
-                                                          "kind: detector the folder holding the clips' assets")
+                                                          "kind: detector the folder holding the clips' assets; for "
+                                                          "kind: action3d the video")
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from jetforge.compress.distill import DistillConfig, distill
 
-        if recipe_kind(args) == "detector":
+        kind = recipe_kind(args)
+        if kind == "detector":
             return run_detector_recipe(args)
+        if kind == "action3d":
+            return run_action3d_recipe(args)
         cfg = load_recipe(args, DistillConfig)
         if cfg is None:
             return 0

@@ -48,8 +48,9 @@ class TrainSettings:
 
 @dataclass
 class Action3DRecipe:
-    """``recipes/action_mobilenet3d.yaml``."""
+    """``recipes/action_mobilenet3d.yaml`` (``kind: action3d`` routes ``jetforge distill --config`` to it)."""
 
+    kind: str = "action3d"
     name: str = "action_mobilenet3d"
     out_dir: str = "runs/action_mobilenet3d"
     tracks_dir: str = "build/action3d/people_run"  # the people app's events.jsonl (made when missing)
@@ -70,6 +71,24 @@ class Action3DRecipe:
     seed: int = 0
     max_clips: int = 0          # 0: all; tests use a few
     threads: int = 2
+
+    def __post_init__(self) -> None:
+        """Refuse values that would fail only after the tracks are made and the teacher trained (minutes)."""
+        if self.kind != "action3d":
+            raise ValueError("kind must be 'action3d' for the 3D action recipe, got %r" % (self.kind,))
+        for key in ("window", "crop", "stride", "threads"):
+            if getattr(self, key) < 1:
+                raise ValueError("%s must be >= 1, got %r" % (key, getattr(self, key)))
+        if not 0 < self.train_end < self.heldout_start:
+            raise ValueError("need 0 < train_end < heldout_start (held-out clips come after the training ones), "
+                             "got train_end %r, heldout_start %r" % (self.train_end, self.heldout_start))
+        if self.macs_factor < 1:
+            raise ValueError("macs_factor must be >= 1 (teacher MACs / student MACs), got %r" % self.macs_factor)
+        if len(self.labels) < 2:
+            raise ValueError("labels needs at least two classes, got %r" % (self.labels,))
+        for part in ("teacher", "student"):
+            if getattr(self, part).epochs < 1 or getattr(self, part).batch_size < 1:
+                raise ValueError("%s.epochs and %s.batch_size must be >= 1" % (part, part))
 
     def contract(self, fps: float) -> ClipContract:
         return ClipContract(window=self.window, crop_height=self.crop, crop_width=self.crop, margin=self.margin,

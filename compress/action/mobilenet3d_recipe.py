@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -103,6 +103,36 @@ def run_recipe(recipe: Action3DRecipe, video: Path, progress: bool = True) -> Di
     return report
 
 
+def summary_lines(report: Dict[str, Any], recipe: Action3DRecipe) -> List[str]:
+    """What the run learned and wrote, as printed by this entry and by ``jetforge distill`` (``kind: action3d``)."""
+    return [
+        "recognizes  %s" % report["what_it_recognizes"],
+        "clips       train %d, held out %d (frames %s, %d tracks)" % (
+            sum(report["data"]["train_counts"].values()), report["student"]["clips"], report["data"]["heldout_frames"],
+            report["student"]["tracks"]),
+        "held out    teacher %.3f, student %.3f (majority class alone %.3f)" % (
+            report["teacher"]["accuracy"], report["student"]["accuracy"], report["student"]["majority_baseline"]),
+        "MACs        teacher %.0f M, student %.0f M (%.2fx)" % (
+            report["prune"]["macs_teacher"] / 1e6, report["prune"]["macs_student"] / 1e6,
+            report["prune"]["macs_factor"]),
+        "wrote       %s, %s, %s" % (report["files"]["teacher"], report["files"]["student"],
+                                    Path(recipe.out_dir) / "report.json")]
+
+
+def recipe_video(path: Optional[str]) -> Path:
+    """The video the clips are cut from: ``path``, else the vtest.avi asset; checked before any work starts."""
+    from jetforge.errors import InputFileError
+
+    if not path:
+        from jetforge.assets import asset_path
+
+        return asset_path("opencv_samples", "vtest.avi")
+    if not Path(path).is_file():
+        raise InputFileError("video %s is not a file" % path,
+                             hint="give the video the clips are cut from (default: the vtest.avi asset)")
+    return Path(path)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line; a usage or recipe error is one line and exit 1 (:mod:`jetforge.entry`)."""
     from jetforge.entry import run_entry
@@ -125,23 +155,9 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     recipe = load_config(Action3DRecipe, args.recipe, list(args.overrides))
-    if args.video:
-        video = Path(args.video)
-    else:
-        from jetforge.assets import asset_path
-
-        video = asset_path("opencv_samples", "vtest.avi")
+    video = recipe_video(args.video)
     report = run_recipe(recipe, video, progress=not args.quiet)
-    print("recognizes  %s" % report["what_it_recognizes"])
-    print("clips       train %d, held out %d (frames %s, %d tracks)" % (
-        sum(report["data"]["train_counts"].values()), report["student"]["clips"], report["data"]["heldout_frames"],
-        report["student"]["tracks"]))
-    print("held out    teacher %.3f, student %.3f (majority class alone %.3f)" % (
-        report["teacher"]["accuracy"], report["student"]["accuracy"], report["student"]["majority_baseline"]))
-    print("MACs        teacher %.0f M, student %.0f M (%.2fx)" % (
-        report["prune"]["macs_teacher"] / 1e6, report["prune"]["macs_student"] / 1e6, report["prune"]["macs_factor"]))
-    print("wrote       %s, %s, %s" % (report["files"]["teacher"], report["files"]["student"],
-                                      Path(recipe.out_dir) / "report.json"))
+    print("\n".join(summary_lines(report, recipe)))
     return 0
 
 

@@ -1,0 +1,89 @@
+"""``jetforge distill --config recipes/action_mobilenet3d.yaml`` reaches the 3D action recipe runner (``kind:
+action3d``), and every bad recipe or video is one error line (exit 1) before any track, clip or training work.
+
+No training here: the runner itself runs end to end through the CLI in ``test_action3d_recipe.py`` (slow)."""
+
+import pytest
+
+pytest.importorskip("torch")
+
+RECIPE = ["distill", "--config", "recipes/action_mobilenet3d.yaml"]
+
+
+class RunnerReached(BaseException):
+    """Raised by the stand-in runner: the route got there with this recipe and video (nothing is trained).
+
+    A BaseException, so that the CLI's catch-all for unexpected errors lets it through to the test."""
+
+
+@pytest.fixture
+def reached(monkeypatch):
+    """Replace the recipe runner by one that records what the CLI handed it and stops."""
+    import jetforge.compress.action.mobilenet3d_recipe as runner
+
+    calls = []
+
+    def record(recipe, video, progress=True):
+        calls.append((recipe, video))
+        raise RunnerReached()
+
+    monkeypatch.setattr(runner, "run_recipe", record)
+    return calls
+
+
+def test_distill_routes_action3d_recipes_to_the_recipe_runner(reached, tmp_path):
+    from jetforge.assets import asset_path
+    from jetforge.cli.main import main
+    from jetforge.compress.action.action3d import Action3DRecipe
+    from jetforge.config import load_config
+
+    with pytest.raises(RunnerReached):
+        main(RECIPE + ["--set", "teacher.epochs=2", "--set", "out_dir=%s" % tmp_path])
+    recipe, video = reached[0]
+    expected = load_config(Action3DRecipe, "recipes/action_mobilenet3d.yaml",
+                           ["teacher.epochs=2", "out_dir=%s" % tmp_path])
+    assert recipe == expected and recipe.teacher.epochs == 2 and recipe.student.epochs == 40
+    assert video == asset_path("opencv_samples", "vtest.avi")  # the module entry's default video
+    clip = tmp_path / "clip.avi"
+    clip.write_bytes(b"")
+    with pytest.raises(RunnerReached):
+        main(RECIPE + ["--data", str(clip)])
+    assert reached[1][1] == clip  # --data is the video for kind: action3d
+
+
+def test_print_config_shows_the_resolved_action3d_recipe(reached, capsys):
+    from jetforge.cli.main import main
+
+    assert main(RECIPE + ["--set", "macs_factor=3", "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert "kind: action3d" in printed and "macs_factor: 3" in printed and "heldout_start: 545" in printed
+    assert reached == []
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--set", "kind=segmenter"], "recipe kind 'segmenter'"),
+    (["--set", "bogus=1"], "bogus"),
+    (["--set", "teacher.bogus=1"], "teacher.bogus"),
+    (["--set", "window=0"], "window must be >= 1"),
+    (["--set", "heldout_start=500"], "need 0 < train_end < heldout_start"),
+    (["--set", "macs_factor=0.5"], "macs_factor must be >= 1"),
+    (["--set", "labels=[walking left]"], "labels needs at least two classes"),
+    (["--set", "student.epochs=0"], "student.epochs and student.batch_size must be >= 1"),
+    (["--data", "nowhere/clip.avi"], "video nowhere/clip.avi is not a file"),
+])
+def test_bad_action3d_recipe_is_one_error_line_before_any_work(reached, capsys, extra, message):
+    from jetforge.cli.main import main
+
+    assert main(RECIPE + extra) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jetforge: error: ") and message in lines[0], lines
+    assert reached == []  # refused before the runner (tracks, clips, training) was reached
+
+
+def test_module_entry_refuses_a_missing_video_in_one_line(reached, capsys):
+    from jetforge.compress.action.mobilenet3d_recipe import main
+
+    assert main(["--recipe", "recipes/action_mobilenet3d.yaml", "--video", "nowhere.avi"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "video nowhere.avi is not a file" in lines[0], lines
+    assert reached == []
