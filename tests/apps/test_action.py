@@ -89,18 +89,9 @@ def test_clip_contract_is_the_training_one(vtest_frames):
         assert np.array_equal(contract.clip(grays, boxes), expected)
 
 
-def test_action_app_headless_on_held_out_vtest(tmp_path, held_out_clip):
-    from jetforge.cli.main import main
-
-    out = tmp_path / "action"
-    code = main(["-q", "app", "action", "--source", str(held_out_clip), "--out", str(out), "--no-plots",
-                 "--threads", "1", "--hog-scale", "1.1", "--model", str(WALKING_DIRECTION_MODEL), "--detector", "hog"])
-    assert code == 0
-    records = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
-    frames = [r for r in records if r["type"] == "action"]
-    assert [r["frame"] for r in frames] == list(range(HELD_OUT[1] - HELD_OUT[0]))
-    classified = [t for r in frames for t in r["tracks"] if t.get("action")]
-    assert classified and all(t["action"] in LABELS and len(t["top"]) == 3 for t in classified)
+def test_action_app_headless_on_held_out_vtest(run_action_app):
+    out, records, frames, classified = run_action_app(
+        ["--hog-scale", "1.1", "--model", str(WALKING_DIRECTION_MODEL), "--detector", "hog"], LABELS)
     assert all(abs(sum(p["p"] for p in t["top"]) - 1.0) < 1e-3 for t in classified)
     changes = [r for r in records if r["type"] == "action_change"]
     assert changes and all(c["to"] in LABELS for c in changes)

@@ -9,7 +9,6 @@ from jetforge.runtime.inputs import input_contract
 from jetforge.runtime.sidecar import read_sidecar
 
 LABELS = ["walking left", "walking right", "moving, no lateral motion", "standing still"]
-HELD_OUT = (600, 660)  # inside the model's held-out frames (545-794)
 
 
 def test_the_3d_model_is_the_default_and_its_sidecar_says_what_it_recognizes():
@@ -26,19 +25,10 @@ def test_the_3d_model_is_the_default_and_its_sidecar_says_what_it_recognizes():
     assert DEFAULT_MODEL.stat().st_size < 4 * 1024 * 1024
 
 
-def test_action_app_with_the_3d_model_on_held_out_vtest(tmp_path, held_out_clip):
-    from jetforge.cli.main import main
+def test_action_app_with_the_3d_model_on_held_out_vtest(run_action_app):
     from jetforge.compress.action.track_clips import MotionRule
 
-    out = tmp_path / "action"
-    code = main(["-q", "app", "action", "--source", str(held_out_clip), "--out", str(out), "--no-plots",
-                 "--threads", "1", "--no-video"])
-    assert code == 0
-    records = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
-    frames = [r for r in records if r["type"] == "action"]
-    assert [r["frame"] for r in frames] == list(range(HELD_OUT[1] - HELD_OUT[0]))
-    classified = [t for r in frames for t in r["tracks"] if t.get("action")]
-    assert classified and all(t["action"] in LABELS and len(t["top"]) == 3 for t in classified)
+    out, _, frames, classified = run_action_app(["--no-video"], LABELS)
     # top 3 of 4 classes: probabilities in descending order summing to at most 1 (each rounded to 4 decimals)
     assert all([p["p"] for p in t["top"]] == sorted([p["p"] for p in t["top"]], reverse=True) and
                sum(p["p"] for p in t["top"]) <= 1.0 + 2e-4 for t in classified)
