@@ -19,7 +19,7 @@ Goals (issue 17): student >= 2x faster than the teacher on the H200 (batch 32) a
 most half, held-out accuracy within 2 points.  Writes ``results/action_mobilenet3d.{json,png,txt}``; ``--install``
 also writes the student as the app's bundled model (``apps/data/action_mobilenet3d.onnx``).
 
-    .venv/bin/python benchmarks/action_mobilenet3d.py --device-out /work/team/device_out/CALL/action3d --install
+    .venv/bin/python benchmarks/action_mobilenet3d.py --device-out DEVICE_OUT/action3d --install   (the device run's $OUT folder, copied here)
 """
 
 import argparse
