@@ -32,6 +32,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from jetforge.compress.action import action3d_int8
+from jetforge.compress.action.action3d_int8 import heldout_batches, heldout_evaluator, int8_ptq
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "action_mobilenet3d.yaml"
 APP_MODEL = ROOT / "apps" / "data" / "action_mobilenet3d.onnx"
@@ -81,11 +84,6 @@ def export_models(device_out: Path, data: Any, folder: Path) -> Dict[str, Path]:
     return paths
 
 
-def heldout_batches(data: Any, batch: int = 16) -> List[np.ndarray]:
-    x = data.contract.normalize(data.heldout_clips)
-    return [x[i:i + batch] for i in range(0, len(x), batch)]
-
-
 def fp32_logits(path: Path, batches: Sequence[np.ndarray]) -> np.ndarray:
     """ONNX Runtime FP32 logits; kept beside the model keyed by the model's and the inputs' hashes (the teacher is
     the same in every run, so a later run does not pay for it again)."""
@@ -123,69 +121,16 @@ def accuracy_block(logits: Dict[str, np.ndarray], y: np.ndarray, groups: List[st
     return out
 
 
-def int8_ptq(path: Path, recipe: Any, tracks: Any, evaluator: Any, samples: int = 256) -> Dict[str, Any]:
-    """Calibrate from per-track clips of the training frames, evaluate the Q/DQ model on the held-out clips."""
-    from jetforge.assets import asset_path
-    from jetforge.calibrate.calibrate_model import calibrate
-    from jetforge.calibrate.clip_calibration import ClipOptions
-    from jetforge.calibrate.clip_sources import replay_tracks
-
-    by_frame: Dict[int, List[Any]] = {}
-    for tid, boxes in tracks.items():
-        for f, box in boxes.items():
-            by_frame.setdefault(f, []).append((tid, tuple(float(v) for v in box)))
-    video = "%s@0:%d" % (asset_path("opencv_samples", "vtest.avi"), recipe.train_end)
-    t0 = time.perf_counter()
-    result = calibrate(path, [video], samples=samples, min_samples=min(16, samples), batch_size=8, plots=False, progress=False,
-                       clips=ClipOptions(mode="per-track", tracker=replay_tracks(by_frame)))
-    res = evaluator.evaluate(str(result.qdq_path))
-    return {"calibration": {"algorithm": result.algorithm, "clips": result.samples, "frames": [0, recipe.train_end],
-                            "seconds": round(time.perf_counter() - t0, 1), "qdq": result.qdq_path.name},
-            "clip_accuracy": res.metrics["clip_accuracy"], "agreement": res.agreement}
-
-
 def int8_qat(device_out: Path, data: Any, evaluator: Any, folder: Path, steps: int) -> Dict[str, Any]:
-    """QAT of the student (BN folded, fake-quantised; ranges from training clips; ``steps`` fine-tuning steps with
-    logit distillation from the teacher), exported with Q/DQ and evaluated like the calibrated model."""
+    """QAT of the device run's student with logit distillation from its teacher
+    (:func:`jetforge.compress.action.action3d_int8.int8_qat`), evaluated like the calibrated model."""
     import torch
 
-    from jetforge.compress.action.action3d import mirror_map
-    from jetforge.compress.distill.losses import kd_loss
     from jetforge.compress.models.mobilenet3d import mobilenet3d_from_state
-    from jetforge.compress.qat import calibrate_qat, export_qdq_onnx, prepare_qat
 
-    t0 = time.perf_counter()
-    state = {n: torch.load(str(checkpoint(device_out, n)), map_location="cpu", weights_only=True)
-             for n in ("teacher", "student")}
-    teacher = mobilenet3d_from_state(state["teacher"]).eval()
-    qmodel = prepare_qat(mobilenet3d_from_state(state["student"]).eval())
-    x = torch.from_numpy(data.contract.normalize(data.train_clips))
-    y = torch.from_numpy(data.targets(data.train))
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
-    calibrate_qat(qmodel, [x[order[i:i + 8]] for i in range(0, min(len(x), 128), 8)], "entropy")
-    opt = torch.optim.AdamW([p for p in qmodel.parameters() if p.requires_grad], lr=1e-5)
-    mirror, losses = mirror_map(data.labels), []
-    qmodel.train()
-    for step in range(steps):
-        idx = order[(step * 8) % len(x):(step * 8) % len(x) + 8]
-        xb, yb = x[idx], y[idx]
-        if step % 2:
-            xb, yb = xb.flip(-1), mirror[yb]
-        with torch.no_grad():
-            t = teacher(xb)
-        s = qmodel(xb)
-        loss = 0.5 * torch.nn.functional.cross_entropy(s, yb) + 0.5 * kd_loss(s, t, 4.0)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    qmodel.eval()
-    path = folder / "student.qat.qdq.onnx"
-    export_qdq_onnx(qmodel, path, (1,) + tuple(data.contract.input_shape))
-    res = evaluator.evaluate(str(path))
-    return {"steps": steps, "batch": 8, "lr": 1e-5, "loss_first_last": [losses[0], losses[-1]] if losses else None,
-            "seconds": round(time.perf_counter() - t0, 1), "clip_accuracy": res.metrics["clip_accuracy"],
-            "agreement": res.agreement}
+    models = {n: mobilenet3d_from_state(torch.load(str(checkpoint(device_out, n)), map_location="cpu",
+                                                   weights_only=True)).eval() for n in ("teacher", "student")}
+    return action3d_int8.int8_qat(models["teacher"], models["student"], data, evaluator, folder, steps)
 
 
 def cpu_latency(paths: Dict[str, Path], rounds: int, reps: int) -> Dict[str, Any]:
@@ -355,7 +300,6 @@ def main(argv: Any = None) -> int:
                                                          "N calibration clips (recorded in the JSON; not a result)")
     args = p.parse_args(argv)
     from jetforge.apps.pipeline import machine_info
-    from jetforge.calibrate.evaluate import Evaluator
     from jetforge.compress.action.track_clips import read_track_events
     from jetforge.fileio import write_json_atomic
 
@@ -409,8 +353,7 @@ def main(argv: Any = None) -> int:
                 earlier = json.loads(Path(args.teacher_int8_from).read_text())
                 result["int8"]["ptq"][k] = dict(earlier["int8"]["ptq"]["teacher"], reused_from=args.teacher_int8_from)
                 continue
-            ev = Evaluator(str(paths[k]), batches, labels=y, metrics=("classification", "clip_accuracy"),
-                           metric_options={"clip_accuracy": {"groups": groups}})
+            ev = heldout_evaluator(paths[k], data, batches)
             try:
                 result["int8"]["ptq"][k] = int8_ptq(paths[k], recipe, tracks, ev, args.limit or 256)
                 log("PTQ %s: %s" % (k, result["int8"]["ptq"][k]["clip_accuracy"]))

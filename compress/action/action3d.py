@@ -47,6 +47,15 @@ class TrainSettings:
 
 
 @dataclass
+class Int8Settings:
+    """The optional INT8 stage after the student is exported (:mod:`jetforge.compress.action.action3d_int8`)."""
+
+    calibrate: bool = True  # PTQ: student.calib + student.qdq.onnx from per-track clips of the training frames
+    samples: int = 256      # calibration clips (at most)
+    qat_steps: int = 8      # QAT fine-tuning steps of 8 clips (0: no QAT); writes student.qat.qdq.onnx
+
+
+@dataclass
 class Action3DRecipe:
     """``recipes/action_mobilenet3d.yaml`` (``kind: action3d`` routes ``jetforge distill --config`` to it)."""
 
@@ -65,6 +74,7 @@ class Action3DRecipe:
     rule: MotionRule = field(default_factory=MotionRule)
     teacher: TrainSettings = field(default_factory=TrainSettings)
     student: TrainSettings = field(default_factory=TrainSettings)
+    int8: Int8Settings = field(default_factory=Int8Settings)  # calibrate: false and qat_steps: 0 turn it off
     macs_factor: float = 4.0
     kd_weight: float = 0.5
     temperature: float = 4.0
@@ -89,6 +99,9 @@ class Action3DRecipe:
         for part in ("teacher", "student"):
             if getattr(self, part).epochs < 1 or getattr(self, part).batch_size < 1:
                 raise ValueError("%s.epochs and %s.batch_size must be >= 1" % (part, part))
+        if self.int8.samples < 1 or self.int8.qat_steps < 0:
+            raise ValueError("int8.samples must be >= 1 and int8.qat_steps >= 0, got %r, %r"
+                             % (self.int8.samples, self.int8.qat_steps))
 
     def contract(self, fps: float) -> ClipContract:
         return ClipContract(window=self.window, crop_height=self.crop, crop_width=self.crop, margin=self.margin,
@@ -266,5 +279,5 @@ def recipe_dict(recipe: Action3DRecipe) -> Dict[str, Any]:
     return asdict(recipe)
 
 
-__all__ = ["Action3DRecipe", "ClipData", "TrainSettings", "build_data", "mirror_map", "predict", "prune_student",
+__all__ = ["Action3DRecipe", "ClipData", "Int8Settings", "TrainSettings", "build_data", "mirror_map", "predict", "prune_student",
            "recipe_dict", "to_tensor", "train_clip_classifier", "video_fps"]

@@ -3,7 +3,10 @@
 ``python -m jetforge.compress.action.mobilenet3d_recipe --recipe recipes/action_mobilenet3d.yaml`` builds the
 track-labelled clips, fine-tunes the inflated teacher, prunes and distils the student
 (:mod:`jetforge.compress.action.action3d`), and writes ``OUT_DIR/teacher.onnx``, ``OUT_DIR/student.onnx`` (+ sidecars
-with the ``clip`` input contract, the label rule and the held-out accuracy) and ``OUT_DIR/report.json``.  On a
+with the ``clip`` input contract, the label rule and the held-out accuracy) and ``OUT_DIR/report.json``; the
+optional ``int8`` stage (:mod:`jetforge.compress.action.action3d_int8`) then calibrates the student
+(``student.calib``, ``student.qdq.onnx``) and runs a few QAT steps (``student.qat.qdq.onnx``), and records their
+held-out accuracy in simulated INT8 arithmetic in the report.  On a
 2-core CPU the full recipe takes hours: use ``--set`` to shrink it (the tests run it with a few clips and one
 epoch), or run the same steps on a GPU with ``benchmarks/action_mobilenet3d_gpu.py`` (the bundled model's origin)
 and export its checkpoints with :func:`export_action_model`.
@@ -97,14 +100,45 @@ def run_recipe(recipe: Action3DRecipe, video: Path, progress: bool = True) -> Di
     for name, model in (("teacher", teacher), ("student", student)):
         export_action_model(model, out / ("%s.onnx" % name), data, "%s_%s" % (recipe.name, name), report[name],
                             provenance={"recipe": recipe.name, "seed": recipe.seed})
-    report["seconds"] = round(time.perf_counter() - t0, 1)
     report["files"] = {"teacher": str(out / "teacher.onnx"), "student": str(out / "student.onnx")}
-    write_json_atomic(out / "report.json", report)
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    write_json_atomic(out / "report.json", report)  # the FP32 results stand even if the INT8 stage fails
+    if recipe.int8.calibrate or recipe.int8.qat_steps:
+        report["int8"] = run_int8(recipe, video, data, teacher, student, out, report["files"])
+        report["seconds"] = round(time.perf_counter() - t0, 1)
+        write_json_atomic(out / "report.json", report)
     return report
+
+
+def run_int8(recipe: Action3DRecipe, video: Path, data: ClipData, teacher: torch.nn.Module,
+             student: torch.nn.Module, out: Path, files: Dict[str, str]) -> Dict[str, Any]:
+    """The optional ``int8`` stage on the exported student (:mod:`jetforge.compress.action.action3d_int8`): PTQ
+    from per-track clips of the training frames and/or ``qat_steps`` QAT steps, each evaluated on the held-out
+    clips in simulated TensorRT INT8 arithmetic.  Adds the files it writes to ``files``."""
+    from jetforge.compress.action.action3d_int8 import heldout_evaluator, int8_ptq, int8_qat
+    from jetforge.compress.action.track_clips import ensure_track_cache, read_track_events
+
+    student_onnx = out / "student.onnx"
+    evaluator = heldout_evaluator(student_onnx, data)
+    block: Dict[str, Any] = {"arithmetic": "simulated TensorRT INT8 (jetforge.calibrate int8sim)"}
+    if recipe.int8.calibrate:
+        tracks = read_track_events(ensure_track_cache(video, Path(recipe.tracks_dir), recipe.tracks_max_frames))
+        block["ptq"] = int8_ptq(student_onnx, recipe, tracks, evaluator, recipe.int8.samples, video=video)
+        files["student_calib"] = str(out / block["ptq"]["calibration"]["cache"])
+        files["student_ptq_qdq"] = str(out / block["ptq"]["calibration"]["qdq"])
+    if recipe.int8.qat_steps:
+        block["qat"] = int8_qat(teacher, student, data, evaluator, out, recipe.int8.qat_steps)
+        files["student_qat_qdq"] = str(out / block["qat"]["qdq"])
+    return block
 
 
 def summary_lines(report: Dict[str, Any], recipe: Action3DRecipe) -> List[str]:
     """What the run learned and wrote, as printed by this entry and by ``jetforge distill`` (``kind: action3d``)."""
+    int8 = []
+    for name in ("ptq", "qat"):
+        acc = report.get("int8", {}).get(name, {}).get("clip_accuracy")
+        if acc and acc.get("accuracy_int8") is not None:
+            int8.append("%s %.3f" % (name.upper(), acc["accuracy_int8"]))
     return [
         "recognizes  %s" % report["what_it_recognizes"],
         "clips       train %d, held out %d (frames %s, %d tracks)" % (
@@ -115,8 +149,10 @@ def summary_lines(report: Dict[str, Any], recipe: Action3DRecipe) -> List[str]:
         "MACs        teacher %.0f M, student %.0f M (%.2fx)" % (
             report["prune"]["macs_teacher"] / 1e6, report["prune"]["macs_student"] / 1e6,
             report["prune"]["macs_factor"]),
-        "wrote       %s, %s, %s" % (report["files"]["teacher"], report["files"]["student"],
-                                    Path(recipe.out_dir) / "report.json")]
+    ] + (["INT8        student held out, simulated INT8: %s (FP32 %.3f)" % (
+        ", ".join(int8), report["student"]["accuracy"])] if int8 else []) + [
+        "wrote       %s" % ", ".join([str(f) for f in report["files"].values()]
+                                         + [str(Path(recipe.out_dir) / "report.json")])]
 
 
 def recipe_video(path: Optional[str]) -> Path:

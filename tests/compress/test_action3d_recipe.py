@@ -21,7 +21,8 @@ def test_recipe_runs_on_the_cpu_and_exports_both_models(tmp_path, capsys):
     from jetforge.cli.main import main
 
     tiny = ["out_dir=%s" % (tmp_path / "run"), "tracks_dir=%s" % (tmp_path / "tracks"), "tracks_max_frames=100",
-            "crop=32", "train_end=50", "heldout_start=60", "max_clips=4", "macs_factor=2.0"]
+            "crop=32", "train_end=50", "heldout_start=60", "max_clips=4", "macs_factor=2.0",
+            "int8.samples=8", "int8.qat_steps=1"]
     tiny += ["%s.%s" % (part, kv) for part in ("teacher", "student") for kv in ("epochs=1", "batch_size=4", "lr=1e-3")]
     argv = ["distill", "--config", "recipes/action_mobilenet3d.yaml", "--json"]
     assert main(argv + [a for o in tiny for a in ("--set", o)]) == 0
@@ -41,6 +42,20 @@ def test_recipe_runs_on_the_cpu_and_exports_both_models(tmp_path, capsys):
         logits = s.infer({"clip": x})["logits"]
     assert logits.shape == (2, 4) and np.isfinite(logits).all()
     assert report["prune"]["macs_student"] < report["prune"]["macs_teacher"]
+    # the int8 stage: PTQ (calibration cache + Q/DQ) and one QAT step, both evaluated in simulated INT8
+    import onnxruntime as ort
+
+    run = tmp_path / "run"
+    assert (run / "student.calib").is_file()
+    for name, key in (("student.qdq.onnx", "student_ptq_qdq"), ("student.qat.qdq.onnx", "student_qat_qdq")):
+        assert report["files"][key] == str(run / name)
+        q = ort.InferenceSession(str(run / name), providers=["CPUExecutionProvider"])
+        out = q.run(None, {q.get_inputs()[0].name: x})[0]
+        assert out.shape == (2, 4) and np.isfinite(out).all()
+    for stage in ("ptq", "qat"):
+        acc = report["int8"][stage]["clip_accuracy"]
+        assert 0.0 <= acc["accuracy_int8"] <= 1.0 and 0.0 <= acc["accuracy_fp32"] <= 1.0
+    assert report["int8"]["qat"]["steps"] == 1 and report["int8"]["ptq"]["calibration"]["frames"] == [0, 50]
     # without --json the CLI prints the module entry's summary of this report
     from jetforge.compress.action.action3d import Action3DRecipe
     from jetforge.compress.action.mobilenet3d_recipe import summary_lines
@@ -49,4 +64,6 @@ def test_recipe_runs_on_the_cpu_and_exports_both_models(tmp_path, capsys):
     lines = summary_lines(report, load_config(Action3DRecipe, "recipes/action_mobilenet3d.yaml", tiny))
     assert lines[2] == "held out    teacher %.3f, student %.3f (majority class alone %.3f)" % (
         report["teacher"]["accuracy"], report["student"]["accuracy"], report["student"]["majority_baseline"])
-    assert lines[-1].endswith("report.json") and str(student) in lines[-1]
+    assert lines[-1].endswith("report.json") and str(student) in lines[-1] and str(run / "student.qdq.onnx") in lines[-1]
+    assert lines[-2].startswith("INT8        student held out, simulated INT8: PTQ %.3f, QAT %.3f" % (
+        report["int8"]["ptq"]["clip_accuracy"]["accuracy_int8"], report["int8"]["qat"]["clip_accuracy"]["accuracy_int8"]))
