@@ -1,7 +1,7 @@
 """``jetforge distill``: knowledge distillation (or plain fine-tuning) from a YAML recipe."""
 
 import argparse
-from typing import Any, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from jetforge.cli.base import Command, add_config_flags, add_json_flag, print_json
 
@@ -43,10 +43,10 @@ def recipe_kind(args: argparse.Namespace) -> str:
         keys, value = parse_override(text)
         if keys == ["kind"]:
             kind = value
-    if kind not in (None, "detector", "action3d"):
+    if kind is not None and kind not in RECIPE_KINDS:
         raise ConfigError("recipe kind %r is not one jetforge distill knows" % (kind,),
-                          hint="use kind: detector (the SSDLite person detector's recipe), kind: action3d (the 3D "
-                               "action recipe) or leave kind out (a classifier recipe)")
+                          hint="use %s or leave kind out (a classifier recipe)"
+                               % ", ".join("kind: %s (%s)" % (k, what) for k, (what, _) in RECIPE_KINDS.items()))
     return kind or "classifier"
 
 
@@ -95,6 +95,13 @@ def run_action3d_recipe(args: argparse.Namespace) -> int:
         return 0
     print("\n".join(summary_lines(report, cfg)))
     return 0
+
+
+# The recipe kinds besides the classifier recipe: one table for the check, its hint and the dispatch.
+RECIPE_KINDS: Dict[str, Tuple[str, Callable[[argparse.Namespace], int]]] = {
+    "detector": ("the SSDLite person detector's recipe", run_detector_recipe),
+    "action3d": ("the 3D action recipe", run_action3d_recipe),
+}
 
 
 def print_config(cfg: Any) -> None:
@@ -148,10 +155,8 @@ class DistillCommand(Command):
         from jetforge.compress.distill import DistillConfig, distill
 
         kind = recipe_kind(args)
-        if kind == "detector":
-            return run_detector_recipe(args)
-        if kind == "action3d":
-            return run_action3d_recipe(args)
+        if kind in RECIPE_KINDS:
+            return RECIPE_KINDS[kind][1](args)
         cfg = load_recipe(args, DistillConfig)
         if cfg is None:
             return 0
