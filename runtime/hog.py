@@ -78,6 +78,11 @@ class HogPeopleDetector:
         scores = np.asarray(weights, dtype=np.float32).reshape(-1)
         keep = scores >= self.min_score
         rects, scores = rects[keep], scores[keep]
+        # OpenCV collects windows from its worker threads in whatever order they finish, so the raw order
+        # changes from run to run and machine to machine; one canonical order (score descending, then the
+        # box) keeps NMS ties and everything downstream (tracks, labels) reproducible.
+        order = np.lexsort((rects[:, 3], rects[:, 2], rects[:, 1], rects[:, 0], -scores))
+        rects, scores = rects[order], scores[order]
         if len(rects) and self.nms_iou is not None:
             idx = cv2.dnn.NMSBoxes([list(map(float, r)) for r in rects], [float(s) for s in scores],
                                    self.min_score, self.nms_iou)

@@ -45,8 +45,11 @@ def test_without_suppression_it_is_opencvs_detector_exactly(vtest_frames):
     for frame in vtest_frames:
         got = det(frame)
         ref = _opencv_reference(frame, 0.3)
-        # same library call, same float32 arithmetic: equal, not close
-        assert np.array_equal(np.concatenate([got.boxes, got.scores[:, None]], axis=1), ref)
+        rows = np.concatenate([got.boxes, got.scores[:, None]], axis=1)
+        # OpenCV's threads return windows in any order; the detector puts them in one canonical order
+        assert np.all(np.diff(got.scores) <= 0)
+        # same library call, same float32 arithmetic: the same rows, equal, not close
+        assert np.array_equal(rows[np.lexsort(rows.T[::-1])], ref[np.lexsort(ref.T[::-1])])
         found += len(got)
     assert found >= 3  # people are walking in every one of these frames
 
