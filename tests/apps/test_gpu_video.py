@@ -183,7 +183,8 @@ def test_run_streams_with_onnx_runtime_agrees_with_the_per_frame_cpu_path(bikes_
     events = []
     result = run_streams(sources, HostBatchOps(pre, lambda x: session.infer({name: x})[session.outputs[0].name],
                                                post),
-                         StreamRunOptions(batch_timeout_s=0.5), sink=lambda s, f, e, h: events.append(e))
+                         # a timeout no loaded machine reaches: both streams' frames always meet in a batch
+                         StreamRunOptions(batch_timeout_s=30.0), sink=lambda s, f, e, h: events.append(e))
     assert result.frames == 12 and result.per_stream_frames == [6, 6] and result.order_ok
     assert result.mean_batch == pytest.approx(2.0)
     with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=6) as src:
@@ -385,14 +386,34 @@ def test_nvenc_sink_feeds_nv12_planes_and_writes_every_packet_in_order(tmp_path)
 def test_device_pool_shares_batches_and_results_come_back_in_submission_order():
     from jetforge.apps.pipeline.devices import DevicePool
 
-    def device(delay, tag):
+    # A GPU and two slower DLA cores stand in as functions; 20 batches queued at once. Their speeds are a scripted
+    # schedule, not sleeps (timed sleeps let a loaded machine starve a thread, and then a device gets no batch):
+    # each device's first batch waits until all three hold one, and the DLA cores then wait until the GPU has run
+    # GPU_AHEAD more. So each device runs >= 1 batch, the GPU >= GPU_AHEAD + 1 = 11 and a DLA core <= 1 + (20 - 13) = 8.
+    all_started, gpu_is_ahead = threading.Barrier(3, timeout=60.0), threading.Event()
+    gpu_batches = []
+    GPU_AHEAD = 10
+
+    def gpu(batch):
+        if not gpu_batches:
+            all_started.wait()
+        gpu_batches.append(batch)  # only the GPU's worker thread runs this function
+        if len(gpu_batches) > GPU_AHEAD:
+            gpu_is_ahead.set()
+        return ("g", batch)
+
+    def dla(tag):
+        mine = []  # this core's batches: only its own worker thread runs this function
+
         def run(batch):
-            time.sleep(delay)
+            if not mine:
+                all_started.wait()
+                assert gpu_is_ahead.wait(60.0)
+            mine.append(batch)
             return (tag, batch)
         return run
 
-    # a GPU and two slower DLA cores stand in as functions; 20 batches queued at once
-    with DevicePool([device(0.002, "g"), device(0.02, "d0"), device(0.02, "d1")], ["gpu", "dla0", "dla1"]) as pool:
+    with DevicePool([gpu, dla("d0"), dla("d1")], ["gpu", "dla0", "dla1"]) as pool:
         futures = [pool.submit(i) for i in range(20)]
         results = [f.result() for f in futures]
     assert [r[0][1] for r in results] == list(range(20))  # every batch's own result, in order
