@@ -36,6 +36,14 @@ it; if that dies too, eager FP16 (labelled: launch-bound, not the goal's method)
 output is compared with the eager forward of the same FP16 model after the timed rounds
 (``graph_vs_eager_max_abs``): a graph replaying on memory it no longer owns would show there.
 
+A student whose input size is not the teacher's (``--assemble --student-size NAME=PIXELS``, kept in the
+carry's ``sizes.json``: the conv body is resolution-agnostic, so a 300 px student's weights start it) has
+another anchor grid; it is distilled through the teacher's decoded boxes re-encoded on its own anchors
+(:mod:`jetforge.compress.distill.detection_crossgrid`), the teacher scoring each view at 300 px and the
+student the same view at its size, and it is timed at its size beside the teacher at 300 px.
+``--deadline-s`` makes the whole call stop itself: the students share the time left after
+``--timing-reserve-s``, and the timing process is cut at the deadline (keeping the batches it wrote).
+
 Carry folders are written here by ``--prepare`` (above), ``--prepare-cuts F...`` (untrained jetforge
 students at MACs factors F into ``--out``) and ``--assemble DEST`` (teacher + ``prepare.json`` of
 ``--carry``, plus ``--student NAME=FILE`` to distil, ``--trained DIR`` to time beside, ``--cuts DIR``
@@ -54,6 +62,15 @@ as shapes only, ``--clips`` for distillation)::
         --students-dir build/detector_timing/trained --out /tmp/dry_timing
     python3 benchmarks/detector_student_gpu.py --time-only --carry build/detector_timing \\
         --students-dir build/detector_timing/trained                                  # on the GPU
+
+    # students at lower input sizes (cross-grid distillation), timed beside the 300 px student, <= 8 min
+    .venv/bin/python benchmarks/detector_student_gpu.py --carry build/detector_student --assemble \\
+        build/detector_lowres --clips --student jf192=build/detector_student_cpu/trained/student_jetforge.pt \\
+        --student jf176=build/detector_student_cpu/trained/student_jetforge.pt \\
+        --student cut2_176=build/detector_student_cuts/student_cut2.00_init.pt --student-size jf192=192 \\
+        --student-size jf176=176 --student-size cut2_176=176 --trained <folder with student_jetforge.pt only>
+    python3 benchmarks/detector_student_gpu.py --carry build/detector_lowres --deadline-s 470 \\
+        --timing-reserve-s 110 --train-budget-s 150 --steps 4000                       # on the GPU
 """
 
 import argparse
@@ -150,18 +167,24 @@ def load_models(carry: Path, only: Any = None) -> Tuple[Any, Dict[str, Any], Dic
     from jetforge.compress.distill.detection_student import detector_from_state
 
     meta = json.loads((carry / "prepare.json").read_text())
-    size = int(meta["image_size"])
 
-    def load(path: Path) -> Any:
+    def load(path: Path, size: int) -> Any:
         return detector_from_state(torch.load(str(path), map_location="cpu", weights_only=True), size)
 
-    teacher = load(carry / "teacher.pt")
+    teacher = load(carry / "teacher.pt", int(meta["image_size"]))
     files = {p.name[len("student_"):-len("_init.pt")]: p for p in sorted(carry.glob("student_*_init.pt"))}
     missing = sorted(set(only or ()) - set(files))
     if missing:
         raise SystemExit("no student_<name>_init.pt in %s for %s" % (carry, ", ".join(missing)))
-    students = {name: load(path) for name, path in files.items() if not only or name in only}
+    students = {name: load(path, input_size(carry, name)) for name, path in files.items() if not only or name in only}
     return teacher, students, meta
+
+
+def input_size(carry: Path, name: str) -> int:
+    """A student's input size: the carry's ``sizes.json`` (``--assemble --student-size``), else the teacher's."""
+    sizes = carry / "sizes.json"
+    table = json.loads(sizes.read_text()) if sizes.is_file() else {}
+    return int(table.get(name, json.loads((carry / "prepare.json").read_text())["image_size"]))
 
 
 class _Timed:
@@ -235,12 +258,12 @@ class _Timed:
         return {"graph_vs_eager_max_abs": diff, "eager_max_abs": max(float(t.abs().max()) for t in eager)}
 
 
-def time_side_by_side(models: Dict[str, Any], batch: int, size: int, device: Any, rounds: int,
+def time_side_by_side(models: Dict[str, Any], batch: int, sizes: Dict[str, int], device: Any, rounds: int,
                       reps: int, use_graph: bool = True) -> Dict[str, Any]:
-    """Median over ``rounds`` of ms per forward, the models alternating within each round."""
+    """Median over ``rounds`` of ms per forward (each model at its own input size), alternating within each round."""
     timers = {}
     for name, m in models.items():
-        timers[name] = _Timed(m, batch, size, device, use_graph and device.type == "cuda")
+        timers[name] = _Timed(m, batch, sizes[name], device, use_graph and device.type == "cuda")
         log("  %s captured at batch %d" % (name, batch))
     samples: Dict[str, List[float]] = {name: [] for name in models}
     for r in range(rounds):
@@ -281,8 +304,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     import torch
 
     from jetforge.compress.distill.detection_student import model_macs
-    from jetforge.compress.distill.detection_train import (TrainConfig, ViewConfig, distill_detector,
-                                                           distill_loss_on, frame_bank_from_labels)
+    from jetforge.compress.distill.detection_train import TrainConfig, ViewConfig, frame_bank_from_labels
     from jetforge.runtime.inputs.image import Preprocess
 
     wall = time.perf_counter()
@@ -292,38 +314,79 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     carry = Path(args.carry)
     teacher, students, meta = load_models(carry, args.students)
-    size = int(meta["image_size"])
     preprocess = Preprocess.from_dict(meta["preprocess"])
     bank = frame_bank_from_labels(carry / "assets", preprocess, device, step=args.frame_step, limit=args.frames)
     log("%d training frames decoded (%.1f s); device %s; students %s" % (
-        len(bank), time.perf_counter() - wall, device, ", ".join(students)))
-    check = bank.full_views(list(range(0, len(bank), max(1, len(bank) // 16)))[:16])
+        len(bank), time.perf_counter() - wall, device,
+        ", ".join("%s@%d" % (n, m.image_size) for n, m in students.items())))
+    check = list(range(0, len(bank), max(1, len(bank) // 16)))[:16]
     result: Dict[str, Any] = {"schema": SCHEMA, "dry_run": bool(args.dry_run), "environment": environment(device),
                               "prepare": meta, "frames": {"count": len(bank), "first": bank.names[:3],
                                                           "last": bank.names[-3:]},
-                              "students": {}, "timing": {}}
+                              "students": {}, "timing": {}, "deadline_s": args.deadline_s}
     views = ViewConfig()
-    for name, student in students.items():
-        before = distill_loss_on(student.to(device), teacher.to(device), check)
+    for index, (name, student) in enumerate(students.items()):
+        budget = train_budget(args, time.perf_counter() - wall, len(students) - index)
         cfg = TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup,
-                          budget_s=args.train_budget_s, log_every=max(1, args.steps // 20))
-        history = distill_detector(student, teacher, bank, views, cfg,
-                                   on_log=lambda e, n=name: log("%s step %d loss %.4f (cls %.4f box %.4f) %.0fs" % (
-                                       n, e["step"], e["loss"], e["class_kl"], e["box_l1"], e["elapsed_s"])))
-        after = distill_loss_on(student, teacher, check)
+                          budget_s=budget, log_every=max(1, args.steps // 20))
+        result["students"][name] = distil_one(name, student, teacher, bank, check, views, cfg, meta, device)
         torch.save({k: v.detach().cpu() for k, v in student.state_dict().items()},
                    str(out / ("student_%s.pt" % name)))
-        result["students"][name] = {"macs": model_macs(student.cpu(), size), "loss_full_frames_before": before,
-                                    "loss_full_frames_after": after, "train": history, "config": vars(cfg),
-                                    "views": vars(views), "init": "student_%s_init.pt" % name}
+        result["students"][name]["macs"] = model_macs(student.cpu(), student.image_size)
         write_json(out / "detector_student_gpu.json", result)
     del teacher, students, bank
     if args.students_dir is None:  # the new students, and the carry folder's earlier ones beside them if any
         args.students_dir = [args.out] + ([str(carry / "trained")] if (carry / "trained").is_dir() else [])
+    args.timing_timeout_s = remaining_s(args, time.perf_counter() - wall)
     result["timing"] = timing_in_subprocesses(args)
     result["wall_s"] = time.perf_counter() - wall
     write_json(out / "detector_student_gpu.json", result)
     return result
+
+
+def remaining_s(args: argparse.Namespace, elapsed: float) -> Any:
+    """Seconds left before ``--deadline-s`` (None without a deadline)."""
+    return None if args.deadline_s is None else max(1.0, args.deadline_s - elapsed)
+
+
+def train_budget(args: argparse.Namespace, elapsed: float, students_left: int) -> float:
+    """This student's share of the time left before the deadline, keeping ``--timing-reserve-s`` for the timing."""
+    if args.deadline_s is None:
+        return args.train_budget_s
+    share = (args.deadline_s - args.timing_reserve_s - elapsed) / max(1, students_left)
+    return max(5.0, min(args.train_budget_s, share))
+
+
+def distil_one(name: str, student: Any, teacher: Any, bank: Any, check: List[int], views: Any, cfg: Any,
+               meta: Dict[str, Any], device: Any) -> Dict[str, Any]:
+    """Distil one student in place (same grid: per-anchor targets; another input size: the teacher's boxes)."""
+    from jetforge.compress.distill.detection_crossgrid import CrossGridConfig, CrossGridTargets, student_spec
+    from jetforge.compress.distill.detection_train import distill_detector, distill_loss_on
+    from jetforge.runtime.detection import SSDSpec
+
+    cross, cross_cfg = None, CrossGridConfig()
+    if student.image_size != teacher.image_size:
+        teacher_spec = SSDSpec.from_dict(meta["spec"])
+        cross = CrossGridTargets(teacher_spec, student_spec(teacher_spec, student.grid_sizes, student.image_size),
+                                 cross_cfg, device)
+    x_teacher = bank.full_views(check)
+    x_student = bank.full_views(check, student.image_size)
+
+    def loss() -> float:
+        return distill_loss_on(student.to(device), teacher.to(device), x_teacher, cross, x_student)
+
+    before = loss()
+    log("%s at %d px (%s): budget %.0f s" % (name, student.image_size,
+                                              "cross-grid" if cross else "same grid", cfg.budget_s or 0))
+    history = distill_detector(student, teacher, bank, views, cfg, cross_grid=cross,
+                               on_log=lambda e, n=name: log("%s step %d loss %.4f (cls %.4f box %.4f) %.0fs" % (
+                                   n, e["step"], e["loss"], e["class_kl"], e["box_l1"], e["elapsed_s"])))
+    after = loss()
+    return {"image_size": int(student.image_size), "grid_sizes": [list(g) for g in student.grid_sizes],
+            "targets": "cross-grid: the teacher's decoded boxes re-encoded on the student's anchors" if cross else
+            "same grid: the teacher's per-anchor outputs", "cross_grid": vars(cross_cfg) if cross else None,
+            "loss_full_frames_before": before, "loss_full_frames_after": after, "train": history,
+            "config": vars(cfg), "views": vars(views), "init": "student_%s_init.pt" % name}
 
 
 def _time_only_cmd(args: argparse.Namespace, extra: List[str]) -> List[str]:
@@ -344,14 +407,26 @@ def timing_in_subprocesses(args: argparse.Namespace) -> Dict[str, Any]:
     """
     attempts: List[Dict[str, Any]] = []
     path = Path(args.out) / "detector_student_timing.json"
+    begin = time.perf_counter()
+    timeout = getattr(args, "timing_timeout_s", None)
 
     def attempt(label: str, extra: List[str]) -> Any:
         if path.is_file():
             path.unlink()
         start = time.perf_counter()
-        rc = subprocess.run(_time_only_cmd(args, extra)).returncode
+        left = None if timeout is None else timeout - (start - begin)
+        if left is not None and left < 10:
+            attempts.append({"how": label, "returncode": None, "seconds": 0.0, "skipped": "deadline"})
+            return None
+        try:
+            rc = subprocess.run(_time_only_cmd(args, extra), timeout=left).returncode
+        except subprocess.TimeoutExpired:  # the deadline: keep the batches it wrote (batch 32 first)
+            rc = -9
         attempts.append({"how": label, "returncode": rc, "seconds": time.perf_counter() - start})
         log("timing (%s): rc %d" % (label, rc))
+        if rc == -9 and path.is_file():
+            partial = json.loads(path.read_text())
+            return partial if "batch32" in partial or "batch2" in partial else None
         return json.loads(path.read_text()) if rc == 0 and path.is_file() else None
 
     timing = attempt("CUDA graphs, all models in one process", [])
@@ -435,7 +510,8 @@ def time_only(args: argparse.Namespace) -> Dict[str, Any]:
     teacher = detector_from_state(torch.load(str(carry / "teacher.pt"), map_location="cpu", weights_only=True), size)
     models, about = {"teacher": teacher}, {"teacher": "the port's weights"}
     for name, path in trained_files(args.students_dir or [args.out]).items():
-        models[name] = detector_from_state(torch.load(str(path), map_location="cpu", weights_only=True), size)
+        models[name] = detector_from_state(torch.load(str(path), map_location="cpu", weights_only=True),
+                                           input_size(carry, name))
         about[name] = "trained: %s" % path.name
     cuts_file = carry / "cuts.json"
     cuts = sorted(json.loads(cuts_file.read_text()).items()) if cuts_file.is_file() else []
@@ -449,11 +525,12 @@ def time_only(args: argparse.Namespace) -> Dict[str, Any]:
                                          "eager forward passes") + ", FP16 on CUDA (FP32 on CPU), channels-last, "
                                          "cuDNN autotuned, CUDA events, models alternating per round, median",
                               "device": str(device), "environment": environment(device),
-                              "models": {n: {"weights": about[n], "macs": model_macs(m, size)}
-                                         for n, m in models.items()}}
+                              "models": {n: {"weights": about[n], "macs": model_macs(m, m.image_size),
+                                             "image_size": int(m.image_size)} for n, m in models.items()}}
     log("timing %s on %s" % (", ".join(models), device))
     for batch in ((2, 1) if args.dry_run else (32, 1)):  # the dry run only checks the code path
-        timing["batch%d" % batch] = time_side_by_side(models, batch, size, device, args.rounds,
+        timing["batch%d" % batch] = time_side_by_side(models, batch, {n: m.image_size for n, m in models.items()},
+                                                      device, args.rounds,
                                                       args.reps if batch > 1 or args.dry_run else 4 * args.reps,
                                                       use_graph)
         log("batch %d: %s" % (batch, {n: round(v["speedup_vs_teacher"], 3)
@@ -482,10 +559,12 @@ def prepare_cuts(folder: Path, factors: List[float], teacher_file: Path, image_s
     return made
 
 
-def assemble(dest: Path, source: Path, students: List[str], trained: Any, cuts: Any, clips: bool) -> int:
+def assemble(dest: Path, source: Path, students: List[str], trained: Any, cuts: Any, clips: bool,
+             sizes: Any = ()) -> int:
     """Write a carry folder: the teacher and prepare.json of ``source`` (a ``--prepare`` folder), plus
 
     ``students`` (``name=FILE``: a state dict to distil further, as ``student_<name>_init.pt``),
+    ``sizes`` (``name=PIXELS``: a student's input size, when it is not the teacher's; ``sizes.json``),
     ``trained`` (a folder of trained ``student_<name>.pt``, copied to ``trained/``), ``cuts`` (a folder
     of ``student_<cut>_init.pt``: only their shapes go in, as ``cuts.json``, for timing) and the clips.
     """
@@ -503,6 +582,9 @@ def assemble(dest: Path, source: Path, students: List[str], trained: Any, cuts: 
     for spec in students:
         name, _, path = spec.partition("=")
         shutil.copyfile(path, str(dest / ("student_%s_init.pt" % name)))
+    if sizes:  # students (to distil or trained) whose input is not the teacher's
+        table = {name: int(size) for name, _, size in (s.partition("=") for s in sizes)}
+        (dest / "sizes.json").write_text(json.dumps(table, sort_keys=True))
     if trained:
         (dest / "trained").mkdir()
         for name, path in trained_files([trained]).items():
@@ -529,6 +611,8 @@ def parse_args(argv: Any = None) -> argparse.Namespace:
                    help="here: untrained jetforge students at these MACs factors into --out")
     p.add_argument("--assemble", metavar="DEST", help="here: write a carry folder from --carry (see assemble())")
     p.add_argument("--student", action="append", default=[], metavar="NAME=FILE", help="--assemble: to distil")
+    p.add_argument("--student-size", action="append", default=[], metavar="NAME=PIXELS",
+                   help="--assemble: a student's input size when it is not the teacher's (cross-grid distillation)")
     p.add_argument("--trained", help="--assemble: folder of trained student_<name>.pt to time beside")
     p.add_argument("--cuts", help="--assemble: folder of student_<cut>_init.pt to time (shapes only)")
     p.add_argument("--clips", action="store_true", help="--assemble: copy the clips (for distillation)")
@@ -544,7 +628,11 @@ def parse_args(argv: Any = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--min-lr", type=float, default=1e-5)
     p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--train-budget-s", type=float, default=110.0, help="per student")
+    p.add_argument("--train-budget-s", type=float, default=110.0, help="per student (at most)")
+    p.add_argument("--deadline-s", type=float, default=None,
+                   help="stop everything this many seconds after the start: the students share what is left "
+                        "after --timing-reserve-s, and the timing process is cut at the deadline")
+    p.add_argument("--timing-reserve-s", type=float, default=100.0, help="--deadline-s: kept for the timing")
     p.add_argument("--time-only", action="store_true", help="only time the trained students (subprocess)")
     p.add_argument("--only", help="--time-only: the teacher and this one student")
     p.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)  # the timing process itself
@@ -574,6 +662,7 @@ def main(argv: Any = None) -> int:
         if args.inner:  # one timing process (timing_in_subprocesses starts it)
             time_only(args)
             return 0
+        args.timing_timeout_s = remaining_s(args, 0.0)
         timing = timing_in_subprocesses(args)
         log("timing: %s" % ", ".join("%s rc %d" % (a["how"], a["returncode"]) for a in timing["attempts"]))
         return 0 if any(k.startswith("batch") for k in timing) else 1
@@ -586,7 +675,8 @@ def main(argv: Any = None) -> int:
         prepare_cuts(Path(args.out), args.prepare_cuts, Path(args.carry) / "teacher.pt", size)
         return 0
     if args.assemble:
-        return assemble(Path(args.assemble), Path(args.carry), args.student, args.trained, args.cuts, args.clips)
+        return assemble(Path(args.assemble), Path(args.carry), args.student, args.trained, args.cuts, args.clips,
+                        args.student_size)
     result = run(args)
     log("wrote %s (%.0f s)" % (args.out, result["wall_s"]))
     return 0

@@ -21,7 +21,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -79,20 +79,30 @@ class FrameBank:
         """``(B, 3, H, W)`` float pixels in model colour order -> the model input (``(x * scale - mean) / std``)."""
         return (pixels * self._scale - self._mean) / self._std
 
-    def full_views(self, indices: Sequence[int]) -> torch.Tensor:
-        """The whole frames ``indices`` as model inputs (no augmentation)."""
-        return self.normalize(torch.cat([self._resize(self.frames[i]) for i in indices]))
+    def full_views(self, indices: Sequence[int], size: Optional[int] = None) -> torch.Tensor:
+        """The whole frames ``indices`` as model inputs (no augmentation), at ``size`` (default: the preprocess's)."""
+        return self.normalize(torch.cat([self._resize(self.frames[i], size) for i in indices]))
 
-    def _resize(self, image: torch.Tensor) -> torch.Tensor:
+    def _resize(self, image: torch.Tensor, size: Optional[int] = None) -> torch.Tensor:
         x = image.permute(2, 0, 1).unsqueeze(0).float()
         if self.preprocess.color == "rgb":
             x = x.flip(1)
-        size = (int(self.preprocess.height), int(self.preprocess.width))
-        return nn.functional.interpolate(x, size=size, mode="bilinear", align_corners=False)
+        hw = (int(self.preprocess.height), int(self.preprocess.width)) if size is None else (int(size), int(size))
+        return nn.functional.interpolate(x, size=hw, mode="bilinear", align_corners=False)
 
     def sample(self, batch: int, cfg: ViewConfig, rng: np.random.Generator) -> torch.Tensor:
         """``batch`` random views (module docstring) as model inputs ``(B, 3, H, W)`` float32."""
-        views = []
+        return self.sample_sizes(batch, cfg, rng, [None])[0]
+
+    def sample_sizes(self, batch: int, cfg: ViewConfig, rng: np.random.Generator,
+                     sizes: Sequence[Optional[int]]) -> List[torch.Tensor]:
+        """The same ``batch`` random views at each of ``sizes`` (``None``: the preprocess's size), one tensor each.
+
+        Every view is cut, mirrored and jittered once and resized from the frame to each size (not from one
+        size to the other), so a teacher and a student of different input sizes see the same scene as each
+        would see it at inference.  The jitter's mean is the first size's.
+        """
+        views: List[List[torch.Tensor]] = [[] for _ in sizes]
         for i in rng.integers(0, len(self.frames), size=batch):
             image = self.frames[int(i)]
             h, w = int(image.shape[0]), int(image.shape[1])
@@ -102,15 +112,17 @@ class FrameBank:
                 cw = int(min(w, max(16, round(w * side))))
                 y0, x0 = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
                 image = image[y0:y0 + ch, x0:x0 + cw]
-            view = self._resize(image)
+            resized = [self._resize(image, size) for size in sizes]
             if cfg.flip and rng.random() < 0.5:
-                view = view.flip(3)
+                resized = [v.flip(3) for v in resized]
             if cfg.jitter > 0:
                 contrast = 1.0 + cfg.jitter * rng.uniform(-1, 1)
                 brightness = 128.0 * cfg.jitter * rng.uniform(-1, 1)
-                view = ((view - view.mean()) * contrast + view.mean() + brightness).clamp(0.0, 255.0)
-            views.append(view)
-        return self.normalize(torch.cat(views))
+                mean = resized[0].mean()
+                resized = [((v - mean) * contrast + mean + brightness).clamp(0.0, 255.0) for v in resized]
+            for out, view in zip(views, resized):
+                out.append(view)
+        return [self.normalize(torch.cat(v)) for v in views]
 
 
 def frame_bank_from_labels(assets_root: Any, preprocess: Any, device: Any = "cpu", step: int = 1,
@@ -185,15 +197,18 @@ def training_progress(step: int, elapsed_s: float, cfg: TrainConfig) -> float:
 
 
 def distill_detector(student: nn.Module, teacher: nn.Module, bank: FrameBank, views: ViewConfig,
-                     cfg: TrainConfig, on_log: Optional[Callable[[Dict[str, float]], None]] = None
-                     ) -> Dict[str, Any]:
-    """Train ``student`` (in place) to reproduce ``teacher`` on random views of ``bank``; returns the history."""
+                     cfg: TrainConfig, on_log: Optional[Callable[[Dict[str, float]], None]] = None,
+                     cross_grid: Optional[Any] = None) -> Dict[str, Any]:
+    """Train ``student`` (in place) to reproduce ``teacher`` on random views of ``bank``; returns the history.
+
+    Same grids: the teacher's per-anchor outputs are the targets (:func:`teacher_targets`).  A student of
+    another input size needs ``cross_grid``, a
+    :class:`jetforge.compress.distill.detection_crossgrid.CrossGridTargets`: the teacher then scores each
+    view at its size, the student the same view at its own, and the targets are the teacher's decoded
+    boxes re-encoded on the student's anchors.
+    """
     device = bank.device
-    if tuple(getattr(student, "grid_sizes", ())) != tuple(getattr(teacher, "grid_sizes", ())):
-        raise CompressError("the student's feature maps %s differ from the teacher's %s: on-the-fly targets need "
-                            "the teacher's anchors" % (getattr(student, "grid_sizes", None),
-                                                      getattr(teacher, "grid_sizes", None)),
-                            hint="give the student the teacher's input size")
+    sizes = _check_grids(student, teacher, cross_grid)
     teacher.to(device).eval()
     student.to(device).train()
     if cfg.freeze_bn:
@@ -214,11 +229,12 @@ def distill_detector(student: nn.Module, teacher: nn.Module, bank: FrameBank, vi
             break
         for group in opt.param_groups:
             group["lr"] = learning_rate(progress, cfg)
-        x = bank.sample(cfg.batch, views, rng)
+        x_teacher, x_student = _views(bank, views, cfg.batch, rng, sizes)
         with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            targets = teacher_targets(*teacher(x))
+            outputs = teacher(x_teacher)
+        targets = teacher_targets(*outputs) if cross_grid is None else cross_grid(*outputs)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            enc, logits = student(x)
+            enc, logits = student(x_student)
         loss, logs = detection_distill_loss(enc.float(), logits.float(), targets, cfg.class_weight, cfg.box_weight)
         if not torch.isfinite(loss):
             raise CompressError("the distillation loss is %s at step %d" % (loss.item(), step),
@@ -240,13 +256,49 @@ def distill_detector(student: nn.Module, teacher: nn.Module, bank: FrameBank, vi
             "history": history}
 
 
-def distill_loss_on(student: nn.Module, teacher: nn.Module, inputs: torch.Tensor) -> float:
-    """The distillation loss of ``student`` against ``teacher`` on fixed inputs (both in eval mode)."""
+def _check_grids(student: nn.Module, teacher: nn.Module, cross_grid: Optional[Any]) -> Optional[Tuple[int, int]]:
+    """``None`` for same-grid distillation, else (teacher size, student size); refuses a pairing that cannot work."""
+    same = tuple(getattr(student, "grid_sizes", ())) == tuple(getattr(teacher, "grid_sizes", ()))
+    if cross_grid is None:
+        if not same:
+            raise CompressError("the student's feature maps %s differ from the teacher's %s: on-the-fly targets "
+                                "need the teacher's anchors" % (getattr(student, "grid_sizes", None),
+                                                               getattr(teacher, "grid_sizes", None)),
+                                hint="give the student the teacher's input size, or distil through the teacher's "
+                                     "boxes (detection_crossgrid.CrossGridTargets)")
+        return None
+    sizes = (int(cross_grid.teacher_size), int(cross_grid.student_size))
+    if (int(getattr(teacher, "image_size", -1)), int(getattr(student, "image_size", -1))) != sizes:
+        raise CompressError("the models' input sizes (teacher %s, student %s) are not the cross-grid targets' %s"
+                            % (getattr(teacher, "image_size", None), getattr(student, "image_size", None), sizes),
+                            hint="build the student spec with student_spec(teacher_spec, student.grid_sizes, size)")
+    if int(getattr(student, "num_anchors", -1)) != int(cross_grid.student_anchors.shape[0]):
+        raise CompressError("the student predicts %s anchors, the cross-grid targets lay out %d"
+                            % (getattr(student, "num_anchors", None), cross_grid.student_anchors.shape[0]))
+    return sizes
+
+
+def _views(bank: FrameBank, views: ViewConfig, batch: int, rng: np.random.Generator,
+           sizes: Optional[Tuple[int, int]]) -> Tuple[torch.Tensor, torch.Tensor]:
+    if sizes is None:
+        x = bank.sample(batch, views, rng)
+        return x, x
+    teacher_x, student_x = bank.sample_sizes(batch, views, rng, list(sizes))
+    return teacher_x, student_x
+
+
+def distill_loss_on(student: nn.Module, teacher: nn.Module, inputs: torch.Tensor,
+                    cross_grid: Optional[Any] = None, student_inputs: Optional[torch.Tensor] = None) -> float:
+    """The distillation loss of ``student`` against ``teacher`` on fixed inputs (both in eval mode).
+
+    With ``cross_grid`` the student sees ``student_inputs`` (the same frames at its own size).
+    """
     teacher.eval()
     student.eval()
     with torch.no_grad():
-        targets = teacher_targets(*teacher(inputs))
-        enc, logits = student(inputs)
+        outputs = teacher(inputs)
+        targets = teacher_targets(*outputs) if cross_grid is None else cross_grid(*outputs)
+        enc, logits = student(inputs if student_inputs is None else student_inputs)
         loss, _ = detection_distill_loss(enc, logits, targets)
     return float(loss)
 

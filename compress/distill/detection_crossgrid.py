@@ -1,0 +1,214 @@
+"""Distillation targets for a student whose anchor grid is not the teacher's: through the teacher's decoded boxes.
+
+A student that runs at a smaller input (e.g. 192 px where the teacher runs at 300 px) has other
+feature-map sizes (12x12 instead of 19x19 for the first map), so the teacher's per-anchor outputs
+have no anchor-by-anchor counterpart in the student and
+:func:`jetforge.compress.distill.detection_train.teacher_targets` does not apply.  The conv body
+itself is resolution-agnostic (the same weights run at any size), only the anchors change, so the
+student starts from the teacher's (or a 300 px student's) weights and learns the new grid here:
+
+1. the teacher scores the view at its own input size and its outputs are **decoded** into boxes
+   (the faster-rcnn box coder of the port, :func:`decode_boxes`) with person scores;
+2. boxes scoring at least ``min_score`` (low-score ones included: they are soft targets, and AP
+   counts them) go through per-image NMS (:func:`fast_nms`), at most ``max_boxes`` kept;
+3. they are **matched** to the student's anchors as the TF Object Detection API's SSD training does
+   (``argmax_matcher``: an anchor is matched to the box of highest IoU if that IoU is >= ``iou_match``
+   (0.5, no ignore band), and every box also takes its best anchor -- ``force_match_for_each_row`` --,
+   a conflict going to the box listed first, i.e. the higher-scoring one);
+4. the targets, in the ``(N, A, 8)`` layout of
+   :func:`jetforge.compress.distill.detection_losses.detection_distill_loss`: the person probability
+   of a matched anchor is its box's teacher score (0 for unmatched anchors: background; the background
+   column gets ``1 - q``), its box encoding is the box **re-encoded** on the student's anchor
+   (:func:`encode_boxes`, the inverse of the decoding), weighted by the box's score, as the
+   same-grid loss weights boxes by the teacher's confidence.
+
+Both models see the same view (the same crop, flip and jitter; each resized from the frame to its own
+input size: :meth:`jetforge.compress.distill.detection_train.FrameBank.sample_sizes`).
+
+Fast NMS (Bolya et al., YOLACT, 2019) is used instead of greedy NMS because it runs on the whole
+batch at once on the GPU: a box is dropped when a higher-scoring box overlaps it by more than the
+threshold, whether or not that box was itself dropped, so it may drop a few more boxes than greedy
+NMS does -- for soft targets that means slightly fewer duplicate low-score boxes.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Sequence, Tuple
+
+import numpy as np
+import torch
+
+from jetforge.errors import CompressError
+from jetforge.runtime.detection import AnchorLayer, SSDSpec
+
+
+def student_spec(teacher_spec: SSDSpec, grid_sizes: Sequence[Tuple[int, int]], image_size: int) -> SSDSpec:
+    """The teacher's SSD spec laid out on the student's feature maps: same scales and aspect ratios, other grids.
+
+    Anchors are in normalised coordinates, so each layer keeps the teacher's boxes and only its cell grid
+    changes; decoding, scores and NMS settings are the teacher's.
+    """
+    if len(grid_sizes) != len(teacher_spec.layers):
+        raise CompressError("the student predicts on %d feature maps, the teacher on %d"
+                            % (len(grid_sizes), len(teacher_spec.layers)))
+    layers = tuple(AnchorLayer(int(rows), int(cols), layer.scales, layer.aspect_ratios)
+                   for (rows, cols), layer in zip(grid_sizes, teacher_spec.layers))
+    return dataclasses.replace(teacher_spec, layers=layers, image_size=(int(image_size), int(image_size)))
+
+
+def anchors_tensor(spec: SSDSpec, device: torch.device = torch.device("cpu")) -> torch.Tensor:
+    """``(A, 4)`` float32 anchors of ``spec`` (``[ymin, xmin, ymax, xmax]``, normalised) on ``device``."""
+    return torch.from_numpy(np.ascontiguousarray(spec.anchors())).to(device)
+
+
+def _centre_form(boxes: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    h = boxes[..., 2] - boxes[..., 0]
+    w = boxes[..., 3] - boxes[..., 1]
+    return boxes[..., 0] + h / 2, boxes[..., 1] + w / 2, h, w
+
+
+def decode_boxes(encodings: torch.Tensor, anchors: torch.Tensor,
+                 scale_factors: Sequence[float] = (10.0, 10.0, 5.0, 5.0)) -> torch.Tensor:
+    """Faster-rcnn decoding in torch (as :func:`jetforge.runtime.detection.decode_boxes`): ``(..., A, 4)`` boxes."""
+    yca, xca, ha, wa = _centre_form(anchors)
+    ty, tx, th, tw = (encodings[..., i] / float(scale_factors[i]) for i in range(4))
+    yc, xc = ty * ha + yca, tx * wa + xca
+    h, w = torch.exp(th) * ha, torch.exp(tw) * wa
+    return torch.stack([yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2], dim=-1)
+
+
+def encode_boxes(boxes: torch.Tensor, anchors: torch.Tensor,
+                 scale_factors: Sequence[float] = (10.0, 10.0, 5.0, 5.0), eps: float = 1e-8) -> torch.Tensor:
+    """The inverse of :func:`decode_boxes`: boxes ``(..., A, 4)`` on anchors ``(A, 4)`` -> ``[ty, tx, th, tw]``.
+
+    TF's coder adds ``eps`` (1e-8) to heights and widths before the logarithm and the divisions, so a
+    degenerate box gives a finite (very negative) size encoding; so does this one.
+    """
+    yca, xca, ha, wa = _centre_form(anchors)
+    yc, xc, h, w = _centre_form(boxes)
+    ha, wa, h, w = ha + eps, wa + eps, h + eps, w + eps
+    return torch.stack([(yc - yca) / ha * float(scale_factors[0]), (xc - xca) / wa * float(scale_factors[1]),
+                        torch.log(h / ha) * float(scale_factors[2]), torch.log(w / wa) * float(scale_factors[3])],
+                       dim=-1)
+
+
+def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """IoU of every box of ``a`` ``(..., M, 4)`` with every box of ``b`` ``(..., K, 4)``: ``(..., M, K)``.
+
+    Boxes are ``[ymin, xmin, ymax, xmax]``; an empty union (two empty boxes) gives 0.
+    """
+    a, b = a.unsqueeze(-2), b.unsqueeze(-3)
+    ih = (torch.minimum(a[..., 2], b[..., 2]) - torch.maximum(a[..., 0], b[..., 0])).clamp(min=0)
+    iw = (torch.minimum(a[..., 3], b[..., 3]) - torch.maximum(a[..., 1], b[..., 1])).clamp(min=0)
+    inter = ih * iw
+    area_a = (a[..., 2] - a[..., 0]).clamp(min=0) * (a[..., 3] - a[..., 1]).clamp(min=0)
+    area_b = (b[..., 2] - b[..., 0]).clamp(min=0) * (b[..., 3] - b[..., 1]).clamp(min=0)
+    union = area_a + area_b - inter
+    return torch.where(union > 0, inter / union.clamp(min=1e-12), torch.zeros_like(inter))
+
+
+def fast_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, min_score: float,
+             max_boxes: int, pre_nms: int = 200) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Batched Fast NMS (module docstring): ``(N, A, 4)``, ``(N, A)`` -> ``(N, K, 4)``, ``(N, K)``, valid ``(N, K)``.
+
+    The ``pre_nms`` highest scores of each image take part (those below ``min_score`` never do); a box is
+    dropped when a higher-scoring one overlaps it by more than ``iou_threshold``; the ``max_boxes``
+    highest survivors are returned in descending score order (ties: the lower anchor index first),
+    padded with zero boxes of score 0 and ``valid`` False.
+    """
+    k = min(int(pre_nms), scores.shape[1])
+    # a stable descending sort: equal scores keep anchor order, so the result does not depend on the device
+    order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
+    top_scores = torch.gather(scores, 1, order)
+    top_boxes = torch.gather(boxes, 1, order.unsqueeze(-1).expand(-1, -1, 4))
+    iou = box_iou(top_boxes, top_boxes).triu(diagonal=1)  # [i, j]: i scores higher than j
+    keep = (iou.max(dim=1).values <= iou_threshold) & (top_scores >= min_score)
+    kept_scores = torch.where(keep, top_scores, torch.full_like(top_scores, -1.0))
+    k_out = min(int(max_boxes), k)
+    rank = torch.sort(kept_scores, dim=1, descending=True, stable=True).indices[:, :k_out]
+    out_scores = torch.gather(kept_scores, 1, rank)
+    out_boxes = torch.gather(top_boxes, 1, rank.unsqueeze(-1).expand(-1, -1, 4))
+    valid = out_scores >= 0
+    return (torch.where(valid.unsqueeze(-1), out_boxes, torch.zeros_like(out_boxes)),
+            torch.where(valid, out_scores, torch.zeros_like(out_scores)), valid)
+
+
+def match_anchors(boxes: torch.Tensor, valid: torch.Tensor, anchors: torch.Tensor,
+                  iou_match: float = 0.5) -> torch.Tensor:
+    """SSD's argmax matching with a forced best anchor per box: ``(N, A)`` box index per anchor, -1 unmatched.
+
+    ``boxes`` ``(N, K, 4)`` in priority order (a forced anchor wanted by two boxes goes to the first),
+    ``valid`` ``(N, K)`` marks real boxes, ``anchors`` ``(A, 4)``.
+    """
+    n, k = valid.shape
+    if k == 0:
+        return torch.full((n, anchors.shape[0]), -1, dtype=torch.long, device=anchors.device)
+    iou = box_iou(anchors.unsqueeze(0).expand(n, -1, -1), boxes)  # (N, A, K)
+    iou = torch.where(valid.unsqueeze(1), iou, torch.full_like(iou, -1.0))
+    best_iou, best_box = iou.max(dim=2)
+    matches = torch.where(best_iou >= iou_match, best_box, torch.full_like(best_box, -1))
+    best_anchor = iou.argmax(dim=1)  # (N, K): each box's anchor of highest IoU (first on ties)
+    arange = torch.arange(anchors.shape[0], device=anchors.device)
+    wants = (best_anchor.unsqueeze(-1) == arange) & valid.unsqueeze(-1)  # (N, K, A)
+    forced = wants.any(dim=1)
+    first_box = wants.to(torch.uint8).argmax(dim=1)  # the first box (highest priority) forcing the anchor
+    return torch.where(forced, first_box, matches)
+
+
+@dataclass
+class CrossGridConfig:
+    """How the teacher's boxes become the student's targets (the recipe's ``cross_grid`` block)."""
+
+    min_score: float = 0.01  # teacher boxes scoring less are background (the detection_ap metric's floor)
+    nms_iou: float = 0.6  # the port's NMS threshold
+    max_boxes: int = 100
+    pre_nms: int = 200
+    iou_match: float = 0.5  # the SSD matcher's threshold
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.min_score < 1.0 and 0.0 < self.nms_iou <= 1.0 and 0.0 < self.iou_match <= 1.0):
+            raise ValueError("cross_grid: min_score in [0, 1), nms_iou and iou_match in (0, 1] are required")
+        if self.max_boxes < 1 or self.pre_nms < self.max_boxes:
+            raise ValueError("cross_grid: max_boxes >= 1 and pre_nms >= max_boxes are required")
+
+
+class CrossGridTargets:
+    """``targets(teacher_encodings, teacher_logits) -> (N, A_student, 8)`` (module docstring, steps 1-4)."""
+
+    def __init__(self, teacher_spec: SSDSpec, student_spec_: SSDSpec, cfg: CrossGridConfig,
+                 device: torch.device = torch.device("cpu")) -> None:
+        if teacher_spec.num_classes != 2 or student_spec_.num_classes != 2:
+            raise CompressError("cross-grid distillation is written for a background + person detector")
+        self.cfg = cfg
+        self.scale_factors = tuple(teacher_spec.scale_factors)
+        self.student_scale_factors = tuple(student_spec_.scale_factors)
+        self.teacher_anchors = anchors_tensor(teacher_spec, device)
+        self.student_anchors = anchors_tensor(student_spec_, device)
+        self.teacher_size = int(teacher_spec.image_size[0])
+        self.student_size = int(student_spec_.image_size[0])
+
+    def teacher_boxes(self, encodings: torch.Tensor, logits: torch.Tensor
+                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The teacher's detections after NMS: boxes ``(N, K, 4)``, scores ``(N, K)``, valid ``(N, K)``."""
+        boxes = decode_boxes(encodings.float(), self.teacher_anchors, self.scale_factors)
+        scores = torch.sigmoid(logits.float()[..., 1])
+        return fast_nms(boxes, scores, self.cfg.nms_iou, self.cfg.min_score, self.cfg.max_boxes, self.cfg.pre_nms)
+
+    def __call__(self, encodings: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        if encodings.shape[1] != self.teacher_anchors.shape[0]:
+            raise CompressError("the teacher output %d anchors, its spec lays out %d"
+                                % (encodings.shape[1], self.teacher_anchors.shape[0]))
+        boxes, scores, valid = self.teacher_boxes(encodings, logits)
+        match = match_anchors(boxes, valid, self.student_anchors, self.cfg.iou_match)  # (N, A)
+        matched = match >= 0
+        index = match.clamp(min=0)
+        q = torch.where(matched, torch.gather(scores, 1, index), torch.zeros_like(index, dtype=scores.dtype))
+        box = torch.gather(boxes, 1, index.unsqueeze(-1).expand(-1, -1, 4))
+        enc = encode_boxes(box, self.student_anchors, self.student_scale_factors)
+        enc = torch.where(matched.unsqueeze(-1), enc, torch.zeros_like(enc))
+        q = q.unsqueeze(-1)
+        return torch.cat([1.0 - q, q, torch.ones_like(q), enc, q], dim=-1)
+
+
+__all__ = ["CrossGridConfig", "CrossGridTargets", "anchors_tensor", "box_iou", "decode_boxes", "encode_boxes",
+           "fast_nms", "match_anchors", "student_spec"]
