@@ -51,8 +51,9 @@ class ClassifyHead:
         x = np.asarray(logits, dtype=np.float64).reshape(-1)
         probs = softmax(x)
         k = min(self.top_k, probs.size)
-        top = np.argpartition(-probs, k - 1)[:k]
-        top = top[np.argsort(-probs[top], kind="stable")]
+        # one stable sort, not a partial one: which of equal probabilities a partial sort keeps depends on numpy's
+        # kernels for the CPU's instruction set; stable keeps the lower class index first on every CPU
+        top = np.argsort(-probs, kind="stable")[:k]
         return [Prediction(int(i), self.label(int(i)), float(probs[i])) for i in top]
 
     def label(self, index: int) -> str:

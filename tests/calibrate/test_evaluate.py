@@ -39,6 +39,25 @@ def test_compare_outputs_values():
         ev.compare_outputs(ref, cand[:, :2])
 
 
+def test_top5_agreement_counts_ties_the_same_way_whatever_the_class_order():
+    """Top-5 membership is counted (fewer than 5 classes above), so ties at the 5th place give one answer on every
+    CPU; a partial sort's choice among equal values depends on numpy's kernels for the instruction set."""
+    rng = np.random.default_rng(11)
+    ref = rng.normal(size=(40, 12))
+    cand = np.round(ref + rng.normal(scale=0.5, size=ref.shape))  # integer logits: many ties, like INT8 outputs
+    top_p = ref.argmax(axis=1)
+    rank = (cand > cand[np.arange(40), top_p][:, None]).sum(axis=1)  # classes strictly above FP32's top-1
+    expected = float((rank < 5).mean())
+    assert ev.compare_outputs(ref, cand).top5_agreement == pytest.approx(expected, abs=1e-12)
+    for _ in range(3):  # relabelling the classes moves ties around in memory, not the answer
+        perm = rng.permutation(12)
+        assert ev.compare_outputs(ref[:, perm], cand[:, perm]).top5_agreement == pytest.approx(expected, abs=1e-12)
+    distinct = ref + rng.normal(scale=0.5, size=ref.shape)  # no ties: the five largest by a full sort
+    top5 = np.argsort(-distinct, axis=1)[:, :5]
+    assert ev.compare_outputs(ref, distinct).top5_agreement == pytest.approx(
+        float((top5 == top_p[:, None]).any(axis=1).mean()), abs=1e-12)
+
+
 def test_softmax_keeps_probabilities():
     probs = np.array([[0.2, 0.8], [0.5, 0.5]])
     assert np.array_equal(ev.softmax(probs), probs)

@@ -199,6 +199,10 @@ def test_classify_head_matches_numpy():
     assert [p.index for p in preds] == order.tolist()
     assert [p.label for p in preds] == ["c%d" % i for i in order]
     np.testing.assert_allclose([p.prob for p in preds], probs[order], rtol=1e-5)
+    tied = np.zeros(1000, np.float32)
+    tied[[907, 3, 600, 5, 2, 41, 7]] = [6.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]  # six equal logits for four places
+    # ties keep the lower class index first, on every CPU (a partial sort's pick among ties is per instruction set)
+    assert [p.index for p in head(tied)] == [907, 2, 3, 5, 7]
     assert softmax(np.array([0.0, 0.0])).tolist() == [0.5, 0.5]
     assert ClassifyHead([], top_k=2)(np.array([1.0, 3.0]))[0].label == "class 1"
 

@@ -78,7 +78,9 @@ def nms_min(boxes: np.ndarray, scores: np.ndarray, threshold: float) -> np.ndarr
         return np.zeros((0,), np.int64)
     x1, y1, x2, y2 = (boxes[:, k].copy() for k in range(4))
     area = (x2 - x1 + 1) * (y2 - y1 + 1)
-    order = np.argsort(scores)
+    # stable: equal scores keep their index order on every CPU (numpy's default sort is dispatched per
+    # instruction set, and its order of ties differs between them)
+    order = np.argsort(scores, kind="stable")
     pick = []
     while order.size > 0:
         i = order[-1]
@@ -301,7 +303,8 @@ class FaceDetector:
         boxes, points = boxes[pick], points[pick]
         self.last_counts["onet"] = int(boxes.shape[0])
         # select_largest (facenet-pytorch's default): largest box first
-        order = np.argsort((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]))[::-1]
+        # (stable, largest first: faces of equal area keep the NMS order on every CPU)
+        order = np.argsort(-(boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]), kind="stable")
         boxes, points = boxes[order], points[order]
         return Faces(boxes[:, :4].astype(np.float32), boxes[:, 4].astype(np.float32), points.astype(np.float32))
 
