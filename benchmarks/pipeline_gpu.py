@@ -53,6 +53,16 @@ VARIANTS = {
     "threaded-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "threaded"},
     # four frames of a stream per batch: batches up to 64 (a 64 CUDA graph), a quarter of the launch work per frame
     "ring-gil-quads": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 4, "keep": "ring"},
+    # decode in worker processes (ThreadedDecoder per stream, `workers` streams each), frames handed over through
+    # CUDA IPC rings; this process keeps one feeder thread (IpcDecodeGroup): no per-frame decode work under its GIL
+    "ipc-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "ipc",
+                  "workers": 4},
+    "ipc2-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "ipc",
+                   "workers": 2},
+    "ipc-quads": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 4, "keep": "ring", "source": "ipc",
+                  "workers": 4},
+    # ThreadedDecoder sources as in threaded-pairs, but ONE feeder thread reads all of them (SourceFeedGroup)
+    "feed-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed"},
 }
 MAX_BATCH = 64  # the largest batch (and CUDA graph) of a pipeline point
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
@@ -115,7 +125,7 @@ def run_gpu_tests(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------- measurements
 def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int = 0,
-                 threaded: bool = False) -> List[Any]:
+                 threaded: bool = False, ring_slots: int = 16) -> List[Any]:
     """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed.
     ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source); ``threaded``: NvThreadedSource."""
     from jetforge.apps.video.sources.device_ring import DeviceFrameRing
@@ -124,7 +134,7 @@ def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int =
 
     kind = NvThreadedSource if threaded else NvDecSource
     sources = [kind(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
-                    keep=DeviceFrameRing() if keep == "ring" else keep) for s in range(n)]
+                    keep=DeviceFrameRing(ring_slots) if keep == "ring" else keep) for s in range(n)]
     for src in sources:
         src.prime()
     return sources
@@ -157,6 +167,62 @@ def decode_alone(paths: List[Path], n: int, codec: Any, seconds: float) -> Dict[
     return {"streams": n, "frames": frames, "fps": frames / wall, "cpu_ms_per_frame": 1000.0 * cpu / max(1, frames)}
 
 
+def open_group(paths: List[Path], n: int, dry_run: bool, streams_per_worker: int, per_stream: int) -> Any:
+    """N looping streams decoded by worker processes into CUDA IPC rings (host shared memory in the dry run);
+    enough slots for the batcher's frames, the batches in flight and one fetch."""
+    from jetforge.apps.video.sources.ipc_decode import IpcDecodeGroup
+
+    return IpcDecodeGroup([paths[s % len(paths)] for s in range(n)], streams_per_worker=streams_per_worker,
+                          slots=max(16, 4 * per_stream + 8), fetch=4, loop=True,
+                          codec="fake" if dry_run else "nvdec", start_timeout_s=45.0)
+
+
+def decode_alone_procs(paths: List[Path], n: int, dry_run: bool, seconds: float) -> Dict[str, Any]:
+    """NVDEC decode of N streams in worker processes (4 streams each, the ipc variants' decoding), each frame
+    released as soon as it is announced: the decode bound without this process's GIL in the way."""
+    from jetforge.apps.pipeline.streams import process_cpu_s
+
+    group = open_group(paths, n, dry_run, 4, 2)
+    sink = _ReleasingSink(group, n, seconds)
+    try:
+        c0, w0, t0 = process_cpu_s(), group.worker_cpu_s(), time.perf_counter()
+        group.feed(sink)
+        wall, cpu = time.perf_counter() - t0, process_cpu_s() - c0 + group.worker_cpu_s() - w0
+    finally:
+        group.close()
+    return {"streams": n, "frames": sink.frames, "fps": sink.frames / wall, "workers": group.workers,
+            "cpu_ms_per_frame": 1000.0 * cpu / max(1, sink.frames)}
+
+
+class _ReleasingSink:
+    """A batcher stand-in for :func:`decode_alone_procs`: counts frames and gives their slots back at once."""
+
+    def __init__(self, group: Any, n: int, seconds: float) -> None:
+        self.group, self.frames, self.stop_at = group, 0, time.perf_counter() + seconds
+
+    @property
+    def stopped(self) -> bool:
+        return time.perf_counter() > self.stop_at
+
+    def put_many(self, stream: int, frames: List[Any]) -> bool:
+        self.frames += len(frames)
+        self.group.release(frames)
+        return not self.stopped
+
+    def close(self, stream: int) -> None:
+        pass
+
+
+def _source_label(v: Dict[str, Any]) -> str:
+    if v.get("source") == "ipc":
+        return "worker processes (%d streams each, ThreadedDecoder) -> CUDA IPC rings" % v["workers"]
+    if v.get("source") == "threaded":
+        return "ThreadedDecoder, one thread per stream"
+    if v.get("source") == "feed":
+        return "ThreadedDecoder per stream, one feeder thread for all"
+    return "core decoder, one thread per stream"
+
+
 def encode_alone(frames_nv12: List[Any], width: int, height: int, workers: int, streams: int, seconds: float,
                  out_dir: Path) -> Dict[str, Any]:
     """The CPU encoder pool alone: frames submitted round robin over ``streams`` for ``seconds``, then closed."""
@@ -184,11 +250,23 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
 
     v = VARIANTS[variant]
     ops = env.ops(model, n, v["nonblocking"], v["per_stream"])
-    keep = "ring" if v["keep"] == "ring" else keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])
-    sources = open_sources([env.streams[model]], n, env.codec, keep=keep, threaded=v.get("source") == "threaded")
+    if v.get("source") == "ipc":
+        sources: Any = open_group([env.streams[model]], n, env.args.dry_run, v["workers"], v["per_stream"])
+        first = sources.infos[0]
+    elif v.get("source") == "feed":
+        from jetforge.apps.video.sources.feed_group import SourceFeedGroup
+
+        # ring: the batcher's 8 frames a stream + the batches in flight + one fetch of 4, with room to spare
+        sources = SourceFeedGroup(open_sources([env.streams[model]], n, env.codec, keep="ring", threaded=True,
+                                               ring_slots=24), depth=8)
+        first = vars(sources.sources[0])
+    else:
+        keep = "ring" if v["keep"] == "ring" else keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])
+        sources = open_sources([env.streams[model]], n, env.codec, keep=keep, threaded=v.get("source") == "threaded")
+        first = vars(sources[0])
     pool, sink = None, None
     if render:
-        pool = EncoderPool(env.scratch / ("%s_%d" % (model, n)), sources[0].width, sources[0].height, 30.0,
+        pool = EncoderPool(env.scratch / ("%s_%d" % (model, n)), first["width"], first["height"], 30.0,
                            workers=env.args.encoders)
         pool.wait_ready()
         sink = (lambda s, f, e, host: pool.submit(s, host, e))  # noqa: E731
@@ -207,7 +285,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         t_drain = time.perf_counter()
         enc = pool.close() if pool is not None else []  # render on: the frames still queued get encoded here
         drain_s = time.perf_counter() - t_drain
-        for src in sources:
+        for src in ([sources] if hasattr(sources, "feed") else sources):
             src.close()
     row = result.summary()
     if render:  # end to end = until the last frame is encoded and the files are joined, not until it is queued
@@ -215,11 +293,11 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         row["fps"] = row["frames"] / (row["wall_s"] + drain_s)
     row.update({"model": model, "render": render, "preprocess": getattr(ops.pre, "kind", env.pre_kind[model]),
                 "variant": variant, "max_batch": batch, "per_stream": v["per_stream"], "keep": v["keep"],
-                "source": v.get("source", "core decoder, one thread per stream"),
+                "source": _source_label(v),
                 "gil_switch_interval_ms": v["switch_ms"] or 1000.0 * switch,
                 "cuda_streams": "non-blocking + events" if v["nonblocking"] else "legacy default stream",
                 "launch_parts_ms_per_batch": ops.launch_parts(),
-                "colour": "%s %s range" % (sources[0].matrix, "full" if sources[0].full_range else "limited")})
+                "colour": "%s %s range" % (first["matrix"], "full" if first["full_range"] else "limited")})
     if enc:
         row["encoded_frames"] = sum(r["frames"] for r in enc)
         row["cpu_ms_per_encoded_frame"] = 1000.0 * sum(r["cpu_s"] for r in enc) / max(1, row["encoded_frames"])
@@ -315,6 +393,7 @@ def plan(args: argparse.Namespace) -> List[Tuple[str, Any, Any]]:
     """The points in priority order (the goals first: render off at 1 and 16 streams of MobileNetV2 with their
     bounds, every variant; then one render-on point, then the detector, then 32 streams), as (kind, model, arg)."""
     models, streams, variants = args.models, args.streams, args.variants
+    ipc = any(VARIANTS[v].get("source") == "ipc" for v in variants)
     steps: List[Tuple[str, Any, Any]] = []
     first = [n for n in (1, 16, 4, 32) if n in streams] + [n for n in streams if n not in (1, 16, 4, 32)]
     first_on = 16 if 16 in streams else max(streams)  # the one render-on point that comes early
@@ -324,6 +403,8 @@ def plan(args: argparse.Namespace) -> List[Tuple[str, Any, Any]]:
                                                    for n in core for v in variants})))
         if model == models[0]:
             steps += [("decode_alone", None, n) for n in core]
+            if ipc:
+                steps += [("decode_alone_procs", None, n) for n in core]
         steps += [("pipeline", model, (n, False, variants[0])) for n in core]
         if model == models[0] and True in args.render:
             steps.append(("encode_alone", None, max(streams)))
@@ -331,15 +412,16 @@ def plan(args: argparse.Namespace) -> List[Tuple[str, Any, Any]]:
             steps += [("pipeline", model, (n, True, variants[0])) for n in first if n != first_on and n != 32]
         by_goal = sorted(core, key=lambda n: (n != 16, n))  # 16 streams (the missed goal) first
         steps += [("pipeline", model, (n, False, v)) for n in by_goal for v in variants[1:]]  # comparisons last
-    if 32 in streams:
-        steps += [("model_only", models[0], [32]), ("decode_alone", None, 32),
-                  ("pipeline", models[0], (32, False, variants[0]))]
+    if 32 in streams:  # every variant at 32 streams too (their batch's model-only bound comes with the point)
+        steps += [("model_only", models[0], [32]), ("decode_alone", None, 32)]
+        steps += [("decode_alone_procs", None, 32)] if ipc else []
+        steps += [("pipeline", models[0], (32, False, v)) for v in variants]
     if True in args.render:
         for model in models:
             steps += [("pipeline", model, (n, True, variants[0])) for n in first
                       if model != models[0] or n == 32]
     if 32 in streams:
-        steps += [("pipeline", m, (32, False, variants[0])) for m in models[1:]]
+        steps += [("pipeline", m, (32, False, v)) for m in models[1:] for v in variants]
     if args.device_pool and "classify" in models:
         steps.append(("device_pool", "classify", max(streams)))
     return steps
@@ -392,6 +474,10 @@ def run_step(env: Env, args: argparse.Namespace, res: Dict[str, Any], kind: str,
         res["decode_alone"][str(arg)] = r = decode_alone(sorted(set(env.streams.values())), arg, env.codec,
                                                          args.decode_seconds)
         log("decode alone %2d streams: %.1f FPS" % (arg, r["fps"]))
+    elif kind == "decode_alone_procs":
+        res.setdefault("decode_alone_procs", {})[str(arg)] = r = decode_alone_procs(
+            sorted(set(env.streams.values())), arg, args.dry_run, args.decode_seconds)
+        log("decode alone %2d streams in %d worker processes: %.1f FPS" % (arg, r["workers"], r["fps"]))
     elif kind == "encode_alone":
         res["encode_alone"] = r = encode_alone(_host_frames(env), 1280, 720, args.encoders, arg, args.encode_seconds,
                                                env.scratch / "enc")

@@ -83,6 +83,31 @@ class StreamBatcher:
             self._ready.notify()
             return True
 
+    def put_many(self, stream: int, items: Sequence[Any]) -> bool:
+        """Queue ``items`` of ``stream`` in their order under one lock (a feeder serving many streams: one call
+        per few frames instead of one per frame); blocks while the stream is full, False when stopped."""
+        with self._lock:
+            now = time.perf_counter()
+            for item in items:
+                while len(self._waiting[stream]) >= self.depth and not self._stopped:
+                    self._ready.notify()
+                    self._space[stream].wait()
+                if self._stopped:
+                    return False
+                self._waiting[stream].append(item)
+                self._arrived[stream].append(now)
+            self._ready.notify()
+            return True
+
+    def waiting(self, stream: int) -> int:
+        """Frames of ``stream`` waiting now (a feeder serving many streams reads only streams with room)."""
+        return len(self._waiting[stream])
+
+    @property
+    def stopped(self) -> bool:
+        """:meth:`stop` was called (an error or a time limit): producers should end."""
+        return self._stopped
+
     def close(self, stream: int) -> None:
         """``stream`` has no more frames."""
         with self._lock:

@@ -10,6 +10,11 @@ The threads, as in DeepStream (decode -> ``nvstreammux`` -> ``nvinfer`` -> sinks
   one event per frame, and hands each (stream, frame, event) to the sink in order.  Up to ``in_flight``
   batches are between the two, so the host work of batch k+1 overlaps the GPU work of batch k.
 
+Instead of one source per stream, ``sources`` may be a *stream group* (one object with ``streams``, ``feed(batcher)``
+putting every stream's frames from one thread, ``release(frames)`` called when finished frames may be overwritten,
+optionally ``depth`` and ``worker_cpu_s()``): :class:`~jetforge.apps.video.sources.ipc_decode.IpcDecodeGroup`, whose
+decoding runs in worker processes, so that per-frame decode work does not share this process's GIL.
+
 Every stream's frames keep their order: one frame per stream per batch, batches launched and finished in
 order by one thread each.  What the GPU does is behind ``ops`` (:class:`BatchOps`): a backend supplies it
 (the benchmark's CUDA ops; :class:`HostBatchOps` runs the same flow on the CPU for tests and CI).
@@ -113,6 +118,7 @@ class StreamRunResult:
     timeouts: int
     gpu_ms: Dict[str, float] = field(default_factory=dict)  # per frame
     order_ok: bool = True
+    worker_cpu_s: float = 0.0  # CPU seconds of decode worker processes (a stream group's), in process_cpu_s too
 
     @property
     def fps(self) -> float:
@@ -130,6 +136,7 @@ class StreamRunResult:
                 "latency_p99_ms": {"median_stream": _median(p99), "worst_stream": max(p99) if p99 else None},
                 "stage_wall_ms_per_frame": self.stage_wall_ms, "stage_cpu_ms_per_frame": self.stage_cpu_ms,
                 "stage_gpu_ms_per_frame": self.gpu_ms, "process_cpu_ms_per_frame": 1000.0 * per_frame_cpu,
+                "decode_workers_cpu_ms_per_frame": 1000.0 * self.worker_cpu_s / max(1, self.frames),
                 "cores_per_30fps_stream": per_frame_cpu * 30.0}
 
 
@@ -161,20 +168,28 @@ class _Clock:
             self.cpu += time.thread_time() - c0
 
 
-def run_streams(sources: Sequence[Any], ops: BatchOps, options: Optional[StreamRunOptions] = None,
+def run_streams(sources: Any, ops: BatchOps, options: Optional[StreamRunOptions] = None,
                 sink: Optional[StreamSink] = None, render: bool = False) -> StreamRunResult:
-    """Run ``sources`` (iterables of frames with ``.stream`` = their index) through ``ops``; see the module."""
+    """Run ``sources`` (iterables of frames with ``.stream`` = their index, or one stream group) through ``ops``;
+    see the module."""
     opts = options or StreamRunOptions()
-    n = len(sources)
+    group = sources if hasattr(sources, "feed") else None
+    n = int(group.streams) if group is not None else len(sources)
     if n < 1:
         raise ConfigError("run_streams needs at least one source")
+    depth = max(opts.depth, int(getattr(group, "depth", 0)))
     batcher = StreamBatcher(n, opts.max_batch or min(n * opts.per_stream, max(opts.buckets)), opts.batch_timeout_s,
-                            opts.depth, opts.per_stream)
-    run = _Run(n, ops, sink, render, opts.in_flight)
-    producers = [threading.Thread(target=run.produce, args=(s, src, batcher), name="decode-%d" % s, daemon=True)
-                 for s, src in enumerate(sources)]
+                            depth, opts.per_stream)
+    run = _Run(n, ops, sink, render, opts.in_flight, getattr(group, "release", None))
+    if group is not None:
+        producers = [threading.Thread(target=run.feed, args=(group, batcher), name="decode-feed", daemon=True)]
+    else:
+        producers = [threading.Thread(target=run.produce, args=(s, src, batcher), name="decode-%d" % s, daemon=True)
+                     for s, src in enumerate(sources)]
     finisher = threading.Thread(target=run.finish_loop, name="finish", daemon=True)
-    cpu0, t0 = process_cpu_s(), time.perf_counter()
+    workers_cpu = getattr(group, "worker_cpu_s", lambda: 0.0)
+    wcpu0 = workers_cpu()
+    cpu0, t0 = process_cpu_s() + wcpu0, time.perf_counter()
     deadline = t0 + opts.time_limit_s if opts.time_limit_s > 0 else None
     for t in producers:
         t.start()
@@ -187,16 +202,20 @@ def run_streams(sources: Sequence[Any], ops: BatchOps, options: Optional[StreamR
         finisher.join()
         for t in producers:
             t.join(timeout=10.0)
-    wall, cpu = time.perf_counter() - t0, process_cpu_s() - cpu0
+    wcpu = workers_cpu()
+    wall, cpu = time.perf_counter() - t0, process_cpu_s() + wcpu - cpu0
     run.raise_error()
-    return run.result(wall, cpu, batcher)
+    result = run.result(wall, cpu, batcher)
+    result.worker_cpu_s = wcpu - wcpu0
+    return result
 
 
 class _Run:
     """The state shared by the threads of one :func:`run_streams` call."""
 
-    def __init__(self, streams: int, ops: BatchOps, sink: Optional[StreamSink], render: bool, in_flight: int) -> None:
-        self.ops, self.sink, self.render = ops, sink, render
+    def __init__(self, streams: int, ops: BatchOps, sink: Optional[StreamSink], render: bool, in_flight: int,
+                 release: Optional[Callable[[List[Any]], None]] = None) -> None:
+        self.ops, self.sink, self.render, self.release = ops, sink, render, release
         self.handles: "queue.Queue[Any]" = queue.Queue(maxsize=in_flight)
         self.clocks = {name: _Clock() for name in ("decode", "launch", "finish", "sink")}
         self.decode_clocks = [_Clock() for _ in range(streams)]
@@ -221,6 +240,14 @@ class _Run:
             batcher.stop()
         finally:
             batcher.close(s)
+
+    def feed(self, group: Any, batcher: StreamBatcher) -> None:
+        """A stream group's one feeder thread (its clock is the decode stage's, counted on stream 0)."""
+        try:
+            self.decode_clocks[0].run(group.feed, batcher)
+        except BaseException as err:  # a decode error ends the run with that error
+            self.errors.append(err)
+            batcher.stop()
 
     def launch_loop(self, batcher: StreamBatcher, buckets: Sequence[int], deadline: Optional[float]) -> None:
         clock = self.clocks["launch"]
@@ -252,6 +279,8 @@ class _Run:
                     self._record(frame, done)
                     if self.sink is not None:
                         sink_clock.run(self.sink, frame.stream, frame, event, host)
+                if self.release is not None:  # their pixels are no longer needed: the group may reuse the slots
+                    self.release(frames)
             except BaseException as err:
                 self.errors.append(err)
 

@@ -146,3 +146,41 @@ def _check_size(n: int, *capacities: int) -> None:
     if n < 0 or any(n > c for c in capacities):
         raise BackendError("a copy of %d bytes does not fit buffers of %s bytes"
                            % (n, " and ".join(map(str, capacities))))
+
+
+# ------------------------------------------------------------------------------------ CUDA IPC (between processes)
+IPC_HANDLE_BYTES = 64  # CUDA_IPC_HANDLE_SIZE: cudaIpcMemHandle_t is 64 opaque bytes
+
+
+def ipc_handle_bytes(ptr: int) -> bytes:
+    """The ``cudaIpcGetMemHandle`` of the allocation starting at ``ptr``, as 64 bytes another process can open.
+
+    cuda-python's handle type exposes no byte field in every release (13.x has only ``getPtr``), so the bytes are
+    read through its address: the struct is the C ``cudaIpcMemHandle_t`` itself."""
+    handle = check(runtime_api().cudaIpcGetMemHandle(int(ptr)), "cudaIpcGetMemHandle")
+    return ctypes.string_at(int(handle.getPtr()), IPC_HANDLE_BYTES)
+
+
+class IpcMapping:
+    """Device memory of another process, mapped into this one by ``cudaIpcOpenMemHandle``; ``ptr`` is valid here
+    until :meth:`close` (``cudaIpcCloseMemHandle``), which must come before the exporting process frees it."""
+
+    def __init__(self, handle: bytes) -> None:
+        if len(handle) != IPC_HANDLE_BYTES:
+            raise BackendError("a CUDA IPC memory handle is %d bytes, got %d" % (IPC_HANDLE_BYTES, len(handle)))
+        rt = runtime_api()
+        h = rt.cudaIpcMemHandle_t()
+        ctypes.memmove(int(h.getPtr()), bytes(handle), IPC_HANDLE_BYTES)
+        self._ptr: Optional[int] = int(check(rt.cudaIpcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess),
+                                             "cudaIpcOpenMemHandle"))
+
+    @property
+    def ptr(self) -> int:
+        if self._ptr is None:
+            raise BackendError("IPC-mapped device memory used after it was closed")
+        return self._ptr
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            ptr, self._ptr = self._ptr, None
+            check(runtime_api().cudaIpcCloseMemHandle(ptr), "cudaIpcCloseMemHandle")

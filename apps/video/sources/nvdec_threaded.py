@@ -81,6 +81,16 @@ class NvThreadedSource(GpuFrameReader):
         self._index += 1
         return frame
 
+    @property
+    def copied(self) -> int:
+        """Frames taken from the decoder so far (read, or fetched and waiting): the next frame's index."""
+        return self._index + len(self._pending)
+
+    @property
+    def buffered(self) -> int:
+        """Frames fetched (and kept) but not yet read: a read with none buffered fetches up to ``fetch`` more."""
+        return len(self._pending)
+
     def _wrap(self, decoded: Any, captured: float) -> GpuFrame:
         return frame_from_decoded(self, decoded, self._index + len(self._pending), captured)
 
