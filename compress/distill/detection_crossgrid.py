@@ -13,8 +13,9 @@ student starts from the teacher's (or a 300 px student's) weights and learns the
    counts them) go through per-image NMS (:func:`fast_nms`), at most ``max_boxes`` kept;
 3. they are **matched** to the student's anchors as the TF Object Detection API's SSD training does
    (``argmax_matcher``: an anchor is matched to the box of highest IoU if that IoU is >= ``iou_match``
-   (0.5, no ignore band), and every box also takes its best anchor -- ``force_match_for_each_row`` --,
-   a conflict going to the box listed first, i.e. the higher-scoring one);
+   (0.5, no ignore band), and every box also takes its best anchor -- ``force_match_for_each_row`` --;
+   where two boxes want one anchor the higher-scoring box gets it and the other its best free anchor,
+   :func:`match_anchors`);
 4. the targets, in the ``(N, A, 8)`` layout of
    :func:`jetforge.compress.distill.detection_losses.detection_distill_loss`: the person probability
    of a matched anchor is its box's teacher score (0 for unmatched anchors: background; the background
@@ -134,25 +135,42 @@ def fast_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, mi
 
 
 def match_anchors(boxes: torch.Tensor, valid: torch.Tensor, anchors: torch.Tensor,
-                  iou_match: float = 0.5) -> torch.Tensor:
-    """SSD's argmax matching with a forced best anchor per box: ``(N, A)`` box index per anchor, -1 unmatched.
+                  iou_match: float = 0.5, rounds: int = 8) -> torch.Tensor:
+    """SSD's argmax matching with a forced anchor per box: ``(N, A)`` box index per anchor, -1 unmatched.
 
-    ``boxes`` ``(N, K, 4)`` in priority order (a forced anchor wanted by two boxes goes to the first),
-    ``valid`` ``(N, K)`` marks real boxes, ``anchors`` ``(A, 4)``.
+    ``boxes`` ``(N, K, 4)`` in priority order, ``valid`` ``(N, K)`` marks real boxes, ``anchors`` ``(A, 4)``.
+    An anchor takes the box of highest IoU if that IoU is >= ``iou_match``; then every box forces its
+    anchor of highest IoU (over 0) to itself.  Where two boxes want the same anchor, the first box takes
+    it and the other takes its best anchor still free, in up to ``rounds`` rounds -- unlike TF's
+    ``argmax_matcher``, which drops the second box: on a student's coarser grid two people side by side
+    often share a best anchor, and a distillation target should not turn a person the teacher saw into
+    background.
     """
     n, k = valid.shape
+    a = anchors.shape[0]
     if k == 0:
-        return torch.full((n, anchors.shape[0]), -1, dtype=torch.long, device=anchors.device)
+        return torch.full((n, a), -1, dtype=torch.long, device=anchors.device)
     iou = box_iou(anchors.unsqueeze(0).expand(n, -1, -1), boxes)  # (N, A, K)
     iou = torch.where(valid.unsqueeze(1), iou, torch.full_like(iou, -1.0))
     best_iou, best_box = iou.max(dim=2)
     matches = torch.where(best_iou >= iou_match, best_box, torch.full_like(best_box, -1))
-    best_anchor = iou.argmax(dim=1)  # (N, K): each box's anchor of highest IoU (first on ties)
-    arange = torch.arange(anchors.shape[0], device=anchors.device)
-    wants = (best_anchor.unsqueeze(-1) == arange) & valid.unsqueeze(-1)  # (N, K, A)
-    forced = wants.any(dim=1)
-    first_box = wants.to(torch.uint8).argmax(dim=1)  # the first box (highest priority) forcing the anchor
-    return torch.where(forced, first_box, matches)
+    box_ids = torch.arange(k, device=anchors.device).view(1, k, 1)
+    anchor_ids = torch.arange(a, device=anchors.device)
+    taken = torch.zeros(n, a, dtype=torch.bool, device=anchors.device)
+    pending = valid.clone()
+    for _ in range(rounds):
+        free_iou = torch.where(taken.unsqueeze(-1) | ~pending.unsqueeze(1), torch.full_like(iou, -1.0), iou)
+        best_free, best_anchor = free_iou.max(dim=1)  # (N, K): each pending box's best free anchor (first on ties)
+        wants = (best_anchor.unsqueeze(-1) == anchor_ids) & (pending & (best_free > 0)).unsqueeze(-1)  # (N, K, A)
+        forced = wants.any(dim=1)
+        if not bool(forced.any()):
+            break
+        winner = wants.float().argmax(dim=1)  # (N, A): the first box (highest priority) wanting the anchor
+        matches = torch.where(forced, winner, matches)
+        taken |= forced
+        pending &= ~(wants & (winner.unsqueeze(1) == box_ids)).any(dim=2)
+        pending &= best_free > 0  # a box overlapping no free anchor stops asking
+    return matches
 
 
 @dataclass

@@ -214,3 +214,74 @@ def test_student_exporter_for_the_people_app(tmp_path, bank, pruned):
     for a, b in zip(onnx_out, torch_out):
         # float32 ONNX Runtime vs PyTorch kernels: outputs of scale ~30, observed ~1e-5; 1e-3 leaves room on any CPU
         assert np.abs(a - b.numpy()).max() < 1e-3
+
+
+def test_views_at_two_sizes_show_the_same_scene(bank):
+    import torch.nn.functional as F
+
+    plain = ViewConfig(full_frame=1.0, flip=False, jitter=0.0)
+    t300, s192 = bank.sample_sizes(2, plain, np.random.default_rng(3), [300, 192])
+    frames = [int(i) for i in np.random.default_rng(3).integers(0, 2, size=2)]  # the frames that draw picked
+    # whole frames, no augmentation: each size is exactly the frame resized to it (not one size from the other)
+    assert torch.equal(t300, bank.full_views(frames)) and torch.equal(s192, bank.full_views(frames, 192))
+    assert torch.equal(bank.sample(2, plain, np.random.default_rng(3)), t300)  # sample() is the one-size case
+    # random crops, mirrors and jitter: both sizes get the same ones. Brought to 24x24 (area averages), each
+    # student view is far closer to its own teacher view than to the mirror image of it
+    views = ViewConfig(full_frame=0.0, flip=True, jitter=0.2)
+    t300, s192 = bank.sample_sizes(4, views, np.random.default_rng(5), [300, 192])
+    small_t, small_s = (F.adaptive_avg_pool2d(v, 24) for v in (t300, s192))
+    same = (small_t - small_s).abs().mean(dim=(1, 2, 3))
+    mirrored = (small_t.flip(3) - small_s).abs().mean(dim=(1, 2, 3))
+    assert bool((same < 0.5 * mirrored).all()), (same, mirrored)
+
+
+def test_cross_grid_targets_on_the_real_teacher_and_a_192_px_student_learning_them(bank, teacher_and_preprocess):
+    from jetforge.compress.distill.detection_crossgrid import (CrossGridConfig, CrossGridTargets, box_iou,
+                                                               decode_boxes, student_spec)
+    from jetforge.compress.models.tf_ssd_graph import read_spec  # noqa: F401  (the spec comes from the graph)
+    from jetforge.runtime.detection import postprocess
+
+    teacher, _ = teacher_and_preprocess
+    spec = _teacher_spec()
+    x = bank.full_views([0, 1])
+    with torch.no_grad():
+        enc, logits = teacher(x)
+    student = detector_from_state(teacher.state_dict(), 192)  # the body runs at any size; only anchors change
+    s_spec = student_spec(spec, student.grid_sizes, 192)
+    targets = CrossGridTargets(spec, s_spec, CrossGridConfig())
+    boxes, scores, valid = targets.teacher_boxes(enc, logits)
+    # the teacher's decoded boxes after Fast NMS = the host's decode + greedy NMS (runtime.detection) for every
+    # detection above 0.05 (the nearest scores on these frames are 0.046 and 0.060, far from float rounding)
+    for n, dets in enumerate(postprocess(enc.numpy(), logits.numpy(), spec, score_threshold=0.05)):
+        mine = valid[n] & (scores[n] > 0.05)
+        assert int(mine.sum()) == len(dets) >= 2
+        iou = box_iou(torch.from_numpy(dets.boxes), boxes[n, mine].clamp(0, 1))
+        assert bool((iou.diagonal() > 0.999).all())
+        np.testing.assert_allclose(scores[n, mine].numpy(), dets.scores, atol=1e-5)
+    # every confident teacher box comes back from some student anchor's target, with its score
+    t = targets(enc, logits)
+    decoded = decode_boxes(t[..., 3:7], torch.from_numpy(s_spec.anchors()))
+    for n in range(2):
+        for box, score in zip(boxes[n][scores[n] > 0.5], scores[n][scores[n] > 0.5]):
+            hit = torch.isclose(t[n, :, 1], score)
+            assert hit.any() and bool(box_iou(decoded[n, hit], box[None]).min() > 0.999)
+    # a few steps on those frames move the 192 px student towards the targets; the wrong pairings are refused
+    before = distill_loss_on(student, teacher, x, targets, bank.full_views([0, 1], 192))
+    views = ViewConfig(full_frame=1.0, flip=False, jitter=0.0)
+    cfg = TrainConfig(steps=3, batch=2, lr=2e-4, warmup=0, freeze_bn=True)
+    distill_detector(student, teacher, bank, views, cfg, cross_grid=targets)
+    after = distill_loss_on(student, teacher, x, targets, bank.full_views([0, 1], 192))
+    assert after < 0.9 * before, (before, after)
+    with pytest.raises(CompressError, match="feature maps"):
+        distill_detector(student, teacher, bank, views, cfg)
+    with pytest.raises(CompressError, match="input sizes"):
+        distill_detector(detector_from_state(teacher.state_dict(), 176), teacher, bank, views, cfg,
+                         cross_grid=targets)
+
+
+def _teacher_spec():
+    from jetforge.assets import asset_path
+    from jetforge.compress.models.tf_graphdef import load_graphdef
+    from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_spec
+
+    return read_spec(SSDGraph(load_graphdef(asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb"))))
