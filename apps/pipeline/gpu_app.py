@@ -30,7 +30,7 @@ from jetforge.apps.pipeline.streams import BatchOps, StreamRunOptions, run_strea
 from jetforge.apps.video.sinks.encode_pool import SUFFIX, EncoderPool
 from jetforge.apps.video.sinks.file import JsonLinesSink
 from jetforge.apps.video.sources.base import Frame
-from jetforge.apps.video.sources.gpu import open_gpu_source
+from jetforge.apps.video.sources.gpu import nvdec_files, open_gpu_source
 from jetforge.errors import ConfigError
 from jetforge.fileio import check_not_input, check_output_path, write_json_atomic
 
@@ -61,13 +61,31 @@ class GpuAppOptions:
                               "got %d, %d and %d" % (self.max_batch, self.encoders, self.per_stream))
 
 
+# Streams from which `--decode gpu` decodes in worker processes (IpcDecodeGroup) instead of one thread per stream.
+DECODE_PROCESSES_FROM = 8
+
+
 def default_encoders() -> int:
     """Encoder processes for the annotated video: half the cores, 1..8 (the decode and launch threads need some)."""
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
-def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop: bool = False) -> List[Any]:
-    """One GPU-frame source per URI (NVDEC or jetson-utils; a clear error when neither exists), streams 0..N-1."""
+def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop: bool = False,
+                     processes_from: int = DECODE_PROCESSES_FROM, streams_per_process: int = 4) -> Sequence[Any]:
+    """One GPU-frame source per URI (NVDEC or jetson-utils; a clear error when neither exists), streams 0..N-1.
+
+    From ``processes_from`` streams on (0: never), video files that NVDEC decodes are decoded in worker processes
+    (``streams_per_process`` streams each) and handed over through CUDA IPC: an
+    :class:`~jetforge.apps.video.sources.ipc_decode.IpcDecodeGroup`, which is also a sequence of the streams."""
+    locations = nvdec_files(uris) if processes_from and len(uris) >= processes_from else None
+    if locations:
+        from jetforge.apps.video.sources import nvdec
+        from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder
+        from jetforge.apps.video.sources.ipc_decode import IpcDecodeGroup
+
+        codec = "fake" if nvdec.load_pynvvideocodec() is FakeNvDecoder else "nvdec"  # the stand-in in tests
+        return IpcDecodeGroup(locations, streams_per_worker=streams_per_process, slots=16, fetch=4, loop=loop,
+                              max_frames=max_frames or 0, codec=codec)
     sources: List[Any] = []
     try:
         for s, uri in enumerate(uris):

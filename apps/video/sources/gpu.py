@@ -10,7 +10,7 @@
 """
 
 import time
-from typing import Any, Optional
+from typing import Any, List, Optional, Sequence
 from urllib.parse import ParseResult
 
 from jetforge.apps.video.sources.base import Frame, SourceKind, SourceOptions, SourceSpec, VideoSource
@@ -71,6 +71,19 @@ def open_gpu_source(uri: Any, decode: str = "auto", stream: int = 0, loop: bool 
         location = spec.location if "://" in spec.location else "file://" + spec.location
         return JetsonVideoSource(location, stream=stream, max_frames=max_frames)
     return CpuGpuFrames(spec.location, stream=stream, loop=loop, max_frames=max_frames)
+
+
+def nvdec_files(uris: Sequence[Any]) -> Optional[List[str]]:
+    """The files of ``uris`` when NVDEC through PyNvVideoCodec decodes every one of them on the GPU path (files or
+    ``nvdec://`` URIs, PyNvVideoCodec chosen), else None: only those can be decoded in worker processes."""
+    out = []
+    for uri in uris:
+        spec = parse_source_uri(uri)
+        if spec.kind == "nvdec" or (spec.kind == "file" and choose_decoder("gpu") == "nvdec"):
+            out.append(spec.location)
+        else:
+            return None
+    return out
 
 
 def uri_for_decode(uri: Any, decode: str = "cpu") -> Any:

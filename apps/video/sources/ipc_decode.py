@@ -30,7 +30,7 @@ import pickle
 import time
 from multiprocessing.connection import wait as wait_for_connections
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -66,7 +66,7 @@ class IpcDecodeGroup:
                 raise StreamError("no such video file: %s" % p, hint="check the path of the video (--source)")
         self.streams, self.slots, self.fetch = len(self.paths), int(slots), int(fetch)
         self.depth = self.slots  # the batcher may hold every announced frame: the feeder never blocks on one stream
-        self.codec = codec
+        self.codec, self.per_worker = codec, int(streams_per_worker)
         self._ctx = mp.get_context("spawn")  # no fork of a process that holds CUDA contexts and threads
         self._released = self._ctx.RawArray("q", self.streams)
         self._flags = self._ctx.RawArray("i", 2)
@@ -98,6 +98,19 @@ class IpcDecodeGroup:
     @property
     def workers(self) -> int:
         return len(self._procs)
+
+    # A sequence of per-stream views, so that code written for a list of sources (the app's outputs and metrics,
+    # closing every source) takes the group as it is; closing any view closes the group.
+    def __len__(self) -> int:
+        return self.streams
+
+    def __getitem__(self, s: int) -> "GroupStream":
+        if not -self.streams <= s < self.streams:
+            raise IndexError(s)
+        return GroupStream(self, s % self.streams)
+
+    def __iter__(self) -> Iterator["GroupStream"]:
+        return (GroupStream(self, s) for s in range(self.streams))
 
     def _wait_ready(self, w: int, conn: Any, timeout_s: float) -> None:
         if not conn.poll(timeout_s):
@@ -212,6 +225,29 @@ class IpcDecodeGroup:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class GroupStream:
+    """One stream of an :class:`IpcDecodeGroup` as a source description: ``uri``, ``path``, size, rate, ``info()``."""
+
+    live = False
+
+    def __init__(self, group: IpcDecodeGroup, stream: int) -> None:
+        self.group, self.stream = group, stream
+        info = group.infos[stream]
+        self.path, self.uri = Path(group.paths[stream]), info["uri"]
+        self.width, self.height, self.fps = info["width"], info["height"], info["fps"]
+        self.matrix, self.full_range = info["matrix"], info["full_range"]
+
+    def info(self) -> Dict[str, Any]:
+        return {"uri": self.uri, "width": self.width, "height": self.height, "fps": self.fps,
+                "decoder": "nvdec (worker process %d of %d, CUDA IPC)" % (self.stream // self.group.per_worker,
+                                                                          self.group.workers)
+                if self.group.codec == "nvdec" else "fake nvdec (worker process, host shared memory)",
+                "matrix": self.matrix, "full_range": self.full_range}
+
+    def close(self) -> None:
+        self.group.close()
 
 
 def _recv(conn: Any, w: int) -> bytes:
@@ -333,4 +369,4 @@ def _decode_loop(conn: Any, sources: List[Tuple[int, Any, _LazyRing]], slots: in
             time.sleep(0.0002)
 
 
-__all__ = ["IpcDecodeGroup"]
+__all__ = ["GroupStream", "IpcDecodeGroup"]
