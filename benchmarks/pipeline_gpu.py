@@ -63,6 +63,8 @@ VARIANTS = {
                   "workers": 4},
     # ThreadedDecoder sources as in threaded-pairs, but ONE feeder thread reads all of them (SourceFeedGroup)
     "feed-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed"},
+    # what `jetforge app --decode gpu` does: threaded-pairs below DECODE_PROCESSES_FROM streams, ipc-pairs from there
+    "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }
 MAX_BATCH = 64  # the largest batch (and CUDA graph) of a pipeline point
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
@@ -248,7 +250,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
     from jetforge.apps.video.sinks.encode_pool import EncoderPool
     from pipeline_gpu_ops import keep_hook
 
-    v = VARIANTS[variant]
+    v = VARIANTS[resolve_variant(variant, n)]
     ops = env.ops(model, n, v["nonblocking"], v["per_stream"])
     if v.get("source") == "ipc":
         sources: Any = open_group([env.streams[model]], n, env.args.dry_run, v["workers"], v["per_stream"])
@@ -292,7 +294,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         row["fps_until_queued"], row["encoder_drain_s"] = row["fps"], drain_s
         row["fps"] = row["frames"] / (row["wall_s"] + drain_s)
     row.update({"model": model, "render": render, "preprocess": getattr(ops.pre, "kind", env.pre_kind[model]),
-                "variant": variant, "max_batch": batch, "per_stream": v["per_stream"], "keep": v["keep"],
+                "variant": _variant_label(variant, n), "max_batch": batch, "per_stream": v["per_stream"],
+                "keep": v["keep"],
                 "source": _source_label(v),
                 "gil_switch_interval_ms": v["switch_ms"] or 1000.0 * switch,
                 "cuda_streams": "non-blocking + events" if v["nonblocking"] else "legacy default stream",
@@ -393,7 +396,7 @@ def plan(args: argparse.Namespace) -> List[Tuple[str, Any, Any]]:
     """The points in priority order (the goals first: render off at 1 and 16 streams of MobileNetV2 with their
     bounds, every variant; then one render-on point, then the detector, then 32 streams), as (kind, model, arg)."""
     models, streams, variants = args.models, args.streams, args.variants
-    ipc = any(VARIANTS[v].get("source") == "ipc" for v in variants)
+    ipc = any(VARIANTS[v].get("source") in ("ipc", "auto") for v in variants)
     steps: List[Tuple[str, Any, Any]] = []
     first = [n for n in (1, 16, 4, 32) if n in streams] + [n for n in streams if n not in (1, 16, 4, 32)]
     first_on = 16 if 16 in streams else max(streams)  # the one render-on point that comes early
@@ -425,6 +428,20 @@ def plan(args: argparse.Namespace) -> List[Tuple[str, Any, Any]]:
     if args.device_pool and "classify" in models:
         steps.append(("device_pool", "classify", max(streams)))
     return steps
+
+
+def resolve_variant(variant: str, n: int) -> str:
+    """``auto`` -> the variant `jetforge app --decode gpu` uses for N streams; any other name as it is."""
+    if variant != "auto":
+        return variant
+    from jetforge.apps.pipeline.gpu_app import DECODE_PROCESSES_FROM
+
+    return "ipc-pairs" if DECODE_PROCESSES_FROM and n >= DECODE_PROCESSES_FROM else "threaded-pairs"
+
+
+def _variant_label(variant: str, n: int) -> str:
+    used = resolve_variant(variant, n)
+    return variant if used == variant else "%s=%s" % (variant, used)
 
 
 def batch_of(n: int, per_stream: int = 1) -> int:

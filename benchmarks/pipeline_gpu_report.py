@@ -120,6 +120,11 @@ def _f(v: Optional[float], fmt: str = "%.0f") -> str:
     return "-" if v is None else fmt % v
 
 
+def _family(row: Dict[str, Any]) -> str:
+    """A row's variant for the plot: ``auto=ipc-pairs`` and ``auto=threaded-pairs`` are one line, ``auto``."""
+    return str(row.get("variant", "legacy")).split("=")[0]
+
+
 def plot(doc: Dict[str, Any], path: Path) -> Optional[Path]:
     try:
         import matplotlib
@@ -134,11 +139,11 @@ def plot(doc: Dict[str, Any], path: Path) -> Optional[Path]:
         return None
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
     for ax, model in zip(axes[0], models):
-        variants = sorted({r.get("variant", "legacy") for r in res["pipeline"]})
+        variants = sorted({_family(r) for r in res["pipeline"]})
         for render, style in ((False, "o-"), (True, "s--")):
             for variant in variants:
                 rows = sorted((r for r in res["pipeline"] if r["model"] == model and r["render"] == render
-                               and r.get("variant", "legacy") == variant), key=lambda r: r["streams"])
+                               and _family(r) == variant), key=lambda r: r["streams"])
                 if rows:
                     ax.plot([r["streams"] for r in rows], [r["fps"] for r in rows], style,
                             label="pipeline, render %s%s" % ("on" if render else "off",
