@@ -61,8 +61,10 @@ class GpuAppOptions:
                               "got %d, %d and %d" % (self.max_batch, self.encoders, self.per_stream))
 
 
-# Streams from which `--decode gpu` decodes in worker processes (IpcDecodeGroup) instead of one thread per stream.
-DECODE_PROCESSES_FROM = 8
+# Streams from which `--decode gpu` decodes in worker processes (IpcDecodeGroup) instead of one thread per stream;
+# 0: never.  Off until the worker processes are measured on a GPU against the threads (the H200 run is prepared in
+# benchmarks/pipeline_gpu.py, variants ipc-*; not executed yet): then e.g. 8.
+DECODE_PROCESSES_FROM = 0
 
 
 def default_encoders() -> int:
