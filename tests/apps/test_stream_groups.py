@@ -7,6 +7,7 @@ The workers are real spawned processes running the real NvThreadedSource around 
 benchmarks/pipeline_gpu.py (variants ipc-*) and in the GPU test at the end, skipped without one.
 """
 
+import dataclasses
 import threading
 import time
 
@@ -16,6 +17,7 @@ import pytest
 from jetforge.apps.pipeline.batching import StreamBatcher
 from jetforge.apps.pipeline.streams import HostBatchOps, StreamRunOptions, run_streams
 from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder
+from jetforge.apps.video.sources.gpu_frame import GpuFrame
 from jetforge.apps.video.sources.ipc_decode import IpcDecodeGroup
 from jetforge.apps.video.sources.nvdec import NvDecSource
 from jetforge.errors import ConfigError, StreamError
@@ -45,6 +47,9 @@ def test_ipc_group_delivers_every_frame_of_every_stream_in_order_with_the_decode
     got = {}
 
     def sink(s, frame, event, host):  # called before the batch is released: the slot still holds this frame
+        # the group builds frames without GpuFrame's __init__: every field is there and equal to a normal build
+        assert frame == GpuFrame(**{f.name: getattr(frame, f.name) for f in dataclasses.fields(GpuFrame)})
+        assert frame.timestamp == frame.index / 25.0 and frame.layout == "nv12"
         got.setdefault(s, []).append((frame.index, frame.host_nv12().copy()))
 
     ops = HostBatchOps(lambda f: f.host_nv12()[:2, :2].astype(np.float32), lambda x: x, lambda out, i, f: {})
@@ -210,3 +215,23 @@ def test_gpu_app_decodes_in_worker_processes_from_the_threshold_on(tmp_path, mon
     top = {(r["stream"], r["frame"]): r["top"][0]["index"] for r in records if "top" in r}
     assert sorted(top) == [(s, i) for s in range(2) for i in range(6)]
     assert all(top[(0, i)] == top[(1, i)] for i in range(6))
+
+
+def test_replay_decoder_serves_the_clips_length_cycling_its_first_frames(bikes_clip):
+    """The CPU-cost stand-in for NVDEC: as many frames as the clip has (250), the first 8 decoded frames in turn,
+    then the end; reconfiguring starts again."""
+    from jetforge.apps.video.sources.fake_nvdec import FakeReplayThreadedDecoder
+
+    with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=8) as src:
+        first = [f.host_nv12() for f in src]
+    dec = FakeReplayThreadedDecoder(str(bikes_clip), 12)
+    served = []
+    while True:
+        batch = dec.get_batch_frames(12)
+        if not batch:
+            break
+        served += batch
+    assert len(served) == 250
+    assert all(np.array_equal(np.asarray(f), first[i % 8]) for i, f in enumerate(served[:24]))
+    dec.reconfigure_decoder(str(bikes_clip))
+    assert len(dec.get_batch_frames(4)) == 4

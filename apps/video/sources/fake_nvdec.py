@@ -142,6 +142,36 @@ class FakeThreadedDecoder:
         self._packets = iter(())
 
 
+class FakeReplayThreadedDecoder(FakeThreadedDecoder):
+    """A ThreadedDecoder stand-in whose per-frame decoding costs next to no CPU time, as NVDEC's does (the decoding
+    runs in hardware): the clip's first ``replay`` frames are decoded once with OpenCV and handed out in turn, as
+    many frames as the clip has, then the end.  For measuring the Python work around the decoder on a CPU
+    (``benchmarks/pipeline_gpu_host.py``); the pixels repeat, so it is no use where frame content matters."""
+
+    replay = 8
+
+    def reconfigure_decoder(self, new_source: str, start_frame: int = 0) -> None:
+        if getattr(self, "_source", None) != new_source:
+            demuxer = FakeDemuxer(new_source)
+            self._total = int(demuxer._cap.get(demuxer._cv2.CAP_PROP_FRAME_COUNT) or 0)
+            decoder, self._frames = FakeDecoder(latency=0), []
+            for packet in demuxer:
+                self._frames += decoder.Decode(packet)
+                if len(self._frames) >= self.replay:
+                    break
+            demuxer._cap.release()
+            self._total, self._source = max(self._total, len(self._frames)), new_source
+        self._served = 0
+
+    def get_batch_frames(self, batch_size: int) -> List[FakeDecodedFrame]:
+        if batch_size > self.buffer_size:
+            raise Exception("batch_size cannot be greater than buffer_size")
+        k = max(0, min(batch_size, self._total - self._served))
+        out = [self._frames[(self._served + i) % len(self._frames)] for i in range(k)]
+        self._served += k
+        return out
+
+
 class FakeNvDecoder:
     """Module-like stand-in for ``PyNvVideoCodec`` (pass the class itself, or an instance, as ``codec_module``)."""
 
@@ -163,4 +193,10 @@ class FakeNvDecoder:
         return FakeDecoder(cls.latency)
 
 
-__all__ = ["FakeDecodedFrame", "FakeDecoder", "FakeDemuxer", "FakeNvDecoder", "FakeThreadedDecoder"]
+class FakeReplayNvDecoder(FakeNvDecoder):
+    """:class:`FakeNvDecoder` whose ThreadedDecoder is :class:`FakeReplayThreadedDecoder` (decoding at ~no CPU cost)."""
+
+    ThreadedDecoder = FakeReplayThreadedDecoder
+
+
+__all__ = ["FakeReplayNvDecoder", "FakeReplayThreadedDecoder", "FakeDecodedFrame", "FakeDecoder", "FakeDemuxer", "FakeNvDecoder", "FakeThreadedDecoder"]

@@ -40,7 +40,7 @@ from jetforge.errors import ConfigError, StreamError
 
 GO, STOP = 0, 1  # indexes of the shared flags
 ROW = 4  # stream, frame index (-1: the stream ended), slot, capture time (time.perf_counter: CLOCK_MONOTONIC)
-CODECS = ("nvdec", "fake")
+CODECS = ("nvdec", "fake", "fake-replay")  # PyNvVideoCodec; FakeNvDecoder; FakeReplayNvDecoder (CPU-cost studies)
 
 
 class IpcDecodeGroup:
@@ -72,6 +72,7 @@ class IpcDecodeGroup:
         self._flags = self._ctx.RawArray("i", 2)
         self._rings: List[Optional[ImportedRing]] = [None] * self.streams
         self.infos: List[Dict[str, Any]] = [{} for _ in range(self.streams)]
+        self._fixed: List[Dict[str, Any]] = [{} for _ in range(self.streams)]  # each stream's constant frame fields
         self._procs: List[Any] = []
         self._conns: List[Any] = []
         self._closed = False
@@ -122,8 +123,10 @@ class IpcDecodeGroup:
                               hint="NVDEC decodes H.264/HEVC/AV1/VP9; convert the file, or use --decode cpu")
         for info in payload:
             s = info.pop("stream")
-            self._rings[s] = ImportedRing(info.pop("ring"))
+            ring = self._rings[s] = ImportedRing(info.pop("ring"))
             self.infos[s] = info
+            self._fixed[s] = {"width": info["width"], "height": info["height"], "matrix": info["matrix"],
+                              "full_range": info["full_range"], "stream": s, "on_host": ring.on_host, "layout": "nv12"}
 
     # ------------------------------------------------------------------------------------------- the run
     def feed(self, batcher: Any) -> None:
@@ -173,13 +176,19 @@ class IpcDecodeGroup:
         return True
 
     def _frame(self, s: int, index: int, slot: int, captured: float) -> GpuFrame:
-        info, ring = self.infos[s], self._rings[s]
+        """The :class:`GpuFrame` of one announced frame.  Built from the stream's fixed fields without the frozen
+        dataclass's ``__init__`` (one ``object.__setattr__`` per field: ~7 us, a third of this thread's work per
+        frame on the CPU study, benchmarks/pipeline_gpu_host.py); the result is the same frozen record."""
+        ring = self._rings[s]
         data, y_ptr, uv_ptr, pitch = ring.frame_planes(slot)  # type: ignore[union-attr]
-        fps = info["fps"]
-        return GpuFrame(index=index, timestamp=index / fps if fps else 0.0, width=info["width"],
-                        height=info["height"], data=data, y_ptr=y_ptr, uv_ptr=uv_ptr, pitch=pitch,
-                        matrix=info["matrix"], full_range=info["full_range"], captured=captured, stream=s,
-                        on_host=ring.on_host)  # type: ignore[union-attr]
+        fixed = self._fixed[s]
+        frame = object.__new__(GpuFrame)
+        fields = frame.__dict__
+        fields.update(fixed)
+        fps = self.infos[s]["fps"]
+        fields.update(index=index, timestamp=index / fps if fps else 0.0, data=data, y_ptr=y_ptr, uv_ptr=uv_ptr,
+                      pitch=pitch, captured=captured)
+        return frame
 
     def _check_workers(self, open_streams: set) -> None:
         for w, proc in enumerate(self._procs):
@@ -243,7 +252,7 @@ class GroupStream:
         return {"uri": self.uri, "width": self.width, "height": self.height, "fps": self.fps,
                 "decoder": "nvdec (worker process %d of %d, CUDA IPC)" % (self.stream // self.group.per_worker,
                                                                           self.group.workers)
-                if self.group.codec == "nvdec" else "fake nvdec (worker process, host shared memory)",
+                if self.group.codec == "nvdec" else "%s (worker process, host shared memory)" % self.group.codec,
                 "matrix": self.matrix, "full_range": self.full_range}
 
     def close(self) -> None:
@@ -318,10 +327,10 @@ def _open_sources(jobs: List[Tuple[int, str]], slots: int, fetch: int, buffer_si
     from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
 
     module: Any = None
-    if codec == "fake":
-        from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder
+    if codec in ("fake", "fake-replay"):
+        from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder, FakeReplayNvDecoder
 
-        module = FakeNvDecoder
+        module = FakeNvDecoder if codec == "fake" else FakeReplayNvDecoder
     out = []
     for s, path in jobs:
         ring = _LazyRing(slots)
