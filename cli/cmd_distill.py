@@ -29,24 +29,27 @@ def load_recipe(args: argparse.Namespace, cfg_cls: Any) -> Optional[Any]:
     return load_config(cfg_cls, args.config, overrides + ["data.root=%s" % root])
 
 
-def recipe_kind(args: argparse.Namespace) -> str:
+def recipe_kind(args: argparse.Namespace, kinds: Optional[Dict[str, Tuple[str, Any]]] = None,
+                command: str = "jetforge distill") -> str:
     """Which runner a recipe is for: its ``kind`` key (or ``--set kind=...``); no kind is a classifier recipe.
 
     ``kind: detector`` is the SSDLite person detector's recipe (``recipes/distill_ssdlite_person.yaml``),
-    ``kind: action3d`` the 3D MobileNetV2 action recipe (``recipes/action_mobilenet3d.yaml``).
+    ``kind: action3d`` the 3D MobileNetV2 action recipe (``recipes/action_mobilenet3d.yaml``).  ``kinds``: the
+    command's table of kinds (default: this command's :data:`RECIPE_KINDS`; ``jetforge qat`` passes its own).
     """
     from jetforge.config import parse_override, read_yaml
     from jetforge.errors import ConfigError
 
+    kinds = RECIPE_KINDS if kinds is None else kinds
     kind = read_yaml(args.config).get("kind") if args.config else None
     for text in args.overrides:
         keys, value = parse_override(text)
         if keys == ["kind"]:
             kind = value
-    if kind is not None and kind not in RECIPE_KINDS:
-        raise ConfigError("recipe kind %r is not one jetforge distill knows" % (kind,),
+    if kind is not None and kind not in kinds:
+        raise ConfigError("recipe kind %r is not one %s knows" % (kind, command),
                           hint="use %s or leave kind out (a classifier recipe)"
-                               % ", ".join("kind: %s (%s)" % (k, what) for k, (what, _) in RECIPE_KINDS.items()))
+                               % ", ".join("kind: %s (%s)" % (k, what) for k, (what, _) in kinds.items()))
     return kind or "classifier"
 
 
@@ -90,8 +93,9 @@ def run_action3d_recipe(args: argparse.Namespace) -> int:
         print_config(cfg)
         return 0
     report = run_recipe(cfg, recipe_video(args.data), progress=not args.json)
-    if args.json:
-        print_json({k: report[k] for k in ("what_it_recognizes", "teacher", "student", "prune", "seconds", "files")})
+    if args.json:  # with the int8 stage on, its simulated-INT8 held-out accuracies too
+        print_json({k: report[k] for k in ("what_it_recognizes", "teacher", "student", "prune", "int8", "seconds",
+                                           "files") if k in report})
         return 0
     print("\n".join(summary_lines(report, cfg)))
     return 0

@@ -2,9 +2,36 @@
 
 import argparse
 from pathlib import Path
+from typing import Callable, Dict, Tuple
 
 from jetforge.cli.base import Command, add_config_flags, add_json_flag, print_json
-from jetforge.cli.cmd_distill import load_recipe
+from jetforge.cli.cmd_distill import load_recipe, print_config, recipe_kind
+
+
+def run_action3d_int8(args: argparse.Namespace) -> int:
+    """``kind: action3d``: the recipe's int8 stage (PTQ from clips and/or QAT steps) on the models that ``jetforge
+    distill --config`` of the same recipe left in its out_dir; ``--data`` is the video.  Prints the recipe's summary
+    with the simulated-INT8 held-out accuracies, or with ``--json`` the report's int8 block and files."""
+    from jetforge.compress.action.action3d import Action3DRecipe
+    from jetforge.compress.action.mobilenet3d_recipe import recipe_video, run_int8_stage, summary_lines
+    from jetforge.config import load_config
+
+    cfg = load_config(Action3DRecipe, args.config, list(args.overrides))
+    if args.print_config:
+        print_config(cfg)
+        return 0
+    report = run_int8_stage(cfg, recipe_video(args.data), progress=not args.json)
+    if args.json:
+        print_json({k: report[k] for k in ("what_it_recognizes", "student", "int8", "files")})
+        return 0
+    print("\n".join(summary_lines(report, cfg)))
+    return 0
+
+
+# The recipe kinds besides the classifier recipe (jetforge distill's table names the trainers of each kind).
+QAT_KINDS: Dict[str, Tuple[str, Callable[[argparse.Namespace], int]]] = {
+    "action3d": ("the 3D action recipe's int8 stage, on the models its distill run trained", run_action3d_int8),
+}
 
 
 class QatCommand(Command):
@@ -17,16 +44,23 @@ class QatCommand(Command):
         "scales + model.fp16_layers.txt + model.dla.json (with the trtexec arguments). With --translate, only "
         "translate an existing Q/DQ ONNX (from jetforge, ModelOpt or pytorch-quantization). model.checkpoint (with "
         "model.prune_plan for a model pruned by jetforge prune) is read weights-only; a checkpoint holding other "
-        "pickled objects runs code when loaded and needs model.trust_pickle: true, for files you made yourself.")
+        "pickled objects runs code when loaded and needs model.trust_pickle: true, for files you made yourself. A "
+        "recipe with kind: action3d (the 3D action model's clip recipe) runs its int8 stage on the teacher.pt and "
+        "student.pt that `jetforge distill --config` of the same recipe left in out_dir: calibration from per-track "
+        "clips of the training frames (student.calib, student.qdq.onnx) and int8.qat_steps QAT steps "
+        "(student.qat.qdq.onnx), both evaluated on the held-out clips in simulated INT8 arithmetic (report.json's "
+        "int8 block); --data is then the video.")
     examples = """examples:
   jetforge qat --config recipes/qat_fashion_mnist.yaml
   jetforge qat --config recipes/qat_fashion_mnist.yaml --set qat.calibration=percentile --set export.trt_version=8.6.2
+  jetforge qat --config recipes/action_mobilenet3d.yaml --set int8.qat_steps=16   # after jetforge distill --config
   jetforge qat --translate runs/qat/model.qdq.onnx --trt 10.3 --out dla/
   trtexec --onnx=dla/model.plain.onnx --useDLACore=0 --allowGPUFallback --int8 --fp16 --calib=dla/model.calib"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_config_flags(parser)
-        parser.add_argument("--data", metavar="DIR", help="folder with the Fashion-MNIST .gz files")
+        parser.add_argument("--data", metavar="DIR", help="folder with the Fashion-MNIST .gz files; for kind: "
+                                                          "action3d the video (default: the vtest.avi asset)")
         parser.add_argument("--translate", metavar="QDQ.onnx", help="only translate this Q/DQ ONNX for DLA")
         parser.add_argument("--trt", default="10.3", help="TensorRT version of the cache header with --translate "
                                                           "(10.3: JetPack 6.1/6.2, 8.6.2: 6.0, 8.5.2: 5.1)")
@@ -52,6 +86,9 @@ class QatCommand(Command):
                   % (paths["plain_onnx"], " ".join(a.replace("calib.cache", str(paths["cache"]))
                                                    for a in res.trtexec_args())[:400]))
             return 0
+        kind = recipe_kind(args, QAT_KINDS, "jetforge qat")
+        if kind in QAT_KINDS:
+            return QAT_KINDS[kind][1](args)
         from jetforge.compress.qat import QatConfig, qat
 
         cfg = load_recipe(args, QatConfig)

@@ -101,6 +101,7 @@ def run_recipe(recipe: Action3DRecipe, video: Path, progress: bool = True) -> Di
         export_action_model(model, out / ("%s.onnx" % name), data, "%s_%s" % (recipe.name, name), report[name],
                             provenance={"recipe": recipe.name, "seed": recipe.seed})
     report["files"] = {"teacher": str(out / "teacher.onnx"), "student": str(out / "student.onnx")}
+    report["files"].update(save_weights(out, teacher, student))
     report["seconds"] = round(time.perf_counter() - t0, 1)
     write_json_atomic(out / "report.json", report)  # the FP32 results stand even if the INT8 stage fails
     if recipe.int8.calibrate or recipe.int8.qat_steps:
@@ -108,6 +109,78 @@ def run_recipe(recipe: Action3DRecipe, video: Path, progress: bool = True) -> Di
         report["seconds"] = round(time.perf_counter() - t0, 1)
         write_json_atomic(out / "report.json", report)
     return report
+
+
+def save_weights(out: Path, teacher: torch.nn.Module, student: torch.nn.Module) -> Dict[str, str]:
+    """``teacher.pt`` and ``student.pt``: the state dicts (CPU tensors only, read back weights-only) from which
+    :func:`jetforge.compress.models.mobilenet3d.mobilenet3d_from_state` rebuilds the (pruned) nets, so that the
+    INT8 stage can run again on this run's models (``jetforge qat --config``, :func:`run_int8_stage`)."""
+    from jetforge.compress.train import save_checkpoint
+
+    files = {}
+    for name, model in (("teacher", teacher), ("student", student)):
+        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        files[name + "_weights"] = str(save_checkpoint(out / ("%s.pt" % name), state))
+    return files
+
+
+# What may differ between the run that trained the models and a later INT8 stage on them: everything else
+# (labels, clip shape, rule, split, training settings) decides what the saved models are.
+INT8_STAGE_FREE_KEYS = ("int8", "threads", "tracks_dir")
+
+
+def trained_run(recipe: Action3DRecipe) -> Dict[str, Any]:
+    """The report of the finished run in ``recipe.out_dir``, checked to hold this recipe's trained models."""
+    import json
+
+    from jetforge.errors import ConfigError, InputFileError
+
+    out = Path(recipe.out_dir)
+    needed = [out / "report.json", out / "teacher.pt", out / "student.pt", out / "student.onnx"]
+    missing = [p.name for p in needed if not p.is_file()]
+    if missing:
+        raise InputFileError("%s holds no trained run of this recipe (%s missing)" % (out, ", ".join(missing)),
+                             hint="run `jetforge distill --config RECIPE` with the same settings first (its out_dir "
+                                  "receives the models the INT8 stage starts from)")
+    report = json.loads((out / "report.json").read_text())
+    now = json.loads(json.dumps(recipe_dict(recipe)))
+    then = report.get("recipe", {})
+    changed = sorted(k for k in set(now) | set(then) if k not in INT8_STAGE_FREE_KEYS and now.get(k) != then.get(k))
+    if changed:
+        raise ConfigError("the recipe differs from the one that trained %s's models in %s (%s)" % (
+            out, ", ".join(changed), "; ".join("%s: %s then, %s now" % (k, then.get(k), now.get(k)) for k in changed)),
+            hint="give the same settings as that run (only %s may differ), or train again with jetforge distill"
+                 % ", ".join(INT8_STAGE_FREE_KEYS))
+    return report
+
+
+def run_int8_stage(recipe: Action3DRecipe, video: Path, progress: bool = True) -> Dict[str, Any]:
+    """The ``int8`` stage alone on the models a finished run left in ``recipe.out_dir`` (``jetforge qat --config``
+    with a ``kind: action3d`` recipe): rebuilds the clips, reloads ``teacher.pt``/``student.pt``, runs PTQ and/or
+    ``int8.qat_steps`` QAT steps, and updates ``report.json`` (its ``int8`` block and files); returns the report."""
+    from jetforge.compress.checkpoint import read_weights
+    from jetforge.compress.models.mobilenet3d import mobilenet3d_from_state
+    from jetforge.errors import ConfigError
+
+    if not (recipe.int8.calibrate or recipe.int8.qat_steps):
+        raise ConfigError("the recipe's int8 stage is off (int8.calibrate false, int8.qat_steps 0): nothing to do",
+                          hint="--set int8.calibrate=true and/or --set int8.qat_steps=8")
+    report = trained_run(recipe)
+    t0 = time.perf_counter()
+    torch.set_num_threads(max(1, recipe.threads))
+    out = Path(recipe.out_dir)
+    data = build_data(recipe, video, progress=progress)
+    teacher, student = (mobilenet3d_from_state(read_weights(out / ("%s.pt" % n), "%s weights" % n)).eval()
+                        for n in ("teacher", "student"))
+    files = {k: v for k, v in report["files"].items() if k not in INT8_FILES}
+    report["int8"] = run_int8(recipe, video, data, teacher, student, out, files)
+    report["int8"]["seconds"] = round(time.perf_counter() - t0, 1)
+    report["files"] = files
+    write_json_atomic(out / "report.json", report)
+    return report
+
+
+INT8_FILES = ("student_calib", "student_ptq_qdq", "student_qat_qdq")  # what run_int8 adds to the report's files
 
 
 def run_int8(recipe: Action3DRecipe, video: Path, data: ClipData, teacher: torch.nn.Module,

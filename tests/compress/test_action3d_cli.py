@@ -87,3 +87,78 @@ def test_module_entry_refuses_a_missing_video_in_one_line(reached, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "video nowhere.avi is not a file" in lines[0], lines
     assert reached == []
+
+
+# ------------------------------------------------------------------ jetforge qat --config (kind: action3d)
+QAT = ["qat", "--config", "recipes/action_mobilenet3d.yaml"]
+
+
+@pytest.fixture
+def int8_reached(monkeypatch):
+    """Replace the int8-stage runner by one that records what the CLI handed it and stops."""
+    import jetforge.compress.action.mobilenet3d_recipe as runner
+
+    calls = []
+
+    def record(recipe, video, progress=True):
+        calls.append((recipe, video))
+        raise RunnerReached()
+
+    monkeypatch.setattr(runner, "run_int8_stage", record)
+    return calls
+
+
+def test_qat_routes_action3d_recipes_to_the_int8_stage(int8_reached, tmp_path, capsys):
+    from jetforge.assets import asset_path
+    from jetforge.cli.main import main
+    from jetforge.compress.action.action3d import Action3DRecipe
+    from jetforge.config import load_config
+
+    with pytest.raises(RunnerReached):
+        main(QAT + ["--set", "int8.qat_steps=3", "--set", "out_dir=%s" % tmp_path])
+    recipe, video = int8_reached[0]
+    assert recipe == load_config(Action3DRecipe, "recipes/action_mobilenet3d.yaml",
+                                 ["int8.qat_steps=3", "out_dir=%s" % tmp_path])
+    assert recipe.int8.qat_steps == 3 and video == asset_path("opencv_samples", "vtest.avi")
+    assert main(QAT + ["--set", "int8.samples=7", "--print-config"]) == 0
+    assert "kind: action3d" in capsys.readouterr().out and len(int8_reached) == 1
+
+
+def _placeholder_run(folder, recipe):
+    """The files a finished run leaves (contents that are not read before the check: placeholders)."""
+    import json
+
+    from jetforge.compress.action.action3d import recipe_dict
+
+    folder.mkdir()
+    for name in ("teacher.pt", "student.pt", "student.onnx"):
+        (folder / name).write_bytes(b"placeholder")
+    (folder / "report.json").write_text(json.dumps({"recipe": recipe_dict(recipe), "files": {}}))
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--set", "kind=detector"], "recipe kind 'detector' is not one jetforge qat knows"),
+    (["--set", "int8.calibrate=false", "--set", "int8.qat_steps=0"], "the recipe's int8 stage is off"),
+    ([], "holds no trained run of this recipe (report.json, teacher.pt, student.pt, student.onnx missing)"),
+    (["--set", "window=4"], "differs from the one that trained"),
+    (["--data", "nowhere/clip.avi"], "video nowhere/clip.avi is not a file"),
+])
+def test_bad_qat_action3d_call_is_one_error_line_before_any_work(tmp_path, capsys, extra, message):
+    from jetforge.cli.main import main
+    from jetforge.compress.action.action3d import Action3DRecipe
+    from jetforge.config import load_config
+
+    out = tmp_path / "run"
+    if "window=4" in extra:  # a run trained with window 8; the INT8 stage asked for window 4 on its models
+        _placeholder_run(out, load_config(Action3DRecipe, "recipes/action_mobilenet3d.yaml", ["out_dir=%s" % out]))
+    assert main(QAT + ["--set", "out_dir=%s" % out] + extra) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jetforge: error: ") and message in lines[0], lines
+    if "window=4" in extra:
+        assert "window: 8 then, 4 now" in lines[0] and "int8, threads, tracks_dir" in lines[0]
+        # the int8 settings, threads and the track cache's folder may differ: that run is accepted
+        from jetforge.compress.action.mobilenet3d_recipe import trained_run
+
+        ok = load_config(Action3DRecipe, "recipes/action_mobilenet3d.yaml",
+                         ["out_dir=%s" % out, "int8.qat_steps=2", "threads=1", "tracks_dir=%s" % tmp_path])
+        assert trained_run(ok)["files"] == {}

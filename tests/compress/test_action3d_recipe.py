@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 from jetforge.runtime.inputs import input_contract  # noqa: E402
 from jetforge.runtime.session import open_session  # noqa: E402
@@ -29,6 +29,7 @@ def test_recipe_runs_on_the_cpu_and_exports_both_models(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert printed["files"] == report["files"] and printed["student"] == report["student"]
+    assert printed["int8"] == report["int8"]  # --json prints the simulated-INT8 accuracies too
     assert (tmp_path / "tracks" / "events.jsonl").is_file()  # the people app made the track cache
     assert report["data"]["guard_frames"] == 10 and report["prune"]["macs_factor"] >= 2.0
     student = tmp_path / "run" / "student.onnx"
@@ -67,3 +68,23 @@ def test_recipe_runs_on_the_cpu_and_exports_both_models(tmp_path, capsys):
     assert lines[-1].endswith("report.json") and str(student) in lines[-1] and str(run / "student.qdq.onnx") in lines[-1]
     assert lines[-2].startswith("INT8        student held out, simulated INT8: PTQ %.3f, QAT %.3f" % (
         report["int8"]["ptq"]["clip_accuracy"]["accuracy_int8"], report["int8"]["qat"]["clip_accuracy"]["accuracy_int8"]))
+    # `jetforge qat --config` of the same recipe: the int8 stage again, on the teacher.pt / student.pt the run saved
+    student_pt = torch.load(str(run / "student.pt"), map_location="cpu", weights_only=True)
+    from jetforge.compress.models.mobilenet3d import mobilenet3d_from_state
+
+    with torch.no_grad():
+        rebuilt = mobilenet3d_from_state(student_pt).eval()(torch.from_numpy(x)).numpy()
+    # the saved weights are the exported student's: torch vs ONNX Runtime float32, logits of magnitude ~1-10
+    np.testing.assert_allclose(rebuilt, logits, rtol=1e-4, atol=1e-4)
+    # calibration only (~3 s of CPU; the QAT steps ran above through the same int8 stage code)
+    ptq_only = ["int8.calibrate=true", "int8.samples=6", "int8.qat_steps=0"]
+    assert main(["qat", "--config", "recipes/action_mobilenet3d.yaml", "--json"]
+                + [a for o in tiny + ptq_only for a in ("--set", o)]) == 0
+    again = json.loads(capsys.readouterr().out)
+    updated = json.loads((run / "report.json").read_text())
+    assert again["int8"] == updated["int8"] and again["files"] == updated["files"]
+    assert updated["int8"]["ptq"]["calibration"]["clips"] <= 6 and "qat" not in updated["int8"]
+    assert "student_qat_qdq" not in updated["files"]
+    assert updated["files"]["student_ptq_qdq"] == str(run / "student.qdq.onnx")
+    assert updated["student"] == report["student"] and updated["recipe"] == report["recipe"]  # the FP32 run stands
+
