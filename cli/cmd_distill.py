@@ -132,7 +132,8 @@ class DistillCommand(Command):
         "of the labelled clips (student.pt, student.onnx + sidecar, result.json in out_dir; --data is then the "
         "folder holding the clips' assets). A recipe with kind: action3d trains the 3D MobileNetV2 action teacher on "
         "clips labelled from person tracks, prunes and distils the student (teacher.onnx, student.onnx + clip "
-        "sidecars, report.json in out_dir; --data is then the video, default the vtest.avi asset).")
+        "sidecars, teacher.pt, student.pt, report.json in out_dir; --data is then the video, default the vtest.avi "
+        "asset), then runs the recipe's int8 stage (`jetforge qat --config` runs that stage again on those models).")
     examples = """examples:
   jetforge distill --config recipes/distill_fashion_mnist.yaml
   jetforge distill --config recipes/distill_fashion_mnist.yaml --set model.checkpoint=pruned/pruned.pt \\

@@ -3,7 +3,8 @@
 ``python -m jetforge.compress.action.mobilenet3d_recipe --recipe recipes/action_mobilenet3d.yaml`` builds the
 track-labelled clips, fine-tunes the inflated teacher, prunes and distils the student
 (:mod:`jetforge.compress.action.action3d`), and writes ``OUT_DIR/teacher.onnx``, ``OUT_DIR/student.onnx`` (+ sidecars
-with the ``clip`` input contract, the label rule and the held-out accuracy) and ``OUT_DIR/report.json``; the
+with the ``clip`` input contract, the label rule and the held-out accuracy), their weights (``teacher.pt``,
+``student.pt``: what ``jetforge qat --config`` of the same recipe starts from) and ``OUT_DIR/report.json``; the
 optional ``int8`` stage (:mod:`jetforge.compress.action.action3d_int8`) then calibrates the student
 (``student.calib``, ``student.qdq.onnx``) and runs a few QAT steps (``student.qat.qdq.onnx``), and records their
 held-out accuracy in simulated INT8 arithmetic in the report.  On a
