@@ -63,8 +63,17 @@ def model_names(result: Dict[str, Any]) -> List[str]:
     return list(result.get("models", MODELS))
 
 
-def load_models(gpu_dir: Path, students: List[str]) -> Tuple[Dict[str, Any], Any, Any]:
-    """Teacher (from the frozen graph) and the returned students; the SSD spec and preprocessing of the graph."""
+def student_sizes(gpu_dir: Path, students: List[str], given: List[str]) -> Dict[str, int]:
+    """Each student's input size: ``--student-size NAME=PIXELS``, else what the GPU run recorded, else 300."""
+    sizes = {name: int(px) for name, _, px in (g.partition("=") for g in given)}
+    run = gpu_dir / "detector_student_gpu.json"
+    recorded = json.loads(run.read_text()).get("students", {}) if run.is_file() else {}
+    return {n: sizes.get(n, int(recorded.get(n, {}).get("image_size", 300))) for n in students}
+
+
+def load_models(gpu_dir: Path, students: List[str], sizes: Dict[str, int]) -> Tuple[Dict[str, Any], Any, Any]:
+    """Teacher (from the frozen graph) and the returned students (each at its input size); the graph's spec and
+    preprocessing (the teacher's: a student of another size exports with its own, ``student_contract``)."""
     import torch
 
     from jetforge.assets import asset_path
@@ -79,11 +88,13 @@ def load_models(gpu_dir: Path, students: List[str]) -> Tuple[Dict[str, Any], Any
     models = {"teacher": load_from_graphdef(weights, graph=graph)}
     for name in students:
         state = torch.load(str(gpu_dir / ("student_%s.pt" % name)), map_location="cpu", weights_only=True)
-        models[name] = detector_from_state(state, models["teacher"].image_size)
+        models[name] = detector_from_state(state, sizes.get(name, models["teacher"].image_size))
     return models, read_spec(g), read_preprocess(g)
 
 
 def export_all(models: Dict[str, Any], spec: Any, preprocess: Any, folder: Path) -> Dict[str, Path]:
+    """Each model's ONNX body + sidecar, with its own input size and anchors (the sidecar is the contract)."""
+    from jetforge.compress.distill.detection_crossgrid import student_contract
     from jetforge.compress.distill.detection_recipe import STUDENT_MODEL_NAME, name_student_export
     from jetforge.compress.models.ssdlite_export import export_detector
 
@@ -91,7 +102,8 @@ def export_all(models: Dict[str, Any], spec: Any, preprocess: Any, folder: Path)
     paths = {}
     for name, model in models.items():
         paths[name] = folder / ("%s.onnx" % name)
-        sidecar = export_detector(model, spec, preprocess, paths[name], provenance={"student": name})
+        own_spec, own_preprocess = student_contract(spec, preprocess, model)
+        sidecar = export_detector(model, own_spec, own_preprocess, paths[name], provenance={"student": name})
         if name != "teacher":
             name_student_export(sidecar, paths[name], "%s_%s" % (STUDENT_MODEL_NAME, name))
     return paths
@@ -106,16 +118,17 @@ def sessions(paths: Dict[str, Path]) -> Dict[str, Any]:
     return {n: ort.InferenceSession(str(p), opts, providers=["CPUExecutionProvider"]) for n, p in paths.items()}
 
 
-def latency(sess: Dict[str, Any], x: np.ndarray, rounds: int, per_round: int) -> Dict[str, Any]:
-    """Batch-1 ms per run, models alternating run by run (order reversed every other round); median."""
+def latency(sess: Dict[str, Any], inputs: Dict[str, np.ndarray], rounds: int, per_round: int) -> Dict[str, Any]:
+    """Batch-1 ms per run (each model on the same frame at its input size), models alternating run by run
+    (order reversed every other round); median."""
     samples: Dict[str, List[float]] = {n: [] for n in sess}
-    for s in sess.values():
-        s.run(None, {s.get_inputs()[0].name: x})
+    for n, s in sess.items():
+        s.run(None, {s.get_inputs()[0].name: inputs[n]})
     for r in range(rounds):
         order = list(sess) if r % 2 == 0 else list(reversed(list(sess)))
         for _ in range(per_round):
             for name in order:
-                s = sess[name]
+                s, x = sess[name], inputs[name]
                 start = time.perf_counter()
                 s.run(None, {s.get_inputs()[0].name: x})
                 samples[name].append(1000.0 * (time.perf_counter() - start))
@@ -258,16 +271,18 @@ def cut_lines(gpu: Dict[str, Any], names: List[str]) -> List[str]:
 def table(result: Dict[str, Any]) -> str:
     gpu = (result.get("gpu") or {}).get("timing", {})
     macs = result.get("macs") or ((result.get("gpu") or {}).get("prepare") or {}).get("macs", {})
-    lines = ["| detector | MACs | H200 b32 FP16 ms/img (x) | H200 b1 ms (x) | CPU ORT b1 ms (x) | AP@0.5 [95% CI] "
-             "| minus teacher [CI frames] [CI blocks] | AP@[.5:.95] [CI] | INT8 sim. AP@0.5 (minus FP32 [CI frames] "
-             "[CI blocks]) |", "|---" * 9 + "|"]
+    sizes = result.get("input_size", {})
+    lines = ["| detector | input | MACs | H200 b32 FP16 ms/img (x) | H200 b1 ms (x) | CPU ORT b1 ms (x) "
+             "| AP@0.5 [95% CI] | minus teacher [CI frames] [CI blocks] | AP@[.5:.95] [CI] | INT8 sim. AP@0.5 (minus FP32 [CI frames] "
+             "[CI blocks]) |", "|---" * 10 + "|"]
     for name in ["hog"] + model_names(result):
         ap = result["ap"][name]
         g32, g1 = gpu.get("batch32", {}).get(name), gpu.get("batch1", {}).get(name)
         cpu = result["cpu_latency"].get(name)
         int8 = (result.get("int8") or {}).get(name)
         diff = ap.get("minus_teacher")
-        cells = [title(name), "%.0fM" % (macs[name] / 1e6) if name in macs else "-",
+        cells = [title(name), "-" if name == "hog" else "%d px" % sizes.get(name, 300),
+                 "%.0fM" % (macs[name] / 1e6) if name in macs else "-",
                  "%.4f (%.2fx)" % (g32["ms_per_image"], g32["speedup_vs_teacher"]) if g32 else "-",
                  "%.3f (%.2fx)" % (g1["ms_per_batch"], g1["speedup_vs_teacher"]) if g1 else "-",
                  "%.1f (%.2fx)" % (cpu["median_ms"], cpu["speedup_vs_teacher"]) if cpu else "-",
@@ -332,6 +347,8 @@ def main(argv: Any = None) -> int:
     p.add_argument("--out", default=str(RESULTS / "detector_student"))
     p.add_argument("--report-only", action="store_true", help="rewrite goals, table and plot from the --out JSON")
     p.add_argument("--students", nargs="+", default=list(MODELS[1:]), help="student_<name>.pt files of --gpu-dir")
+    p.add_argument("--student-size", action="append", default=[], metavar="NAME=PIXELS",
+                   help="a student's input size (default: what detector_student_gpu.json recorded, else 300)")
     p.add_argument("--int8-models", nargs="+", default=None, help="default: the teacher and every student")
     p.add_argument("--gpu-timing", help="a detector_student_timing.json (e.g. a --time-only run) to use for the "
                                         "H200 columns instead of the one in --gpu-dir's detector_student_gpu.json")
@@ -348,27 +365,30 @@ def main(argv: Any = None) -> int:
 
     gpu_dir = Path(args.gpu_dir)
     wall = time.perf_counter()
-    models, spec, preprocess = load_models(gpu_dir, args.students)
+    sizes = student_sizes(gpu_dir, args.students, args.student_size)
+    models, spec, preprocess = load_models(gpu_dir, args.students, sizes)
     paths = export_all(models, spec, preprocess, WORK / "onnx")
     sess = sessions(paths)
     frames, groups = heldout_frames()
     from jetforge.runtime.sidecar import read_sidecar
 
-    metric = DetectionAPMetric(sidecar=read_sidecar(paths["teacher"]))
+    # each model decodes with its own sidecar (input size, anchors): what an app does with it
+    metrics = {n: DetectionAPMetric(sidecar=read_sidecar(p)) for n, p in paths.items()}
+    metric = metrics["teacher"]
     result: Dict[str, Any] = {"machine": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
                                           "note": "2-core CPU shared with other engineers' jobs; ratios measured "
                                                   "side by side in one run are what counts",
                                           "onnxruntime": onnxruntime.__version__},
                               "gpu": json.loads((gpu_dir / "detector_student_gpu.json").read_text()),
                               "frames": len(frames), "score_threshold": metric.score_threshold,
-                              "models": list(models),
+                              "models": list(models), "input_size": {n: int(m.image_size) for n, m in models.items()},
                               "macs": {n: model_macs(m, m.image_size) for n, m in models.items()}}
     if args.gpu_timing:
         result["gpu"]["timing"] = gpu_timing(Path(args.gpu_timing))
-    x = preprocess.apply(frames[0].image)[None]
-    result["cpu_latency"] = latency(sess, x, args.rounds, args.per_round)
+    inputs = {n: metrics[n].preprocess.apply(frames[0].image)[None] for n in sess}
+    result["cpu_latency"] = latency(sess, inputs, args.rounds, args.per_round)
     log("CPU latency:", {n: round(v["median_ms"], 1) for n, v in result["cpu_latency"].items()})
-    dets = {name: detections(s, metric, frames, preprocess) for name, s in sess.items()}
+    dets = {name: detections(s, metrics[name], frames, metrics[name].preprocess) for name, s in sess.items()}
     result["ap"] = ap_rows(dets, frames, groups, args.resamples)
     hog = ap_rows({"teacher": dets["teacher"], "hog": hog_detections(frames)}, frames, groups, args.resamples)["hog"]
     result["ap"]["hog"] = hog

@@ -34,7 +34,7 @@ NMS does -- for soft targets that means slightly fewer duplicate low-score boxes
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Sequence, Tuple
+from typing import Any, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -55,6 +55,19 @@ def student_spec(teacher_spec: SSDSpec, grid_sizes: Sequence[Tuple[int, int]], i
     layers = tuple(AnchorLayer(int(rows), int(cols), layer.scales, layer.aspect_ratios)
                    for (rows, cols), layer in zip(grid_sizes, teacher_spec.layers))
     return dataclasses.replace(teacher_spec, layers=layers, image_size=(int(image_size), int(image_size)))
+
+
+def student_contract(teacher_spec: SSDSpec, teacher_preprocess: Any, student: Any) -> Tuple[SSDSpec, Any]:
+    """The SSD spec and input contract a student exports with: the teacher's, at the student's input size.
+
+    A student at the teacher's size gets the teacher's spec and preprocessing unchanged; at another size
+    its sidecar must say that size (the apps resize frames to it) and carry anchors on its own grid.
+    """
+    size = int(student.image_size)
+    if (size, size) == tuple(teacher_spec.image_size):
+        return teacher_spec, teacher_preprocess
+    return (student_spec(teacher_spec, student.grid_sizes, size),
+            dataclasses.replace(teacher_preprocess, height=size, width=size))
 
 
 def anchors_tensor(spec: SSDSpec, device: torch.device = torch.device("cpu")) -> torch.Tensor:
@@ -229,4 +242,4 @@ class CrossGridTargets:
 
 
 __all__ = ["CrossGridConfig", "CrossGridTargets", "anchors_tensor", "box_iou", "decode_boxes", "encode_boxes",
-           "fast_nms", "match_anchors", "student_spec"]
+           "fast_nms", "match_anchors", "student_contract", "student_spec"]

@@ -5,12 +5,17 @@
 
 1. the teacher: the port of the ``ssdlite_mobilenet_v2_person`` asset's frozen graph;
 2. the student: the teacher pruned to ``1 / student.macs_factor`` of its MACs by jetforge
-   (``student.pruner: jetforge``, L1) or Torch-Pruning (``torch_pruning``: needs the package);
+   (``student.pruner: jetforge``, L1) or Torch-Pruning (``torch_pruning``: needs the package), or the
+   state dict ``student.init`` (e.g. the ``student.pt`` of an earlier run: no pruning then);
+   ``student.input_size`` (default: the teacher's 300) sets the size it runs at -- the conv body is
+   resolution-agnostic, so the same weights start it at any size;
 3. distillation on the training segments of the labelled person set
-   (:mod:`jetforge.compress.distill.detection_train`), on CUDA when present (``device: auto``);
+   (:mod:`jetforge.compress.distill.detection_train`), on CUDA when present (``device: auto``); a student
+   of another input size has another anchor grid and learns the teacher's decoded boxes re-encoded on its
+   anchors (:mod:`jetforge.compress.distill.detection_crossgrid`, the ``cross_grid`` block);
 4. ``student.pt`` (a plain state dict: :func:`detection_student.detector_from_state` rebuilds it),
-   ``student.onnx`` + sidecar (``export_detector``: the teacher's SSD spec) and ``result.json`` in
-   ``out_dir``.
+   ``student.onnx`` + sidecar (``export_detector``: the teacher's SSD spec and preprocessing at the
+   student's input size, its own anchors) and ``result.json`` in ``out_dir``.
 """
 
 import copy
@@ -21,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from jetforge.compress.distill.detection_crossgrid import CrossGridConfig
 from jetforge.compress.distill.detection_train import TrainConfig, ViewConfig
 from jetforge.errors import ConfigError
 from jetforge.fileio import atomic_output, sha256_file, write_json_atomic
@@ -50,13 +56,18 @@ class FramesConfig:
 @dataclass
 class StudentConfig:
     pruner: str = "jetforge"
-    macs_factor: float = 2.5  # teacher MACs / student MACs
+    macs_factor: float = 2.5  # teacher MACs / student MACs (at the teacher's input size)
+    input_size: Optional[int] = None  # pixels (square); None = the teacher's (300)
+    init: Optional[str] = None  # a student's state dict to start from instead of pruning the teacher
 
     def __post_init__(self) -> None:
         if self.pruner not in PRUNERS:
             raise ValueError("student.pruner must be one of %s, got %r" % (", ".join(PRUNERS), self.pruner))
         if not self.macs_factor >= 1.0:
             raise ValueError("student.macs_factor must be >= 1, got %r" % self.macs_factor)
+        if self.input_size is not None and not 64 <= self.input_size <= 1024:
+            raise ValueError("student.input_size must be 64..1024 pixels (or null: the teacher's), got %r"
+                             % self.input_size)
 
 
 @dataclass
@@ -68,6 +79,7 @@ class DetectorDistillConfig:
     student: StudentConfig = field(default_factory=StudentConfig)
     views: ViewConfig = field(default_factory=ViewConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    cross_grid: CrossGridConfig = field(default_factory=CrossGridConfig)  # used when the input sizes differ
     device: str = "auto"
     export_onnx: bool = True
 
@@ -77,17 +89,24 @@ class DetectorDistillConfig:
 
 
 def make_student(teacher: Any, cfg: StudentConfig) -> Any:
-    """The pruned student (a copy), at ``1 / macs_factor`` of the teacher's MACs."""
-    from jetforge.compress.distill.detection_student import model_macs, prune_detector, torch_pruning_for_macs
+    """The student: ``cfg.init``'s weights, or the teacher pruned to ``1 / macs_factor`` of its MACs (a copy); at
+    ``cfg.input_size``."""
+    from jetforge.compress.distill.detection_student import (detector_from_state, model_macs, prune_detector,
+                                                             torch_pruning_for_macs)
 
+    size = cfg.input_size or teacher.image_size
+    if cfg.init is not None:
+        from jetforge.compress.checkpoint import read_weights
+
+        return detector_from_state(read_weights(cfg.init, "student.init weights"), size)
     student = copy.deepcopy(teacher)
     prune_detector(student, flops_reduction=cfg.macs_factor, latency_aware=False)
-    if cfg.pruner == "jetforge":
-        return student
-    from jetforge.optional import require
+    if cfg.pruner != "jetforge":
+        from jetforge.optional import require
 
-    require("torch_pruning", "the Torch-Pruning student (pip install torch-pruning==1.6.1)")
-    return torch_pruning_for_macs(teacher, model_macs(student, student.image_size))[0]
+        require("torch_pruning", "the Torch-Pruning student (pip install torch-pruning==1.6.1)")
+        student = torch_pruning_for_macs(teacher, model_macs(student, student.image_size))[0]
+    return student if size == teacher.image_size else detector_from_state(student.state_dict(), size)
 
 
 def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
@@ -96,6 +115,7 @@ def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
 
     from jetforge.assets import asset_dir, asset_path
     from jetforge.compress.distill.detection_student import model_macs
+    from jetforge.compress.distill.detection_crossgrid import CrossGridTargets, student_contract
     from jetforge.compress.distill.detection_train import distill_detector, frame_bank_from_labels
     from jetforge.compress.models.ssdlite_mobilenet_v2 import load_from_graphdef
     from jetforge.compress.models.tf_graphdef import load_graphdef
@@ -106,6 +126,9 @@ def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("device %s: this torch sees no CUDA GPU" % cfg.device,
                           hint="use device: auto (CUDA when present) or device: cpu")
+    if cfg.student.init is not None and not Path(cfg.student.init).is_file():
+        raise ConfigError("student.init %s is not a file" % cfg.student.init,
+                          hint="give the student.pt of an earlier run, or null to prune the teacher")
     if cfg.data.assets_root is not None and not Path(cfg.data.assets_root).is_dir():
         raise ConfigError("data.assets_root %s is not a folder" % cfg.data.assets_root,
                           hint="give the folder holding the clips' assets (e.g. opencv_samples/vtest.avi), or "
@@ -121,19 +144,25 @@ def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
                                   limit=cfg.data.limit, labels=cfg.data.labels)
     teacher = load_from_graphdef(weights, graph=graph)
     student = make_student(teacher, cfg.student)
+    student_spec_, student_preprocess = student_contract(spec, preprocess, student)
+    cross = None if student.image_size == teacher.image_size else CrossGridTargets(
+        spec, student_spec_, cfg.cross_grid, device)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    log.info("%d training frames on %s; student %d MACs (teacher %d)", len(bank), device,
-             model_macs(student, 300), model_macs(teacher, 300))
+    log.info("%d training frames on %s; student %d MACs at %d px (teacher %d at %d px)%s", len(bank), device,
+             model_macs(student, student.image_size), student.image_size, model_macs(teacher, teacher.image_size),
+             teacher.image_size, "; cross-grid targets" if cross else "")
     start = time.perf_counter()
-    history = distill_detector(student, teacher, bank, cfg.views, cfg.train,
+    history = distill_detector(student, teacher, bank, cfg.views, cfg.train, cross_grid=cross,
                                on_log=lambda e: log.info("step %d loss %.4f (class %.4f, box %.4f)", e["step"],
                                                          e["loss"], e["class_kl"], e["box_l1"]))
     student = student.cpu().eval()
     with atomic_output(out / "student.pt") as tmp:
         torch.save(student.state_dict(), str(tmp))
     result: Dict[str, Any] = {"name": cfg.name, "device": str(device), "frames": len(bank),
-                              "macs": {"teacher": model_macs(teacher, 300), "student": model_macs(student, 300)},
+                              "macs": {"teacher": model_macs(teacher, teacher.image_size),
+                                       "student": model_macs(student, student.image_size)},
+                              "input_size": {"teacher": int(teacher.image_size), "student": int(student.image_size)},
                               "train": history, "seconds": time.perf_counter() - start, "config": asdict(cfg),
                               "files": {"student": str(out / "student.pt")}}
     if cfg.export_onnx:
@@ -141,30 +170,34 @@ def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
 
         details = {"recipe": cfg.name, "weights": "student.pt", "weights_sha256": sha256_file(out / "student.pt"),
                    "weights_source": STUDENT_SOURCE}  # the student's own weights, not the teacher's graph
-        name_student_export(export_detector(student, spec, preprocess, out / "student.onnx", provenance=details),
-                            out / "student.onnx")
+        name_student_export(export_detector(student, student_spec_, student_preprocess, out / "student.onnx",
+                                            provenance=details), out / "student.onnx")
         result["files"]["onnx"] = str(out / "student.onnx")
     write_json_atomic(out / "result.json", result)
     return result
 
 
-def export_student_detector(weights: Any, out: Any, provenance: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def export_student_detector(weights: Any, out: Any, provenance: Optional[Dict[str, Any]] = None,
+                            input_size: Optional[int] = None) -> Dict[str, Any]:
     """A distilled student's state dict (``student.pt``) -> ONNX body + sidecar, for the people app.
 
     The exporter contract of the CLI's person-detector table (``exporter(weights_path, out_path,
     provenance=...)``): the student is rebuilt from its weights alone (``detector_from_state``, read
-    weights-only), and gets the teacher's SSD spec and preprocessing (same input size, same anchors),
-    read from the teacher's frozen graph in the asset cache.
+    weights-only), and gets the teacher's SSD spec and preprocessing, read from the teacher's frozen graph
+    in the asset cache, at ``input_size`` (default: the teacher's; a state dict does not say the size it
+    was trained at, its ``result.json`` does) with the anchors of that size.
     """
     from jetforge.assets import asset_path
     from jetforge.compress.checkpoint import read_weights
+    from jetforge.compress.distill.detection_crossgrid import student_contract
     from jetforge.compress.distill.detection_student import detector_from_state
     from jetforge.compress.models.ssdlite_export import export_detector
     from jetforge.compress.models.tf_graphdef import load_graphdef
     from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess, read_spec
     g = SSDGraph(load_graphdef(asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb")))
     spec, preprocess = read_spec(g), read_preprocess(g)
-    student = detector_from_state(read_weights(weights, "distilled detector weights"), preprocess.height)
+    student = detector_from_state(read_weights(weights, "distilled detector weights"), input_size or preprocess.height)
+    spec, preprocess = student_contract(spec, preprocess, student)
     details = {"weights": Path(weights).name, "weights_sha256": sha256_file(weights), "weights_source": STUDENT_SOURCE}
     details.update(provenance or {})
     sidecar = name_student_export(export_detector(student, spec, preprocess, out, provenance=details), out)

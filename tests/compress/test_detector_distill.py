@@ -138,28 +138,39 @@ def test_recipe_rejects_unknown_keys_and_bad_values():
 
 @pytest.mark.slow
 def test_recipe_end_to_end_on_two_frames_through_the_cli(tmp_path, capsys):
-    """``jetforge distill --config recipes/distill_ssdlite_person.yaml`` runs the detector recipe (kind: detector)."""
+    """``jetforge distill --config recipes/distill_ssdlite_person.yaml`` runs the detector recipe (kind: detector),
+
+    here with the student at 192 px (the lower-resolution recipe's path: prune at 300 px, run the body at 192 px,
+    cross-grid targets, export with the student's own input contract and anchors; the same-grid path is
+    covered by the tests above).
+    """
     import json
 
     from jetforge.cli.main import main
     from jetforge.fileio import sha256_file
+    from jetforge.runtime.detection import spec_from_sidecar
     from jetforge.runtime.sidecar import read_sidecar
 
     overrides = ["out_dir=%s" % tmp_path, "data.limit=2", "data.frame_step=50", "train.steps=1", "train.batch=2",
-                 "device=cpu"]
+                 "device=cpu", "student.input_size=192"]
     argv = ["distill", "--config", "recipes/distill_ssdlite_person.yaml", "--json"]
     assert main(argv + [a for o in overrides for a in ("--set", o)]) == 0
     result = json.loads(capsys.readouterr().out)
     state = torch.load(str(tmp_path / "student.pt"), weights_only=True)
-    student = detector_from_state(state, 300)
-    assert model_macs(student, 300) == result["macs"]["student"]
-    assert result["macs"]["teacher"] / result["macs"]["student"] >= 2.5  # the MACs goal, met from above
+    student = detector_from_state(state, 192)
+    assert model_macs(student, 192) == result["macs"]["student"]
+    # the MACs goal (counted at the teacher's 300 px) is met from above; at 192 px the body does less still
+    at_300 = model_macs(detector_from_state(state, 300), 300)
+    assert at_300 * 2.5 <= result["macs"]["teacher"] and result["macs"]["student"] < 0.5 * at_300
     sidecar = read_sidecar(tmp_path / "student.onnx")
-    assert sidecar.task == "detect" and sidecar.extra["ssd"]["num_anchors"] == 1917
+    assert sidecar.task == "detect" and sidecar.extra["ssd"]["num_anchors"] == student.num_anchors == 738
+    assert (sidecar.preprocess.height, sidecar.preprocess.width) == (192, 192)
+    assert spec_from_sidecar(sidecar).image_size == (192, 192)  # the anchors regenerate from the sidecar
     assert sidecar.model_name == "ssdlite_mobilenet_v2_person_student"
     assert sidecar.produced_by["weights_sha256"] == sha256_file(tmp_path / "student.pt")  # its own, not the teacher's
     assert result["steps_done"] == 1 and result["frames"] == 2
-    assert json.loads((tmp_path / "result.json").read_text())["train"]["steps_done"] == 1
+    written = json.loads((tmp_path / "result.json").read_text())
+    assert written["train"]["steps_done"] == 1 and written["input_size"] == {"teacher": 300, "student": 192}
 
 
 def test_distill_cli_routes_detector_recipes_and_refuses_bad_ones_in_one_line(tmp_path, capsys):
@@ -214,6 +225,22 @@ def test_student_exporter_for_the_people_app(tmp_path, bank, pruned):
     for a, b in zip(onnx_out, torch_out):
         # float32 ONNX Runtime vs PyTorch kernels: outputs of scale ~30, observed ~1e-5; 1e-3 leaves room on any CPU
         assert np.abs(a - b.numpy()).max() < 1e-3
+    # a student trained at another input size: its sidecar says that size and lays out its anchors, and the
+    # people app's detector resizes frames to it, maps boxes back to frame pixels and names it with its size
+    from jetforge.apps.tasks.detectors.ssd import SsdPeopleDetector
+
+    export_student_detector(weights, tmp_path / "student160.onnx", input_size=160)
+    small = read_sidecar(tmp_path / "student160.onnx")
+    assert (small.preprocess.height, small.preprocess.width) == (160, 160)
+    assert small.extra["ssd"]["image_size"] == [160, 160] and small.extra["ssd"]["num_anchors"] == 540
+    frame = bank.frames[1].numpy()
+    with SsdPeopleDetector(tmp_path / "student160.onnx", score_threshold=0.0) as detector:
+        assert detector.label == "ssdlite_mobilenet_v2_person_student (CNN person detector, 160x160)"
+        found = detector(frame)
+    assert len(found.boxes) > 0
+    # boxes in frame pixels (768x576), not in the 160 px input: clipped to the frame, and reaching past 160 px
+    assert found.boxes[:, [0, 2]].max() <= frame.shape[1] + 1e-3 and found.boxes[:, [1, 3]].max() <= frame.shape[0]
+    assert found.boxes[:, 2].max() > 160
 
 
 def test_views_at_two_sizes_show_the_same_scene(bank):

@@ -28,7 +28,7 @@ from jetforge.errors import ModelError
 from jetforge.runtime.detection import SSDDetector
 from jetforge.runtime.hog import Detections
 
-SSD_LABEL = "SSDLite-MobileNetV2 person detector (CNN, 300x300)"
+SSD_LABEL = "SSDLite-MobileNetV2 person detector (CNN, 300x300)"  # the port, at the input size of its sidecar
 DEFAULT_SCORE_THRESHOLD = 0.2
 
 
@@ -57,7 +57,7 @@ class SsdPeopleDetector:
                              hint="give a person detector (jetforge export --model ssdlite_mobilenet_v2_person)")
         self.score_threshold = float(score_threshold)
         self.spinning = spinning
-        self.label = label or _label_from_sidecar(self._ssd.session.sidecar)
+        self.label = label or _label_from_sidecar(self._ssd.session.sidecar, self._ssd.preprocess)
 
     @property
     def session(self) -> Any:
@@ -96,11 +96,13 @@ class SsdPeopleDetector:
         self.close()
 
 
-def _label_from_sidecar(sidecar: Any) -> str:
+def _label_from_sidecar(sidecar: Any, preprocess: Any) -> str:
+    """What the summary calls the model: its sidecar's name and the input size it runs at (a student may be smaller)."""
     name = str(getattr(sidecar, "model_name", "") or "")
-    if not name or name.startswith("ssdlite_mobilenet_v2"):
-        return SSD_LABEL
-    return "%s (CNN person detector)" % name
+    size = "%dx%d" % (preprocess.width, preprocess.height)
+    if not name or name == "ssdlite_mobilenet_v2_person":
+        return SSD_LABEL.replace("300x300", size)
+    return "%s (CNN person detector, %s)" % (name, size)
 
 
 __all__ = ["DEFAULT_SCORE_THRESHOLD", "SSD_LABEL", "SsdPeopleDetector"]
