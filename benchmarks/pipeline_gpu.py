@@ -256,11 +256,12 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         sources: Any = open_group([env.streams[model]], n, env.args.dry_run, v["workers"], v["per_stream"])
         first = sources.infos[0]
     elif v.get("source") == "feed":
+        from jetforge.apps.pipeline.gpu_app import FEED_DEPTH, FEED_RING_SLOTS
         from jetforge.apps.video.sources.feed_group import SourceFeedGroup
 
-        # ring: the batcher's 8 frames a stream + the batches in flight + one fetch of 4, with room to spare
+        # as `jetforge app` would: the ring holds the batcher's frames, the batches in flight and one fetch
         sources = SourceFeedGroup(open_sources([env.streams[model]], n, env.codec, keep="ring", threaded=True,
-                                               ring_slots=24), depth=8)
+                                               ring_slots=FEED_RING_SLOTS), depth=FEED_DEPTH)
         first = vars(sources.sources[0])
     else:
         keep = "ring" if v["keep"] == "ring" else keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])

@@ -65,6 +65,11 @@ class GpuAppOptions:
 # 0: never.  Off until the worker processes are measured on a GPU against the threads (the H200 run is prepared in
 # benchmarks/pipeline_gpu.py, variants ipc-*; not executed yet): then e.g. 8.
 DECODE_PROCESSES_FROM = 0
+# Streams from which one feeder thread reads every stream's decoder (SourceFeedGroup) instead of a thread per stream;
+# 0: never.  The CPU study (benchmarks/results/pipeline_gpu_host_cpu.txt: decoding and the GPU replaced by stand-ins)
+# has it at 0.92x of the stand-in GPU's rate at 16 streams against 0.69x for the threads; off until the H200 says so.
+FEED_THREAD_FROM = 0
+FEED_DEPTH, FEED_RING_SLOTS = 8, 24  # batcher frames a stream; ring: those + the batches in flight + one fetch
 
 
 def default_encoders() -> int:
@@ -73,12 +78,15 @@ def default_encoders() -> int:
 
 
 def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop: bool = False,
-                     processes_from: int = DECODE_PROCESSES_FROM, streams_per_process: int = 4) -> Sequence[Any]:
+                     processes_from: int = DECODE_PROCESSES_FROM, streams_per_process: int = 4,
+                     feed_from: int = FEED_THREAD_FROM) -> Sequence[Any]:
     """One GPU-frame source per URI (NVDEC or jetson-utils; a clear error when neither exists), streams 0..N-1.
 
     From ``processes_from`` streams on (0: never), video files that NVDEC decodes are decoded in worker processes
     (``streams_per_process`` streams each) and handed over through CUDA IPC: an
-    :class:`~jetforge.apps.video.sources.ipc_decode.IpcDecodeGroup`, which is also a sequence of the streams."""
+    :class:`~jetforge.apps.video.sources.ipc_decode.IpcDecodeGroup`.  Else, from ``feed_from`` streams on, one
+    thread reads all the sources: a :class:`~jetforge.apps.video.sources.feed_group.SourceFeedGroup`.  Both are
+    also sequences of the streams."""
     locations = nvdec_files(uris) if processes_from and len(uris) >= processes_from else None
     if locations:
         from jetforge.apps.video.sources import nvdec
@@ -88,14 +96,20 @@ def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop
         codec = "fake" if nvdec.load_pynvvideocodec() is FakeNvDecoder else "nvdec"  # the stand-in in tests
         return IpcDecodeGroup(locations, streams_per_worker=streams_per_process, slots=16, fetch=4, loop=loop,
                               max_frames=max_frames or 0, codec=codec)
+    feed = bool(feed_from) and len(uris) >= feed_from
     sources: List[Any] = []
     try:
         for s, uri in enumerate(uris):
-            sources.append(open_gpu_source(uri, decode="gpu", stream=s, loop=loop, max_frames=max_frames or 0))
+            sources.append(open_gpu_source(uri, decode="gpu", stream=s, loop=loop, max_frames=max_frames or 0,
+                                           ring_slots=FEED_RING_SLOTS if feed else 16))
     except BaseException:
         for src in sources:
             src.close()
         raise
+    if feed:
+        from jetforge.apps.video.sources.feed_group import SourceFeedGroup
+
+        return SourceFeedGroup(sources, depth=FEED_DEPTH)
     return sources
 
 

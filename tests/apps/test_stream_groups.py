@@ -187,10 +187,14 @@ def test_ipc_group_on_nvdec_maps_device_rings_and_keeps_order(tmp_path):  # prag
     assert seen == {0: list(range(40)), 1: list(range(40))}
 
 
-def test_gpu_app_decodes_in_worker_processes_from_the_threshold_on(tmp_path, monkeypatch, bikes_clip, mobilenet_onnx):
-    """run_gpu_app over open_gpu_sources(processes_from=2): the sources are an IpcDecodeGroup (workers on the fake
-    decoder), every frame of both streams gets its event in order, and both streams - the same clip - get the
-    same top-1 for the same frame."""
+@pytest.mark.parametrize("layout", ["processes", "feed"])
+def test_gpu_app_runs_over_a_stream_group_from_its_threshold_on(layout, tmp_path, monkeypatch, bikes_clip,
+                                                                mobilenet_onnx):
+    """run_gpu_app over open_gpu_sources(processes_from=2) (an IpcDecodeGroup, workers on the fake decoder) or
+    open_gpu_sources(feed_from=2) (a SourceFeedGroup): every frame of both streams gets its event in order, and
+    both streams - the same clip - get the same top-1 for the same frame."""
+    from jetforge.apps.video.sources.feed_group import SourceFeedGroup
+
     import json
 
     from jetforge.apps.pipeline.gpu_app import GpuAppOptions, open_gpu_sources, run_gpu_app
@@ -200,9 +204,11 @@ def test_gpu_app_decodes_in_worker_processes_from_the_threshold_on(tmp_path, mon
 
     monkeypatch.setattr(gpu, "choose_decoder", lambda wanted, have=None: "nvdec")
     monkeypatch.setattr(nvdec, "load_pynvvideocodec", lambda: FakeNvDecoder)
-    sources = open_gpu_sources([bikes_clip, bikes_clip], max_frames=6, processes_from=2)
+    threshold = {"processes_from": 2} if layout == "processes" else {"feed_from": 2}
+    sources = open_gpu_sources([bikes_clip, bikes_clip], max_frames=6, **threshold)
     try:
-        assert isinstance(sources, IpcDecodeGroup) and len(sources) == 2 and sources[1].width == 640
+        kind = IpcDecodeGroup if layout == "processes" else SourceFeedGroup
+        assert isinstance(sources, kind) and len(sources) == 2 and sources[1].width == 640
         with open_session(mobilenet_onnx) as session:
             run_gpu_app(ClassifyTask(session), sources, tmp_path, GpuAppOptions(encoders=0))
     finally:
@@ -211,7 +217,7 @@ def test_gpu_app_decodes_in_worker_processes_from_the_threshold_on(tmp_path, mon
     records = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["status"] == "finished" and metrics["frames"] == 12 and metrics["run"]["order_ok"]
-    assert all("worker process" in s["decoder"] for s in metrics["sources"])
+    assert all(("worker process" in s["decoder"]) == (layout == "processes") for s in metrics["sources"])
     top = {(r["stream"], r["frame"]): r["top"][0]["index"] for r in records if "top" in r}
     assert sorted(top) == [(s, i) for s in range(2) for i in range(6)]
     assert all(top[(0, i)] == top[(1, i)] for i in range(6))

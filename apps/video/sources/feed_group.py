@@ -13,7 +13,7 @@ flight and one fetch: give them ``depth + in_flight x per_stream + fetch`` slots
 """
 
 import time
-from typing import Any, List, Sequence
+from typing import Any, Iterator, List, Sequence
 
 from jetforge.errors import ConfigError
 
@@ -62,6 +62,16 @@ class SourceFeedGroup:
                 break
             frames.append(frame)
         return frames
+
+    # A sequence of its sources, so that code written for a list of sources takes the group as it is.
+    def __len__(self) -> int:
+        return self.streams
+
+    def __getitem__(self, s: int) -> Any:
+        return self.sources[s]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.sources)
 
     def release(self, frames: Sequence[Any]) -> None:
         """Nothing to do: the sources' rings are sized for the frames in the pipeline (module docstring)."""
