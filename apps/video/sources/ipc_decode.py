@@ -137,7 +137,10 @@ class IpcDecodeGroup:
         conns = {conn: w for w, conn in enumerate(self._conns)}
         try:
             while open_streams and not batcher.stopped:
-                for conn in wait_for_connections(list(conns), timeout=0.02):
+                ready = wait_for_connections(list(conns), timeout=0.02)
+                if not ready:
+                    self._check_workers(open_streams)  # nothing came for 20 ms: has a worker died?
+                for conn in ready:
                     w = conns[conn]
                     try:
                         data = _recv(conn, w)
@@ -150,7 +153,6 @@ class IpcDecodeGroup:
                         raise StreamError("decode worker %d failed: %s" % (w, _control(data)[1]))
                     if not self._put_rows(data, batcher, open_streams):
                         return
-                self._check_workers(open_streams)
         finally:
             for s in open_streams:
                 batcher.close(s)
