@@ -196,6 +196,13 @@ def test_distill_cli_routes_detector_recipes_and_refuses_bad_ones_in_one_line(tm
     assert "device must be" in refused("--set", "device=tpu")
     if not torch.cuda.is_available():
         assert "no CUDA GPU" in refused("--set", "device=cuda")
+    lowres = ["distill", "--config", "recipes/distill_ssdlite_person_lowres.yaml"]
+    assert main(lowres + ["--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert "input_size: 192" in printed and "iou_match: 0.5" in printed
+    line = refused("--set", "student.init=%s" % (tmp_path / "none.pt"), argv=lowres)
+    assert "student.init" in line and "not a file" in line
+    assert "student.input_size must be 64..1024" in refused("--set", "student.input_size=16", argv=lowres)
     other = tmp_path / "other.yaml"
     other.write_text("kind: detector\nstudent: {pruner: magic}\n")
     assert "student.pruner must be one of jetforge, torch_pruning" in refused(argv=["distill", "--config", str(other)])
