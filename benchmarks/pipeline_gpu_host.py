@@ -185,7 +185,8 @@ def main(argv: Any = None) -> int:
     print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"benchmark": "pipeline_gpu_host", "machine": machine_info(), "settings": vars(args), "rows": rows,
+    doc = {"benchmark": "pipeline_gpu_host", "utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+           "machine": machine_info(), "settings": vars(args), "rows": rows,
            "notes": ["decoding and the GPU are stand-ins (FakeReplayNvDecoder; a serial device model of "
                      "%.1f us a frame): the numbers are the host side's Python only" % args.gpu_us,
                      "pipeline process CPU = getrusage of this process minus the decode workers' /proc CPU"]}
