@@ -61,7 +61,8 @@ VARIANTS = {
                    "workers": 2},
     "ipc-quads": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 4, "keep": "ring", "source": "ipc",
                   "workers": 4},
-    # ThreadedDecoder sources as in threaded-pairs, but ONE feeder thread reads all of them (SourceFeedGroup)
+    # ThreadedDecoder sources as in threaded-pairs, but ONE feeder thread reads all of them (SourceFeedGroup), and
+    # their rings wait for the copies once per fetch of 4 frames instead of once per frame
     "feed-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed"},
     # what `jetforge app --decode gpu` does: threaded-pairs below DECODE_PROCESSES_FROM streams, ipc-pairs from there
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
@@ -127,7 +128,7 @@ def run_gpu_tests(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------- measurements
 def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int = 0,
-                 threaded: bool = False, ring_slots: int = 16) -> List[Any]:
+                 threaded: bool = False, ring_slots: int = 16, defer_sync: bool = False) -> List[Any]:
     """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed.
     ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source); ``threaded``: NvThreadedSource."""
     from jetforge.apps.video.sources.device_ring import DeviceFrameRing
@@ -136,7 +137,7 @@ def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int =
 
     kind = NvThreadedSource if threaded else NvDecSource
     sources = [kind(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
-                    keep=DeviceFrameRing(ring_slots) if keep == "ring" else keep) for s in range(n)]
+                    keep=DeviceFrameRing(ring_slots, defer_sync) if keep == "ring" else keep) for s in range(n)]
     for src in sources:
         src.prime()
     return sources
@@ -221,7 +222,7 @@ def _source_label(v: Dict[str, Any]) -> str:
     if v.get("source") == "threaded":
         return "ThreadedDecoder, one thread per stream"
     if v.get("source") == "feed":
-        return "ThreadedDecoder per stream, one feeder thread for all"
+        return "ThreadedDecoder per stream, one feeder thread for all, one copy wait per fetch"
     return "core decoder, one thread per stream"
 
 
@@ -261,7 +262,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
 
         # as `jetforge app` would: the ring holds the batcher's frames, the batches in flight and one fetch
         sources = SourceFeedGroup(open_sources([env.streams[model]], n, env.codec, keep="ring", threaded=True,
-                                               ring_slots=FEED_RING_SLOTS), depth=FEED_DEPTH)
+                                               ring_slots=FEED_RING_SLOTS, defer_sync=True), depth=FEED_DEPTH)
         first = vars(sources.sources[0])
     else:
         keep = "ring" if v["keep"] == "ring" else keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])

@@ -101,7 +101,7 @@ def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop
     try:
         for s, uri in enumerate(uris):
             sources.append(open_gpu_source(uri, decode="gpu", stream=s, loop=loop, max_frames=max_frames or 0,
-                                           ring_slots=FEED_RING_SLOTS if feed else 16))
+                                           ring_slots=FEED_RING_SLOTS if feed else 16, defer_sync=feed))
     except BaseException:
         for src in sources:
             src.close()

@@ -241,3 +241,27 @@ def test_replay_decoder_serves_the_clips_length_cycling_its_first_frames(bikes_c
     assert all(np.array_equal(np.asarray(f), first[i % 8]) for i, f in enumerate(served[:24]))
     dec.reconfigure_decoder(str(bikes_clip))
     assert len(dec.get_batch_frames(4)) == 4
+
+
+def test_threaded_source_waits_for_a_fetchs_copies_once_before_handing_any_out(bikes_clip):
+    """A keep hook with flush() (DeviceFrameRing(defer_sync=True)) is flushed once per fetch of 4, after the fetch's
+    copies and before the first of those frames is read."""
+    from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
+
+    class RecordingKeep:
+        def __init__(self):
+            self.events = []
+
+        def __call__(self, decoded, width, height):
+            self.events.append("copy")
+            return np.asarray(decoded).copy()
+
+        def flush(self):
+            self.events.append("flush")
+
+    keep = RecordingKeep()
+    with NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=keep, max_frames=10, fetch=4) as src:
+        for _ in src:
+            keep.events.append("read")
+    fetch = ["copy"] * 4 + ["flush"]
+    assert keep.events == fetch + ["read"] * 4 + fetch + ["read"] * 4 + fetch + ["read"] * 2

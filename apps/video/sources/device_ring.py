@@ -36,10 +36,13 @@ class OwnedNv12:
 class DeviceFrameRing:
     """``keep(decoded, width, height)`` for one source: the frame copied into the next of ``slots`` device buffers."""
 
-    def __init__(self, slots: int = 16) -> None:
+    def __init__(self, slots: int = 16, defer_sync: bool = False) -> None:
         if slots < 2:
             raise ConfigError("a frame ring needs at least 2 slots, got %d" % slots)
         self.slots = int(slots)
+        # defer_sync: one wait per fetch (the source calls flush() before anyone sees the fetched frames) instead of
+        # one per frame; each wait gives the GIL away and takes it back, which costs most where threads contend
+        self.defer_sync = bool(defer_sync)
         self._buffers: List[Any] = []
         self._stream: Optional[Any] = None
         self._next = 0
@@ -54,8 +57,14 @@ class DeviceFrameRing:
         y_ptr, uv_ptr, pitch = plane_pointers(decoded, width, height)
         copy_2d(slot.ptr, width, y_ptr, pitch, width, height, self._stream)
         copy_2d(slot.ptr + width * height, width, uv_ptr, pitch, width, height // 2, self._stream)
-        self._stream.synchronize()  # the frame is complete before anyone sees it (GIL released while waiting)
+        if not self.defer_sync:
+            self._stream.synchronize()  # the frame is complete before anyone sees it (GIL released while waiting)
         return OwnedNv12(slot.ptr, width, height)
+
+    def flush(self) -> None:
+        """Wait for every copy so far (``defer_sync``: the source calls this once per fetch, before handing out)."""
+        if self._stream is not None:
+            self._stream.synchronize()
 
     def _slot(self, width: int, height: int) -> Any:
         if (width, height) != self._size:

@@ -45,9 +45,10 @@ class CpuGpuFrames(GpuFrameReader):
 
 
 def open_gpu_source(uri: Any, decode: str = "auto", stream: int = 0, loop: bool = False, max_frames: int = 0,
-                    codec_module: Optional[Any] = None, ring_slots: int = 16) -> Any:
+                    codec_module: Optional[Any] = None, ring_slots: int = 16, defer_sync: bool = False) -> Any:
     """A source of :class:`GpuFrame` for ``uri`` (a file path, ``nvdec://`` or ``jetson://`` URI); an NVDEC source
-    keeps owned copies in a ring of ``ring_slots`` frames (enough for the frames a pipeline holds)."""
+    keeps owned copies in a ring of ``ring_slots`` frames (enough for the frames a pipeline holds), waiting for them
+    once per fetch with ``defer_sync``."""
     spec = parse_source_uri(uri)
     if spec.kind == "jetson":
         decoder = "jetson-utils"
@@ -65,7 +66,7 @@ def open_gpu_source(uri: Any, decode: str = "auto", stream: int = 0, loop: bool 
         # demux + decode in PyNvVideoCodec's native thread (on the H200, 16 streams 0.68x of NVDEC's rate against 0.47x
         # with a Python call per packet); frames are held in the batcher and in batches in flight: owned copies
         return NvThreadedSource(spec.location, stream=stream, loop=loop, max_frames=max_frames,
-                                codec_module=codec_module, keep=DeviceFrameRing(ring_slots))
+                                codec_module=codec_module, keep=DeviceFrameRing(ring_slots, defer_sync))
     if decoder == "jetson-utils":
         from jetforge.apps.video.sources.jetson import JetsonVideoSource
 

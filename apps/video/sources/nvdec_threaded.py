@@ -66,6 +66,9 @@ class NvThreadedSource(GpuFrameReader):
             if frames:
                 now = time.perf_counter()
                 self._pending.extend(self._wrap(f, now) for f in frames)  # owned copies before the next fetch
+                flush = getattr(self._keep, "flush", None)
+                if callable(flush):
+                    flush()  # a keep hook that waits once per fetch: the copies are complete before any is read
                 return True
             if not self.loop:
                 return False
