@@ -271,32 +271,69 @@ def convert_scores(logits: np.ndarray, converter: str = "sigmoid", logit_scale: 
     return x
 
 
+# Up to this many candidates NMS computes every pair's IoU at once and then runs the greedy pass in plain
+# Python over that table (a handful of numpy calls in all: the people app's frames have ~6 candidates, and
+# per-kept-box numpy rounds were most of the host postprocess at 16 GPU streams); above it, the table would
+# cost n^2 memory and time, so each kept box's row is computed in its round instead.  Both give the same
+# indices: the same float32 IoU expression per pair.
+NMS_TABLE_MAX = 256
+
+
 def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_threshold: float,
         max_output: int) -> np.ndarray:
     """Indices kept by greedy NMS, best first (TensorFlow's ``non_max_suppression`` rules, see the module doc).
 
     IoU is computed as TensorFlow's kernel does, in float32 with each box's corners sorted and 0 for
-    an empty box; candidates are sorted once and the suppressed ones dropped after each kept box, so
-    each step works on what is left.
+    an empty box; a pair suppresses only if its IoU is above the threshold and both boxes have a positive
+    area (a NaN IoU never suppresses).  Candidates are sorted once, score descending, ties by lower index.
     """
     candidates = np.flatnonzero(scores > score_threshold)
     order = candidates[np.argsort(-scores[candidates], kind="stable")]
+    if not len(order) or max_output <= 0:
+        return np.zeros(0, dtype=np.int64)
     b = np.asarray(boxes, dtype=np.float32)[order]
     y1, x1 = np.minimum(b[:, 0], b[:, 2]), np.minimum(b[:, 1], b[:, 3])
     y2, x2 = np.maximum(b[:, 0], b[:, 2]), np.maximum(b[:, 1], b[:, 3])
-    area = (y2 - y1) * (x2 - x1)
-    keep: List[int] = []
+    corners = (y1, x1, y2, x2, (y2 - y1) * (x2 - x1))
+    if len(order) <= NMS_TABLE_MAX:
+        return _nms_table(order, corners, iou_threshold, max_output)
+    return _nms_rounds(order, corners, iou_threshold, max_output)
+
+
+def _suppresses(first: tuple, others: tuple, iou_threshold: float) -> np.ndarray:
+    """Whether each box of ``first`` suppresses each of ``others`` (shapes broadcast), TF's float32 IoU."""
+    y1, x1, y2, x2, area = first
+    oy1, ox1, oy2, ox2, oarea = others
     zero = np.float32(0)
+    inter = (np.maximum(np.minimum(y2, oy2) - np.maximum(y1, oy1), zero)
+             * np.maximum(np.minimum(x2, ox2) - np.maximum(x1, ox1), zero))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        iou = inter / (area + oarea - inter)
+    return (iou > iou_threshold) & (area > 0) & (oarea > 0)
+
+
+def _nms_table(order: np.ndarray, corners: tuple, iou_threshold: float, max_output: int) -> np.ndarray:
+    table = _suppresses(tuple(c[:, None] for c in corners), corners, iou_threshold).tolist()
+    ids = order.tolist()
+    keep: List[int] = []
+    removed = [False] * len(ids)
+    for i, row in enumerate(table):
+        if removed[i]:
+            continue
+        keep.append(ids[i])
+        if len(keep) == max_output:
+            break
+        removed = [r or s for r, s in zip(removed, row)]
+    return np.asarray(keep, dtype=np.int64)
+
+
+def _nms_rounds(order: np.ndarray, corners: tuple, iou_threshold: float, max_output: int) -> np.ndarray:
+    keep: List[int] = []
     while len(order) and len(keep) < max_output:
         keep.append(int(order[0]))
-        ih = np.maximum(np.minimum(y2[0], y2[1:]) - np.maximum(y1[0], y1[1:]), zero)
-        iw = np.maximum(np.minimum(x2[0], x2[1:]) - np.maximum(x1[0], x1[1:]), zero)
-        inter = ih * iw
-        with np.errstate(invalid="ignore", divide="ignore"):
-            iou = inter / (area[0] + area[1:] - inter)
-        # survivors: IoU not above the threshold, or either box empty (TF: IoU 0); NaN IoU never suppresses
-        survive = ~(iou > iou_threshold) | (area[1:] <= 0) | (area[0] <= 0)
-        order, y1, x1, y2, x2, area = (a[1:][survive] for a in (order, y1, x1, y2, x2, area))
+        survive = ~_suppresses(tuple(c[:1] for c in corners), tuple(c[1:] for c in corners), iou_threshold)
+        order = order[1:][survive]
+        corners = tuple(c[1:][survive] for c in corners)
     return np.asarray(keep, dtype=np.int64)
 
 

@@ -71,6 +71,51 @@ def test_nms_rules():
     assert nms(boxes[:0], scores[:0], 0.5, 0.0, 10).tolist() == []
 
 
+
+def _greedy_nms_reference(boxes, scores, iou_threshold, score_threshold, max_output):
+    """TensorFlow's greedy NMS written out pair by pair with float32 scalars (independent of runtime.detection)."""
+    f = np.float32
+    ids = sorted((i for i in range(len(scores)) if scores[i] > score_threshold), key=lambda i: (-scores[i], i))
+
+    def iou(a, b):
+        ay1, ax1, ay2, ax2 = min(a[0], a[2]), min(a[1], a[3]), max(a[0], a[2]), max(a[1], a[3])
+        by1, bx1, by2, bx2 = min(b[0], b[2]), min(b[1], b[3]), max(b[0], b[2]), max(b[1], b[3])
+        area_a, area_b = (ay2 - ay1) * (ax2 - ax1), (by2 - by1) * (bx2 - bx1)
+        if area_a <= 0 or area_b <= 0:
+            return f(0)
+        inter = max(min(ay2, by2) - max(ay1, by1), f(0)) * max(min(ax2, bx2) - max(ax1, bx1), f(0))
+        return inter / (area_a + area_b - inter)
+
+    keep = []
+    for i in ids:
+        if len(keep) == max_output:
+            break
+        if all(not iou(boxes[k], boxes[i]) > iou_threshold for k in keep):
+            keep.append(i)
+    return keep
+
+
+@pytest.mark.parametrize("table_max", [0, 10_000])  # every call through the per-round path / the IoU table
+def test_nms_matches_a_pairwise_reference_on_ties_and_degenerate_boxes(monkeypatch, table_max):
+    """Coarse grids make equal scores, identical boxes, IoU exactly at the threshold, empty and flipped boxes."""
+    import jetforge.runtime.detection as detection
+
+    monkeypatch.setattr(detection, "NMS_TABLE_MAX", table_max)
+    rng = np.random.default_rng(7)
+    for trial in range(400):
+        n = int(rng.integers(0, 40))
+        corner = rng.integers(0, 4, size=(n, 2)).astype(np.float32) / 4
+        size = rng.integers(-1, 4, size=(n, 2)).astype(np.float32) / 4  # negative: a flipped box
+        boxes = np.concatenate([corner, corner + size], axis=1)
+        if trial % 3 == 0:
+            boxes = boxes[:, [2, 3, 0, 1]]
+        scores = rng.integers(0, 5, size=n).astype(np.float32) / 5
+        for iou_threshold in (0.0, 0.25, 0.5, 1.0):
+            for max_output in (1, 3, 100):
+                got = nms(boxes, scores, iou_threshold, 0.1, max_output).tolist()
+                assert got == _greedy_nms_reference(boxes, scores, iou_threshold, 0.1, max_output)
+
+
 def _logit(p):
     return math.log(p / (1 - p))
 
