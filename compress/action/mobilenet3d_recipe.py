@@ -125,9 +125,10 @@ def save_weights(out: Path, teacher: torch.nn.Module, student: torch.nn.Module) 
     return files
 
 
-# What may differ between the run that trained the models and a later INT8 stage on them: everything else
-# (labels, clip shape, rule, split, training settings) decides what the saved models are.
-INT8_STAGE_FREE_KEYS = ("int8", "threads", "tracks_dir")
+# What may differ between the run that trained the models and a later INT8 stage on them (out_dir: the same folder
+# may be named another way): everything else (labels, clip shape, rule, split, training settings) decides what the
+# saved models are.
+INT8_STAGE_FREE_KEYS = ("int8", "threads", "tracks_dir", "out_dir")
 
 
 def trained_run(recipe: Action3DRecipe) -> Dict[str, Any]:
