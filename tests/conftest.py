@@ -1,8 +1,26 @@
 """Shared fixtures: real assets and the real exported MobileNetV2, made once per test session."""
 
+import sys
 from pathlib import Path
 
 import pytest
+
+
+#: torch's intra-op threads in every test: CI's two cores.  A fixed count, not the machine's: see below.
+TORCH_THREADS = 2
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Every test (and its fixtures, set up right after this) runs torch's CPU kernels on TORCH_THREADS intra-op
+    threads, whatever the machine's core count and whatever ran before it: test modules and recipes set their own
+    counts, and the last one used to stay for the rest of the session, so a test's thread count depended on which
+    tests ran first.  Training results depend on it (measured: one MobileNetV2 backward step, 1 vs 2 threads,
+    gradients differ by 1.4% of their largest value; a short KD run went from a falling to a rising divergence).
+    torch is not imported here, so torch-free tests stay torch-free (in the whole suite, collection imports it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != TORCH_THREADS:
+        torch.set_num_threads(TORCH_THREADS)
 
 
 @pytest.fixture(scope="session")
