@@ -16,9 +16,8 @@ class RunnerReached(BaseException):
     A BaseException, so that the CLI's catch-all for unexpected errors lets it through to the test."""
 
 
-@pytest.fixture
-def reached(monkeypatch):
-    """Replace the recipe runner by one that records what the CLI handed it and stops."""
+def _stand_in(monkeypatch, function):
+    """Replace ``function`` of the recipe module by one that records what the CLI handed it and stops."""
     import jetforge.compress.action.mobilenet3d_recipe as runner
 
     calls = []
@@ -27,8 +26,14 @@ def reached(monkeypatch):
         calls.append((recipe, video))
         raise RunnerReached()
 
-    monkeypatch.setattr(runner, "run_recipe", record)
+    monkeypatch.setattr(runner, function, record)
     return calls
+
+
+@pytest.fixture
+def reached(monkeypatch):
+    """The recipe runner (jetforge distill) replaced by a recorder."""
+    return _stand_in(monkeypatch, "run_recipe")
 
 
 def test_distill_routes_action3d_recipes_to_the_recipe_runner(reached, tmp_path):
@@ -95,17 +100,8 @@ QAT = ["qat", "--config", "recipes/action_mobilenet3d.yaml"]
 
 @pytest.fixture
 def int8_reached(monkeypatch):
-    """Replace the int8-stage runner by one that records what the CLI handed it and stops."""
-    import jetforge.compress.action.mobilenet3d_recipe as runner
-
-    calls = []
-
-    def record(recipe, video, progress=True):
-        calls.append((recipe, video))
-        raise RunnerReached()
-
-    monkeypatch.setattr(runner, "run_int8_stage", record)
-    return calls
+    """The int8-stage runner (jetforge qat) replaced by a recorder."""
+    return _stand_in(monkeypatch, "run_int8_stage")
 
 
 def test_qat_routes_action3d_recipes_to_the_int8_stage(int8_reached, tmp_path, capsys):
