@@ -88,7 +88,9 @@ def prepare(carry: Path, teacher: str = "") -> Dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ device run
-def load_recipe(carry: Path, dry_run: bool) -> Any:
+def load_recipe(carry: Path, dry_run: bool, train_budget_s: float = 0.0) -> Any:
+    """The carried recipe; ``train_budget_s`` caps each training run where the recipe sets no budget (the device
+    call's safety net: the recipe itself trains to its epochs, whatever the machine's speed)."""
     from jetforge.compress.action.action3d import Action3DRecipe, TrainSettings
     from jetforge.compress.action.track_clips import MotionRule
 
@@ -96,6 +98,8 @@ def load_recipe(carry: Path, dry_run: bool) -> Any:
     d["rule"] = MotionRule(**d["rule"])
     d["teacher"], d["student"] = TrainSettings(**d["teacher"]), TrainSettings(**d["student"])
     recipe = Action3DRecipe(**d)
+    for settings in (recipe.teacher, recipe.student):
+        settings.budget_s = settings.budget_s or train_budget_s
     if dry_run:  # the code path only
         recipe.max_clips = 6
         for s in (recipe.teacher, recipe.student):
@@ -129,7 +133,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     torch.backends.cudnn.benchmark = True
     out, carry = Path(args.out), Path(args.carry)
     out.mkdir(parents=True, exist_ok=True)
-    recipe = load_recipe(carry, args.dry_run)
+    recipe = load_recipe(carry, args.dry_run, args.train_budget_s)
     data = build_data(recipe, carry / "vtest.avi", carry / "events.jsonl", progress=False)
     x, y = to_tensor(data.contract, data.train_clips), torch.from_numpy(data.targets(data.train))
     xh, yh = to_tensor(data.contract, data.heldout_clips), data.targets(data.heldout)
@@ -369,6 +373,8 @@ def parse_args(argv: Any = None) -> argparse.Namespace:
     p.add_argument("--layouts", default="ncdhw,channels_last_3d", help="memory layouts timed (comma-separated)")
     p.add_argument("--macs-factors", default="", help="prune and distil one student per MACs goal (A,B,...), "
                                                       "named student_mA ...; default: one student at the recipe's goal")
+    p.add_argument("--train-budget-s", type=float, default=100.0,
+                   help="stop each training run after this many seconds where the recipe sets no budget_s")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--deadline-s", type=float, default=380.0,
