@@ -354,6 +354,13 @@ def plot(result: Dict[str, Any], path: Path) -> None:
             if int8:
                 ax.plot([x], [int8["ap50_int8"]], marker, mfc="none", color="grey")
         ax.axhline(result["ap"]["hog"]["ap50"], ls=":", color="grey", label="HOG AP@0.5")
+        if ax is axes[1] and "teacher" in gpu:  # students no GPU timed: the estimate, drawn as one (hollow, dashed)
+            for name, est in (result.get("h200_estimate") or {}).items():
+                if name not in gpu and name in result["ap"]:
+                    x = gpu["teacher"]["ms_per_image"] / est["speedup_b32"]
+                    ax.plot([x], [result["ap"][name]["ap50"]], "^", mfc="none", color="red", ms=9)
+                    ax.annotate("%s: ESTIMATE %.2fx,\nnot measured" % (name, est["speedup_b32"]),
+                                (x, result["ap"][name]["ap50"]), textcoords="offset points", xytext=(8, -4), fontsize=7)
         ax.set_xlabel(what)
         ax.set_ylabel("person AP@0.5, held-out frames (95% CI)")
         ax.grid(alpha=0.3)
