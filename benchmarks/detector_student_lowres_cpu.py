@@ -53,8 +53,6 @@ def stem_and_rest(model: Any, freeze_through: int) -> Tuple[Any, Any]:
 
     The split must lie before the first feature map (block 13's expansion), so ``rest`` computes every map.
     """
-    import torch
-
     from jetforge.compress.models.ssdlite_mobilenet_v2 import FEATURE_BLOCK
 
     if not 0 <= freeze_through < FEATURE_BLOCK:
@@ -67,27 +65,7 @@ def stem_and_rest(model: Any, freeze_through: int) -> Tuple[Any, Any]:
         return x
 
     def rest(h: Any) -> Tuple[Any, Any]:
-        maps: List[Any] = []
-        x = h
-        for index in range(freeze_through + 1, len(model.blocks)):
-            block = model.blocks[index]
-            if index == FEATURE_BLOCK:
-                expanded = block.expansion(x)
-                maps.append(expanded)
-                x = block.rest(x, expanded)
-            else:
-                x = block(x)
-        x = model.conv_1(x)
-        maps.append(x)
-        for extra in model.extras:
-            x = extra(x)
-            maps.append(x)
-        boxes, logits = [], []
-        for fmap, box_head, class_head, (gh, gw), a in zip(maps, model.box_heads, model.class_heads,
-                                                            model.grid_sizes, model.anchors_per_layer):
-            boxes.append(box_head(fmap).permute(0, 2, 3, 1).reshape(-1, gh * gw * a, 4))
-            logits.append(class_head(fmap).permute(0, 2, 3, 1).reshape(-1, gh * gw * a, model.num_classes))
-        return torch.cat(boxes, dim=1), torch.cat(logits, dim=1)
+        return model.head_outputs(model.feature_maps(h, start_block=freeze_through + 1))
 
     return stem, rest
 

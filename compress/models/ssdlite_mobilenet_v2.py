@@ -166,10 +166,17 @@ class SSDLiteMobileNetV2(nn.Module):
     def num_anchors(self) -> int:
         return sum(h * w * a for (h, w), a in zip(self.grid_sizes, self.anchors_per_layer))
 
-    def feature_maps(self, x: torch.Tensor) -> List[torch.Tensor]:
-        x = self.conv(x)
+    def feature_maps(self, x: torch.Tensor, start_block: int = 0) -> List[torch.Tensor]:
+        """The six maps the heads read; ``x`` is the image, or with ``start_block`` > 0 the output of
+        ``blocks[start_block - 1]`` (a caller that caches a frozen stem's features resumes from there; the start
+        must lie before the first map, block ``FEATURE_BLOCK``'s expansion)."""
+        if not 0 <= start_block <= FEATURE_BLOCK:
+            raise ValueError("start_block must be 0..%d (before the first feature map)" % FEATURE_BLOCK)
+        if start_block == 0:
+            x = self.conv(x)
         maps: List[torch.Tensor] = []
-        for index, block in enumerate(self.blocks):
+        for index in range(start_block, len(self.blocks)):
+            block = self.blocks[index]
             if index == FEATURE_BLOCK:
                 expanded = block.expansion(x)
                 maps.append(expanded)
@@ -183,15 +190,19 @@ class SSDLiteMobileNetV2(nn.Module):
             maps.append(x)
         return maps
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def head_outputs(self, maps: List[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Box encodings ``(N, A, 4)`` and class logits ``(N, A, classes)`` of the six feature maps."""
         boxes, logits = [], []
-        for fmap, box_head, class_head, (h, w), a in zip(self.feature_maps(x), self.box_heads, self.class_heads,
+        for fmap, box_head, class_head, (h, w), a in zip(maps, self.box_heads, self.class_heads,
                                                            self.grid_sizes, self.anchors_per_layer):
             # NCHW -> NHWC -> (N, H*W*A, k): the graph's (row, column, anchor) order; the static sizes keep the
             # exported Reshape free of shape arithmetic (-1 only on the batch axis)
             boxes.append(box_head(fmap).permute(0, 2, 3, 1).reshape(-1, h * w * a, 4))
             logits.append(class_head(fmap).permute(0, 2, 3, 1).reshape(-1, h * w * a, self.num_classes))
         return torch.cat(boxes, dim=1), torch.cat(logits, dim=1)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return self.head_outputs(self.feature_maps(x))
 
 
 def ssdlite_mobilenet_v2(num_classes: int = 2, image_size: int = 300, **kwargs) -> SSDLiteMobileNetV2:
