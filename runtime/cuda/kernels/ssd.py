@@ -5,9 +5,9 @@ postprocess (:func:`jetforge.runtime.detection.postprocess`) decodes all of them
 the few above the score threshold.  Here the GPU decodes boxes and scores for the whole batch
 and appends only the anchors whose best class score is above the threshold to one compact list
 (an atomic counter), so a few hundred floats come back to the host instead of 1917 x 6 per frame,
-and the host runs only the existing numpy NMS (:func:`jetforge.runtime.detection.select_detections`)
-on them.  The arithmetic is that of ``detection.decode_boxes`` / ``convert_scores`` in float32
-(compiled with ``--fmad=false`` so each product is rounded as numpy rounds it; ``expf`` is within
+and the host runs the numpy NMS on them, all frames of the batch at once
+(:func:`jetforge.runtime.detection_batch.select_detections_batch`).  The arithmetic is that of
+``detection.decode_boxes`` / ``convert_scores`` in float32 (compiled with ``--fmad=false`` so each product is rounded as numpy rounds it; ``expf`` is within
 2 ulp of numpy's ``exp``), so the detections equal the host postprocess's.
 
 :func:`candidates_reference` is the numpy model of the kernel's output (CPU-testable), and
@@ -22,7 +22,8 @@ import numpy as np
 from jetforge.errors import ConfigError, ModelError
 from jetforge.runtime.cuda.kernels.sources import SSD_KERNEL, ssd_source
 from jetforge.runtime.cuda.memory import DeviceBuffer, PinnedBuffer
-from jetforge.runtime.detection import (Detections, SSDSpec, convert_scores, decode_boxes, select_detections)
+from jetforge.runtime.detection import Detections, SSDSpec, convert_scores, decode_boxes
+from jetforge.runtime.detection_batch import select_detections_batch
 
 CONVERTERS = ("sigmoid", "softmax", "identity")
 HEADER_WORDS = 4
@@ -79,16 +80,15 @@ def candidates_reference(box_encodings: np.ndarray, class_logits: np.ndarray, sp
 def finish(records: np.ndarray, frames: int, spec: SSDSpec, threshold: float) -> List[Detections]:
     """Candidate records -> one :class:`Detections` per frame (per-class NMS etc. on the host, as postprocess).
 
-    Candidates are put back in anchor order first: NMS breaks score ties by the lower anchor index,
-    and the kernel appends them in whatever order its threads ran.
+    Candidates are put back in (frame, anchor) order first: NMS breaks score ties by the lower anchor index,
+    and the kernel appends them in whatever order its threads ran.  Then every frame of the batch is selected
+    at once (:func:`~jetforge.runtime.detection_batch.select_detections_batch`, equal to ``select_detections``
+    frame by frame).
     """
     ids = records.view(np.int32)
-    out = []
-    for n in range(frames):
-        mine = records[ids[:, 1] == n]
-        mine = mine[np.argsort(mine.view(np.int32)[:, 0], kind="stable")]
-        out.append(select_detections(mine[:, 2:6], mine[:, 6:], spec, threshold))
-    return out
+    records = records[np.lexsort((ids[:, 0], ids[:, 1]))]
+    frame_of = records.view(np.int32)[:, 1]
+    return select_detections_batch(records[:, 2:6], records[:, 6:], frame_of, frames, spec, threshold)
 
 
 class GpuSsdDecoder:
