@@ -64,7 +64,8 @@ VARIANTS = {
     # ThreadedDecoder sources as in threaded-pairs, but ONE feeder thread reads all of them (SourceFeedGroup), and
     # their rings wait for the copies once per fetch of 4 frames instead of once per frame
     "feed-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed"},
-    # what `jetforge app --decode gpu` does: threaded-pairs below DECODE_PROCESSES_FROM streams, ipc-pairs from there
+    # what `jetforge app --decode gpu` does (gpu_app.DECODE_PROCESSES_FROM / FEED_THREAD_FROM): ipc-pairs from the
+    # first, else feed-pairs from the second, else threaded-pairs
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }
 MAX_BATCH = 64  # the largest batch (and CUDA graph) of a pipeline point
@@ -73,8 +74,9 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 # non-blocking streams did not help (0.19x at 16 streams vs 0.25x legacy: the launch thread waits for the GIL, not
 # for the GPU); owned copies without torch + a 0.5 ms GIL switch interval + two frames a stream per batch did (1 stream
 # 1.00x, 16: 0.47x); PyNvVideoCodec's ThreadedDecoder on top (no per-packet Python) took 16 streams to 0.68x and 4 to
-# 0.98x, 1 stream staying at 1.00x.
-DEFAULT_VARIANT = "threaded-pairs"
+# 0.98x, 1 stream staying at 1.00x.  Session 5's matrix (pipeline_gpu_h200_s5_matrix.json): one feeder thread for all
+# streams (feed-pairs) 0.83x at 16 streams; the app now does that from 2 streams, and so does the default here.
+DEFAULT_VARIANT = "auto"
 
 sys.path.insert(0, str(HERE))
 from estimate_h200 import add_repo_to_path  # noqa: E402  (maps this checkout's folders to jetforge.*)
@@ -436,9 +438,11 @@ def resolve_variant(variant: str, n: int) -> str:
     """``auto`` -> the variant `jetforge app --decode gpu` uses for N streams; any other name as it is."""
     if variant != "auto":
         return variant
-    from jetforge.apps.pipeline.gpu_app import DECODE_PROCESSES_FROM
+    from jetforge.apps.pipeline.gpu_app import DECODE_PROCESSES_FROM, FEED_THREAD_FROM
 
-    return "ipc-pairs" if DECODE_PROCESSES_FROM and n >= DECODE_PROCESSES_FROM else "threaded-pairs"
+    if DECODE_PROCESSES_FROM and n >= DECODE_PROCESSES_FROM:
+        return "ipc-pairs"
+    return "feed-pairs" if FEED_THREAD_FROM and n >= FEED_THREAD_FROM else "threaded-pairs"
 
 
 def _variant_label(variant: str, n: int) -> str:

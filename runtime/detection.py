@@ -385,7 +385,12 @@ def postprocess(box_encodings: np.ndarray, class_logits: np.ndarray, spec: SSDSp
                                                                           spec.score_threshold)
     boxes_all = decode_boxes(enc, anchors, spec.scale_factors)
     scores_all = convert_scores(logits, spec.score_converter, spec.logit_scale)[..., 1:]
-    return [_select(boxes_all[i], scores_all[i], spec, threshold) for i in range(len(enc))]
+    from jetforge.runtime.detection_batch import select_detections_batch  # (that module imports this one)
+
+    # only anchors above the threshold for some class can be kept; (frame, anchor) order as NMS needs it
+    frame, anchor = np.nonzero(np.any(scores_all > threshold, axis=-1))
+    return select_detections_batch(boxes_all[frame, anchor], scores_all[frame, anchor], frame, len(enc), spec,
+                                   threshold)
 
 
 def select_detections(boxes: np.ndarray, scores: np.ndarray, spec: SSDSpec, threshold: float) -> Detections:

@@ -61,14 +61,15 @@ class GpuAppOptions:
                               "got %d, %d and %d" % (self.max_batch, self.encoders, self.per_stream))
 
 
-# Streams from which `--decode gpu` decodes in worker processes (IpcDecodeGroup) instead of one thread per stream;
-# 0: never.  Off until the worker processes are measured on a GPU against the threads (the H200 run is prepared in
-# benchmarks/pipeline_gpu.py, variants ipc-*; not executed yet): then e.g. 8.
+# Streams from which `--decode gpu` decodes in worker processes (IpcDecodeGroup) instead of in this process; 0: never.
+# Measured on the H200 (benchmarks/results/pipeline_gpu_h200_s5_matrix.txt, render off): the workers won only where
+# the pipeline's own host work was heavy (the SSD detector's per-frame NMS, since batched): people 16 streams 0.66x
+# vs 0.57x for one feeder thread, classify 16 streams 0.62x vs 0.83x.  So off; one feeder thread below.
 DECODE_PROCESSES_FROM = 0
 # Streams from which one feeder thread reads every stream's decoder (SourceFeedGroup) instead of a thread per stream;
-# 0: never.  The CPU study (benchmarks/results/pipeline_gpu_host_cpu.txt: decoding and the GPU replaced by stand-ins)
-# has it at 0.92x of the stand-in GPU's rate at 16 streams against 0.69x for the threads; off until the H200 says so.
-FEED_THREAD_FROM = 0
+# 0: never.  On the H200 (same run): classify 4 / 16 / 32 streams 0.95x / 0.83x / 0.77x of the bound against
+# 0.86x / 0.40x / 0.48x with a thread per stream; 1 stream equal (one source either way).
+FEED_THREAD_FROM = 2
 FEED_DEPTH, FEED_RING_SLOTS = 8, 24  # batcher frames a stream; ring: those + the batches in flight + one fetch
 
 
