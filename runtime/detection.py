@@ -385,6 +385,8 @@ def postprocess(box_encodings: np.ndarray, class_logits: np.ndarray, spec: SSDSp
                                                                           spec.score_threshold)
     boxes_all = decode_boxes(enc, anchors, spec.scale_factors)
     scores_all = convert_scores(logits, spec.score_converter, spec.logit_scale)[..., 1:]
+    if len(enc) == 1:  # one frame (the CPU apps): the per-frame code, without the batch's set-up
+        return [_select(boxes_all[0], scores_all[0], spec, threshold)]
     from jetforge.runtime.detection_batch import select_detections_batch  # (that module imports this one)
 
     # only anchors above the threshold for some class can be kept; (frame, anchor) order as NMS needs it

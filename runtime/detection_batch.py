@@ -33,6 +33,8 @@ def select_detections_batch(boxes: np.ndarray, scores: np.ndarray, frame_of: np.
     boxes = np.asarray(boxes, dtype=np.float32)
     scores = np.asarray(scores, dtype=np.float32)
     frame_of = np.asarray(frame_of, dtype=np.int64)
+    if frames == 1:  # nothing to batch: the per-frame code has less set-up
+        return [select_detections(boxes, scores, spec, threshold)]
     by_frame = np.argsort(frame_of, kind="stable")  # frame major, the rows' own order kept within a frame
     boxes, scores, frame_of = boxes[by_frame], scores[by_frame], frame_of[by_frame]
     bounds = np.searchsorted(frame_of, np.arange(frames + 1))
