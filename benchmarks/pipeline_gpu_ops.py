@@ -344,15 +344,15 @@ class SsdHead(Head):
         return ("host", enc[:n].float().to("cpu", non_blocking=True), logits[:n].float().to("cpu", non_blocking=True))
 
     def events(self, host: Any, frames: List[Any]) -> List[Dict[str, Any]]:
-        from jetforge.runtime.detection import postprocess
+        from jetforge.runtime.detection_batch import postprocess_batch
 
         if host[0] == "gpu":
             _, enc, logits, n = host
             stream = self.torch.cuda.current_stream().cuda_stream
             dets = self.gpu.run(enc.data_ptr(), logits.data_ptr(), n, stream, score_threshold=self.threshold)
         else:
-            dets = postprocess(host[1].numpy(), host[2].numpy(), self.spec, score_threshold=self.threshold,
-                               anchors=self.anchors)
+            dets = postprocess_batch(host[1].numpy(), host[2].numpy(), self.spec, score_threshold=self.threshold,
+                                     anchors=self.anchors)
         out = []
         hw = (self.contract.height, self.contract.width)
         for f, d in zip(frames, dets):

@@ -371,8 +371,18 @@ def postprocess(box_encodings: np.ndarray, class_logits: np.ndarray, spec: SSDSp
 
     ``score_threshold`` (default: the exported model's, 1e-8 for the TF person detector) may be
     raised for speed: greedy NMS never lets a lower score suppress a higher one, so the result is
-    exactly the full result's detections above that threshold.
+    exactly the full result's detections above that threshold.  Frame by frame; for many frames at a
+    high threshold :func:`jetforge.runtime.detection_batch.postprocess_batch` gives the same faster.
     """
+    boxes_all, scores_all, threshold = decode_all(box_encodings, class_logits, spec, score_threshold, anchors)
+    return [_select(boxes_all[i], scores_all[i], spec, threshold) for i in range(len(boxes_all))]
+
+
+def decode_all(box_encodings: np.ndarray, class_logits: np.ndarray, spec: SSDSpec,
+               score_threshold: Optional[float] = None,
+               anchors: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray, float]:
+    """The outputs checked against ``spec`` and decoded: boxes ``(N, A, 4)``, scores ``(N, A, classes)`` (no
+    background) and the threshold NMS applies (the caller's, never below the exported model's)."""
     enc = np.asarray(box_encodings)
     logits = np.asarray(class_logits)
     a = spec.num_anchors
@@ -385,14 +395,7 @@ def postprocess(box_encodings: np.ndarray, class_logits: np.ndarray, spec: SSDSp
                                                                           spec.score_threshold)
     boxes_all = decode_boxes(enc, anchors, spec.scale_factors)
     scores_all = convert_scores(logits, spec.score_converter, spec.logit_scale)[..., 1:]
-    if len(enc) == 1:  # one frame (the CPU apps): the per-frame code, without the batch's set-up
-        return [_select(boxes_all[0], scores_all[0], spec, threshold)]
-    from jetforge.runtime.detection_batch import select_detections_batch  # (that module imports this one)
-
-    # only anchors above the threshold for some class can be kept; (frame, anchor) order as NMS needs it
-    frame, anchor = np.nonzero(np.any(scores_all > threshold, axis=-1))
-    return select_detections_batch(boxes_all[frame, anchor], scores_all[frame, anchor], frame, len(enc), spec,
-                                   threshold)
+    return boxes_all, scores_all, threshold
 
 
 def select_detections(boxes: np.ndarray, scores: np.ndarray, spec: SSDSpec, threshold: float) -> Detections:

@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from jetforge.runtime.detection import NMS_TABLE_MAX, Detections, SSDSpec, _suppresses, select_detections
+from jetforge.runtime.detection import NMS_TABLE_MAX, Detections, SSDSpec, _suppresses, decode_all, select_detections
 
 
 # Above this many (frame, box, box) cells the tables' temporaries (~20 bytes a cell) are not worth it: per frame.
@@ -109,4 +109,18 @@ def _merge(picks: list, boxes: np.ndarray, scores: np.ndarray, frame_of: np.ndar
     return out
 
 
-__all__ = ["select_detections_batch"]
+def postprocess_batch(box_encodings: np.ndarray, class_logits: np.ndarray, spec: SSDSpec,
+                      score_threshold: Optional[float] = None, anchors: Optional[np.ndarray] = None) -> List[Detections]:
+    """:func:`jetforge.runtime.detection.postprocess` with the selection done for all frames at once: equal
+    results.  Worth it for batches at a threshold that leaves few candidates (the GPU video path); one frame
+    goes through the per-frame code."""
+    boxes_all, scores_all, threshold = decode_all(box_encodings, class_logits, spec, score_threshold, anchors)
+    if len(boxes_all) == 1:
+        return [select_detections(boxes_all[0], scores_all[0], spec, threshold)]
+    # only anchors above the threshold for some class can be kept; (frame, anchor) order as NMS needs it
+    frame, anchor = np.nonzero(np.any(scores_all > threshold, axis=-1))
+    return select_detections_batch(boxes_all[frame, anchor], scores_all[frame, anchor], frame, len(boxes_all), spec,
+                                   threshold)
+
+
+__all__ = ["postprocess_batch", "select_detections_batch"]

@@ -62,7 +62,8 @@ def _split_per_frame(outputs: Outputs, frames: List[Any]) -> List[Any]:
 
 def _ssd_model(task: Any, detector: Any) -> GpuModel:
     """The people app's SSD person detector: raw outputs -> person Detections in each frame's pixels."""
-    from jetforge.runtime.detection import postprocess, spec_from_sidecar
+    from jetforge.runtime.detection import spec_from_sidecar
+    from jetforge.runtime.detection_batch import postprocess_batch
     from jetforge.runtime.hog import Detections  # what the people task's detectors hand it: boxes in frame pixels
     from jetforge.runtime.inputs import input_contract
 
@@ -76,8 +77,8 @@ def _ssd_model(task: Any, detector: Any) -> GpuModel:
 
     def to_outputs(outputs: Outputs, frames: List[Any]) -> List[Any]:
         n = len(frames)
-        found = postprocess(outputs[names[0]][:n], outputs[names[1]][:n], spec, score_threshold=threshold,
-                            anchors=anchors)
+        found = postprocess_batch(outputs[names[0]][:n], outputs[names[1]][:n], spec, score_threshold=threshold,
+                                  anchors=anchors)
         out: List[Any] = []
         for frame, det in zip(frames, found):
             if frame.index % every:

@@ -25,8 +25,15 @@ def vtest_clip() -> Path:
     return asset_path("opencv_samples", "vtest.avi")
 
 
+# The CLI module run as `python -m jetforge.cli.main` would run it, with Ctrl-C as a terminal delivers it: a suite
+# started in the background (`nohup ... &`, a CI runner's job) hands its children SIGINT *ignored*, and Python then
+# never installs its KeyboardInterrupt handler - the run would finish as if no signal had come.
+CLI_WITH_CTRL_C = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                   "runpy.run_module('jetforge.cli.main', run_name='__main__', alter_sys=True)")
+
+
 def _start_people(clip, out, max_frames):
-    argv = [sys.executable, "-m", "jetforge.cli.main", "app", "people", "--source", str(clip), "--out", str(out),
+    argv = [sys.executable, "-c", CLI_WITH_CTRL_C, "app", "people", "--source", str(clip), "--out", str(out),
             "--max-frames", str(max_frames), "--no-plots", "-q"]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
 

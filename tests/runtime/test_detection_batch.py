@@ -137,3 +137,20 @@ def test_real_detector_candidates_of_four_vtest_frames():
         want = per_frame(boxes, scores, frame_of, frames, spec, threshold)
         assert all(len(w) > 0 for w in want)
         assert_same(select_detections_batch(boxes, scores, frame_of, frames, spec, threshold), want)
+
+
+@pytest.mark.parametrize("threshold", [0.05, 0.3, 0.5])
+def test_postprocess_batch_equals_postprocess_on_real_and_random_outputs(threshold):
+    """The whole host postprocess (decode, then the batched selection) against the per-frame one."""
+    import json
+
+    from jetforge.runtime.detection import postprocess
+    from jetforge.runtime.detection_batch import postprocess_batch
+
+    data = np.load(str(Path(__file__).resolve().parent / "gpu_kernels" / "data" / "ssd_person_vtest.npz"))
+    spec = SSDSpec.from_dict(json.loads(str(data["spec"])))
+    rng = np.random.default_rng(int(threshold * 100))
+    noisy = data["logits"] + rng.normal(0, 1.0, data["logits"].shape).astype(np.float32)
+    for enc, logits in ((data["enc"], data["logits"]), (data["enc"], noisy), (data["enc"][:1], data["logits"][:1])):
+        want = postprocess(enc, logits, spec, score_threshold=threshold)
+        assert_same(postprocess_batch(enc, logits, spec, score_threshold=threshold), want)
