@@ -5,9 +5,10 @@ labelled frames.  If the loss sits in the smallest people (vtest.avi's people ar
 ~13-40 px at 192 px), more training cannot bring it back and the input size is the limit; if it is spread over all
 sizes, the students are still training-limited.  This script measures it, without any GPU.
 
-AP per height bin follows COCO's area ranges: ground-truth people outside the bin are *ignored* (a detection on one
-is neither a true nor a false positive), and an unmatched detection whose own height is outside the bin is ignored
-too; AP@0.5 is COCO's 101-point AP (``jetforge.calibrate.detection_metrics``).  The models are the ONNX bodies that
+AP per height bin follows COCO's area ranges (``height_range`` of ``jetforge.calibrate.detection_metrics``):
+ground-truth people outside the bin are *ignored* (a detection on one is neither a true nor a false positive), and
+an unmatched detection whose own height is outside the bin is ignored too; AP@0.5 is COCO's 101-point AP, with a
+frame bootstrap interval and, for a student, the paired interval of its difference from the teacher.  The models are the ONNX bodies that
 ``benchmarks/detector_student.py`` exported (teacher and students, each with its sidecar: input size and anchors),
 decoded exactly as that benchmark decodes them (score >= 0.01, the model's NMS).
 
@@ -22,7 +23,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List
 
 import numpy as np
 
@@ -43,52 +44,10 @@ def heights(boxes: np.ndarray) -> np.ndarray:
     return b[:, 3] - b[:, 1]
 
 
-def binned_status(gt: Sequence[np.ndarray], difficult: Sequence[np.ndarray], det_boxes: Sequence[np.ndarray],
-                  det_scores: Sequence[np.ndarray], low: float, high: float) -> Tuple[np.ndarray, np.ndarray,
-                                                                                        np.ndarray, np.ndarray]:
-    """Ranked (scores, frame, TP/FP weights at IoU 0.5) and positives per frame for one height bin."""
-    from jetforge.calibrate.detection_metrics import FP, TP, match_frame
-
-    scores, frames, tp, fp, positives = [], [], [], [], []
-    for f, (g, d, b, s) in enumerate(zip(gt, difficult, det_boxes, det_scores)):
-        g = np.asarray(g, dtype=np.float64).reshape(-1, 4)
-        h = heights(g)
-        ignore = np.asarray(d, dtype=bool).reshape(-1) | (h < low) | (h >= high)
-        b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
-        s = np.asarray(s, dtype=np.float64).reshape(-1)
-        m = match_frame(b, s, g, ignore, iou_thresholds=(0.5,))
-        status = m["status"][0]
-        order = np.argsort(-s, kind="mergesort")[:len(status)]
-        dh = heights(b[order])
-        outside = (dh < low) | (dh >= high)
-        scores.append(m["scores"])
-        frames.append(np.full(len(status), f))
-        tp.append((status == TP).astype(np.float64))
-        fp.append(((status == FP) & ~outside).astype(np.float64))  # COCO: an unmatched detection outside is ignored
-        positives.append(int(m["positives"]))
-    s_all = np.concatenate(scores)
-    rank = np.argsort(-s_all, kind="mergesort")
-    return (np.concatenate(frames)[rank], np.concatenate(tp)[rank], np.concatenate(fp)[rank],
-            np.asarray(positives, dtype=np.float64))
-
-
-def ap_and_ci(frame: np.ndarray, tp: np.ndarray, fp: np.ndarray, positives: np.ndarray,
-              rng: np.random.Generator) -> Tuple[float, List[float]]:
-    """AP@0.5 and a frame-bootstrap 95 % interval (each resample weights detections by their frame's count)."""
-    from jetforge.calibrate.detection_metrics import interpolated_ap
-
-    ap = interpolated_ap(tp, fp, float(positives.sum()))
-    n = len(positives)
-    values = []
-    for _ in range(RESAMPLES):
-        w = np.bincount(rng.integers(0, n, n), minlength=n).astype(np.float64)
-        values.append(interpolated_ap(w[frame] * tp, w[frame] * fp, float(np.dot(w, positives))))
-    return ap, [float(np.nanpercentile(values, 2.5)), float(np.nanpercentile(values, 97.5))]
-
-
 def run(onnx_dir: Path, models: List[str]) -> Dict[str, Any]:
     import onnxruntime as ort
 
+    from jetforge.calibrate.detection_metrics import paired_bootstrap
     from jetforge.calibrate.metrics import DetectionAPMetric
     from jetforge.runtime.sidecar import read_sidecar
     from detector_student import detections, heldout_frames
@@ -102,17 +61,24 @@ def run(onnx_dir: Path, models: List[str]) -> Dict[str, Any]:
                               "models": {}, "input_size": {}}
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 2
+    dets = {}
     for name in models:
         path = onnx_dir / ("%s.onnx" % name)
         metric = DetectionAPMetric(sidecar=read_sidecar(path))
         sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        boxes, scores = detections(sess, metric, frames, metric.preprocess)
+        dets[name] = detections(sess, metric, frames, metric.preprocess)
         result["input_size"][name] = int(metric.preprocess.height)
+    for name in models:
         rows = []
-        for lo, hi in BINS:
-            rng = np.random.default_rng(0)  # the same resamples for every model and bin
-            ap, ci = ap_and_ci(*binned_status(gt, difficult, boxes, scores, lo, hi), rng=rng)
-            rows.append({"ap50": ap, "ci": ci})
+        for low, high in BINS:
+            other = dets.get("teacher") if name != "teacher" else None
+            boot = paired_bootstrap(gt, difficult, dets[name], other, n_resamples=RESAMPLES,
+                                    iou_thresholds=(0.5,), height_range=(low, high))
+            row = {"ap50": boot["a"]["ap50"], "ci": boot["a"]["ap50_ci"]}
+            if other is not None:
+                row["minus_teacher"], row["minus_teacher_ci"] = (boot["difference"]["ap50"],
+                                                                 boot["difference"]["ap50_ci"])
+            rows.append(row)
         result["models"][name] = rows
         print("%-10s %s" % (name, "  ".join("%.3f" % r["ap50"] for r in rows)), flush=True)
     return result
@@ -122,13 +88,12 @@ def table(result: Dict[str, Any]) -> str:
     bins = ["%d-%s px (%d people)" % (lo, "" if hi > 1e8 else "%d" % hi, n)
             for (lo, hi), n in zip(result["bins_px"], result["people_per_bin"])]
     lines = ["| model | input | " + " | ".join(bins) + " |", "|---|---|" + "---|" * len(bins)]
-    teacher = result["models"].get("teacher")
     for name, rows in result["models"].items():
         cells = []
-        for i, r in enumerate(rows):
+        for r in rows:
             cell = "%.3f [%.3f, %.3f]" % (r["ap50"], r["ci"][0], r["ci"][1])
-            if teacher is not None and name != "teacher":
-                cell += " (%+.3f)" % (r["ap50"] - teacher[i]["ap50"])
+            if "minus_teacher" in r:
+                cell += " (%+.3f [%+.3f, %+.3f])" % ((r["minus_teacher"],) + tuple(r["minus_teacher_ci"]))
             cells.append(cell)
         lines.append("| %s | %d px | %s |" % (name, result["input_size"][name], " | ".join(cells)))
     return "\n".join(lines)
@@ -149,8 +114,8 @@ def main(argv: Any = None) -> int:
     result = run(Path(args.onnx_dir), args.models)
     result["wall_s"] = time.perf_counter() - start
     result["method"] = ("COCO area-range rule on person height: ground truth outside the bin ignored, unmatched "
-                        "detections outside the bin ignored; AP@0.5 101-point; 95 %% frame bootstrap, %d resamples"
-                        % RESAMPLES)
+                        "detections outside the bin ignored; AP@0.5 101-point; 95 %% paired frame bootstrap, %d "
+                        "resamples" % RESAMPLES)
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     text = table(result)

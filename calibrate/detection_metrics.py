@@ -27,7 +27,7 @@ Pure numpy, no torch; boxes and scores as numpy arrays, one array per frame.
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -87,9 +87,23 @@ def _boxes(value: object, what: str, frame: int) -> np.ndarray:
     return arr
 
 
+def _outside(boxes: np.ndarray, height_range: Optional[Tuple[float, float]]) -> np.ndarray:
+    """Which boxes' heights (y2 - y1) lie outside ``[low, high)``; none without a range."""
+    if height_range is None:
+        return np.zeros(len(boxes), dtype=bool)
+    h = boxes[:, 3] - boxes[:, 1]
+    return (h < height_range[0]) | (h >= height_range[1])
+
+
 def match_frame(det_boxes: np.ndarray, det_scores: np.ndarray, gt_boxes: np.ndarray, gt_difficult: np.ndarray,
-                iou_thresholds: Sequence[float] = COCO_IOU_THRESHOLDS, max_dets: int = 100) -> Dict[str, np.ndarray]:
-    """One frame: the kept detections' scores (ranked) and their status (T, D) per IoU threshold."""
+                iou_thresholds: Sequence[float] = COCO_IOU_THRESHOLDS, max_dets: int = 100,
+                height_range: Optional[Tuple[float, float]] = None) -> Dict[str, np.ndarray]:
+    """One frame: the kept detections' scores (ranked) and their status (T, D) per IoU threshold.
+
+    ``height_range`` ``(low, high)``: AP for people of those heights only, by COCO's area-range rule applied to
+    the height: ground-truth boxes outside it are ignored like `difficult` ones, and so is a detection outside it
+    that matches nothing (neither a hit nor a false alarm)."""
+    gt_difficult = np.asarray(gt_difficult, dtype=bool) | _outside(gt_boxes, height_range)
     order = np.argsort(-det_scores, kind="mergesort")[:max_dets]
     det_boxes, det_scores = det_boxes[order], det_scores[order]
     gt_order = np.argsort(gt_difficult.astype(np.int8), kind="mergesort")  # ordinary boxes first
@@ -112,13 +126,15 @@ def match_frame(det_boxes: np.ndarray, det_scores: np.ndarray, gt_boxes: np.ndar
             if match > -1:
                 taken[match] = True
                 status[t, d] = IGNORED if gt_ignore[match] else TP
+    status[(status == FP) & _outside(det_boxes, height_range)[None, :]] = IGNORED
     return {"scores": det_scores, "status": status, "positives": np.int64(np.count_nonzero(~gt_ignore))}
 
 
 def rank_detections(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence[object]], det_boxes: Sequence[object],
                     det_scores: Sequence[object], iou_thresholds: Sequence[float] = COCO_IOU_THRESHOLDS,
-                    max_dets: int = 100) -> RankedDetections:
-    """Match every frame's detections to its ground truth and rank all detections by score."""
+                    max_dets: int = 100, height_range: Optional[Tuple[float, float]] = None) -> RankedDetections:
+    """Match every frame's detections to its ground truth and rank all detections by score (``height_range``:
+    see :func:`match_frame`)."""
     n = len(gt_boxes)
     if len(det_boxes) != n or len(det_scores) != n or (gt_difficult is not None and len(gt_difficult) != n):
         raise CalibrationError("ground truth for %d frames but detections for %d (scores for %d)"
@@ -133,7 +149,7 @@ def rank_detections(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence[
         if len(gd) != len(gb) or len(ds) != len(db) or not np.all(np.isfinite(ds)):
             raise CalibrationError("frame %d: %d boxes with %d difficult flags, %d detections with %d finite scores"
                                    % (f, len(gb), len(gd), len(db), int(np.isfinite(ds).sum())))
-        m = match_frame(db, ds, gb, gd, iou_thresholds, max_dets)
+        m = match_frame(db, ds, gb, gd, iou_thresholds, max_dets, height_range)
         scores.append(m["scores"])
         frames.append(np.full(len(m["scores"]), f, dtype=np.int64))
         statuses.append(m["status"])
@@ -176,9 +192,10 @@ def ap_per_threshold(ranked: RankedDetections, weights: Optional[np.ndarray] = N
 
 def evaluate_ap(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence[object]], det_boxes: Sequence[object],
                 det_scores: Sequence[object], iou_thresholds: Sequence[float] = COCO_IOU_THRESHOLDS,
-                max_dets: int = 100) -> APResult:
-    """AP@[.5:.95] and AP@0.5 of one detector on frames with ground truth (see the module docstring)."""
-    ranked = rank_detections(gt_boxes, gt_difficult, det_boxes, det_scores, iou_thresholds, max_dets)
+                max_dets: int = 100, height_range: Optional[Tuple[float, float]] = None) -> APResult:
+    """AP@[.5:.95] and AP@0.5 of one detector on frames with ground truth (see the module docstring;
+    ``height_range``: of the people of those heights only, :func:`match_frame`)."""
+    ranked = rank_detections(gt_boxes, gt_difficult, det_boxes, det_scores, iou_thresholds, max_dets, height_range)
     return _result(ranked, ap_per_threshold(ranked))
 
 
@@ -196,17 +213,18 @@ def paired_bootstrap(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence
                      detections_b: Optional[Sequence[Sequence[object]]] = None,
                      n_resamples: int = 10000, seed: int = 0, confidence: float = 0.95,
                      groups: Optional[Sequence[object]] = None, iou_thresholds: Sequence[float] = COCO_IOU_THRESHOLDS,
-                     max_dets: int = 100) -> Dict[str, object]:
+                     max_dets: int = 100, height_range: Optional[Tuple[float, float]] = None) -> Dict[str, object]:
     """Percentile bootstrap CIs of AP@0.5 and AP@[.5:.95] for detector a, b and the paired difference a - b.
 
     ``detections_a`` / ``detections_b``: (boxes per frame, scores per frame).  Without b, only a's
     intervals are computed.  ``groups``: one label per frame; frames with the same label are drawn
-    together (the resampling unit), e.g. blocks of consecutive video frames.
+    together (the resampling unit), e.g. blocks of consecutive video frames.  ``height_range``: AP of the people
+    of those heights only (:func:`match_frame`).
     """
     if not 0 < confidence < 1 or n_resamples < 1:
         raise CalibrationError("bootstrap needs 0 < confidence < 1 and n_resamples >= 1, got %r and %r"
                                % (confidence, n_resamples))
-    ranked = [rank_detections(gt_boxes, gt_difficult, d[0], d[1], iou_thresholds, max_dets)
+    ranked = [rank_detections(gt_boxes, gt_difficult, d[0], d[1], iou_thresholds, max_dets, height_range)
               for d in ([detections_a] if detections_b is None else [detections_a, detections_b])]
     n = len(gt_boxes)
     labels = np.arange(n) if groups is None else np.unique(np.asarray(list(groups)), return_inverse=True)[1]
