@@ -38,8 +38,6 @@ def select_detections_batch(boxes: np.ndarray, scores: np.ndarray, frame_of: np.
     by_frame = np.argsort(frame_of, kind="stable")  # frame major, the rows' own order kept within a frame
     boxes, scores, frame_of = boxes[by_frame], scores[by_frame], frame_of[by_frame]
     bounds = np.searchsorted(frame_of, np.arange(frames + 1))
-    if scores.shape[1] == 0:
-        return [select_detections(boxes[:0], scores[:0], spec, threshold) for _ in range(frames)]
     picks = []
     for c in range(scores.shape[1]):
         picked = _class_nms(boxes, scores[:, c], frame_of, frames, spec, threshold)
@@ -55,7 +53,7 @@ def _class_nms(boxes: np.ndarray, scores: np.ndarray, frame_of: np.ndarray, fram
     """Rows kept by greedy NMS of one class, per frame: (rows, rank in the frame's keep order), or None when a
     frame has more than ``NMS_TABLE_MAX`` candidates."""
     rows = np.flatnonzero(scores > threshold)
-    if not len(rows) or spec.max_per_class <= 0:
+    if not len(rows):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     # frame, then score descending, then the earlier row: TensorFlow's candidate order within each frame
     rows = rows[np.lexsort((rows, -scores[rows], frame_of[rows]))]
@@ -112,11 +110,8 @@ def _merge(picks: list, boxes: np.ndarray, scores: np.ndarray, frame_of: np.ndar
 def postprocess_batch(box_encodings: np.ndarray, class_logits: np.ndarray, spec: SSDSpec,
                       score_threshold: Optional[float] = None, anchors: Optional[np.ndarray] = None) -> List[Detections]:
     """:func:`jetforge.runtime.detection.postprocess` with the selection done for all frames at once: equal
-    results.  Worth it for batches at a threshold that leaves few candidates (the GPU video path); one frame
-    goes through the per-frame code."""
+    results.  Worth it for batches at a threshold that leaves few candidates (the GPU video path)."""
     boxes_all, scores_all, threshold = decode_all(box_encodings, class_logits, spec, score_threshold, anchors)
-    if len(boxes_all) == 1:
-        return [select_detections(boxes_all[0], scores_all[0], spec, threshold)]
     # only anchors above the threshold for some class can be kept; (frame, anchor) order as NMS needs it
     frame, anchor = np.nonzero(np.any(scores_all > threshold, axis=-1))
     return select_detections_batch(boxes_all[frame, anchor], scores_all[frame, anchor], frame, len(boxes_all), spec,

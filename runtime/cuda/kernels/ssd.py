@@ -7,8 +7,9 @@ and appends only the anchors whose best class score is above the threshold to on
 (an atomic counter), so a few hundred floats come back to the host instead of 1917 x 6 per frame,
 and the host runs the numpy NMS on them, all frames of the batch at once
 (:func:`jetforge.runtime.detection_batch.select_detections_batch`).  The arithmetic is that of
-``detection.decode_boxes`` / ``convert_scores`` in float32 (compiled with ``--fmad=false`` so each product is rounded as numpy rounds it; ``expf`` is within
-2 ulp of numpy's ``exp``), so the detections equal the host postprocess's.
+``detection.decode_boxes`` / ``convert_scores`` in float32 (compiled with ``--fmad=false`` so each product is
+rounded as numpy rounds it; ``expf`` is within 2 ulp of numpy's ``exp``), so the detections equal the host
+postprocess's.
 
 :func:`candidates_reference` is the numpy model of the kernel's output (CPU-testable), and
 :func:`finish` is the host half shared by both.
@@ -80,13 +81,12 @@ def candidates_reference(box_encodings: np.ndarray, class_logits: np.ndarray, sp
 def finish(records: np.ndarray, frames: int, spec: SSDSpec, threshold: float) -> List[Detections]:
     """Candidate records -> one :class:`Detections` per frame (per-class NMS etc. on the host, as postprocess).
 
-    Candidates are put back in (frame, anchor) order first: NMS breaks score ties by the lower anchor index,
-    and the kernel appends them in whatever order its threads ran.  Then every frame of the batch is selected
-    at once (:func:`~jetforge.runtime.detection_batch.select_detections_batch`, equal to ``select_detections``
-    frame by frame).
+    Candidates are put back in anchor order first: NMS breaks score ties by the lower anchor index, and the
+    kernel appends them in whatever order its threads ran.  Then every frame of the batch is selected at once
+    (:func:`~jetforge.runtime.detection_batch.select_detections_batch`, which groups them by frame keeping that
+    order; equal to ``select_detections`` frame by frame).
     """
-    ids = records.view(np.int32)
-    records = records[np.lexsort((ids[:, 0], ids[:, 1]))]
+    records = records[np.argsort(records.view(np.int32)[:, 0], kind="stable")]
     frame_of = records.view(np.int32)[:, 1]
     return select_detections_batch(records[:, 2:6], records[:, 6:], frame_of, frames, spec, threshold)
 
