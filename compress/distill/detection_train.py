@@ -232,7 +232,7 @@ def distill_detector(student: nn.Module, teacher: nn.Module, bank: FrameBank, vi
         x_teacher, x_student = _views(bank, views, cfg.batch, rng, sizes)
         with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             outputs = teacher(x_teacher)
-        targets = teacher_targets(*outputs) if cross_grid is None else cross_grid(*outputs)
+        targets = _targets(outputs, cross_grid)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             enc, logits = student(x_student)
         loss, logs = detection_distill_loss(enc.float(), logits.float(), targets, cfg.class_weight, cfg.box_weight)
@@ -280,11 +280,17 @@ def _check_grids(student: nn.Module, teacher: nn.Module, cross_grid: Optional[An
 
 def _views(bank: FrameBank, views: ViewConfig, batch: int, rng: np.random.Generator,
            sizes: Optional[Tuple[int, int]]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(teacher's, student's) inputs: one tensor twice for same-grid distillation, else each at its size."""
     if sizes is None:
         x = bank.sample(batch, views, rng)
         return x, x
-    teacher_x, student_x = bank.sample_sizes(batch, views, rng, list(sizes))
+    teacher_x, student_x = bank.sample_sizes(batch, views, rng, sizes)
     return teacher_x, student_x
+
+
+def _targets(teacher_outputs: Tuple[torch.Tensor, torch.Tensor], cross_grid: Optional[Any]) -> torch.Tensor:
+    """The ``(N, A, 8)`` targets: the teacher's per-anchor outputs, or its boxes on the student's grid."""
+    return teacher_targets(*teacher_outputs) if cross_grid is None else cross_grid(*teacher_outputs)
 
 
 def distill_loss_on(student: nn.Module, teacher: nn.Module, inputs: torch.Tensor,
@@ -296,8 +302,7 @@ def distill_loss_on(student: nn.Module, teacher: nn.Module, inputs: torch.Tensor
     teacher.eval()
     student.eval()
     with torch.no_grad():
-        outputs = teacher(inputs)
-        targets = teacher_targets(*outputs) if cross_grid is None else cross_grid(*outputs)
+        targets = _targets(teacher(inputs), cross_grid)
         enc, logits = student(inputs if student_inputs is None else student_inputs)
         loss, _ = detection_distill_loss(enc, logits, targets)
     return float(loss)

@@ -199,4 +199,5 @@ class FakeReplayNvDecoder(FakeNvDecoder):
     ThreadedDecoder = FakeReplayThreadedDecoder
 
 
-__all__ = ["FakeReplayNvDecoder", "FakeReplayThreadedDecoder", "FakeDecodedFrame", "FakeDecoder", "FakeDemuxer", "FakeNvDecoder", "FakeThreadedDecoder"]
+__all__ = ["FakeDecodedFrame", "FakeDecoder", "FakeDemuxer", "FakeNvDecoder", "FakeReplayNvDecoder",
+           "FakeReplayThreadedDecoder", "FakeThreadedDecoder"]

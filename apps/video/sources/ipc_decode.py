@@ -305,14 +305,14 @@ def _decode_worker(conn: Any, jobs: List[Tuple[int, str]], slots: int, fetch: in
             sources = _open_sources(jobs, slots, fetch, buffer_size, loop, max_frames, codec, gpu_id)
             conn.send_bytes(b"C" + pickle.dumps(("ready", [_describe(s, src, ring) for s, src, ring in sources])))
         except BaseException as err:  # sent to the pipeline, which raises it as one StreamError
-            conn.send_bytes(b"C" + pickle.dumps(("error", "%s: %s" % (type(err).__name__, err))))
+            _send_error(conn, err)
             return
         while not flags[GO] and not flags[STOP] and os.getppid() == parent:
             time.sleep(0.001)
         try:
             _decode_loop(conn, sources, slots, released, flags, parent)
         except BaseException as err:
-            conn.send_bytes(b"C" + pickle.dumps(("error", "%s: %s" % (type(err).__name__, err))))
+            _send_error(conn, err)
         while not flags[STOP] and os.getppid() == parent:  # the rings stay until the pipeline has unmapped them
             time.sleep(0.005)
     except (BrokenPipeError, EOFError, OSError):
@@ -322,6 +322,10 @@ def _decode_worker(conn: Any, jobs: List[Tuple[int, str]], slots: int, fetch: in
             src.close()
             if ring.ring is not None:
                 ring.ring.close()
+
+
+def _send_error(conn: Any, err: BaseException) -> None:
+    conn.send_bytes(b"C" + pickle.dumps(("error", "%s: %s" % (type(err).__name__, err))))
 
 
 def _open_sources(jobs: List[Tuple[int, str]], slots: int, fetch: int, buffer_size: int, loop: bool,
