@@ -64,8 +64,7 @@ VARIANTS = {
     # ThreadedDecoder sources as in threaded-pairs, but ONE feeder thread reads all of them (SourceFeedGroup), and
     # their rings wait for the copies once per fetch of 4 frames instead of once per frame
     "feed-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed"},
-    # what `jetforge app --decode gpu` does (gpu_app.DECODE_PROCESSES_FROM / FEED_THREAD_FROM): ipc-pairs from the
-    # first, else feed-pairs from the second, else threaded-pairs
+    # what `jetforge app --decode gpu` does (gpu_app.decode_layout): ipc-pairs, feed-pairs or threaded-pairs
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }
 MAX_BATCH = 64  # the largest batch (and CUDA graph) of a pipeline point
@@ -438,11 +437,9 @@ def resolve_variant(variant: str, n: int) -> str:
     """``auto`` -> the variant `jetforge app --decode gpu` uses for N streams; any other name as it is."""
     if variant != "auto":
         return variant
-    from jetforge.apps.pipeline.gpu_app import DECODE_PROCESSES_FROM, FEED_THREAD_FROM
+    from jetforge.apps.pipeline.gpu_app import decode_layout
 
-    if DECODE_PROCESSES_FROM and n >= DECODE_PROCESSES_FROM:
-        return "ipc-pairs"
-    return "feed-pairs" if FEED_THREAD_FROM and n >= FEED_THREAD_FROM else "threaded-pairs"
+    return {"processes": "ipc-pairs", "feed": "feed-pairs", "threads": "threaded-pairs"}[decode_layout(n)]
 
 
 def _variant_label(variant: str, n: int) -> str:

@@ -73,6 +73,14 @@ FEED_THREAD_FROM = 2
 FEED_DEPTH, FEED_RING_SLOTS = 8, 24  # batcher frames a stream; ring: those + the batches in flight + one fetch
 
 
+def decode_layout(streams: int, processes_from: int = DECODE_PROCESSES_FROM, feed_from: int = FEED_THREAD_FROM) -> str:
+    """How `--decode gpu` decodes ``streams`` streams: ``"processes"`` (worker processes, CUDA IPC), ``"feed"`` (one
+    feeder thread) or ``"threads"`` (a thread per stream).  ``benchmarks/pipeline_gpu.py``'s ``auto`` is the same."""
+    if processes_from and streams >= processes_from:
+        return "processes"
+    return "feed" if feed_from and streams >= feed_from else "threads"
+
+
 def default_encoders() -> int:
     """Encoder processes for the annotated video: half the cores, 1..8 (the decode and launch threads need some)."""
     return max(1, min(8, (os.cpu_count() or 2) // 2))
@@ -88,7 +96,8 @@ def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop
     :class:`~jetforge.apps.video.sources.ipc_decode.IpcDecodeGroup`.  Else, from ``feed_from`` streams on, one
     thread reads all the sources: a :class:`~jetforge.apps.video.sources.feed_group.SourceFeedGroup`.  Both are
     also sequences of the streams."""
-    locations = nvdec_files(uris) if processes_from and len(uris) >= processes_from else None
+    layout = decode_layout(len(uris), processes_from, feed_from)
+    locations = nvdec_files(uris) if layout == "processes" else None
     if locations:
         from jetforge.apps.video.sources import nvdec
         from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder
@@ -97,7 +106,7 @@ def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop
         codec = "fake" if nvdec.load_pynvvideocodec() is FakeNvDecoder else "nvdec"  # the stand-in in tests
         return IpcDecodeGroup(locations, streams_per_worker=streams_per_process, slots=16, fetch=4, loop=loop,
                               max_frames=max_frames or 0, codec=codec)
-    feed = bool(feed_from) and len(uris) >= feed_from
+    feed = decode_layout(len(uris), 0, feed_from) == "feed"  # also when the worker processes cannot decode a source
     sources: List[Any] = []
     try:
         for s, uri in enumerate(uris):

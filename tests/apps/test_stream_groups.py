@@ -265,3 +265,12 @@ def test_threaded_source_waits_for_a_fetchs_copies_once_before_handing_any_out(b
             keep.events.append("read")
     fetch = ["copy"] * 4 + ["flush"]
     assert keep.events == fetch + ["read"] * 4 + fetch + ["read"] * 4 + fetch + ["read"] * 2
+
+
+def test_decode_layout_is_worker_processes_then_one_feeder_then_a_thread_per_stream():
+    """The app's choice (and the benchmark's ``auto``): thresholds on the stream count, 0 turning one off."""
+    from jetforge.apps.pipeline.gpu_app import FEED_THREAD_FROM, decode_layout
+
+    assert FEED_THREAD_FROM == 2 and decode_layout(1) == "threads" and decode_layout(2) == "feed"
+    assert decode_layout(16, processes_from=8) == "processes" and decode_layout(7, processes_from=8) == "feed"
+    assert decode_layout(16, processes_from=0, feed_from=0) == "threads"
