@@ -329,7 +329,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         budget = train_budget(args, time.perf_counter() - wall, len(students) - index)
         cfg = TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup,
                           budget_s=budget, log_every=max(1, args.steps // 20))
-        result["students"][name] = distil_one(name, student, teacher, bank, check, views, cfg, meta, device)
+        result["students"][name] = distil_one(name, student, teacher, bank, check, views, cfg, meta, device,
+                                              teacher_tiles=(args.teacher_tiles, args.tile_side))
         torch.save({k: v.detach().cpu() for k, v in student.state_dict().items()},
                    str(out / ("student_%s.pt" % name)))
         result["students"][name]["macs"] = model_macs(student.cpu(), student.image_size)
@@ -358,13 +359,14 @@ def train_budget(args: argparse.Namespace, elapsed: float, students_left: int) -
 
 
 def distil_one(name: str, student: Any, teacher: Any, bank: Any, check: List[int], views: Any, cfg: Any,
-               meta: Dict[str, Any], device: Any) -> Dict[str, Any]:
-    """Distil one student in place (same grid: per-anchor targets; another input size: the teacher's boxes)."""
+               meta: Dict[str, Any], device: Any, teacher_tiles: Tuple[int, float] = (0, 0.6)) -> Dict[str, Any]:
+    """Distil one student in place (same grid: per-anchor targets; another input size: the teacher's boxes, with
+    ``teacher_tiles`` = (grid, side) also its boxes on zoomed tiles of each view: ``detection_tiles``)."""
     from jetforge.compress.distill.detection_crossgrid import CrossGridConfig, CrossGridTargets, student_spec
     from jetforge.compress.distill.detection_train import distill_detector, distill_loss_on
     from jetforge.runtime.detection import SSDSpec
 
-    cross, cross_cfg = None, CrossGridConfig()
+    cross, cross_cfg = None, CrossGridConfig(tile_grid=teacher_tiles[0], tile_side=teacher_tiles[1])
     if student.image_size != teacher.image_size:
         teacher_spec = SSDSpec.from_dict(meta["spec"])
         cross = CrossGridTargets(teacher_spec, student_spec(teacher_spec, student.grid_sizes, student.image_size),
@@ -383,8 +385,11 @@ def distil_one(name: str, student: Any, teacher: Any, bank: Any, check: List[int
                                    n, e["step"], e["loss"], e["class_kl"], e["box_l1"], e["elapsed_s"])))
     after = loss()
     return {"image_size": int(student.image_size), "grid_sizes": [list(g) for g in student.grid_sizes],
-            "targets": "cross-grid: the teacher's decoded boxes re-encoded on the student's anchors" if cross else
-            "same grid: the teacher's per-anchor outputs", "cross_grid": vars(cross_cfg) if cross else None,
+            "targets": ("cross-grid: the teacher's decoded boxes re-encoded on the student's anchors"
+                        + (" (the view's and its %dx%d tiles' boxes, merged)" % ((teacher_tiles[0],) * 2)
+                           if cross_cfg.tile_grid else "")) if cross else "same grid: the teacher's per-anchor outputs",
+            "cross_grid": vars(cross_cfg) if cross else None,
+            "loss_full_frames_targets": "the teacher on the whole frames (no tiles)",
             "loss_full_frames_before": before, "loss_full_frames_after": after, "train": history,
             "config": vars(cfg), "views": vars(views), "init": "student_%s_init.pt" % name}
 
@@ -637,6 +642,10 @@ def parse_args(argv: Any = None) -> argparse.Namespace:
     p.add_argument("--only", help="--time-only: the teacher and this one student")
     p.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)  # the timing process itself
     p.add_argument("--no-cuda-graph", action="store_true", help="--time-only: eager forward passes")
+    p.add_argument("--teacher-tiles", type=int, default=0, metavar="GRID",
+                   help="cross-grid students: the teacher also scores a GRID x GRID set of zoomed tiles of each view "
+                        "and the merged boxes are the targets (0: off)")
+    p.add_argument("--tile-side", type=float, default=0.6, help="--teacher-tiles: a tile's side / the view's")
     p.add_argument("--frame-step", type=int, default=1)
     p.add_argument("--frames", type=int, default=None, help="at most this many training frames")
     p.add_argument("--rounds", type=int, default=7)

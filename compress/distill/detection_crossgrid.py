@@ -34,11 +34,12 @@ NMS does -- for soft targets that means slightly fewer duplicate low-score boxes
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
+from jetforge.compress.distill.detection_tiles import tile_boxes_in_view, tile_rects, tiles_in_view
 from jetforge.errors import CompressError
 from jetforge.runtime.detection import AnchorLayer, SSDSpec
 
@@ -195,12 +196,24 @@ class CrossGridConfig:
     max_boxes: int = 100
     pre_nms: int = 200
     iou_match: float = 0.5  # the SSD matcher's threshold
+    # the teacher also on zoomed tiles of each view (detection_tiles): 0 = off, n = an n x n grid of tiles
+    tile_grid: int = 0
+    tile_side: float = 0.6  # a tile's side / the view's side
+    tile_merge_iou: float = 0.5  # NMS over the view's and its tiles' boxes
+    tile_edge: float = 0.01  # a tile box this close to an inner tile edge is a cut person: dropped
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.min_score < 1.0 and 0.0 < self.nms_iou <= 1.0 and 0.0 < self.iou_match <= 1.0):
             raise ValueError("cross_grid: min_score in [0, 1), nms_iou and iou_match in (0, 1] are required")
         if self.max_boxes < 1 or self.pre_nms < self.max_boxes:
             raise ValueError("cross_grid: max_boxes >= 1 and pre_nms >= max_boxes are required")
+        if self.tile_grid == 1 or not 0 <= self.tile_grid <= 4:
+            raise ValueError("cross_grid: tile_grid is 0 (no tiles) or 2..4, got %r" % self.tile_grid)
+        if self.tile_grid and not 1.0 / self.tile_grid < self.tile_side < 1.0:
+            raise ValueError("cross_grid: tile_side must be in (1/tile_grid, 1) so tiles overlap and zoom, got %r"
+                             % self.tile_side)
+        if not (0.0 < self.tile_merge_iou <= 1.0 and 0.0 <= self.tile_edge < 0.5):
+            raise ValueError("cross_grid: tile_merge_iou in (0, 1] and tile_edge in [0, 0.5) are required")
 
 
 class CrossGridTargets:
@@ -217,6 +230,8 @@ class CrossGridTargets:
         self.student_anchors = anchors_tensor(student_spec_, device)
         self.teacher_size = int(teacher_spec.image_size[0])
         self.student_size = int(student_spec_.image_size[0])
+        # (T, 4) tiles of a view, normalised (None: the teacher sees the whole view only)
+        self.tiles = None if not cfg.tile_grid else tile_rects(cfg.tile_grid, cfg.tile_side)
 
     def teacher_boxes(self, encodings: torch.Tensor, logits: torch.Tensor
                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -225,11 +240,45 @@ class CrossGridTargets:
         scores = torch.sigmoid(logits.float()[..., 1])
         return fast_nms(boxes, scores, self.cfg.nms_iou, self.cfg.min_score, self.cfg.max_boxes, self.cfg.pre_nms)
 
-    def __call__(self, encodings: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    def tiled_teacher_boxes(self, encodings: torch.Tensor, logits: torch.Tensor, tile_encodings: torch.Tensor,
+                            tile_logits: torch.Tensor, flipped: torch.Tensor
+                            ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The teacher's boxes on N views merged with its boxes on their tiles (``(N * T, ...)`` outputs, view by
+        view; ``flipped`` ``(N,)`` says which views were mirrored): see :mod:`detection_tiles`."""
+        if self.tiles is None:
+            raise CompressError("tile outputs given, but cross_grid.tile_grid is 0")
+        n, t = encodings.shape[0], self.tiles.shape[0]
+        if tile_encodings.shape[0] != n * t or flipped.shape != (n,):
+            raise CompressError("%d views need %d tiles and %d flip flags, got %d and %s"
+                                % (n, n * t, n, tile_encodings.shape[0], tuple(flipped.shape)))
+        boxes, scores, valid = self.teacher_boxes(encodings, logits)
+        t_boxes, t_scores, t_valid = self.teacher_boxes(tile_encodings, tile_logits)
+        k = t_boxes.shape[1]
+        where = tiles_in_view(torch.as_tensor(self.tiles, device=boxes.device), flipped.to(boxes.device))
+        t_boxes, t_valid = tile_boxes_in_view(t_boxes.view(n, t, k, 4), t_valid.view(n, t, k), where,
+                                              self.cfg.tile_edge)
+        all_boxes = torch.cat([boxes, t_boxes.reshape(n, t * k, 4)], dim=1)
+        all_valid = torch.cat([valid, t_valid.reshape(n, t * k)], dim=1)
+        all_scores = torch.where(all_valid, torch.cat([scores, t_scores.view(n, t * k)], dim=1),
+                                 torch.full_like(all_valid, -1.0, dtype=scores.dtype))
+        return fast_nms(all_boxes, all_scores, self.cfg.tile_merge_iou, self.cfg.min_score, self.cfg.max_boxes,
+                        all_boxes.shape[1])
+
+    def __call__(self, encodings: torch.Tensor, logits: torch.Tensor,
+                 tiles: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
+        """Targets from the teacher's outputs on the views, and with ``tiles`` = (encodings, logits, flipped) of
+        its outputs on their tiles, from the merged boxes of both."""
         if encodings.shape[1] != self.teacher_anchors.shape[0]:
             raise CompressError("the teacher output %d anchors, its spec lays out %d"
                                 % (encodings.shape[1], self.teacher_anchors.shape[0]))
-        boxes, scores, valid = self.teacher_boxes(encodings, logits)
+        if tiles is None:
+            boxes, scores, valid = self.teacher_boxes(encodings, logits)
+        else:
+            boxes, scores, valid = self.tiled_teacher_boxes(encodings, logits, *tiles)
+        return self.targets_from_boxes(boxes, scores, valid)
+
+    def targets_from_boxes(self, boxes: torch.Tensor, scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Boxes ``(N, K, 4)`` in priority order with scores and validity -> ``(N, A_student, 8)`` targets."""
         match = match_anchors(boxes, valid, self.student_anchors, self.cfg.iou_match)  # (N, A)
         matched = match >= 0
         index = match.clamp(min=0)
@@ -239,7 +288,6 @@ class CrossGridTargets:
         enc = torch.where(matched.unsqueeze(-1), enc, torch.zeros_like(enc))
         q = q.unsqueeze(-1)
         return torch.cat([1.0 - q, q, torch.ones_like(q), enc, q], dim=-1)
-
 
 __all__ = ["CrossGridConfig", "CrossGridTargets", "anchors_tensor", "box_iou", "decode_boxes", "encode_boxes",
            "fast_nms", "match_anchors", "student_contract", "student_spec"]

@@ -102,7 +102,24 @@ class FrameBank:
         size to the other), so a teacher and a student of different input sizes see the same scene as each
         would see it at inference.  The jitter's mean is the first size's.
         """
+        return self._sample(batch, cfg, rng, sizes, None)[0]
+
+    def sample_tiled(self, batch: int, cfg: ViewConfig, rng: np.random.Generator, sizes: Sequence[Optional[int]],
+                     tiles: np.ndarray) -> Tuple[List[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """:meth:`sample_sizes`'s views (the same ones for the same ``rng``), plus each view's ``tiles``.
+
+        ``tiles`` ``(T, 4)`` are ``[y0, x0, y1, x1]`` fractions of a view
+        (:func:`jetforge.compress.distill.detection_tiles.tile_rects`); each is cut from the frame's pixels
+        inside the view's crop, resized to the first size, mirrored and jittered with its view.  Returns the
+        views (one tensor per size), the tiles ``(B * T, 3, S, S)`` view by view, and ``flipped`` ``(B,)``.
+        """
+        return self._sample(batch, cfg, rng, sizes, np.asarray(tiles, dtype=np.float64).reshape(-1, 4))
+
+    def _sample(self, batch: int, cfg: ViewConfig, rng: np.random.Generator, sizes: Sequence[Optional[int]],
+                tiles: Optional[np.ndarray]) -> Tuple[List[torch.Tensor], Optional[torch.Tensor], torch.Tensor]:
         views: List[List[torch.Tensor]] = [[] for _ in sizes]
+        tile_views: List[torch.Tensor] = []
+        flipped: List[bool] = []
         for i in rng.integers(0, len(self.frames), size=batch):
             image = self.frames[int(i)]
             h, w = int(image.shape[0]), int(image.shape[1])
@@ -113,17 +130,32 @@ class FrameBank:
                 y0, x0 = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
                 image = image[y0:y0 + ch, x0:x0 + cw]
             resized = [self._resize(image, size) for size in sizes]
-            if cfg.flip and rng.random() < 0.5:
+            cut = [] if tiles is None else [self._resize(_tile(image, rect), sizes[0]) for rect in tiles]
+            flip = bool(cfg.flip and rng.random() < 0.5)
+            if flip:
                 resized = [v.flip(3) for v in resized]
+                cut = [v.flip(3) for v in cut]
             if cfg.jitter > 0:
                 contrast = 1.0 + cfg.jitter * rng.uniform(-1, 1)
                 brightness = 128.0 * cfg.jitter * rng.uniform(-1, 1)
                 mean = resized[0].mean()
                 resized = [((v - mean) * contrast + mean + brightness).clamp(0.0, 255.0) for v in resized]
+                cut = [((v - mean) * contrast + mean + brightness).clamp(0.0, 255.0) for v in cut]
             for out, view in zip(views, resized):
                 out.append(view)
-        return [self.normalize(torch.cat(v)) for v in views]
+            tile_views.extend(cut)
+            flipped.append(flip)
+        tiled = self.normalize(torch.cat(tile_views)) if tile_views else None
+        return ([self.normalize(torch.cat(v)) for v in views], tiled,
+                torch.tensor(flipped, dtype=torch.bool, device=self.device))
 
+
+def _tile(image: torch.Tensor, rect: np.ndarray) -> torch.Tensor:
+    """The ``[y0, x0, y1, x1]`` fraction of an ``(H, W, 3)`` image (at least one pixel each way)."""
+    h, w = int(image.shape[0]), int(image.shape[1])
+    y0, y1 = int(round(rect[0] * h)), int(round(rect[2] * h))
+    x0, x1 = int(round(rect[1] * w)), int(round(rect[3] * w))
+    return image[y0:max(y1, y0 + 1), x0:max(x1, x0 + 1)]
 
 def frame_bank_from_labels(assets_root: Any, preprocess: Any, device: Any = "cpu", step: int = 1,
                            clips: Optional[Sequence[str]] = None, limit: Optional[int] = None,
@@ -229,10 +261,10 @@ def distill_detector(student: nn.Module, teacher: nn.Module, bank: FrameBank, vi
             break
         for group in opt.param_groups:
             group["lr"] = learning_rate(progress, cfg)
-        x_teacher, x_student = _views(bank, views, cfg.batch, rng, sizes)
+        x_teacher, x_student, tiles = _views(bank, views, cfg.batch, rng, sizes, cross_grid)
         with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            outputs = teacher(x_teacher)
-        targets = _targets(outputs, cross_grid)
+            outputs = teacher(x_teacher if tiles is None else torch.cat([x_teacher, tiles[0]]))
+        targets = _targets(outputs, cross_grid, None if tiles is None else tiles[1])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             enc, logits = student(x_student)
         loss, logs = detection_distill_loss(enc.float(), logits.float(), targets, cfg.class_weight, cfg.box_weight)
@@ -279,18 +311,31 @@ def _check_grids(student: nn.Module, teacher: nn.Module, cross_grid: Optional[An
 
 
 def _views(bank: FrameBank, views: ViewConfig, batch: int, rng: np.random.Generator,
-           sizes: Optional[Tuple[int, int]]) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(teacher's, student's) inputs: one tensor twice for same-grid distillation, else each at its size."""
+           sizes: Optional[Tuple[int, int]], cross_grid: Optional[Any] = None
+           ) -> Tuple[torch.Tensor, torch.Tensor, Optional[Tuple[torch.Tensor, torch.Tensor]]]:
+    """(teacher's, student's) inputs -- one tensor twice for same-grid distillation, else each at its size --
+    and, when the cross-grid targets use tiles, (the teacher's tile inputs, which views were mirrored)."""
     if sizes is None:
         x = bank.sample(batch, views, rng)
-        return x, x
-    teacher_x, student_x = bank.sample_sizes(batch, views, rng, sizes)
-    return teacher_x, student_x
+        return x, x, None
+    if getattr(cross_grid, "tiles", None) is None:
+        teacher_x, student_x = bank.sample_sizes(batch, views, rng, sizes)
+        return teacher_x, student_x, None
+    (teacher_x, student_x), tiles, flipped = bank.sample_tiled(batch, views, rng, sizes, cross_grid.tiles)
+    return teacher_x, student_x, (tiles, flipped)
 
 
-def _targets(teacher_outputs: Tuple[torch.Tensor, torch.Tensor], cross_grid: Optional[Any]) -> torch.Tensor:
-    """The ``(N, A, 8)`` targets: the teacher's per-anchor outputs, or its boxes on the student's grid."""
-    return teacher_targets(*teacher_outputs) if cross_grid is None else cross_grid(*teacher_outputs)
+def _targets(teacher_outputs: Tuple[torch.Tensor, torch.Tensor], cross_grid: Optional[Any],
+             flipped: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The ``(N, A, 8)`` targets: the teacher's per-anchor outputs, or its boxes on the student's grid (with
+    ``flipped``, the outputs hold N views and then their tiles: the boxes of both, merged)."""
+    if cross_grid is None:
+        return teacher_targets(*teacher_outputs)
+    if flipped is None:
+        return cross_grid(*teacher_outputs)
+    n = flipped.shape[0]
+    enc, logits = teacher_outputs
+    return cross_grid(enc[:n], logits[:n], (enc[n:], logits[n:], flipped))
 
 
 def distill_loss_on(student: nn.Module, teacher: nn.Module, inputs: torch.Tensor,
