@@ -13,7 +13,13 @@ frame bootstrap interval and, for a student, the paired interval of its differen
 decoded exactly as that benchmark decodes them (score >= 0.01, the model's NMS).
 
     .venv/bin/python benchmarks/detector_ap_by_size.py --onnx-dir build/detector_student_cpu/onnx \\
-        --models teacher jetforge jf192 jf224        # ~2 min on 2 cores
+        --models teacher teacher_tiled jetforge jf192 jf224        # ~3 min on 2 cores
+
+``teacher_tiled`` is not a model file but the **targets the tiled students learned from**: the teacher's ONNX
+body on each whole frame and on a 2x2 grid of zoomed tiles (0.6 of the frame's side), merged by exactly the
+training code (:meth:`jetforge.compress.distill.detection_crossgrid.CrossGridTargets.tiled_teacher_boxes`:
+each input's NMS, tile boxes cut by an inner tile edge dropped, NMS over the union) -- five teacher passes a
+frame.  It shows what a student distilled from it can at most learn, not a deployable detector.
 
 Writes ``benchmarks/results/detector_ap_by_size.{json,txt}``.
 """
@@ -23,7 +29,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -35,13 +41,41 @@ add_repo_to_path()
 
 # person height in frame pixels (vtest.avi and the other clips are 576 / 288 / 144 px high: bins by fraction of the
 # frame height would mix clips; pixels are what the network sees after the same resize)
-BINS = ((0.0, 60.0), (60.0, 90.0), (90.0, 130.0), (130.0, 1e9))
+BINS = ((0.0, 1e9), (0.0, 60.0), (60.0, 90.0), (90.0, 130.0), (130.0, 1e9))  # the first: all heights
+TILES = (2, 0.6)  # teacher_tiled: grid, side (what detector_student_gpu.py --teacher-tiles 2 trained with)
 RESAMPLES = 2000
 
 
 def heights(boxes: np.ndarray) -> np.ndarray:
     b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     return b[:, 3] - b[:, 1]
+
+
+def model_file(name: str) -> str:
+    """The ONNX file a row reads (``teacher_tiled`` is the teacher run on tiles)."""
+    return "teacher" if name == "teacher_tiled" else name
+
+
+def tiled_teacher_detections(sess: Any, metric: Any, frames: List[Any]) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+    """The teacher on each frame and its tiles, merged by the training code (module docstring), in frame pixels."""
+    import torch
+
+    from jetforge.compress.distill.detection_crossgrid import CrossGridConfig, CrossGridTargets
+    from jetforge.compress.distill.detection_tiles import cut_tile
+
+    merge = CrossGridTargets(metric.spec, metric.spec, CrossGridConfig(tile_grid=TILES[0], tile_side=TILES[1]))
+    name = sess.get_inputs()[0].name
+    boxes, scores = [], []
+    for frame in frames:
+        crops = [frame.image] + [cut_tile(frame.image, rect) for rect in merge.tiles]
+        outs = [sess.run(None, {name: metric.preprocess.apply(crop)[None]}) for crop in crops]
+        enc, logits = (torch.from_numpy(np.concatenate([o[metric.order[i]] for o in outs])) for i in range(2))
+        b, s, valid = merge.tiled_teacher_boxes(enc[:1], logits[:1], enc[1:], logits[1:], torch.tensor([False]))
+        h, w = frame.image.shape[:2]
+        yx = b[0, valid[0]].numpy().astype(np.float64)
+        boxes.append(yx[:, [1, 0, 3, 2]] * np.array([w, h, w, h], dtype=np.float64))
+        scores.append(s[0, valid[0]].numpy().astype(np.float64))
+    return boxes, scores
 
 
 def run(onnx_dir: Path, models: List[str]) -> Dict[str, Any]:
@@ -63,15 +97,16 @@ def run(onnx_dir: Path, models: List[str]) -> Dict[str, Any]:
     opts.intra_op_num_threads = 2
     dets = {}
     for name in models:
-        path = onnx_dir / ("%s.onnx" % name)
+        path = onnx_dir / ("%s.onnx" % model_file(name))
         metric = DetectionAPMetric(sidecar=read_sidecar(path))
         sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        dets[name] = detections(sess, metric, frames, metric.preprocess)
+        dets[name] = (tiled_teacher_detections(sess, metric, frames) if name == "teacher_tiled"
+                      else detections(sess, metric, frames, metric.preprocess))
         result["input_size"][name] = int(metric.preprocess.height)
     for name in models:
         rows = []
         for low, high in BINS:
-            other = dets.get("teacher") if name != "teacher" else None
+            other = dets.get("teacher") if name != "teacher" else None  # paired with the single-pass teacher
             boot = paired_bootstrap(gt, difficult, dets[name], other, n_resamples=RESAMPLES,
                                     iou_thresholds=(0.5,), height_range=(low, high))
             row = {"ap50": boot["a"]["ap50"], "ci": boot["a"]["ap50_ci"]}
@@ -85,8 +120,8 @@ def run(onnx_dir: Path, models: List[str]) -> Dict[str, Any]:
 
 
 def table(result: Dict[str, Any]) -> str:
-    bins = ["%d-%s px (%d people)" % (lo, "" if hi > 1e8 else "%d" % hi, n)
-            for (lo, hi), n in zip(result["bins_px"], result["people_per_bin"])]
+    bins = ["all (%d people)" % n if (lo, hi) == (0, 1e9) else "%d-%s px (%d people)" % (
+        lo, "" if hi > 1e8 else "%d" % hi, n) for (lo, hi), n in zip(result["bins_px"], result["people_per_bin"])]
     lines = ["| model | input | " + " | ".join(bins) + " |", "|---|---|" + "---|" * len(bins)]
     for name, rows in result["models"].items():
         cells = []
@@ -95,17 +130,19 @@ def table(result: Dict[str, Any]) -> str:
             if "minus_teacher" in r:
                 cell += " (%+.3f [%+.3f, %+.3f])" % ((r["minus_teacher"],) + tuple(r["minus_teacher_ci"]))
             cells.append(cell)
-        lines.append("| %s | %d px | %s |" % (name, result["input_size"][name], " | ".join(cells)))
+        passes = " (+ %d tiles)" % (TILES[0] ** 2) if name == "teacher_tiled" else ""
+        lines.append("| %s | %d px%s | %s |" % (name, result["input_size"][name], passes, " | ".join(cells)))
     return "\n".join(lines)
 
 
 def main(argv: Any = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--onnx-dir", default=str(HERE.parent / "build" / "detector_student_cpu" / "onnx"))
-    p.add_argument("--models", nargs="+", default=["teacher", "jetforge", "jf192", "jf224"])
+    p.add_argument("--models", nargs="+", default=["teacher", "teacher_tiled", "jetforge", "jf192", "jf224"])
     p.add_argument("--out", default=str(HERE / "results" / "detector_ap_by_size"))
     args = p.parse_args(argv)
-    missing = [m for m in args.models if not (Path(args.onnx_dir) / ("%s.onnx" % m)).is_file()]
+    files = sorted({model_file(m) for m in args.models})
+    missing = [m for m in files if not (Path(args.onnx_dir) / ("%s.onnx" % m)).is_file()]
     if missing:
         print("error: no %s in %s; run benchmarks/detector_student.py first (it exports them)"
               % (", ".join("%s.onnx" % m for m in missing), args.onnx_dir), file=sys.stderr)

@@ -133,8 +133,10 @@ def from_dict(cls: Type[T], data: Mapping[str, Any], *, where: str = "") -> T:
         return cls(**kwargs)  # type: ignore[call-arg]
     except TypeError as err:
         raise ConfigError("%s: %s" % (where or cls.__name__, err)) from err
-    except ValueError as err:  # __post_init__ validation
-        raise ConfigError("%s: %s" % (where or cls.__name__, err)) from err
+    except ValueError as err:  # __post_init__ validation (its message may already name the section)
+        message, place = str(err), where or cls.__name__
+        named = message.startswith(place + ":") or message.startswith(place + ".")
+        raise ConfigError(message if named else "%s: %s" % (place, message)) from err
 
 
 def to_dict(obj: Any) -> Any:

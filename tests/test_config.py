@@ -217,3 +217,28 @@ def test_to_dict_round_trips():
     assert data["device"] == "dla" and data["calib_cache"] == "a/b.calib" and data["input"]["mean"] == [
         0.485, 0.456, 0.406]
     assert from_dict(Build, data) == cfg
+
+
+@dataclass
+class _Checked:
+    low: float = 0.0
+    high: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.high <= self.low:
+            raise ValueError("band.high must be above band.low" if self.low >= 0 else "low must be >= 0")
+
+
+@dataclass
+class _Outer:
+    band: _Checked = field(default_factory=_Checked)
+
+
+def test_a_validation_message_names_its_section_once():
+    # the message already says where (``band.high``): not prefixed again; one that does not say gets the prefix
+    with pytest.raises(ConfigError) as err:
+        from_dict(_Outer, {"band": {"low": 2.0, "high": 1.0}})
+    assert str(err.value).startswith("band.high must be above band.low")
+    with pytest.raises(ConfigError) as err:
+        from_dict(_Outer, {"band": {"low": -1.0, "high": -2.0}})
+    assert str(err.value).startswith("band: low must be >= 0")

@@ -21,7 +21,7 @@ Merging, in the view's normalised ``[ymin, xmin, ymax, xmax]``:
   boxes of a view go through one more NMS at ``merge_iou``.
 """
 
-from typing import Tuple
+from typing import Any, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -42,6 +42,17 @@ def tile_rects(grid: int, side: float) -> np.ndarray:
                             % (grid, side))
     starts = np.linspace(0.0, 1.0 - side, grid)
     return np.array([[y, x, y + side, x + side] for y in starts for x in starts], dtype=np.float64)
+
+
+def cut_tile(image: Any, rect: Sequence[float]) -> Any:
+    """The ``[y0, x0, y1, x1]`` fraction of an ``(H, W, ...)`` image (numpy or torch; at least one pixel each way).
+
+    Tile edges are rounded to whole pixels, as the training views and the benchmarks cut them.
+    """
+    h, w = int(image.shape[0]), int(image.shape[1])
+    y0, y1 = int(round(rect[0] * h)), int(round(rect[2] * h))
+    x0, x1 = int(round(rect[1] * w)), int(round(rect[3] * w))
+    return image[y0:max(y1, y0 + 1), x0:max(x1, x0 + 1)]
 
 
 def tiles_in_view(rects: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
@@ -73,4 +84,4 @@ def tile_boxes_in_view(boxes: torch.Tensor, valid: torch.Tensor, where: torch.Te
     return mapped, valid & ~cut
 
 
-__all__ = ["tile_boxes_in_view", "tile_rects", "tiles_in_view"]
+__all__ = ["cut_tile", "tile_boxes_in_view", "tile_rects", "tiles_in_view"]

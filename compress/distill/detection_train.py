@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from jetforge.compress.distill.detection_losses import detection_distill_loss
+from jetforge.compress.distill.detection_tiles import cut_tile
 from jetforge.errors import CompressError
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class FrameBank:
                 y0, x0 = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
                 image = image[y0:y0 + ch, x0:x0 + cw]
             resized = [self._resize(image, size) for size in sizes]
-            cut = [] if tiles is None else [self._resize(_tile(image, rect), sizes[0]) for rect in tiles]
+            cut = [] if tiles is None else [self._resize(cut_tile(image, rect), sizes[0]) for rect in tiles]
             flip = bool(cfg.flip and rng.random() < 0.5)
             if flip:
                 resized = [v.flip(3) for v in resized]
@@ -149,13 +150,6 @@ class FrameBank:
         return ([self.normalize(torch.cat(v)) for v in views], tiled,
                 torch.tensor(flipped, dtype=torch.bool, device=self.device))
 
-
-def _tile(image: torch.Tensor, rect: np.ndarray) -> torch.Tensor:
-    """The ``[y0, x0, y1, x1]`` fraction of an ``(H, W, 3)`` image (at least one pixel each way)."""
-    h, w = int(image.shape[0]), int(image.shape[1])
-    y0, y1 = int(round(rect[0] * h)), int(round(rect[2] * h))
-    x0, x1 = int(round(rect[1] * w)), int(round(rect[3] * w))
-    return image[y0:max(y1, y0 + 1), x0:max(x1, x0 + 1)]
 
 def frame_bank_from_labels(assets_root: Any, preprocess: Any, device: Any = "cpu", step: int = 1,
                            clips: Optional[Sequence[str]] = None, limit: Optional[int] = None,

@@ -199,7 +199,8 @@ def test_distill_cli_routes_detector_recipes_and_refuses_bad_ones_in_one_line(tm
     lowres = ["distill", "--config", "recipes/distill_ssdlite_person_lowres.yaml"]
     assert main(lowres + ["--print-config"]) == 0
     printed = capsys.readouterr().out
-    assert "input_size: 192" in printed and "iou_match: 0.5" in printed
+    assert "input_size: 192" in printed and "iou_match: 0.5" in printed and "tile_grid: 2" in printed
+    assert "error: cross_grid: tile_grid is 0 (no tiles) or 2..4, got 1" in refused("--set", "cross_grid.tile_grid=1", argv=lowres)
     line = refused("--set", "student.init=%s" % (tmp_path / "none.pt"), argv=lowres)
     assert "student.init" in line and "not a file" in line
     assert "student.input_size must be 64..1024" in refused("--set", "student.input_size=16", argv=lowres)
@@ -270,8 +271,7 @@ def test_views_at_two_sizes_show_the_same_scene(bank):
 
 
 def test_tiled_views_are_the_same_views_plus_their_tiles_cut_from_the_frame(bank):
-    from jetforge.compress.distill.detection_tiles import tile_rects
-    from jetforge.compress.distill.detection_train import _tile
+    from jetforge.compress.distill.detection_tiles import cut_tile, tile_rects
 
     rects = tile_rects(2, 0.6)
     views = ViewConfig(full_frame=0.5, flip=True, jitter=0.2)
@@ -287,7 +287,7 @@ def test_tiled_views_are_the_same_views_plus_their_tiles_cut_from_the_frame(bank
     assert torch.equal(whole, bank.full_views(frames)) and not bool(flipped.any())
     for n, frame in enumerate(frames):
         for k, rect in enumerate(rects):
-            expected = bank.normalize(bank._resize(_tile(bank.frames[frame], rect)))
+            expected = bank.normalize(bank._resize(cut_tile(bank.frames[frame], rect)))
             assert torch.equal(tiles[n * 4 + k:n * 4 + k + 1], expected)
 
 

@@ -7,8 +7,8 @@ torch = pytest.importorskip("torch")
 
 from jetforge.compress.distill.detection_crossgrid import (CrossGridConfig, CrossGridTargets,  # noqa: E402
                                                            anchors_tensor, encode_boxes, student_spec)
-from jetforge.compress.distill.detection_tiles import tile_boxes_in_view, tile_rects, tiles_in_view  # noqa: E402
-from jetforge.compress.distill.detection_train import _tile  # noqa: E402
+from jetforge.compress.distill.detection_tiles import (cut_tile, tile_boxes_in_view, tile_rects,  # noqa: E402
+                                                      tiles_in_view)
 from jetforge.errors import CompressError  # noqa: E402
 
 from test_detector_crossgrid import teacher_spec  # noqa: E402
@@ -43,7 +43,7 @@ def test_a_box_seen_in_a_tile_maps_back_to_where_it_is_in_the_view(flip):
     view[120:190, 200:230] = 1
     rects = tile_rects(2, 0.6)
     # the tile as the bank cuts it: from the unmirrored pixels, then mirrored with its view
-    tile = _tile(torch.from_numpy(view[..., None]), rects[3]).numpy()[..., 0]
+    tile = cut_tile(torch.from_numpy(view[..., None]), rects[3]).numpy()[..., 0]
     seen = _extent(tile[:, ::-1] if flip else tile)  # the box the teacher would find in that tile
     shown = view[:, ::-1] if flip else view
     where = tiles_in_view(torch.from_numpy(rects), torch.tensor([flip]))
