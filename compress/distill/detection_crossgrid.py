@@ -24,7 +24,9 @@ student starts from the teacher's (or a 300 px student's) weights and learns the
    same-grid loss weights boxes by the teacher's confidence.
 
 Both models see the same view (the same crop, flip and jitter; each resized from the frame to its own
-input size: :meth:`jetforge.compress.distill.detection_train.FrameBank.sample_sizes`).
+input size: :meth:`jetforge.compress.distill.detection_train.FrameBank.sample_sizes`).  With
+``tile_grid`` > 0 the teacher also scores zoomed tiles of each view and step 1's boxes are the merge of
+both (:mod:`jetforge.compress.distill.detection_tiles`): a sharper teacher for small people.
 
 Fast NMS (Bolya et al., YOLACT, 2019) is used instead of greedy NMS because it runs on the whole
 batch at once on the GPU: a box is dropped when a higher-scoring box overlaps it by more than the

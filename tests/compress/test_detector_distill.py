@@ -200,7 +200,8 @@ def test_distill_cli_routes_detector_recipes_and_refuses_bad_ones_in_one_line(tm
     assert main(lowres + ["--print-config"]) == 0
     printed = capsys.readouterr().out
     assert "input_size: 192" in printed and "iou_match: 0.5" in printed and "tile_grid: 2" in printed
-    assert "error: cross_grid: tile_grid is 0 (no tiles) or 2..4, got 1" in refused("--set", "cross_grid.tile_grid=1", argv=lowres)
+    bad_tiles = refused("--set", "cross_grid.tile_grid=1", argv=lowres)
+    assert "error: cross_grid: tile_grid is 0 (no tiles) or 2..4, got 1" in bad_tiles
     line = refused("--set", "student.init=%s" % (tmp_path / "none.pt"), argv=lowres)
     assert "student.init" in line and "not a file" in line
     assert "student.input_size must be 64..1024" in refused("--set", "student.input_size=16", argv=lowres)
