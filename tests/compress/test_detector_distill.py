@@ -141,8 +141,8 @@ def test_recipe_end_to_end_on_two_frames_through_the_cli(tmp_path, capsys):
     """``jetforge distill --config recipes/distill_ssdlite_person.yaml`` runs the detector recipe (kind: detector),
 
     here with the student at 192 px (the lower-resolution recipe's path: prune at 300 px, run the body at 192 px,
-    cross-grid targets, export with the student's own input contract and anchors; the same-grid path is
-    covered by the tests above).
+    cross-grid targets from the tiled teacher, export with the student's own input contract and anchors; the
+    same-grid path is covered by the tests above).
     """
     import json
 
@@ -152,7 +152,7 @@ def test_recipe_end_to_end_on_two_frames_through_the_cli(tmp_path, capsys):
     from jetforge.runtime.sidecar import read_sidecar
 
     overrides = ["out_dir=%s" % tmp_path, "data.limit=2", "data.frame_step=50", "train.steps=1", "train.batch=2",
-                 "device=cpu", "student.input_size=192"]
+                 "device=cpu", "student.input_size=192", "cross_grid.tile_grid=2"]
     argv = ["distill", "--config", "recipes/distill_ssdlite_person.yaml", "--json"]
     assert main(argv + [a for o in overrides for a in ("--set", o)]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -171,6 +171,7 @@ def test_recipe_end_to_end_on_two_frames_through_the_cli(tmp_path, capsys):
     assert result["steps_done"] == 1 and result["frames"] == 2
     written = json.loads((tmp_path / "result.json").read_text())
     assert written["train"]["steps_done"] == 1 and written["input_size"] == {"teacher": 300, "student": 192}
+    assert written["config"]["cross_grid"]["tile_grid"] == 2  # the tiled teacher's path ran (detection_tiles)
 
 
 def test_distill_cli_routes_detector_recipes_and_refuses_bad_ones_in_one_line(tmp_path, capsys):
