@@ -13,13 +13,16 @@ frame bootstrap interval and, for a student, the paired interval of its differen
 decoded exactly as that benchmark decodes them (score >= 0.01, the model's NMS).
 
     .venv/bin/python benchmarks/detector_ap_by_size.py --onnx-dir build/detector_student_cpu/onnx \\
-        --models teacher teacher_tiled jetforge jf192 jf224        # ~3 min on 2 cores
+        --models teacher teacher_tiled teacher_tiled_app jetforge jf192 jf224        # ~4 min on 2 cores
 
 ``teacher_tiled`` is not a model file but the **targets the tiled students learned from**: the teacher's ONNX
 body on each whole frame and on a 2x2 grid of zoomed tiles (0.6 of the frame's side), merged by exactly the
 training code (:meth:`jetforge.compress.distill.detection_crossgrid.CrossGridTargets.tiled_teacher_boxes`:
 each input's NMS, tile boxes cut by an inner tile edge dropped, NMS over the union) -- five teacher passes a
-frame.  It shows what a student distilled from it can at most learn, not a deployable detector.
+frame.  It shows what a student distilled from it can at most learn.  ``teacher_tiled_app`` is the same idea as the
+people app runs it (``--detector-tiles 2``: :class:`jetforge.apps.tasks.detectors.tiled.TiledPeopleDetector`, the
+host merge of :func:`jetforge.runtime.tiles.merge_tiled`: greedy NMS, margins in tile pixels) at this benchmark's
+score floor (0.01).
 
 Writes ``benchmarks/results/detector_ap_by_size.{json,txt}``.
 """
@@ -56,7 +59,7 @@ def heights(boxes: np.ndarray) -> np.ndarray:
 
 def model_file(name: str) -> str:
     """The ONNX file a row reads (``teacher_tiled`` is the teacher run on tiles)."""
-    return "teacher" if name == "teacher_tiled" else name
+    return "teacher" if name in ("teacher_tiled", "teacher_tiled_app") else name
 
 
 def tiled_teacher_detections(sess: Any, metric: Any, frames: List[Any]) -> Tuple[List[np.ndarray], List[np.ndarray]]:
@@ -64,7 +67,7 @@ def tiled_teacher_detections(sess: Any, metric: Any, frames: List[Any]) -> Tuple
     import torch
 
     from jetforge.compress.distill.detection_crossgrid import CrossGridConfig, CrossGridTargets
-    from jetforge.compress.distill.detection_tiles import cut_tile
+    from jetforge.runtime.tiles import cut_tile
 
     merge = CrossGridTargets(metric.spec, metric.spec, CrossGridConfig(tile_grid=TILES[0], tile_side=TILES[1]))
     name = sess.get_inputs()[0].name
@@ -79,6 +82,17 @@ def tiled_teacher_detections(sess: Any, metric: Any, frames: List[Any]) -> Tuple
         boxes.append(yx[:, [1, 0, 3, 2]] * np.array([w, h, w, h], dtype=np.float64))
         scores.append(s[0, valid[0]].numpy().astype(np.float64))
     return boxes, scores
+
+
+def app_tiled_detections(path: Path, metric: Any, frames: List[Any]) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+    """The people app's ``--detector-tiles`` detector on every frame (boxes in frame pixels)."""
+    from jetforge.apps.tasks.detectors.ssd import SsdPeopleDetector
+    from jetforge.apps.tasks.detectors.tiled import TiledPeopleDetector
+
+    with TiledPeopleDetector(SsdPeopleDetector(path, threads=2, score_threshold=metric.score_threshold),
+                             grid=TILES[0], side=TILES[1]) as detector:
+        found = [detector(frame.image) for frame in frames]
+    return [d.boxes.astype(np.float64) for d in found], [d.scores.astype(np.float64) for d in found]
 
 
 def run(onnx_dir: Path, models: List[str]) -> Dict[str, Any]:
@@ -103,8 +117,12 @@ def run(onnx_dir: Path, models: List[str]) -> Dict[str, Any]:
         path = onnx_dir / ("%s.onnx" % model_file(name))
         metric = DetectionAPMetric(sidecar=read_sidecar(path))
         sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        dets[name] = (tiled_teacher_detections(sess, metric, frames) if name == "teacher_tiled"
-                      else detections(sess, metric, frames, metric.preprocess))
+        if name == "teacher_tiled":
+            dets[name] = tiled_teacher_detections(sess, metric, frames)
+        elif name == "teacher_tiled_app":
+            dets[name] = app_tiled_detections(path, metric, frames)
+        else:
+            dets[name] = detections(sess, metric, frames, metric.preprocess)
         result["input_size"][name] = int(metric.preprocess.height)
     for name in models:
         rows = []
@@ -135,7 +153,7 @@ def table(result: Dict[str, Any]) -> str:
             if "minus_teacher" in r:
                 cell += " (%+.3f [%+.3f, %+.3f])" % ((r["minus_teacher"],) + tuple(r["minus_teacher_ci"]))
             cells.append(cell)
-        passes = " (+ %d tiles)" % (TILES[0] ** 2) if name == "teacher_tiled" else ""
+        passes = " (+ %d tiles)" % (TILES[0] ** 2) if name.startswith("teacher_tiled") else ""
         lines.append("| %s | %d px%s | %s |" % (name, result["input_size"][name], passes, " | ".join(cells)))
     lines += ["", "AP at IoU 0.3 / 0.4 / 0.5 (no interval): a loss at 0.5 that is not there at 0.3 is loose boxes, "
               "not missed people", "", "| model | " + " | ".join(bins) + " |", "|---|" + "---|" * len(bins)]
@@ -148,7 +166,8 @@ def table(result: Dict[str, Any]) -> str:
 def main(argv: Any = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--onnx-dir", default=str(HERE.parent / "build" / "detector_student_cpu" / "onnx"))
-    p.add_argument("--models", nargs="+", default=["teacher", "teacher_tiled", "jetforge", "jf192", "jf224"])
+    p.add_argument("--models", nargs="+",
+                   default=["teacher", "teacher_tiled", "teacher_tiled_app", "jetforge", "jf192", "jf224"])
     p.add_argument("--out", default=str(HERE / "results" / "detector_ap_by_size"))
     args = p.parse_args(argv)
     files = sorted({model_file(m) for m in args.models})

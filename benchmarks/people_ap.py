@@ -49,16 +49,19 @@ def hog_as_people_app() -> Detect:
     return detect
 
 
-def ssd_as_people_app(score_threshold: float = 0.2) -> Callable[[], Detect]:
+def ssd_as_people_app(score_threshold: float = 0.2, tiles: int = 0) -> Callable[[], Detect]:
     """The SSDLite-MobileNetV2 CNN as ``jetforge app people`` runs it: the cached ONNX export (made on first use,
     as the app does), ONNX Runtime without spinning, host decode + NMS over the scores above ``score_threshold``
-    (0.2 is the app's default: what its tracker sees)."""
+    (0.2 is the app's default: what its tracker sees); ``tiles``: ``--detector-tiles``."""
 
     def factory() -> Detect:
         from jetforge.apps.tasks.detectors.ssd import SsdPeopleDetector
+        from jetforge.apps.tasks.detectors.tiled import TiledPeopleDetector
         from jetforge.cli.model_refs import ensure_person_detector
 
         detector = SsdPeopleDetector(ensure_person_detector()[0], score_threshold=score_threshold)
+        if tiles:
+            detector = TiledPeopleDetector(detector, grid=tiles)
 
         def detect(image: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
             d = detector(image)
@@ -74,6 +77,8 @@ DETECTORS: Dict[str, Tuple[str, Callable[[], Detect]]] = {
     "ssd": ("SSDLite-MobileNetV2 CNN as `jetforge app people` runs it (ONNX Runtime FP32, scores > 0.2 to NMS)",
             ssd_as_people_app(0.2)),
     "ssd-all": ("the same CNN with every score > 0.01 (the whole precision-recall curve)", ssd_as_people_app(0.01)),
+    "ssd-tiles2": ("the CNN as `jetforge app people --detector-tiles 2` runs it (the frame and 2x2 tiles, merged)",
+                   ssd_as_people_app(0.2, tiles=2)),
 }
 
 PYCOCOTOOLS_PIN = "pycocotools==2.0.11"
@@ -228,7 +233,7 @@ def print_table(result: Dict[str, Any]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--detectors", nargs="*", default=list(DETECTORS), choices=list(DETECTORS),
+    parser.add_argument("--detectors", nargs="*", default=["hog", "ssd", "ssd-all"], choices=list(DETECTORS),
                         help="which detectors (the first is the reference of the paired differences)")
     parser.add_argument("--resamples", type=int, default=10000)
     parser.add_argument("--block", type=int, default=10, help="labelled frames per block for the block bootstrap")

@@ -46,7 +46,9 @@ CONFIGS: Dict[str, List[str]] = {
     "hog": ["--detector", "hog"],
     "ssd": [],
     "ssd-every2": ["--detect-every", "2"],
+    "ssd-tiles2": ["--detector-tiles", "2"],  # the frame and 2x2 tiles: 5 inferences a frame
 }
+DEFAULT_CONFIGS = ["hog", "ssd", "ssd-every2"]
 HAND_COUNT = ROOT / "benchmarks" / "labels" / "vtest_line_crossings.json"
 GOAL_RATIO = 2.5
 
@@ -70,10 +72,13 @@ def run_app(extra: Sequence[str], frames: int, out: Path, video: bool = True) ->
     return {"metrics": metrics, "events": events, "load_before": load}
 
 
-def measure_fps(frames: int, rounds: int, work: Path) -> Dict[str, Any]:
+def measure_fps(frames: int, rounds: int, work: Path, names: Sequence[str] = tuple(DEFAULT_CONFIGS)
+                ) -> Dict[str, Any]:
     from tqdm import tqdm
 
-    names = list(CONFIGS)
+    names = list(names)
+    if names[0] != "hog":
+        raise ValueError("the FPS configurations start with hog (the ratios' reference)")
     per_round: List[Dict[str, Any]] = []
     with tqdm(total=rounds * len(names), desc="fps runs") as bar:
         for r in range(rounds):
@@ -282,7 +287,7 @@ def plot(result: Dict[str, Any], path: Path) -> None:
     err = [[m - summary[n]["fps_min"] for n, m in zip(names, med)], [summary[n]["fps_max"] - m
                                                                     for n, m in zip(names, med)]]
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.bar(names, med, yerr=err, capsize=6, color=["#999999", "#1f77b4", "#6baed6"][:len(names)])
+    ax.bar(names, med, yerr=err, capsize=6, color=["#999999", "#1f77b4", "#6baed6", "#9467bd"][:len(names)])
     for i, n in enumerate(names):
         text = "%.2f FPS" % med[i] + ("\n%.1fx HOG" % summary[n]["ratio_vs_hog_median"]
                                       if "ratio_vs_hog_median" in summary[n] else "")
@@ -301,6 +306,10 @@ def main(argv: Any = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the FPS runs (default 3)")
     parser.add_argument("--frame-tolerance", type=int, default=8)
     parser.add_argument("--resamples", type=int, default=2000)
+    parser.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS, choices=list(CONFIGS),
+                        help="FPS configurations, hog first (default: %s)" % " ".join(DEFAULT_CONFIGS))
+    parser.add_argument("--count-configs", nargs="+", default=["ssd", "ssd-every2"], choices=list(CONFIGS),
+                        help="configurations whose line counts over the whole clip are checked")
     parser.add_argument("--skip-fps", action="store_true")
     parser.add_argument("--skip-counts", action="store_true")
     parser.add_argument("--skip-ap", action="store_true")
@@ -329,9 +338,9 @@ def main(argv: Any = None) -> int:
     with tempfile.TemporaryDirectory(prefix="people_fps_") as tmp:
         work = Path(tmp)
         if not args.skip_fps:
-            result["fps"] = measure_fps(args.frames, args.rounds, work)
+            result["fps"] = measure_fps(args.frames, args.rounds, work, args.configs)
         if not args.skip_counts:
-            result["counts"] = check_counts(["ssd", "ssd-every2"], args.frame_tolerance, work)
+            result["counts"] = check_counts(args.count_configs, args.frame_tolerance, work)
     if not args.skip_ap:
         result["detect_every_ap"] = skip_ap_cost(args.resamples, 10)
     if not args.skip_options:

@@ -41,9 +41,10 @@ from typing import Any, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from jetforge.compress.distill.detection_tiles import tile_boxes_in_view, tile_rects, tiles_in_view
+from jetforge.compress.distill.detection_tiles import tile_boxes_in_view, tiles_in_view
 from jetforge.errors import CompressError
 from jetforge.runtime.detection import AnchorLayer, SSDSpec
+from jetforge.runtime.tiles import tile_rects
 
 
 def student_spec(teacher_spec: SSDSpec, grid_sizes: Sequence[Tuple[int, int]], image_size: int) -> SSDSpec:

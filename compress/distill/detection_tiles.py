@@ -10,7 +10,9 @@ pass misses.  The merged boxes are the cross-grid targets
 (:class:`jetforge.compress.distill.detection_crossgrid.CrossGridTargets`), so the student learns in one
 pass at 192 px what the teacher sees in five at 300 px.
 
-Merging, in the view's normalised ``[ymin, xmin, ymax, xmax]``:
+The tile layout and the pixel cut are :func:`jetforge.runtime.tiles.tile_rects` and
+:func:`~jetforge.runtime.tiles.cut_tile`.  Merging, in the view's normalised ``[ymin, xmin, ymax, xmax]``, batched in torch (the rules of
+:func:`jetforge.runtime.tiles.merge_tiled`, the apps' numpy merge; here Fast NMS, as for the plain targets):
 
 - each input (view, tiles) goes through the teacher's decoding and its NMS first (its usual output);
 - a tile box touching one of the tile's **inner** edges (an edge that is not the view's edge; within
@@ -21,38 +23,9 @@ Merging, in the view's normalised ``[ymin, xmin, ymax, xmax]``:
   boxes of a view go through one more NMS at ``merge_iou``.
 """
 
-from typing import Any, Sequence, Tuple
+from typing import Tuple
 
-import numpy as np
 import torch
-
-from jetforge.errors import CompressError
-
-
-def tile_rects(grid: int, side: float) -> np.ndarray:
-    """``(grid * grid, 4)`` tiles ``[y0, x0, y1, x1]`` (normalised to the view), row by row, spread evenly.
-
-    Neighbouring tiles overlap by ``side - (1 - side) / (grid - 1)`` of the view (``2 * side - 1`` for a
-    2x2 grid); ``side`` must leave an overlap (``side > 1 / grid``) and be a real zoom (``side < 1``).
-    """
-    if grid < 2:
-        raise CompressError("tiles need a grid of at least 2x2, got %r" % grid)
-    if not 1.0 / grid < side < 1.0:
-        raise CompressError("a tile's side must be between 1/%d of the view (no overlap) and 1 (no zoom), got %r"
-                            % (grid, side))
-    starts = np.linspace(0.0, 1.0 - side, grid)
-    return np.array([[y, x, y + side, x + side] for y in starts for x in starts], dtype=np.float64)
-
-
-def cut_tile(image: Any, rect: Sequence[float]) -> Any:
-    """The ``[y0, x0, y1, x1]`` fraction of an ``(H, W, ...)`` image (numpy or torch; at least one pixel each way).
-
-    Tile edges are rounded to whole pixels, as the training views and the benchmarks cut them.
-    """
-    h, w = int(image.shape[0]), int(image.shape[1])
-    y0, y1 = int(round(rect[0] * h)), int(round(rect[2] * h))
-    x0, x1 = int(round(rect[1] * w)), int(round(rect[3] * w))
-    return image[y0:max(y1, y0 + 1), x0:max(x1, x0 + 1)]
 
 
 def tiles_in_view(rects: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
@@ -84,4 +57,4 @@ def tile_boxes_in_view(boxes: torch.Tensor, valid: torch.Tensor, where: torch.Te
     return mapped, valid & ~cut
 
 
-__all__ = ["cut_tile", "tile_boxes_in_view", "tile_rects", "tiles_in_view"]
+__all__ = ["tile_boxes_in_view", "tiles_in_view"]

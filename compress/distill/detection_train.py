@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from jetforge.compress.distill.detection_losses import detection_distill_loss
-from jetforge.compress.distill.detection_tiles import cut_tile
 from jetforge.errors import CompressError
+from jetforge.runtime.tiles import cut_tile
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class FrameBank:
         """:meth:`sample_sizes`'s views (the same ones for the same ``rng``), plus each view's ``tiles``.
 
         ``tiles`` ``(T, 4)`` are ``[y0, x0, y1, x1]`` fractions of a view
-        (:func:`jetforge.compress.distill.detection_tiles.tile_rects`); each is cut from the frame's pixels
+        (:func:`jetforge.runtime.tiles.tile_rects`); each is cut from the frame's pixels
         inside the view's crop, resized to the first size, mirrored and jittered with its view.  Returns the
         views (one tensor per size), the tiles ``(B * T, 3, S, S)`` view by view, and ``flipped`` ``(B,)``.
         """

@@ -105,3 +105,49 @@ def test_detect_every_second_frame_coasts_the_tracks(detector_path, vtest_frames
     ids2 = sorted(t["id"] for t in events[2]["tracks"])
     assert ids2 and sorted(t["id"] for t in events[3]["tracks"]) == ids2
     assert task.info()["detector"]["detect_every"] == 2
+
+
+def test_tiles_find_the_far_person_the_whole_frame_misses_in_one_batch(detector_path, vtest_frames):
+    from jetforge.apps.tasks.detectors.tiled import TiledPeopleDetector
+    from jetforge.calibrate.person_labels import read_person_labels
+    from jetforge.runtime.boxes import iou_matrix
+
+    # vtest frame 0's three hand-labelled people; the third walks near the right edge, and the whole frame at
+    # 300x300 scores it ~0.1 -- below the app's 0.2 threshold. Zoomed 1.67x in a tile, the model is sure of it
+    (labelled,) = [f for f in read_person_labels().select("train", "vtest") if f.index == 0]
+    people = np.asarray(labelled.boxes, np.float64)
+    frame = vtest_frames[0]
+    with SsdPeopleDetector(detector_path) as plain:
+        whole = plain(frame)
+    calls = []
+    with TiledPeopleDetector(SsdPeopleDetector(detector_path)) as tiled:
+        inner_batch = tiled.inner.detect_batch
+        tiled.inner.detect_batch = lambda images: calls.append(len(images)) or inner_batch(images)
+        found = tiled.detect_batch(vtest_frames[:2])
+        assert tiled.label.endswith("+ 2x2 tiles") and "2x2 tiles of 0.60" in tiled.describe()
+    assert calls == [10]  # two frames and their four tiles each: one session call
+    hits = lambda det: int((iou_matrix(people, det.boxes.astype(np.float64)).max(axis=1) >= 0.5).sum())  # noqa: E731
+    assert hits(whole) == 2 and hits(found[0]) == 3
+    # boxes in frame pixels, best first; the two people the whole frame saw keep their boxes and scores
+    assert found[0].boxes.dtype == np.float32 and found[0].boxes[:, [0, 2]].max() <= frame.shape[1] + 1
+    assert np.all(np.diff(found[0].scores) <= 0)
+    for box, score in zip(whole.boxes[whole.scores > 0.9], whole.scores[whole.scores > 0.9]):
+        same = iou_matrix(box[None].astype(np.float64), found[0].boxes.astype(np.float64))[0] > 0.99
+        assert same.any() and np.isclose(found[0].scores[same].max(), score)
+
+
+def test_detector_tiles_option_builds_the_tiled_detector_or_refuses(detector_path):
+    from jetforge.apps.tasks.detectors.tiled import TiledPeopleDetector
+
+    detector, files = make_person_detector(_args(detector_model=str(detector_path), detector_tiles=2))
+    try:
+        assert isinstance(detector, TiledPeopleDetector) and files == [detector_path]
+        assert PeopleTask(detector).info()["detector"]["tiles"] == 2
+    finally:
+        detector.close()
+    assert _args().detector_tiles == 0
+    for bad in (1, -1, 5):
+        with pytest.raises(ConfigError, match="--detector-tiles must be 0"):
+            make_person_detector(_args(detector_model=str(detector_path), detector_tiles=bad))
+    with pytest.raises(ConfigError, match="--detector-tiles goes with --detector ssd"):
+        make_person_detector(_args(detector="hog", detector_tiles=2))

@@ -273,7 +273,7 @@ def test_views_at_two_sizes_show_the_same_scene(bank):
 
 
 def test_tiled_views_are_the_same_views_plus_their_tiles_cut_from_the_frame(bank):
-    from jetforge.compress.distill.detection_tiles import cut_tile, tile_rects
+    from jetforge.runtime.tiles import cut_tile, tile_rects
 
     rects = tile_rects(2, 0.6)
     views = ViewConfig(full_frame=0.5, flip=True, jitter=0.2)

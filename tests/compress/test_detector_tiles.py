@@ -7,9 +7,9 @@ torch = pytest.importorskip("torch")
 
 from jetforge.compress.distill.detection_crossgrid import (CrossGridConfig, CrossGridTargets,  # noqa: E402
                                                            anchors_tensor, encode_boxes, student_spec)
-from jetforge.compress.distill.detection_tiles import (cut_tile, tile_boxes_in_view, tile_rects,  # noqa: E402
-                                                      tiles_in_view)
-from jetforge.errors import CompressError  # noqa: E402
+from jetforge.compress.distill.detection_tiles import tile_boxes_in_view, tiles_in_view  # noqa: E402
+from jetforge.runtime.tiles import cut_tile, tile_rects  # noqa: E402
+from jetforge.errors import CompressError, ConfigError  # noqa: E402
 
 from test_detector_crossgrid import teacher_spec  # noqa: E402
 
@@ -21,7 +21,7 @@ def test_tile_rects_cover_the_view_with_overlapping_zoomed_tiles():
     np.testing.assert_allclose(three[:3, 1], [0.0, 0.3, 0.6])  # evenly spread; the last one ends at the edge
     np.testing.assert_allclose(three[-1], [0.6, 0.6, 1.0, 1.0])
     for grid, side in ((1, 0.6), (2, 0.5), (2, 1.0), (3, 0.3)):
-        with pytest.raises(CompressError, match="tile"):
+        with pytest.raises(ConfigError, match="tile"):
             tile_rects(grid, side)
     with pytest.raises(ValueError, match="tile_grid"):
         CrossGridConfig(tile_grid=1)
