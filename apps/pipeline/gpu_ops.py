@@ -45,6 +45,9 @@ def gpu_model_for(task: Any) -> GpuModel:
     if getattr(task, "name", "") == "classify" and hasattr(task, "preprocessing") and hasattr(task, "session"):
         return GpuModel(task.session, task.preprocessing, _split_per_frame)
     detector = getattr(task, "detector", None)
+    if getattr(detector, "tile_grid", 0):  # the GPU path feeds whole frames to the session: tiles would be ignored
+        raise ConfigError("--detector-tiles runs on the CPU path only: --decode gpu feeds whole frames to the model",
+                          hint="drop --detector-tiles, or use --decode cpu")
     if getattr(task, "name", "") == "people" and hasattr(detector, "session"):
         return _ssd_model(task, detector)
     raise ConfigError("--decode gpu runs the whole GPU path (GPU preprocessing, batched session) for the classify "

@@ -595,6 +595,14 @@ def test_gpu_path_refuses_a_task_it_cannot_run_before_writing_anything(tmp_path)
         run_gpu_app(HogTask(), [object()], tmp_path / "o")
     assert not (tmp_path / "o").exists()
 
+    class TiledTask:  # --detector-tiles: the GPU path would feed whole frames and silently drop the tiles
+        name = "people"
+        detector = type("Tiled", (), {"tile_grid": 2, "session": None})()
+
+    with pytest.raises(ConfigError, match="--detector-tiles runs on the CPU path only"):
+        run_gpu_app(TiledTask(), [object()], tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
 
 def test_device_frame_ring_keeps_an_owned_copy_and_describes_it_for_cuda():
     from jetforge.apps.video.sources.device_ring import DeviceFrameRing, OwnedNv12
