@@ -151,3 +151,14 @@ def test_detector_tiles_option_builds_the_tiled_detector_or_refuses(detector_pat
             make_person_detector(_args(detector_model=str(detector_path), detector_tiles=bad))
     with pytest.raises(ConfigError, match="--detector-tiles goes with --detector ssd"):
         make_person_detector(_args(detector="hog", detector_tiles=2))
+
+
+def test_tile_side_shrinks_with_the_grid_and_neighbours_still_overlap():
+    from jetforge.apps.tasks.detectors.tiled import tile_side_for
+    from jetforge.runtime.tiles import tile_rects
+
+    assert [round(tile_side_for(n), 3) for n in (2, 3, 4)] == [0.6, 0.4, 0.3]
+    for n in (2, 3, 4):
+        rects = tile_rects(n, tile_side_for(n))
+        overlap = rects[0, 3] - rects[1, 1]  # tile 0's right edge past tile 1's left edge
+        assert overlap > 0.06 and rects[-1, 3] == pytest.approx(1.0)
