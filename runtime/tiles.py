@@ -23,6 +23,9 @@ from typing import Any, List, Sequence, Tuple
 import numpy as np
 
 from jetforge.errors import ConfigError
+from jetforge.runtime.detection import nms
+
+MAX_TILE_GRID = 4  # 1 + 16 inferences a frame; beyond that a larger input is the better tool
 
 
 def tile_rects(grid: int, side: float) -> np.ndarray:
@@ -63,8 +66,6 @@ def merge_tiled(frame_shape: Sequence[int], rects: np.ndarray, boxes: Sequence[n
     """One frame's detections from its own and its tiles': ``boxes[0]`` / ``scores[0]`` are the whole frame's
     (``x1, y1, x2, y2`` frame pixels), ``boxes[1 + k]`` tile ``k``'s in that tile's pixels.  Returns the merged
     ``(K, 4)`` boxes in frame pixels and ``(K,)`` scores, best first (module docstring)."""
-    from jetforge.runtime.detection import nms
-
     if len(boxes) != 1 + len(rects) or len(scores) != len(boxes):
         raise ValueError("merge_tiled needs the frame's detections and one set per tile (%d tiles), got %d / %d"
                          % (len(rects), len(boxes), len(scores)))
@@ -92,4 +93,4 @@ def merge_tiled(frame_shape: Sequence[int], rects: np.ndarray, boxes: Sequence[n
     return merged_boxes[keep], merged_scores[keep]
 
 
-__all__ = ["cut_tile", "merge_tiled", "tile_pixels", "tile_rects"]
+__all__ = ["MAX_TILE_GRID", "cut_tile", "merge_tiled", "tile_pixels", "tile_rects"]

@@ -31,6 +31,7 @@ from jetforge.apps.tasks.detectors.ssd import DEFAULT_SCORE_THRESHOLD, SSD_LABEL
 from jetforge.apps.tasks.detectors.tiled import TiledPeopleDetector
 from jetforge.apps.video.sources.base import Frame
 from jetforge.runtime.hog import HOG_LABEL, Detections, HogPeopleDetector
+from jetforge.runtime.tiles import MAX_TILE_GRID
 
 DETECTORS = ("ssd", "hog")  # --detector choices; the first is the default
 
@@ -294,8 +295,9 @@ def add_detector_arguments(group: Any, default: str = DETECTORS[0]) -> None:
 def make_person_detector(args: Any, hog_min_score: float = 0.2, hog_tighten: bool = True) -> Tuple[Any, List[Any]]:
     """The detector ``args`` ask for, and the model files it reads (never overwritten by an output)."""
     tiles = int(getattr(args, "detector_tiles", 0) or 0)
-    if tiles == 1 or tiles < 0 or tiles > 4:
-        raise ConfigError("--detector-tiles must be 0 (off) or 2..4, got %d" % tiles, hint="e.g. --detector-tiles 2")
+    if tiles == 1 or not 0 <= tiles <= MAX_TILE_GRID:
+        raise ConfigError("--detector-tiles must be 0 (off) or 2..%d, got %d" % (MAX_TILE_GRID, tiles),
+                          hint="e.g. --detector-tiles 2")
     if args.detector == "hog":
         if args.detector_model:
             raise ConfigError("--detector-model goes with --detector ssd, not hog", hint="drop --detector-model")

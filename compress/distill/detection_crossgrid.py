@@ -44,7 +44,7 @@ import torch
 from jetforge.compress.distill.detection_tiles import tile_boxes_in_view, tiles_in_view
 from jetforge.errors import CompressError
 from jetforge.runtime.detection import AnchorLayer, SSDSpec
-from jetforge.runtime.tiles import tile_rects
+from jetforge.runtime.tiles import MAX_TILE_GRID, tile_rects
 
 
 def student_spec(teacher_spec: SSDSpec, grid_sizes: Sequence[Tuple[int, int]], image_size: int) -> SSDSpec:
@@ -210,8 +210,8 @@ class CrossGridConfig:
             raise ValueError("cross_grid: min_score in [0, 1), nms_iou and iou_match in (0, 1] are required")
         if self.max_boxes < 1 or self.pre_nms < self.max_boxes:
             raise ValueError("cross_grid: max_boxes >= 1 and pre_nms >= max_boxes are required")
-        if self.tile_grid == 1 or not 0 <= self.tile_grid <= 4:
-            raise ValueError("cross_grid: tile_grid is 0 (no tiles) or 2..4, got %r" % self.tile_grid)
+        if self.tile_grid == 1 or not 0 <= self.tile_grid <= MAX_TILE_GRID:
+            raise ValueError("cross_grid: tile_grid is 0 (no tiles) or 2..%d, got %r" % (MAX_TILE_GRID, self.tile_grid))
         if self.tile_grid and not 1.0 / self.tile_grid < self.tile_side < 1.0:
             raise ValueError("cross_grid: tile_side must be in (1/tile_grid, 1) so tiles overlap and zoom, got %r"
                              % self.tile_side)
@@ -233,8 +233,11 @@ class CrossGridTargets:
         self.student_anchors = anchors_tensor(student_spec_, device)
         self.teacher_size = int(teacher_spec.image_size[0])
         self.student_size = int(student_spec_.image_size[0])
-        # (T, 4) tiles of a view, normalised (None: the teacher sees the whole view only)
+        # (T, 4) tiles of a view, normalised (None: the teacher sees the whole view only); the sampler cuts them
+        # from the numpy rects, the merge maps boxes with the tensor (made once, not every step)
         self.tiles = None if not cfg.tile_grid else tile_rects(cfg.tile_grid, cfg.tile_side)
+        self._tile_tensor = None if self.tiles is None else torch.as_tensor(self.tiles, dtype=torch.float32,
+                                                                            device=device)
 
     def teacher_boxes(self, encodings: torch.Tensor, logits: torch.Tensor
                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -257,7 +260,7 @@ class CrossGridTargets:
         boxes, scores, valid = self.teacher_boxes(encodings, logits)
         t_boxes, t_scores, t_valid = self.teacher_boxes(tile_encodings, tile_logits)
         k = t_boxes.shape[1]
-        where = tiles_in_view(torch.as_tensor(self.tiles, device=boxes.device), flipped.to(boxes.device))
+        where = tiles_in_view(self._tile_tensor.to(boxes.device), flipped.to(boxes.device))
         t_boxes, t_valid = tile_boxes_in_view(t_boxes.view(n, t, k, 4), t_valid.view(n, t, k), where,
                                               self.cfg.tile_edge)
         all_boxes = torch.cat([boxes, t_boxes.reshape(n, t * k, 4)], dim=1)
@@ -291,6 +294,7 @@ class CrossGridTargets:
         enc = torch.where(matched.unsqueeze(-1), enc, torch.zeros_like(enc))
         q = q.unsqueeze(-1)
         return torch.cat([1.0 - q, q, torch.ones_like(q), enc, q], dim=-1)
+
 
 __all__ = ["CrossGridConfig", "CrossGridTargets", "anchors_tensor", "box_iou", "decode_boxes", "encode_boxes",
            "fast_nms", "match_anchors", "student_contract", "student_spec"]
