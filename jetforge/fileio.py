@@ -269,13 +269,31 @@ def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def check_not_input(output: PathLike, inputs: Iterable[PathLike]) -> None:
-    """Refuse to write ``output`` over any of ``inputs`` (nothing the user had is lost)."""
+SIDECAR_SUFFIX = ".json"
+
+
+def check_not_input(output: PathLike, inputs: Iterable[Optional[PathLike]], replaces_folder: bool = False) -> None:
+    """Refuse to write ``output`` over any of ``inputs`` or over an input's sidecar (nothing the user had is lost).
+
+    An input's sidecar (``model.onnx.json`` beside ``model.onnx``, ``model.engine.json``, ``model.calib.json``)
+    describes it: overwriting it leaves the input unusable although the input itself was not touched, so it
+    counts as an input.  ``replaces_folder``: ``output`` is a folder the command replaces whole (``--force``);
+    it must then hold no input either, at any depth.
+    """
     out = Path(output).resolve()
     for item in inputs:
-        if item is not None and Path(item).resolve() == out:
+        if item is None:
+            continue
+        source = Path(item).resolve()
+        if source == out:
             raise InputFileError("output %s is also an input of this command" % output,
                                  hint="choose a different output path")
+        if source.with_name(source.name + SIDECAR_SUFFIX) == out:
+            raise InputFileError("output %s is the sidecar of the input %s (writing it would make that input "
+                                 "unusable)" % (output, item), hint="choose a different output path")
+        if replaces_folder and out in source.parents:
+            raise InputFileError("output folder %s holds the input %s: replacing the folder would delete it"
+                                 % (output, item), hint="choose an output folder that holds none of the inputs")
 
 
 def require_file(path: PathLike, what: str = "file", hint: str = "") -> Path:

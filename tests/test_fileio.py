@@ -123,3 +123,28 @@ def test_write_png_atomic_writes_the_figure_and_keeps_the_old_file_on_failure(tm
         fileio.write_png_atomic(Broken(), target)
     assert target.read_bytes() == data  # the earlier plot is still whole
     assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]  # no temporary file left
+
+
+def test_an_output_is_never_an_input_or_an_inputs_sidecar(tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"model")
+    fileio.check_not_input(tmp_path / "m.calib", [model])  # a plain new output is fine
+    with pytest.raises(InputFileError, match="also an input"):
+        fileio.check_not_input(tmp_path / "sub" / ".." / "m.onnx", [model])
+    with pytest.raises(InputFileError, match="sidecar of the input"):  # m.onnx.json describes m.onnx
+        fileio.check_not_input(tmp_path / "m.onnx.json", [model])
+    link = tmp_path / "alias.onnx"
+    link.symlink_to(model)
+    with pytest.raises(InputFileError, match="sidecar of the input"):  # through a link, the same sidecar
+        fileio.check_not_input(tmp_path / "m.onnx.json", [link])
+
+
+def test_a_replaced_folder_never_holds_an_input(tmp_path):
+    inputs = tmp_path / "in" / "deep" / "m.onnx"
+    inputs.parent.mkdir(parents=True)
+    inputs.write_bytes(b"model")
+    fileio.check_not_input(tmp_path / "in", [inputs])  # a file output named like the folder: only equality counts
+    for folder in (tmp_path / "in", tmp_path / "in" / "deep", tmp_path):
+        with pytest.raises(InputFileError, match="holds the input"):
+            fileio.check_not_input(folder, [inputs], replaces_folder=True)
+    fileio.check_not_input(tmp_path / "out", [inputs], replaces_folder=True)

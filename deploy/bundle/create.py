@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import logging
 import shutil
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -24,6 +25,7 @@ from jetforge.deploy.bundle.prepare import (layer_precisions_from_file, prepare_
                                             versions_per_target)
 from jetforge.deploy.bundle.staging import Staging, check_created, swap_into_place
 from jetforge.deploy.bundle.tar import write_tar
+from jetforge.deploy.bundle.verify import verify_bundle
 from jetforge.deploy.safety import sanitise_bundle_name
 from jetforge.errors import ModelError
 from jetforge.fileio import PathLike, check_not_input, require_file, staging_dir, write_json_atomic
@@ -64,14 +66,53 @@ def _resolve_targets(targets: Sequence[str]) -> List[Any]:
 
 
 def _check_destination(out_dir: Path, tar_path: Optional[Path], inputs: Sequence[PathLike], force: bool) -> None:
-    """Refuse to write over an input, or over an existing folder without ``--force``."""
-    check_not_input(out_dir, inputs)
+    """Refuse to write over an input (or a folder holding one), or over an existing folder or tar without ``--force``;
+    with ``--force``, refuse to replace anything ``bundle create`` did not write (:func:`_check_replaceable`)."""
+    check_not_input(out_dir, inputs, replaces_folder=True)
     if tar_path is not None:
         check_not_input(tar_path, inputs)
-    if out_dir.exists() and not force:
-        raise BundleError("%s already exists" % out_dir, hint="choose another --out, or pass --force to replace it")
-    if out_dir.exists() and not out_dir.is_dir():
+    for path, what in ((out_dir, "folder"), (tar_path, "tar file")):
+        if path is not None and (path.exists() or path.is_symlink()) and not force:
+            raise BundleError("%s already exists" % path,
+                              hint="choose another path, or pass --force to replace the bundle %s" % what)
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
         raise BundleError("%s exists and is not a folder" % out_dir, hint="choose another --out")
+    if out_dir.exists():
+        _check_replaceable(out_dir)
+    if tar_path is not None and (tar_path.exists() or tar_path.is_symlink()):
+        _check_replaceable_tar(tar_path)
+
+
+def _check_replaceable(out_dir: Path) -> None:
+    """``--force`` replaces only what ``bundle create`` wrote: an empty folder, or a bundle folder holding no file
+    its manifest does not list.  Anything else (a project folder, a bundle the user added notes to) is refused
+    whole, so ``--force`` can never delete a file jetforge did not create."""
+    if not any(out_dir.iterdir()):
+        return
+    report = verify_bundle(out_dir)
+    if report.manifest is None:
+        raise BundleError("--force replaces only a bundle folder, and %s is not one (%s)"
+                          % (out_dir, report.errors[0] if report.errors else "no manifest.json"),
+                          hint="choose a new or empty --out; jetforge never deletes a folder it did not write")
+    if report.unexpected:
+        raise BundleError("%s holds %d file(s) that bundle create did not write (%s): --force would delete them"
+                          % (out_dir, len(report.unexpected), ", ".join(report.unexpected[:3])),
+                          hint="move those files out of the bundle folder, or choose another --out")
+
+
+def _check_replaceable_tar(tar_path: Path) -> None:
+    """``--force`` replaces only a tar that ``bundle create --tar`` wrote: one top folder holding a manifest.json."""
+    if tar_path.is_symlink() or not tar_path.is_file():
+        raise BundleError("%s exists and is not a plain file" % tar_path, hint="choose another --tar path")
+    try:
+        with tarfile.open(str(tar_path), "r:*") as tar:
+            names = tar.getnames()
+    except (tarfile.TarError, EOFError, OSError, ValueError):
+        names = []
+    tops = {n.split("/")[0] for n in names}
+    if len(tops) != 1 or "%s/%s" % (next(iter(tops)), MANIFEST) not in names:
+        raise BundleError("--force replaces only a bundle tar, and %s is not one" % tar_path,
+                          hint="choose another --tar path; jetforge never deletes a file it did not write")
 
 
 def _bundle_options(options: Optional[Any], int8: bool, sidecar: Any) -> Tuple[Any, Dict[str, Any], Any]:
