@@ -228,15 +228,16 @@ def read_labels(path: Union[str, Path], names: Sequence[str], class_names: Seque
             key, _, value = line.rpartition(" ")
         key, value = key.strip(), value.strip()
         if not key or not value:
-            raise InputFileError("%s line %d is not `sample label`: %r" % (p, number, raw[:80]),
+            # The line itself is never quoted: a file named by mistake (or by someone else) may hold a secret.
+            raise InputFileError("%s line %d is not `sample label`" % (p, number),
                                  hint="one `image_path<TAB>class` per line; class = index or name")
         if value.lstrip("-").isdigit():
             label = int(value)
         elif value in index:
             label = index[value]
         else:
-            raise InputFileError("%s line %d: %r is neither a class index nor a class name of the model"
-                                 % (p, number, value), hint="use class indices or the sidecar's label names")
+            raise InputFileError("%s line %d: the label is neither a class index nor a class name of the model"
+                                 % (p, number), hint="use class indices or the sidecar's label names")
         if class_names and not 0 <= label < len(class_names):
             raise InputFileError("%s line %d: class %d is outside 0..%d" % (p, number, label, len(class_names) - 1))
         table[key] = label

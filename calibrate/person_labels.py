@@ -115,7 +115,9 @@ def read_person_labels(path: Optional[PathLike] = None) -> PersonLabels:
     except OSError as err:
         raise InputFileError("cannot read person labels %s: %s" % (p, err.strerror or err), hint=hint) from None
     except ValueError as err:
-        raise InputFileError("person labels %s are not valid JSON: %s" % (p, err)) from None
+        where = ("%s at line %d column %d" % (err.msg, err.lineno, err.colno) if isinstance(err, json.JSONDecodeError)
+                 else "not UTF-8 text")  # the parser's own words and a position, never the file's text
+        raise InputFileError("person labels %s are not valid JSON: %s" % (p, where), hint=hint) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InputFileError("%s is not a %s file" % (p, FORMAT), hint=hint)
     try:
@@ -124,9 +126,11 @@ def read_person_labels(path: Optional[PathLike] = None) -> PersonLabels:
         segments = [Segment(str(c), str(s["split"]), int(s["start"]), int(s["stop"]))
                      for c, spec in clips.items() for s in spec["segments"]]
         frames = [_frame(f) for f in data["frames"]]
-    except (KeyError, TypeError, ValueError) as err:
-        raise InputFileError("person labels %s: missing or malformed field (%s: %s)" % (p, type(err).__name__, err),
-                             hint=hint) from None
+    except KeyError as err:  # the key is one this code asked for, never text from the file
+        raise InputFileError("person labels %s: missing field %s" % (p, err), hint=hint) from None
+    except (TypeError, ValueError, OverflowError) as err:  # messages would quote the file's values: not shown
+        raise InputFileError("person labels %s: a field has a value of the wrong type or range (%s)"
+                             % (p, type(err).__name__), hint=hint) from None
     labels = PersonLabels(frames=frames, segments=segments, clips=clips, guard_frames=guard, path=p)
     _check_split_layout(labels)
     return labels
