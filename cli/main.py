@@ -25,12 +25,12 @@ from typing import Any, List, Optional, Sequence
 
 import jetforge
 from jetforge.entry import (EXIT_BUG, EXIT_ERROR, EXIT_INTERRUPTED, ArgumentParser, Terminated, UsageError,
-                            sigterm_as_interrupt)
+                            stop_signals_as_interrupt)
 from jetforge.errors import JetforgeError
 from jetforge.registry import Registry
 
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_ERROR", "EXIT_BUG", "EXIT_INTERRUPTED", "Terminated",
-           "UsageError", "sigterm_as_interrupt"]
+           "UsageError", "stop_signals_as_interrupt"]
 
 # The commands, in the order of `jetforge --help`: name -> "module:Class" (imported only when that command
 # runs) and its one-line summary.  Adding a command: a module cli/cmd_<name>.py with a Command subclass and
@@ -142,7 +142,7 @@ def _find_command(argv: Sequence[str]) -> Optional[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    with sigterm_as_interrupt():
+    with stop_signals_as_interrupt():
         return _main(argv)
 
 

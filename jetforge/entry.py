@@ -7,6 +7,8 @@ included, which plain argparse reports with a usage dump and exit 2 - and a stop
 ``systemctl stop``, ``docker stop``, ``kill`` and torchrun's own shutdown end a process) ends the run
 like Ctrl-C: a :class:`Terminated` (a ``KeyboardInterrupt``) is raised in the main thread, so whatever
 a program does on Ctrl-C - close its outputs, keep its last checkpoint - it also does on SIGTERM.
+Only the first stop signal interrupts: later ones (a second Ctrl-C, systemd's repeated SIGTERM) print a
+line and let that cleanup finish.
 """
 
 import argparse
@@ -42,11 +44,25 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM arrived: raised like Ctrl-C's KeyboardInterrupt so every program stops the same way."""
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    # Later SIGTERMs (systemd and docker send one, impatient users several) must not interrupt the
-    # cleanup the first one started; a Python handler (not SIG_IGN) so child processes get the default.
+def _stopping() -> None:
+    """The first stop signal arrived: from now on SIGINT and SIGTERM only say that the run is already stopping.
+
+    Two Ctrl-C 50 ms apart used to interrupt the cleanup the first one started (an app then exited without
+    its ``metrics.json``); systemd, docker and impatient users also send several signals.  Python handlers,
+    not SIG_IGN, so child processes still get the default disposition.
+    """
     signal.signal(signal.SIGTERM, _while_stopping)
+    signal.signal(signal.SIGINT, _while_stopping)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _stopping()
     raise Terminated("SIGTERM")
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    _stopping()
+    raise KeyboardInterrupt
 
 
 def _while_stopping(signum: int, frame: Any) -> None:
@@ -56,17 +72,26 @@ def _while_stopping(signum: int, frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """While inside, SIGTERM raises :class:`Terminated` in the main thread; the previous handler is restored."""
+def stop_signals_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM raises :class:`Terminated` and Ctrl-C ``KeyboardInterrupt`` in the main thread, once:
+    later ones print a line and let the cleanup finish.  The previous handlers are restored on the way out.
+
+    A SIGINT that the process inherited as ignored (a job started with ``nohup ... &``) stays ignored, and a
+    handler an embedding program installed is left alone: only Python's default Ctrl-C handler is replaced.
+    """
     try:
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        previous_term = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread (an embedding program): signals are its business
         yield
         return
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def run_entry(prog: str, body: Callable[[], int]) -> int:
@@ -76,7 +101,7 @@ def run_entry(prog: str, body: Callable[[], int]) -> int:
     returns 1; Ctrl-C or SIGTERM prints ``PROG: interrupted`` and returns 130 after ``body``'s own
     cleanup (its ``finally`` blocks) ran.  Anything else is a bug and propagates with its traceback.
     """
-    with sigterm_as_interrupt():
+    with stop_signals_as_interrupt():
         try:
             return int(body() or 0)
         except JetforgeError as err:

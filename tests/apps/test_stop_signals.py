@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jetforge.cli.main import EXIT_INTERRUPTED, Terminated, sigterm_as_interrupt
+from jetforge.cli.main import EXIT_INTERRUPTED, Terminated, stop_signals_as_interrupt
 
 STARTUP_TIMEOUT_S = 120.0  # imports and model loading on a shared 2-core machine; a real run needs ~3 s
 EXIT_TIMEOUT_S = 60.0
@@ -32,8 +32,8 @@ CLI_WITH_CTRL_C = ("import runpy, signal; signal.signal(signal.SIGINT, signal.de
                    "runpy.run_module('jetforge.cli.main', run_name='__main__', alter_sys=True)")
 
 
-def _start_people(clip, out, max_frames):
-    argv = [sys.executable, "-c", CLI_WITH_CTRL_C, "app", "people", "--source", str(clip), "--out", str(out),
+def _start_people(clip, out, max_frames, app="people"):
+    argv = [sys.executable, "-c", CLI_WITH_CTRL_C, "app", app, "--source", str(clip), "--out", str(out),
             "--max-frames", str(max_frames), "--no-plots", "-q"]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
 
@@ -114,7 +114,7 @@ def test_a_killed_run_leaves_hidden_files_that_the_next_run_removes(tmp_path, vt
 
 def test_sigterm_raises_the_interrupt_once_and_the_handler_is_restored():
     before = signal.getsignal(signal.SIGTERM)
-    with sigterm_as_interrupt():
+    with stop_signals_as_interrupt():
         with pytest.raises(KeyboardInterrupt) as caught:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)  # the handler interrupts the sleep
@@ -122,3 +122,51 @@ def test_sigterm_raises_the_interrupt_once_and_the_handler_is_restored():
         os.kill(os.getpid(), signal.SIGTERM)  # a second one while stopping: a message, no second interrupt
         time.sleep(0.05)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("app", ["classify", "people"])
+def test_two_ctrl_c_in_quick_succession_still_write_the_metrics(tmp_path, vtest_clip, app):
+    """Two Ctrl-C 50 ms apart: the second used to interrupt the cleanup the first started (exit 130, no metrics)."""
+    out = tmp_path / "out"
+    proc = _start_people(vtest_clip, out, max_frames=600, app=app)
+    _wait_for_written_events(proc, out)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=EXIT_TIMEOUT_S)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["status"] == "interrupted" and _parts(out) == []
+    assert _video_frames(out / "annotated.mp4") == metrics["frames"] > 0
+
+
+def test_a_second_ctrl_c_while_stopping_does_not_interrupt_the_cleanup():
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with stop_signals_as_interrupt():
+            cleaned = False
+            with pytest.raises(KeyboardInterrupt) as caught:
+                try:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(5)  # the handler interrupts the sleep
+                finally:
+                    os.kill(os.getpid(), signal.SIGINT)  # the impatient second Ctrl-C, inside the cleanup
+                    os.kill(os.getpid(), signal.SIGTERM)  # and a SIGTERM for good measure
+                    time.sleep(0.05)
+                    cleaned = True
+            assert cleaned and not isinstance(caught.value, Terminated)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_an_inherited_ignored_ctrl_c_stays_ignored():
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with stop_signals_as_interrupt():
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
