@@ -46,7 +46,7 @@ class ExportConfigCommand(Command):
         d.add_argument("--sink", choices=["fake", "file", "display"], default="fake",
                        help="deepstream-app sink (default fake: headless, for measurement)")
         d.add_argument("--threshold", type=float, metavar="P",
-                       help="detector pre-cluster threshold / classifier threshold (default 0.5)")
+                       help="detector pre-cluster threshold / classifier threshold, in [0, 1] (default 0.5)")
         d.add_argument("--tensorrt", metavar="VERSION", help="which calibration cache (default: the newest)")
         d.add_argument("--normalize-in-model", action="store_true",
                        help="write a model with the normalisation as explicit Sub/Mul input nodes (raw 0-255 in)")
@@ -57,13 +57,14 @@ class ExportConfigCommand(Command):
         self._common(t)
         t.add_argument("--platform", choices=["tensorrt_plan", "onnxruntime_onnx"], default="tensorrt_plan",
                        help="tensorrt_plan (built on the board by build_engines.sh) or onnxruntime_onnx")
-        t.add_argument("--max-batch", type=int, default=8, metavar="N", help="max_batch_size (default 8)")
+        t.add_argument("--max-batch", type=int, default=8, metavar="N", help="max_batch_size, 1..4096 (default 8)")
         t.add_argument("--preferred-batch", type=int, action="append", default=[], metavar="N",
                        help="preferred batch size, repeatable (default: max and max/2)")
         t.add_argument("--max-queue-delay-us", type=int, default=100, metavar="US",
                        help="dynamic batching queue delay in microseconds (default 100)")
         t.add_argument("--instances", type=int, default=1, metavar="N", help="instances per GPU (default 1)")
-        t.add_argument("--name", help="model name in the repository (default: the model's)")
+        t.add_argument("--name", help="model (folder) name in the repository: letters, digits, _ . - (default: the "
+                                       "model's, other characters replaced by _)")
 
     @staticmethod
     def _common(p: argparse.ArgumentParser) -> None:

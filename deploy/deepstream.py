@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from jetforge.deploy.deepstream_keys import validate_deepstream_app, validate_nvinfer
-from jetforge.deploy.keyfile import KeyFileError, format_double, read_keyfile, render_keyfile
+from jetforge.deploy.generated_names import check_labels, check_text, tensor_name
+from jetforge.deploy.keyfile import KeyFileError, format_double, read_keyfile, render_keyfile, string_value
 from jetforge.errors import ConfigError
 
 NVINFER_CONFIG = "config_infer_primary_jetforge.txt"
@@ -46,6 +47,7 @@ COLOR_FORMAT = {"rgb": 0, "bgr": 1, "gray": 2}
 SCALING_FILTER = {"nearest": 0, "linear": 1, "cubic": 2, "area": 3}
 NETWORK_MODE = {"fp32": 0, "int8": 1, "fp16": 2}
 DEFAULT_STREAM = "file:///opt/nvidia/deepstream/deepstream/samples/streams/sample_1080p_h264.mp4"
+SOURCE_HINT = "give a file:// or rtsp:// URI without control characters (percent-encode them)"
 
 
 class DeepStreamConfigError(ConfigError):
@@ -128,16 +130,29 @@ class DeepStreamOptions:
     threshold: Optional[float] = None        # detector pre-cluster / classifier threshold
     gpu_id: int = 0
 
+    def check(self) -> None:
+        """Refuse values nvinfer would misread or reject on the board (written as given, they were silently wrong)."""
+        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:  # NaN fails the comparison too
+            raise DeepStreamConfigError("threshold %r is outside [0, 1]" % self.threshold,
+                                        hint="give --threshold a probability between 0 and 1")
+        for what, value in (("batch size", self.batch_size), ("source count", self.sources)):
+            if value < 1:
+                raise DeepStreamConfigError("%s must be at least 1, got %d" % (what, value))
+        if self.gpu_id < 0 or (self.dla_core is not None and self.dla_core < 0):
+            raise DeepStreamConfigError("GPU id and DLA core must be 0 or more", hint="--dla-core 0 or 1")
+        for uri in self.source_uris:  # app_groups escapes them; a control character has no exact escape
+            check_text(uri, "--source", SOURCE_HINT)
+
 
 def labels_text(task: str, labels: Sequence[str]) -> str:
     """nvinfer's labels file: one label per line (detector), or one ``;``-separated line (classifier output)."""
     if not labels:
         raise DeepStreamConfigError("the model's sidecar has no labels", hint="export it with --labels FILE")
-    bad = [l for l in labels if "\n" in l or "\r" in l or (task == "classify" and ";" in l)]
+    check_labels(labels, hint="rename the label in the model's sidecar")  # one per line: no line breaks, no controls
+    bad = [l for l in labels if task == "classify" and ";" in l]
     if bad:
-        raise DeepStreamConfigError("label %r cannot be written to an nvinfer labels file (%s)" % (
-            bad[0][:40], "';' separates labels" if ";" in bad[0] else "line break"),
-            hint="rename the label in the model's sidecar")
+        raise DeepStreamConfigError("label %r cannot be written to an nvinfer labels file (';' separates labels)" % (
+            bad[0][:40]), hint="rename the label in the model's sidecar")
     if task == "classify":
         return ";".join(labels) + "\n"
     return "\n".join(labels) + "\n"
@@ -173,7 +188,8 @@ def nvinfer_groups(task: str, sidecar: Any, pre: NvinferPreprocess, model_file: 
         ("network-input-order", str(pre.network_input_order)),
         ("maintain-aspect-ratio", "1" if pre.maintain_aspect_ratio else "0"),
         ("symmetric-padding", "1" if pre.symmetric_padding else "0"), ("scaling-filter", str(pre.scaling_filter)),
-        ("labelfile-path", LABELS), ("output-blob-names", ";".join(t.name for t in sidecar.outputs)),
+        ("labelfile-path", LABELS),
+        ("output-blob-names", ";".join(tensor_name(t.name, "output", "the nvinfer config") for t in sidecar.outputs)),
     ]
     if calib_file:
         prop.append(("int8-calib-file", calib_file))
@@ -208,10 +224,9 @@ def app_groups(opts: DeepStreamOptions, width: int = 1920, height: int = 1080) -
                            ("height", "720"), ("gpu-id", str(opts.gpu_id))])]
     if opts.source_uris:
         for i, uri in enumerate(opts.source_uris):
-            if "\n" in uri or "\r" in uri:
-                raise DeepStreamConfigError("source URI %r holds a line break" % uri[:60])
+            value = string_value(uri, "--source", SOURCE_HINT)
             groups.append(("source%d" % i, [("enable", "1"), ("type", "4" if uri.startswith("rtsp://") else "2"),
-                                            ("uri", uri), ("gpu-id", str(opts.gpu_id))]))
+                                            ("uri", value), ("gpu-id", str(opts.gpu_id))]))
     else:
         groups.append(("source0", [("enable", "1"), ("type", "3"), ("uri", DEFAULT_STREAM), ("num-sources", str(n)),
                                    ("gpu-id", str(opts.gpu_id))]))

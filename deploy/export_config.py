@@ -5,10 +5,16 @@ the folder in a hidden staging folder next to ``--out``, check what they wrote (
 files with the strict GLib reader and the documented key table, the Triton ensemble's tensor flow),
 and rename it into place: an interrupted run leaves nothing that looks complete, and an existing
 folder is replaced only with ``--force``.  The bundle itself is never written to.
+
+Before anything is written, every name from the sidecar (model, tensors, labels) and from the command
+line (``--name``, ``--source``) is checked for the file it goes into -- sh, C++, key file, protobuf
+text, folder name -- by :mod:`jetforge.deploy.generated_names`, and every path written is checked to
+stay inside ``--out`` (issue 25: a tensor name ran as a command, ``--name ../..`` wrote outside).
 """
 
 import dataclasses
 import json
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,12 +23,15 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from jetforge.deploy import deepstream as ds
+from jetforge.deploy import generated_names as gn
 from jetforge.deploy import triton as tr
 from jetforge.errors import ConfigError
 from jetforge.fileio import PathLike, replace_dir, staging_dir
 from jetforge.runtime.inputs import input_contract
 
 SUMMARY = "export-config.json"
+# What the Triton writer appends to NAME for the folders and files it derives from it: the longest bounds --name.
+TRITON_SUFFIXES = ("_body", "_postprocess", "_body.onnx", "_body.calib")
 
 
 @contextmanager
@@ -36,8 +45,10 @@ def staged_folder(out: PathLike, force: bool, inputs: Sequence[PathLike]) -> Ite
             raise ConfigError("--out %s overlaps the bundle %s" % (out_dir, item), hint="choose another --out folder")
     if out_dir.exists() and not force:
         raise ConfigError("%s already exists" % out_dir, hint="choose another --out, or pass --force to replace it")
-    if out_dir.exists() and not out_dir.is_dir():
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
         raise ConfigError("%s exists and is not a folder" % out_dir, hint="choose another --out")
+    if out_dir.exists():
+        _check_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = staging_dir(out_dir)  # hidden, named after this process; a killed run's is removed
     try:
@@ -46,6 +57,35 @@ def staged_folder(out: PathLike, force: bool, inputs: Sequence[PathLike]) -> Ite
     except BaseException:
         shutil.rmtree(str(staging), ignore_errors=True)
         raise
+
+
+# Files the generated scripts make inside the folder on the board (plans, nvinfer's engines, the parser library):
+# jetforge did not list them, but they are products of what it wrote, so --force may replace them.
+DERIVED_SUFFIXES = (".plan", ".engine", ".so", ".o")
+
+
+def _check_replaceable(out_dir: Path) -> None:
+    """``--force`` replaces only a folder ``export-config`` wrote: empty, or holding its summary and no file the
+    summary does not list (besides what the generated scripts build).  Anything else is refused whole, so
+    ``--force`` never deletes a file jetforge did not create."""
+    if not any(out_dir.iterdir()):
+        return
+    try:
+        listed = json.loads((out_dir / SUMMARY).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        listed = None
+    if not isinstance(listed, list):
+        raise ConfigError("--force replaces only a folder export-config wrote, and %s is not one (no readable %s)"
+                          % (out_dir, SUMMARY),
+                          hint="choose a new or empty --out; jetforge never deletes a folder it did not write")
+    known = set(str(f) for f in listed) | {SUMMARY}
+    others = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*")
+                    if (p.is_file() or p.is_symlink()) and p.relative_to(out_dir).as_posix() not in known
+                    and not p.name.endswith(DERIVED_SUFFIXES))
+    if others:
+        raise ConfigError("%s holds %d file(s) that export-config did not write (%s): --force would delete them"
+                          % (out_dir, len(others), ", ".join(others[:3])),
+                          hint="move those files out of the folder, or choose another --out")
 
 
 def _bundle(path: PathLike) -> Any:
@@ -90,10 +130,12 @@ def export_deepstream(bundle_path: PathLike, out: PathLike, opts: ds.DeepStreamO
     from jetforge.deploy.bundle_samples import sample_crops
 
     bundle, sidecar = _bundle(bundle_path)
-    contract = input_contract(sidecar, "image", purpose="export-config deepstream (nvinfer's input)")
     if sidecar.task not in ("classify", "detect"):
         raise ConfigError("export-config deepstream handles classifiers and the SSD detector, not task %r"
                           % sidecar.task, hint="use export-config triton for other models")
+    opts.check()
+    _check_deepstream_names(sidecar)  # before any message or file repeats a name from the sidecar
+    contract = input_contract(sidecar, "image", purpose="export-config deepstream (nvinfer's input)")
     precision = _precision(opts.precision, bundle)
     dla_core = opts.dla_core if opts.dla_core is not None else bundle.manifest.build_options.get("dla_core")
     opts = dataclasses.replace(opts, dla_core=dla_core)
@@ -143,6 +185,48 @@ def export_deepstream(bundle_path: PathLike, out: PathLike, opts: ds.DeepStreamO
         _write_summary(staging, summary)
     summary["out"] = str(out)
     return summary
+
+
+def _check_sidecar_text(sidecar: Any) -> None:
+    """The model name, tensor names and labels, whatever file they go into: no controls, line breaks, surrogates."""
+    gn.check_text(sidecar.model_name, "the model name", gn.FIX_SIDECAR)
+    for what, specs in (("input", sidecar.inputs), ("output", sidecar.outputs)):
+        for spec in specs:
+            gn.check_text(spec.name, what, gn.RENAME_TENSOR)
+    gn.check_labels(sidecar.labels)
+
+
+def _classifier_classes(sidecar: Any) -> Optional[int]:
+    """The classes a classifier's first output scores (its per-item element count), None when not static."""
+    dims = list(sidecar.outputs[0].shape[1:]) if sidecar.outputs else []
+    if not dims or any(not isinstance(d, int) or d < 1 for d in dims):
+        return None
+    return int(np.prod(dims))
+
+
+def _check_label_count(sidecar: Any, classes: Optional[int], source: str) -> None:
+    """One label per class: a shorter or longer list labels every class wrongly on the board (or, in the
+    generated softmax parser, rejects every frame), and nothing there says why."""
+    if classes is None or not sidecar.labels or len(sidecar.labels) == classes:
+        return
+    raise ConfigError("the model's sidecar has %d labels for %d class%s (%s)" % (
+        len(sidecar.labels), classes, "" if classes == 1 else "es", source),
+        hint="give one label per class in the sidecar (re-export the model with --labels FILE) and re-create "
+             "the bundle")
+
+
+def _check_deepstream_names(sidecar: Any) -> None:
+    """Every name the DeepStream folder holds, checked before anything is written (see generated_names)."""
+    _check_sidecar_text(sidecar)
+    for spec in sidecar.outputs:  # output-blob-names (a ';' list) and the C++ parsers' findLayer("...")
+        gn.tensor_name(spec.name, "output", "the nvinfer config and its C++ parser")
+    if sidecar.task == "detect":
+        from jetforge.runtime.detection import spec_from_sidecar
+
+        ssd = spec_from_sidecar(sidecar)
+        _check_label_count(sidecar, ssd.num_classes - 1, "the SSD block's labels, background excluded")
+    else:
+        _check_label_count(sidecar, _classifier_classes(sidecar), "output %s" % sidecar.outputs[0].name)
 
 
 def _normalize(source: Path, dst: Path, sidecar: Any, images: Sequence[np.ndarray],
@@ -212,7 +296,7 @@ def export_triton(bundle_path: PathLike, out: PathLike, opts: tr.TritonOptions, 
     """Write the Triton model repository (see :mod:`jetforge.deploy.triton`); returns the summary."""
     opts.check()
     bundle, sidecar = _bundle(bundle_path)
-    name = opts.name or _safe_name(sidecar.model_name or bundle.manifest.name)
+    name = _check_triton_names(opts, sidecar, bundle.manifest.name)
     precision = _precision(opts.precision, bundle)
     dla_core = opts.dla_core if opts.dla_core is not None else bundle.manifest.build_options.get("dla_core")
     opts = dataclasses.replace(opts, dla_core=dla_core)
@@ -226,14 +310,14 @@ def export_triton(bundle_path: PathLike, out: PathLike, opts: tr.TritonOptions, 
                    for i, t in enumerate(sidecar.outputs)]
         body = tr.model_config(body_name, opts.platform, opts, inputs, outputs)
         configs = [body]
-        folder = staging / body_name
+        folder = gn.inside(staging, body_name)  # every path written stays inside --out, names checked or not
         (folder / "1").mkdir(parents=True)
         if labels:
             (folder / labels).write_text("\n".join(sidecar.labels) + "\n", encoding="utf-8")
         if opts.platform == "onnxruntime_onnx":
             ds.copy_file(bundle.onnx, folder / "1" / tr.MODEL_FILES[opts.platform])
         else:
-            ds.copy_file(bundle.onnx, staging / "onnx" / (body_name + ".onnx"))
+            ds.copy_file(bundle.onnx, gn.inside(staging, "onnx", body_name + ".onnx"))
         if sidecar.task == "detect":
             configs += _detector_models(staging, name, opts, sidecar, body)
         problems = tr.check_ensemble(configs)
@@ -241,8 +325,8 @@ def export_triton(bundle_path: PathLike, out: PathLike, opts: tr.TritonOptions, 
             raise ConfigError("the generated Triton ensemble is inconsistent: %s" % "; ".join(problems),
                               hint="report this as a jetforge bug")
         for config in configs:
-            (staging / config["name"]).mkdir(exist_ok=True)
-            (staging / config["name"] / "config.pbtxt").write_text(tr.to_pbtxt(config), encoding="utf-8")
+            gn.inside(staging, config["name"]).mkdir(exist_ok=True)
+            gn.inside(staging, config["name"], "config.pbtxt").write_text(tr.to_pbtxt(config), encoding="utf-8")
         if opts.platform == "tensorrt_plan":
             summary["build"] = _build_script(staging, bundle, sidecar, body_name, opts, precision)
         summary["models"] = [c["name"] for c in configs]
@@ -259,12 +343,12 @@ def _detector_models(staging: Path, name: str, opts: tr.TritonOptions, sidecar: 
 
     spec = spec_from_sidecar(sidecar)
     post = tr.postprocess_config(name + "_postprocess", opts, spec, sidecar.outputs)
-    version = staging / post["name"] / "1"
+    version = gn.inside(staging, post["name"], "1")
     version.mkdir(parents=True)
     shutil.copyfile(triton_ssd_model.__file__, str(version / "model.py"))
     (version / triton_ssd_model.SPEC_FILE).write_text(json.dumps(spec.to_dict(), indent=2) + "\n", encoding="utf-8")
     ensemble = tr.ensemble_config(name, opts, body, post)
-    (staging / name / "1").mkdir(parents=True)  # Triton wants a version folder for an ensemble too
+    gn.inside(staging, name, "1").mkdir(parents=True)  # Triton wants a version folder for an ensemble too
     return [post, ensemble]
 
 
@@ -275,7 +359,7 @@ def _build_script(staging: Path, bundle: Any, sidecar: Any, body_name: str, opts
     calib = None
     if entry is not None:
         calib = "onnx/%s.calib" % body_name
-        ds.copy_file(bundle.path / entry["file"], staging / calib)
+        ds.copy_file(bundle.path / entry["file"], gn.inside(staging, "onnx", body_name + ".calib"))
     elif precision == "int8":
         raise ConfigError("a TensorRT plan in INT8 needs the bundle's calibration cache, and it has none",
                           hint="pass --precision fp16, or re-create the bundle with --calib")
@@ -292,8 +376,22 @@ def _build_script(staging: Path, bundle: Any, sidecar: Any, body_name: str, opts
             "calibration": entry["tensorrt"] if entry else None}
 
 
+def _check_triton_names(opts: tr.TritonOptions, sidecar: Any, bundle_name: str) -> str:
+    """Check every name the repository will hold before anything is written; return the model's folder name."""
+    _check_sidecar_text(sidecar)
+    if opts.platform == "tensorrt_plan":  # the one tensor name build_engines.sh holds
+        gn.tensor_name(sidecar.inputs[0].name, "input", "build_engines.sh (trtexec --minShapes)")
+    if sidecar.task == "classify":
+        _check_label_count(sidecar, _classifier_classes(sidecar), "output %s" % sidecar.outputs[0].name)
+    if opts.name is not None:
+        return gn.folder_name(opts.name, "--name", TRITON_SUFFIXES)
+    return gn.folder_name(_safe_name(sidecar.model_name or bundle_name), "--name", TRITON_SUFFIXES)
+
+
 def _safe_name(name: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "_-" else "_" for c in name).strip("_-")
+    """The default repository name: the model's, each run of other characters one '_', short enough for its suffixes."""
+    limit = gn.MAX_PATH_COMPONENT_BYTES - max(len(s) for s in TRITON_SUFFIXES)
+    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "_", name)[:limit].strip("_-")
     return cleaned or "model"
 
 

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from jetforge.deploy.generated_names import check_text, text_problem
 from jetforge.errors import ConfigError
 
 LIST_SEPARATOR = ";"
@@ -243,17 +244,44 @@ def escape_value(value: str, in_list: bool = False) -> str:
     return out
 
 
+def string_value(value: str, what: str, hint: str) -> str:
+    """``value`` as a key-file string that ``g_key_file_get_string`` reads back exactly.
+
+    Controls, line separators and lone surrogates are refused (:func:`~jetforge.deploy.generated_names.check_text`):
+    GLib's escapes cover only ``\\n \\t \\r``, a NUL cannot be stored, and a raw line break would
+    start a new key or group.  The rest is escaped (``\\`` and a leading space).
+    """
+    return escape_value(check_text(value, what, hint))
+
+
+def _comment(line: str) -> str:
+    """A header line as a comment: characters that could end the line (or not encode) are shown as '?'."""
+    return "".join("?" if text_problem(c) else c for c in line)
+
+
 def render_keyfile(groups: "List[Tuple[str, List[Tuple[str, str]]]]", header: str = "") -> str:
-    """Text of a key file from ``[(group, [(key, already-formatted value), ...]), ...]`` with a ``#`` header."""
-    lines = ["# " + line if line else "#" for line in header.splitlines()] if header else []
+    """Text of a key file from ``[(group, [(key, already-formatted value), ...]), ...]`` with a ``#`` header.
+
+    Values arrive formatted (escaped); one that still holds a line break or NUL would add lines of its
+    own, so it is refused here too, whatever checked it before (defence in depth).
+    """
+    lines = ["# " + _comment(line) if line else "#" for line in header.rstrip("\n").split("\n")] if header else []
     for name, entries in groups:
+        why = _group_name_problem(name)
+        if why:
+            raise KeyFileError("group name %r %s" % (name[:80], why), hint="report this as a jetforge bug")
         if lines:
             lines.append("")
         lines.append("[%s]" % name)
         for key, value in entries:
+            why = _key_name_problem(key) or ("holds a line break or NUL" if re.search("[\r\n\x00]", key + value)
+                                             else None)
+            if why:
+                raise KeyFileError("[%s] %s=%r %s" % (name, key[:80], value[:80], why),
+                                   hint="report this as a jetforge bug")
             lines.append("%s=%s" % (key, value))
     return "\n".join(lines) + "\n"
 
 
 __all__ = ["KeyFile", "KeyFileError", "escape_value", "format_double", "parse_boolean", "parse_double",
-           "parse_integer", "parse_keyfile", "read_keyfile", "render_keyfile"]
+           "parse_integer", "parse_keyfile", "read_keyfile", "render_keyfile", "string_value"]

@@ -18,10 +18,10 @@ dicts, and the tests parse every file with Triton's own ``model_config.proto`` (
 ``tritonclient`` package).  Not executed under Triton here.
 """
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from jetforge.deploy.generated_names import pbtxt_string, shell_command, tensor_name
 from jetforge.errors import ConfigError
 
 PLATFORMS = ("tensorrt_plan", "onnxruntime_onnx")
@@ -29,6 +29,9 @@ DTYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "int32": "TYPE_INT32",
           "int8": "TYPE_INT8", "uint8": "TYPE_UINT8", "bool": "TYPE_BOOL", "float64": "TYPE_FP64"}
 MODEL_FILES = {"tensorrt_plan": "model.plan", "onnxruntime_onnx": "model.onnx"}
 DETECTION_OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
+# Larger is a typo, not a plan: a Jetson's memory holds far fewer images per batch, and trtexec would be asked
+# for a profile that large (--max-batch 1000000000 used to be written as given).
+MAX_BATCH_SIZE = 4096
 
 
 class TritonConfigError(ConfigError):
@@ -58,6 +61,13 @@ class TritonOptions:
             raise TritonConfigError("unknown Triton platform %r" % self.platform, hint="use one of %s" % ", ".join(PLATFORMS))
         if self.max_batch_size < 1:
             raise TritonConfigError("max batch size must be at least 1, got %d" % self.max_batch_size)
+        if self.max_batch_size > MAX_BATCH_SIZE:
+            raise TritonConfigError("max batch size %d is above %d" % (self.max_batch_size, MAX_BATCH_SIZE),
+                                    hint="give --max-batch 1..%d" % MAX_BATCH_SIZE)
+        if not 0.0 <= self.score_threshold <= 1.0:
+            raise TritonConfigError("score threshold %r is outside [0, 1]" % self.score_threshold)
+        if self.dla_core is not None and self.dla_core < 0:
+            raise TritonConfigError("DLA core must be 0 or more, got %d" % self.dla_core, hint="--dla-core 0 or 1")
         if self.instances < 1:
             raise TritonConfigError("instance count must be at least 1")
         for size in self.preferred_sizes():
@@ -90,7 +100,7 @@ def _scalar(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # a valid protobuf text string: \" \\ \n \t escapes, UTF-8 kept
+        return pbtxt_string(value)  # \\ and \" escaped, UTF-8 kept; control characters refused
     raise TypeError("cannot write %r in protobuf text format" % (value,))
 
 
@@ -218,7 +228,12 @@ def check_ensemble(configs: Sequence[Dict[str, Any]]) -> List[str]:
 
 def trtexec_command(onnx: str, plan: str, input_name: str, dims: Sequence[int], max_batch: int, precision: str,
                     calib: Optional[str], dla_core: Optional[int]) -> str:
-    """The documented trtexec build of a plan with a batch profile 1..max (explicit batch, dynamic first axis)."""
+    """The documented trtexec build of a plan with a batch profile 1..max (explicit batch, dynamic first axis).
+
+    One sh command line: the input name must be a plain tensor name (trtexec splits ``--minShapes`` on
+    ``,`` and on the last ``:``, and reads ``'`` as quoting), and every word is shell-quoted as well.
+    """
+    tensor_name(input_name, "input", "build_engines.sh (trtexec --minShapes)")
     shape = lambda n: "%s:%s" % (input_name, "x".join(str(d) for d in [n] + list(dims)))  # noqa: E731
     opt = max(1, max_batch // 2)
     words = ["trtexec", "--onnx=%s" % onnx, "--saveEngine=%s" % plan, "--minShapes=%s" % shape(1),
@@ -231,9 +246,9 @@ def trtexec_command(onnx: str, plan: str, input_name: str, dims: Sequence[int], 
             words.append("--calib=%s" % calib)
     if dla_core is not None:
         words += ["--useDLACore=%d" % dla_core, "--allowGPUFallback"]
-    return " ".join(words)
+    return shell_command(words)
 
 
-__all__ = ["DETECTION_OUTPUTS", "Enum", "MODEL_FILES", "PLATFORMS", "TritonConfigError", "TritonOptions",
+__all__ = ["DETECTION_OUTPUTS", "Enum", "MAX_BATCH_SIZE", "MODEL_FILES", "PLATFORMS", "TritonConfigError", "TritonOptions",
            "check_ensemble", "ensemble_config", "model_config", "per_item_dims", "postprocess_config", "tensor",
            "to_pbtxt", "trtexec_command"]

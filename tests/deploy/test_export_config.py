@@ -149,6 +149,29 @@ def test_deepstream_classifier_configuration(cls_bundle, tmp_path, capsys):
     assert rc == 1 and "already exists" in err and len(err.strip().splitlines()) == 1
 
 
+def _snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("kind", ["deepstream", "triton"])
+def test_export_config_force_never_deletes_what_it_did_not_write(cls_bundle, tmp_path, capsys, kind):
+    """--force replaced any folder (issue 25: '--force must never remove anything it did not create')."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "thesis.tex").write_text("months of work\n")
+    before = _snapshot(project)
+    rc, _, err = run_cli(capsys, "export-config", kind, cls_bundle, "--out", project, "--force")
+    assert rc == 1 and "not one" in err and len(err.strip().splitlines()) == 1 and _snapshot(project) == before
+    out = tmp_path / "exported"
+    assert run_cli(capsys, "export-config", kind, cls_bundle, "--out", out)[0] == 0
+    (out / "model.onnx_b1_gpu0_fp16.engine").write_bytes(b"built on the board")  # a product of what it wrote
+    assert run_cli(capsys, "export-config", kind, cls_bundle, "--out", out, "--force")[0] == 0
+    (out / "notes.md").write_text("mine\n")
+    before = _snapshot(out)
+    rc, _, err = run_cli(capsys, "export-config", kind, cls_bundle, "--out", out, "--force")
+    assert rc == 1 and "notes.md" in err and _snapshot(out) == before
+
+
 def test_int8_configuration_uses_the_bundles_cache(cls_bundle, tmp_path, capsys):
     out = tmp_path / "ds"
     rc, _, err = run_cli(capsys, "export-config", "deepstream", cls_bundle, "--out", out, "--dla-core", 1)

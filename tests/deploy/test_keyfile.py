@@ -1,8 +1,9 @@
 """The GLib key-file reader and the documented nvinfer / deepstream-app key tables.
 
 The reader must accept what GLib accepts and refuse what it refuses; each case names the GLib rule
-(docs.gtk.org/glib/struct.KeyFile.html, gkeyfile.c).  configparser is shown to differ on the same
-inputs, which is why it is not used.
+(docs.gtk.org/glib/struct.KeyFile.html, gkeyfile.c) and is also given to the real GLib parser
+(libglib-2.0 through ctypes, tests/deploy/glib_keyfile.py; skipped where GLib is absent).
+configparser is shown to differ on the same inputs, which is why it is not used.
 """
 
 import configparser
@@ -10,7 +11,10 @@ import configparser
 import pytest
 
 from jetforge.deploy.deepstream_keys import NVINFER_PROPERTY, validate_deepstream_app, validate_nvinfer
-from jetforge.deploy.keyfile import KeyFileError, escape_value, parse_keyfile, read_keyfile
+from jetforge.deploy.keyfile import KeyFileError, escape_value, parse_keyfile, read_keyfile, render_keyfile, string_value
+from jetforge.errors import ConfigError
+
+from glib_keyfile import GLibError, GLibKeyFile  # noqa: E402  (tests/deploy is on sys.path under pytest)
 
 GLIB_EXAMPLE = """# this is just an example
 # there can be comments before the first group
@@ -43,7 +47,7 @@ def test_the_glib_documentation_example_reads_as_documented():
         kf.get_boolean("Another Group", "Booleans")  # a list is not one boolean
 
 
-@pytest.mark.parametrize("text, match", [
+REFUSED = [
     ("key=1\n[g]\n", "does not start with a group"),              # pairs only inside a group
     ("[g]\njust words\n", "not a key-value pair, group, or comment"),
     ("[g]\n=1\n", "not a key-value pair"),                       # the key must not be empty
@@ -51,10 +55,66 @@ def test_the_glib_documentation_example_reads_as_documented():
     ("[g[x]\n", "invalid group name"),                             # a group name holds no bracket
     ("[g]\nk]x=1\n", "invalid key name"),
     ("[g]\nk[de=1\n", "locale suffix"),
-])
+    ("[g]\n; c\n", "not a key-value pair"),                      # ';' is no comment in GLib
+]
+
+
+@pytest.mark.parametrize("text, match", REFUSED)
 def test_lines_glib_refuses(text, match):
     with pytest.raises(KeyFileError, match=match):
         parse_keyfile(text)
+
+
+@pytest.mark.parametrize("text", [text for text, _ in REFUSED])
+def test_the_real_glib_parser_refuses_the_same_lines(text):
+    with pytest.raises(GLibError):
+        GLibKeyFile(text.encode("utf-8"))
+
+
+@pytest.mark.parametrize("text", [
+    GLIB_EXAMPLE,
+    "[g]\nKey = 1\nkey=2\nkey=3\n  # indented comment\n[g]\nother= x \n",
+    "[g]\r\nk=v\r\n[h]  \nx=\\sy\\\\z\nl=a\\;b;c;\nbad=a\\qb\nu=日本 é\n",
+])
+def test_the_reader_agrees_with_the_real_glib_parser(text):
+    ours = parse_keyfile(text)
+    with GLibKeyFile(text.encode("utf-8")) as kf:
+        assert kf.groups() == list(ours.groups)
+        for group, entries in ours.groups.items():
+            # g_key_file_get_keys lists a repeated key once per line and leaves locale variants out
+            assert list(dict.fromkeys(kf.keys(group))) == [k for k in entries if "[" not in k]
+            for key in [k for k in entries if "[" not in k]:  # GLib looks locale variants up by locale
+                assert kf.value(group, key) == ours.raw(group, key)
+                try:
+                    want = ours.get_string(group, key)
+                except KeyFileError:
+                    with pytest.raises(GLibError):
+                        kf.string(group, key)
+                else:
+                    assert kf.string(group, key) == want
+
+
+def test_escaped_values_read_back_through_the_real_glib_parser():
+    values = [" lead", "trail ", "back\\slash", "semi;colon", "tab\there", "line\nbreak", "#hash", "[g]", "a=b", "日本",
+              "\\s", "\\;"]
+    body = "".join("k%d=%s\nl%d=%s;x;\n" % (i, escape_value(v), i, escape_value(v, in_list=True))
+                   for i, v in enumerate(values))
+    with GLibKeyFile(("[g]\n" + body).encode("utf-8")) as kf:
+        for i, value in enumerate(values):
+            assert kf.string("g", "k%d" % i) == value
+            assert kf.string_list("g", "l%d" % i) == [value, "x"]
+    assert string_value(" a\\b ", "v", "hint") == "\\sa\\\\b "
+    for bad in ("a\nb", "a\rb", "a\x00b", "a\tb", "\ud800"):  # string_value refuses what escape_value would encode
+        with pytest.raises(ConfigError, match="holds"):
+            string_value(bad, "v", "hint")
+
+
+def test_render_refuses_a_value_that_would_add_lines():
+    assert render_keyfile([("g", [("k", "v")])], "head\r\x00er\nline 2") == "# head??er\n# line 2\n\n[g]\nk=v\n"
+    for groups in ([("g", [("k", "v\n[evil]")])], [("g", [("k", "v\rx")])], [("g", [("k\nx", "v")])],
+                   [("g]\n[h", [("k", "v")])], [("g", [("k", "v\x00")])]):
+        with pytest.raises(KeyFileError):
+            render_keyfile(groups)
 
 
 def test_glib_rules_that_configparser_does_not_share():
