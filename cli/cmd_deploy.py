@@ -79,7 +79,7 @@ class DeployCommand(Command):
                                 runs=list(args.run), results_root=args.results, fetch_video=args.fetch_video,
                                 transfer=args.transfer, bwlimit=args.bwlimit, target=args.target,
                                 bench_args=list(args.bench_arg), app_command=args.app_command or DEFAULT_APP)
-        options.check()  # before anything is opened or sent
+        options.check(args.bundle)  # before anything is opened or sent
         console = Console(ssh.host, quiet=bool(getattr(args, "quiet", False)))
         summary = deploy(args.bundle, ssh, options, console)
         if args.json:

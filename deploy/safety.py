@@ -10,7 +10,9 @@ Bundles are copied between people and machines, so a manifest is hostile until c
   link (:func:`link_problem`), so a bundle cannot point at a file outside itself;
 * the bundle's name is a plain file name (:func:`check_bundle_name`), because the board's folder is
   ``~/jetforge/bundles/<name>`` and ``rsync --delete-after`` runs there;
-* remote paths are built only by :func:`remote_child` from a base folder and checked bundle paths.
+* remote paths are built only by :func:`remote_child` from a base folder and checked bundle paths, and
+  every remote path is free of control characters (:func:`check_remote_path`; ``--remote-dir`` also
+  of ``.`` and ``..`` parts), so the board's shell, the probe and rsync all name the same folder.
 
 On the command line: SSH destinations are refused when they could be read as options or carry
 shell characters (:func:`check_ssh_user`, :func:`check_ssh_host`), environment keys must be
@@ -170,11 +172,56 @@ def sanitise_bundle_name(text: str) -> str:
 # ------------------------------------------------------------------------------------------------
 # remote paths
 # ------------------------------------------------------------------------------------------------
+# C0, DEL, C1 (NEL among them) and the Unicode line and paragraph separators: a line break splits the probe's
+# answer, any of them can make the board's shell, the probe and rsync name different folders, and none is shown.
+_REMOTE_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+REMOTE_PATH_HINT = ("give a plain path such as ~/jetforge/bundles/NAME or /data/jetforge/NAME (absolute or under ~/, "
+                    "no control characters, no '.' or '..' parts)")
+
+
+def remote_path_problem(path: object, folder: bool = False) -> str:
+    """Why ``path`` cannot name a place on the board ("" when it can).
+
+    Every remote path: a non-empty UTF-8 string without control characters (see ``_REMOTE_CONTROL``).
+    ``folder`` (``--remote-dir``) also: absolute or under ``~/``, and no ``.`` or ``..`` part (the shell's ``cd``
+    reads ``link/..`` by name, ``mkdir`` and rsync through the link: two different folders).
+    """
+    if not isinstance(path, str):
+        return "is not a string"
+    if not path:
+        return "is empty"
+    bad = _REMOTE_CONTROL.search(path)
+    if bad:
+        return "holds the control character %s" % repr(bad.group(0))
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not UTF-8 text"
+    if folder:
+        if not (path.startswith("/") or path == "~" or path.startswith("~/")):
+            return "is neither absolute nor under ~/"
+        parts = path.split("/")
+        if ".." in parts:
+            return "holds a '..' part"
+        if "." in parts:
+            return "holds a '.' part"
+    return ""
+
+
+def check_remote_path(path: object, what: str = "remote path", folder: bool = False,
+                      error: Type[JetforgeError] = UnsafeValueError) -> str:
+    """``path`` unchanged, or ``error`` naming why the board's shell, the probe and rsync could disagree on it."""
+    why = remote_path_problem(path, folder)
+    if why:
+        raise error("%s %s %s: the probe, the shell and rsync on the board could each take it for another place"
+                    % (what, shown_value(path), why), hint=REMOTE_PATH_HINT)
+    assert isinstance(path, str)
+    return path
+
+
 def remote_child(base: str, *parts: str) -> str:
     """``base/part/...`` where every part is a checked bundle path: the result never leaves ``base``."""
-    if not base or _CONTROL.search(base):
-        raise UnsafeValueError("remote folder %s is empty or holds a control character" % shown_value(base),
-                               hint="give --remote-dir as a plain path")
+    check_remote_path(base, "remote folder")
     out = base.rstrip("/") or "/"
     for part in parts:
         rel = check_bundle_path(part, "remote path part")

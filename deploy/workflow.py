@@ -17,12 +17,16 @@ Steps, each with one clear error when it fails:
 
 Before anything is sent, the options are checked (:meth:`DeployOptions.check`): ``--remote-env`` keys
 are identifiers, ``--app-command`` names only its known fields, ``--remote-dir`` is absolute or under
-``~/``.  The board's folder defaults to ``~/jetforge/bundles/<name>`` with the bundle's checked name,
-and every command sent to the board is a list of quoted words.
+``~/`` with no control character and no ``.`` or ``..`` part, ``--results`` is a folder that can be made
+(not a file, not below one, not inside the bundle).  On the board the copy deletes only in a folder
+jetforge marked as its own (:mod:`jetforge.deploy.remote.owner`).  The board's folder defaults to
+``~/jetforge/bundles/<name>`` with the bundle's checked name, and every command sent to the board is a
+list of quoted words.
 """
 
 import datetime
 import json
+import os
 import re
 import shlex
 import sys
@@ -37,7 +41,8 @@ from jetforge.deploy.onboard import EXIT_NO_TENSORRT
 from jetforge.deploy.remote import (DeployError, RemoteCommandError, RemoteInfo, RemoteJetforgeMissingError, SshTarget,
                                     check_free_space, fetch_dir, install_instructions, last_line, probe, push_rsync,
                                     push_ssh, rquote, rsync_available_locally, ssh_run)
-from jetforge.deploy.safety import check_app_command, check_bundle_name, check_env_key, expand_app_command
+from jetforge.deploy.safety import (check_app_command, check_bundle_name, check_env_key, check_remote_path,
+                                    expand_app_command, shown_value)
 from jetforge.errors import ConfigError
 from jetforge.fileio import PathLike, write_json_atomic
 from jetforge.runtime.tensorrt.version import version_text
@@ -64,8 +69,9 @@ class DeployOptions:
     bench_args: List[str] = field(default_factory=list)
     app_command: str = DEFAULT_APP
 
-    def check(self) -> None:
-        """Refuse options that could run code on the board or point the copy elsewhere (one clear error)."""
+    def check(self, bundle_path: Optional[PathLike] = None) -> None:
+        """Refuse, before any connection, options that could run code on the board, point the copy at another
+        folder than the one checked, or fail only after the remote run (one clear error)."""
         for step in self.runs:
             if step not in STEPS:
                 raise DeployError("unknown --run step %r" % step, hint="use one of: %s" % ", ".join(STEPS))
@@ -73,10 +79,30 @@ class DeployOptions:
             check_env_key(key)
         if "app" in self.runs:
             check_app_command(self.app_command)
-        rd = self.remote_dir
-        if rd is not None and not (rd.startswith("/") or rd == "~" or rd.startswith("~/")):
-            raise ConfigError("--remote-dir %r is neither absolute nor under ~/" % rd[:80],
-                              hint="give e.g. --remote-dir ~/jetforge/bundles/cam or /data/jetforge/cam")
+        if self.remote_dir is not None:
+            check_remote_path(self.remote_dir, "--remote-dir", folder=True, error=ConfigError)
+        check_remote_path(self.remote_jetforge, "--remote-jetforge", error=ConfigError)
+        check_results_root(self.results_root, bundle_path)
+
+
+def check_results_root(root: PathLike, bundle_path: Optional[PathLike] = None) -> None:
+    """Refuse a ``--results`` folder that cannot be made (a file, or below one) or lies inside the bundle."""
+    path = Path(root)
+    if os.path.lexists(str(path)) and not path.is_dir():
+        raise ConfigError("--results %s is a file, not a folder: the results could not be written there"
+                          % shown_value(str(root)),
+                          hint="give a folder (it is made where missing), e.g. --results results")
+    blocker = next((p for p in path.parents if os.path.lexists(str(p)) and not p.is_dir()), None)
+    if blocker is not None:
+        raise ConfigError("--results %s lies below %s, which is a file: the results could not be written there"
+                          % (shown_value(str(root)), shown_value(str(blocker))),
+                          hint="give a folder (it is made where missing), e.g. --results results")
+    if bundle_path is not None:
+        bundle, out = Path(bundle_path).resolve(), path.resolve()
+        if out == bundle or (bundle.is_dir() and bundle in out.parents):
+            raise ConfigError("--results %s is inside the bundle %s: the results would become part of the bundle"
+                              % (shown_value(str(root)), shown_value(str(bundle_path))),
+                              hint="give a folder outside the bundle, e.g. --results results")
 
 
 class Console:
@@ -188,7 +214,7 @@ class Deployment:
     # -- the run ------------------------------------------------------------------------------------
     def run(self) -> Dict[str, Any]:
         opts = self.opts
-        opts.check()
+        opts.check(self.bundle_path)
         bundle = open_bundle(self.bundle_path)
         manifest = bundle.manifest
         self.console.say("bundle %s (%d files, %.1f MiB, hash %s) verified here"

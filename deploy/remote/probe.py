@@ -1,15 +1,19 @@
 """What the board has, read in one ssh round trip (jetforge, JetPack/TensorRT, board model, free space, rsync),
-and the checks made on it before anything is copied (a folder jetforge owns, enough free space)."""
+and the checks made on it before anything is copied (a folder jetforge owns, enough free space).
+
+The probe resolves ``--remote-dir`` on the board once (``mkdir -p``, then ``pwd -P``: absolute, links
+followed) and every later command and rsync get that path verbatim, so they all name the folder whose
+ownership was checked (:mod:`.owner`)."""
 
 import re
-import shlex
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from jetforge.deploy.bundle import REMOTE_MARKER as MARKER
 from jetforge.deploy.remote.errors import DeployError, RemoteCommandError, RemoteDiskFullError
+from jetforge.deploy.remote.owner import check_remote_dir, ownership_script
 from jetforge.deploy.remote.process import last_line, ssh_run
 from jetforge.deploy.remote.target import SshTarget, rquote
+from jetforge.deploy.safety import REMOTE_PATH_HINT, check_remote_path, remote_path_problem, shown_value
 
 
 @dataclass
@@ -49,23 +53,36 @@ class RemoteInfo:
         return dict(self.__dict__, is_jetson=self.is_jetson)
 
 
-PROBE = r"""JF={jf}; DIR={dir}
+PROBE = r"""JF={jf}; DIR={dir}; nl='
+'
+printf 'home=%s\n' "$HOME"; printf 'home_resolved=%s\n' "$(cd -- "$HOME" 2>/dev/null && pwd -P)"
+if mkdir -p -- "$DIR" 2>/dev/null && R=$(cd -- "$DIR" && pwd -P) && [ -n "$R" ]; then
+  case $R in *"$nl"*) echo "dir=UNSAFE";; *) printf 'dir=%s\n' "$R"; echo "df=$(df -Pk -- "$R" | tail -n 1)"
+{ownership}  echo "owner=$st"; printf 'marker_for=%s\n' "$mf";; esac
+else echo "dir=UNWRITABLE"; fi
 if command -v "$JF" >/dev/null 2>&1; then
   echo "jetforge=$("$JF" --version 2>&1 | head -n 1)"; echo "jfpath=$(command -v "$JF")"
   echo "python=$(head -n 1 "$(command -v "$JF")" 2>/dev/null | sed -n 's/^#! *//p')"
 else echo "jetforge=MISSING"; fi
 echo "rsync=$(command -v rsync || true)"
 echo "tegra=$(head -n 1 /etc/nv_tegra_release 2>/dev/null)"
-echo "model=$(tr -d '\000' < /proc/device-tree/model 2>/dev/null)"
+echo "model=$(tr -d '\000\n' < /proc/device-tree/model 2>/dev/null)"
 echo "compatible=$(tr '\000' ',' < /proc/device-tree/compatible 2>/dev/null)"
 echo "memtotal=$(grep MemTotal /proc/meminfo 2>/dev/null)"
 echo "arch=$(uname -m)"
-echo "home=$HOME"
-if mkdir -p -- "$DIR" 2>/dev/null; then echo "dir=$(cd -- "$DIR" && pwd)"; echo "df=$(df -Pk -- "$DIR" | tail -n 1)";
-  if [ -e "$DIR"/{marker} ] || [ -e "$DIR"/manifest.json ] || [ -z "$(ls -A -- "$DIR")" ]; then echo "owned=yes";
-  else echo "owned=no"; fi
-else echo "dir=UNWRITABLE"; fi
 """
+# the folder's lines come first, before any line a file on the board could add to
+VERBATIM = ("dir", "marker_for")  # paths: a leading or trailing space is part of the name
+
+
+def _answers(stdout: str) -> Dict[str, str]:
+    """The probe's ``key=value`` lines (split at newlines only: a path may hold other line breaks)."""
+    values: Dict[str, str] = {}
+    for line in stdout.split("\n"):
+        key, sep, value = line.partition("=")
+        if sep and key not in values:
+            values[key] = value if key in VERBATIM else value.strip()
+    return values
 
 
 def probe(target: SshTarget, remote_jetforge: str, remote_dir: str) -> RemoteInfo:
@@ -73,13 +90,10 @@ def probe(target: SshTarget, remote_jetforge: str, remote_dir: str) -> RemoteInf
     from jetforge.targets.detect import (match_jetson, parse_meminfo_gb, parse_nv_tegra_release, release_for_l4t,
                                          split_device_tree_strings)
 
-    script = PROBE.format(jf=rquote(remote_jetforge), dir=rquote(remote_dir), marker=shlex.quote(MARKER))
+    script = PROBE.format(jf=rquote(remote_jetforge), dir=rquote(check_remote_path(remote_dir, "--remote-dir", True)),
+                          ownership=ownership_script())
     result = ssh_run(target, script, doing="probe the board", check=False)
-    values: Dict[str, str] = {}
-    for line in result.stdout.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key not in values:
-            values[key] = value.strip()
+    values = _answers(result.stdout)
     if "arch" not in values:
         raise RemoteCommandError("the board's shell did not answer the probe (exit %d): %s"
                                  % (result.returncode, last_line(result.stderr)),
@@ -87,7 +101,14 @@ def probe(target: SshTarget, remote_jetforge: str, remote_dir: str) -> RemoteInf
     if values.get("dir") in (None, "", "UNWRITABLE"):
         raise DeployError("cannot create %s on %s" % (remote_dir, target.label),
                           hint="choose a writable --remote-dir (the default is ~/jetforge/bundles/NAME)")
-    check_remote_dir(values["dir"], values.get("home", ""), values.get("owned") == "yes", target)
+    folder = values["dir"]
+    if folder == "UNSAFE" or remote_path_problem(folder) or not folder.startswith("/"):
+        raise DeployError("--remote-dir %s is, on %s, the folder %s: a path with control characters, which the "
+                          "shell and rsync could take for another folder" % (shown_value(remote_dir), target.label,
+                                                                            shown_value(folder)),
+                          hint=REMOTE_PATH_HINT)
+    check_remote_dir(folder, values.get("home", ""), values.get("owner", ""), target, values.get("marker_for", ""),
+                     values.get("home_resolved", ""))
     jf = values.get("jetforge", "MISSING")
     version = None
     if jf != "MISSING":
@@ -99,7 +120,7 @@ def probe(target: SshTarget, remote_jetforge: str, remote_dir: str) -> RemoteInf
         free = int(parts[3]) * 1024
     info = RemoteInfo(jetforge=version, jetforge_path=values.get("jfpath", remote_jetforge),
                       python=values.get("python") or None, rsync=bool(values.get("rsync")),
-                      remote_dir=values["dir"], free_bytes=free, arch=values.get("arch", "?"))
+                      remote_dir=folder, free_bytes=free, arch=values.get("arch", "?"))
     l4t = parse_nv_tegra_release(values.get("tegra", ""))
     if l4t:
         info.l4t = l4t
@@ -112,25 +133,6 @@ def probe(target: SshTarget, remote_jetforge: str, remote_dir: str) -> RemoteInf
         t, how, _ = match_jetson(model, compatible, mem)
         info.model, info.target, info.how = model, (t.name if t is not None else None), how
     return info
-
-
-def check_remote_dir(folder: str, home: str, owned: bool, target: SshTarget) -> None:
-    """Refuse a remote bundle folder where the copy's deletions could hit the user's files.
-
-    The copy makes the folder an exact image of the bundle (rsync ``--delete-after``), so it must be a
-    folder jetforge owns: empty, already a bundle, or marked by an earlier deploy; never ``/``, the
-    remote home or a folder above it.
-    """
-    top = folder.rstrip("/") or "/"
-    if top == "/" or (home and (home.rstrip("/") == top or home.startswith(top + "/"))):
-        raise DeployError("--remote-dir %s is %s on %s: the copy deletes what the bundle does not hold there"
-                          % (folder, "the root folder" if top == "/" else "the remote home or above it",
-                             target.label),
-                          hint="give a folder of its own, e.g. --remote-dir ~/jetforge/bundles/NAME (the default)")
-    if not owned:
-        raise DeployError("%s on %s already holds files and is not a bundle folder: the copy would delete them"
-                          % (folder, target.label),
-                          hint="choose an empty or new --remote-dir (the default is ~/jetforge/bundles/NAME)")
 
 
 def install_instructions(local_version: str, remote_jetforge: str, target: SshTarget) -> str:

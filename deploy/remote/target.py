@@ -7,7 +7,8 @@ records the board's key, a changed key is refused), ``-p PORT``, ``-i KEY`` and 
 host (a ``ProxyCommand`` running ssh with the same options, so the jump honours them too).
 Values from the command line are checked before ssh sees them: a user or host that could be read as
 an option (``-oProxyCommand=...``) or holds shell characters is refused, and ``--`` ends ssh's and
-rsync's options before the destination.  Remote paths are quoted for the remote shell (:func:`rquote`).
+rsync's options before the destination.  Remote paths are quoted for the remote shell (:func:`rquote`),
+which refuses control characters in them.
 """
 
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
 from jetforge.deploy.remote.errors import DeployError
-from jetforge.deploy.safety import check_ssh_host, check_ssh_user
+from jetforge.deploy.safety import check_remote_path, check_ssh_host, check_ssh_user
 
 
 def default_known_hosts() -> Path:
@@ -127,6 +128,7 @@ class SshTarget:
 
         An absolute path keeps rsync from reading ``host::path`` as a daemon module.
         """
+        check_remote_path(remote_path, "remote path for rsync", error=DeployError)
         if not remote_path.startswith("/"):
             raise DeployError("remote path %r for rsync is not absolute" % remote_path[:80],
                               hint="give --remote-dir as an absolute path or one starting with ~/")
@@ -135,7 +137,14 @@ class SshTarget:
 
 
 def rquote(path: str) -> str:
-    """Quote a path for the remote shell, keeping a leading ``~/`` as the remote user's home."""
+    """Quote a path for the remote shell, keeping a leading ``~/`` as the remote user's home.
+
+    The one way a path reaches the board's shell (the probe, the copies, every command): a path with a
+    control character is refused here (:func:`~jetforge.deploy.safety.check_remote_path`), so no line
+    break can split it into two folders, and the folder the probe resolves (``pwd -P``, absolute) is what
+    the later commands and rsync (``-s``: no remote shell) are given, verbatim.
+    """
+    check_remote_path(path, error=DeployError)
     if path == "~":
         return '"$HOME"'
     if path.startswith("~/"):

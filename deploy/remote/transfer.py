@@ -6,8 +6,9 @@ on the board, so the next copy resumes from it (the partial file is the basis of
 transfer).  Where rsync is missing on either side, a chunked copy over ssh appends to
 ``FILE.jetforge-part`` from the size already on the board, checks the SHA-256 and renames.  The
 manifest is always sent last and removed first, so a half-copied bundle never verifies.
-``rsync --delete-after`` runs only in a folder that is empty, already a bundle, or marked by an
-earlier deploy (:data:`MARKER`), so a mistyped ``--remote-dir`` cannot wipe a folder.
+``rsync --delete-after`` runs only in a folder jetforge marked (:data:`MARKER`, naming the folder; an
+empty folder is claimed and marked first), checked again on the board right before the copy
+(:mod:`.owner`), so a mistyped ``--remote-dir`` cannot wipe a folder.
 """
 
 import os
@@ -25,10 +26,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from jetforge.deploy.bundle import PARTIAL_DIR, safe_extract
 from jetforge.deploy.bundle import REMOTE_MARKER as MARKER
-from jetforge.deploy.remote.errors import TransferError, classify
+from jetforge.deploy.remote.errors import DeployError, RemoteCommandError, TransferError, classify
+from jetforge.deploy.remote.owner import claim_script
 from jetforge.deploy.remote.process import Echo, Result, last_line, pump, run_process, ssh_run
 from jetforge.deploy.remote.target import SshTarget, rquote
-from jetforge.deploy.safety import check_bundle_path, remote_child
+from jetforge.deploy.safety import check_bundle_path, check_remote_path, remote_child
 from jetforge.fileio import PathLike, sha256_file
 
 PART_SUFFIX = ".jetforge-part"
@@ -97,10 +99,27 @@ def push_rsync(target: SshTarget, local_dir: PathLike, remote_dir: str, *, manif
 
 
 def _prepare(target: SshTarget, remote_dir: str, manifest_name: str) -> None:
-    """Create and mark the remote folder, and remove its manifest (sent again last)."""
-    ssh_run(target, "mkdir -p -- %s && touch -- %s && rm -f -- %s" % (
-        rquote(remote_dir), rquote(remote_child(remote_dir, MARKER)), rquote(remote_child(remote_dir, manifest_name))),
-        doing="prepare %s" % remote_dir, remote_dir=remote_dir)
+    """Check again on the board that the folder is jetforge's, mark it, and remove its manifest (sent again last).
+
+    Nothing deletes in ``remote_dir`` before this passed: the folder must be the probe's resolved absolute
+    path, and hold jetforge's marker naming it (or be empty: jetforge claims it here), see :mod:`.owner`.
+    """
+    check_remote_path(remote_dir, "remote folder", error=TransferError)
+    if not remote_dir.startswith("/"):
+        raise TransferError("remote folder %r is not absolute" % remote_dir[:80],
+                            hint="the copy takes the folder the probe resolved on the board")
+    name = check_bundle_path(manifest_name, "manifest name")
+    result = ssh_run(target, claim_script(remote_dir, name), doing="prepare %s" % remote_dir, check=False,
+                     remote_dir=remote_dir)
+    if result.returncode == 3:
+        state = result.stdout.strip().rpartition("owner=")[2] or "unknown"
+        raise DeployError("%s on %s changed since the probe and is no longer a folder jetforge marked (%s): "
+                          "nothing was copied or deleted" % (remote_dir, target.label, state),
+                          hint="run the deploy again, or choose a new --remote-dir")
+    if result.returncode != 0:
+        raise RemoteCommandError("prepare %s on %s failed (exit %d): %s" % (remote_dir, target.label,
+                                                                         result.returncode, last_line(result.stderr)),
+                                 hint="check that the folder is writable, or choose another --remote-dir")
 
 
 def _check_rsync(result: Result, target: SshTarget, remote_dir: str) -> None:

@@ -347,7 +347,8 @@ def test_remote_dir_that_is_home_or_not_a_bundle_folder_is_never_cleared(board, 
     assert res.returncode == 1 and "the remote home or above it" in line and fake_ssh()
     res = jf(board.args(bundle, remote_dir=str(board.home / ".ssh")))  # a folder with files, not a bundle
     line = _one_line_error(res.stderr)
-    assert res.returncode == 1 and "is not a bundle folder: the copy would delete them" in line and fake_ssh()
+    assert res.returncode == 1 and "is not a folder jetforge made" in line and "the copy would delete them" in line
+    assert fake_ssh()
 
 
 @pytest.mark.parametrize("attack", ["symlink", "hardlink", "absolute_calibration", "timing_cache"])
