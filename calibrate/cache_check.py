@@ -14,6 +14,7 @@ from jetforge.calibrate.cache import CacheValidation, CalibrationCache, parse_tr
 from jetforge.calibrate.stats import activation_tensors, load_model
 from jetforge.errors import CalibrationError
 from jetforge.fileio import PathLike, check_not_input, require_file
+from jetforge.output_set import check_outputs
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ class CacheCheck:
     validation: Optional[CacheValidation] = None
     retargeted_to: Optional[str] = None
     written: Optional[Path] = None
+    outputs_problem: Optional[str] = None  # the cache's run left its outputs mixed, or they changed since
 
     def to_dict(self) -> Dict[str, object]:
         d: Dict[str, object] = dict(self.cache.to_dict())
@@ -32,6 +34,7 @@ class CacheCheck:
             d["validation"] = self.validation.to_dict()
         d["retargeted_to"] = self.retargeted_to
         d["written"] = str(self.written) if self.written else None
+        d["outputs_problem"] = self.outputs_problem
         return d
 
 
@@ -48,10 +51,13 @@ def check_cache(cache_path: PathLike, model_path: Optional[PathLike] = None, trt
 
     With ``retarget`` the header is rewritten for ``trt_version`` into ``out`` (default:
     ``<stem>.trt<version>.calib`` next to the input, which is never overwritten).
-    Names in the cache that are not tensors of the model are an error.
+    Names in the cache that are not tensors of the model are an error.  A cache whose output set is mixed
+    (its run was killed while replacing the files) or changed since is warned about in one line.
     """
     cache = CalibrationCache.read(cache_path)
-    check = CacheCheck(cache)
+    check = CacheCheck(cache, outputs_problem=check_outputs(cache_path))
+    if check.outputs_problem:  # e.g. a calibrate run killed while replacing the cache, the Q/DQ ONNX, ...
+        log.warning("%s", check.outputs_problem)
     if trt_version is not None:
         try:
             cache.check_version(trt_version)

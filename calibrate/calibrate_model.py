@@ -14,6 +14,10 @@ Outputs for ``model.onnx`` (or next to ``out``, a named cache path ``X.calib``):
   FP16, for TensorRT's ``--layerPrecisions``), ``model.precisions.png`` (the metric against the number of
   FP16 layers on the selection and report splits) and ``model.mixed.qdq.onnx`` (+ sidecar).
 
+The files of one run are one output set (:mod:`jetforge.calibrate.outputs`, recorded in ``.model.calib.set.json``):
+written beside the previous run's in a hidden staging folder and moved into place together once all are written,
+so a run stopped half-way leaves the previous run's files as they were, never a mix of the two.
+
 :func:`check_cache` (:mod:`jetforge.calibrate.cache_check`, re-exported here) reads an existing cache and
 checks its TensorRT version and tensor names.
 """
@@ -29,6 +33,8 @@ from jetforge.calibrate.cache import (ALGORITHM_TOKENS, DEFAULT_TOKEN, Calibrati
                                       version_string)
 from jetforge.calibrate.cache_check import CacheCheck, check_cache, retarget_path  # noqa: F401  (re-exported)
 from jetforge.calibrate import detection_eval as det_eval
+from jetforge.calibrate import outputs as outputs_mod
+from jetforge.calibrate.outputs import output_paths
 from jetforge.calibrate.clip_calibration import ClipOptions, calibration_inputs, clip_evaluator, clip_lines
 from jetforge.calibrate.eval_data import evaluation_batches  # noqa: F401  (re-exported: tests, benchmarks)
 from jetforge.calibrate.quality import RECOMMENDED_SAMPLES, QualityReport
@@ -72,25 +78,6 @@ class CalibrationResult:
                 "trt_version": version_string(self.cache.trt_version), "algorithm": self.algorithm,
                 "samples": self.samples, "tensors": len(self.cache), "warnings": list(self.warnings),
                 "seconds": round(self.seconds, 2)}
-
-
-def output_paths(model_path: PathLike, out: Optional[PathLike] = None) -> Dict[str, Path]:
-    """``model.onnx`` -> model.calib, model.qdq.onnx, model.calib.json, model.calib.plots/."""
-    if out is not None:
-        cache = Path(out)
-        stem = cache.with_suffix("") if cache.suffix == ".calib" else cache
-        if cache.suffix != ".calib":
-            cache = stem.with_name(stem.name + ".calib") if not cache.suffix else cache
-    else:
-        m = Path(model_path)
-        stem = m.with_suffix("") if m.suffix.lower() == ".onnx" else m
-        cache = stem.with_name(stem.name + ".calib")
-    return {"cache": cache, "qdq": stem.with_name(stem.name + ".qdq.onnx"),
-            "report": cache.with_name(cache.name + ".json"), "plots": cache.with_name(cache.name + ".plots"),
-            "mixed_qdq": stem.with_name(stem.name + ".mixed.qdq.onnx"),
-            "precisions": stem.with_name(stem.name + ".precisions.json"),
-            "precisions_txt": stem.with_name(stem.name + ".precisions.txt"),
-            "precisions_plot": stem.with_name(stem.name + ".precisions.png")}
 
 
 def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
@@ -156,28 +143,31 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
         warnings.append("%d tensors had inf/NaN values (ignored), e.g. %s" % (len(nonfinite), nonfinite[0]))
         log.warning("%s", warnings[-1])
 
+    warnings.extend(outputs_mod.input_problems([model_file]))
     cache = CalibrationCache.from_amax(amax, version, cache_algorithm)
-    cache.source = str(paths["cache"])
-    cache.write(paths["cache"])
     result = CalibrationResult(cache_path=paths["cache"], cache=cache, amax=amax, algorithm=algorithm,
                                samples=stats.samples, warnings=warnings, tensor_algorithms=per_tensor)
+    with outputs_mod.output_set(paths, inputs) as outputs:  # all moved into place once all are written
+        staged = outputs_mod.staged_paths(outputs, paths)
+        result.cache_path = cache.write(staged["cache"])
+        qdq_info = outputs_mod.write_qdq_and_plots(result, stats, model, staged, model_file, sidecar, version, qdq,
+                                                   check_build, plots)
+        if eval_items or labels is not None or mixed_precision is not None or sensitivity:
+            result.evaluation = _evaluate(model, result, staged, sidecar, model_file,
+                                          eval_items or data_items, labels, eval_samples, video_sampling,
+                                          mixed_precision, mixed_metric, sensitivity, _held_out(data_items, eval_items),
+                                          progress, int8_kernels, plots=bool(plots),
+                                          calibration_hashes=tracker.hashes, clips=feed.clips)
+        outputs_mod.relocate_result(result, outputs)  # the report names the files where they will be
+        result.seconds = time.perf_counter() - t0
+        if report:
+            result.report = _report(result, stats, quality, source, model_file, outputs.relocate(qdq_info),
+                                    batch_size, percentile)
+            if result.evaluation:
+                result.report["evaluation"] = result.evaluation
+            from jetforge.calibrate.report import write_report
 
-    qdq_info = _write_qdq_and_plots(result, stats, model, paths, model_file, sidecar, version, qdq, check_build,
-                                    plots)
-    if eval_items or labels is not None or mixed_precision is not None or sensitivity:
-        result.evaluation = _evaluate(model, result, paths, sidecar, model_file,
-                                      eval_items or data_items, labels, eval_samples, video_sampling,
-                                      mixed_precision, mixed_metric, sensitivity, _held_out(data_items, eval_items),
-                                      progress, int8_kernels, plots=bool(plots), calibration_hashes=tracker.hashes,
-                                      clips=feed.clips)
-    result.seconds = time.perf_counter() - t0
-    if report:
-        result.report = _report(result, stats, quality, source, model_file, qdq_info, batch_size, percentile)
-        if result.evaluation:
-            result.report["evaluation"] = result.evaluation
-        from jetforge.calibrate.report import write_report
-
-        result.report_path = write_report(paths["report"], result.report)
+            result.report_path = outputs.final(write_report(staged["report"], result.report))
     return result
 
 
@@ -187,29 +177,6 @@ def _check_names(algorithm: str, video_sampling: str, cache_algorithm: str) -> N
         raise UnknownNameError("video sampling", video_sampling, SAMPLINGS)
     if cache_algorithm not in ALGORITHM_TOKENS:
         raise UnknownNameError("cache algorithm token", cache_algorithm, ALGORITHM_TOKENS)
-
-
-def _write_qdq_and_plots(result: CalibrationResult, stats: ActivationStats, model, paths: Dict[str, Path],
-                         model_file: Path, sidecar, version, qdq: bool, check_build: bool,
-                         plots: Union[bool, str]) -> Dict[str, object]:
-    """The Q/DQ model (+ optional TensorRT parse/build check) and the plots; returns the report's qdq block."""
-    qdq_info: Dict[str, object] = {}
-    if qdq:
-        qdq_info = _write_qdq(model, result.amax, paths["qdq"], model_file, sidecar, result.algorithm, version)
-        result.qdq_path = paths["qdq"]
-        if check_build:
-            from jetforge.runtime.tensorrt import check_onnx_builds
-
-            qdq_info["build_check"] = check_onnx_builds(paths["qdq"]).to_dict()
-    if plots:
-        try:
-            result.plots = _plots(stats, result.amax, paths["plots"], result.algorithm, every=plots == "all")
-        except Exception as err:  # plots are a convenience: never lose the calibration for them
-            if isinstance(err, CalibrationError):
-                raise
-            result.warnings.append("histogram plots were not written: %s" % err)
-            log.warning("%s", result.warnings[-1])
-    return qdq_info
 
 
 def _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items,
@@ -319,7 +286,7 @@ def _mixed_precision(model, qdq_model, evaluator, data, result: CalibrationResul
     mp.split = split
     written = mixed.write_outputs(mp, paths["precisions"], paths["mixed_qdq"], paths["precisions_txt"],
                                   paths["precisions_plot"] if plots else None)
-    _write_mixed_sidecar(paths["mixed_qdq"], sidecar, model_file, mp)
+    outputs_mod.write_mixed_sidecar(paths["mixed_qdq"], sidecar, model_file, mp)
     result.mixed_qdq_path, result.precisions_path = written["qdq"], written["json"]
     block = {k: v for k, v in mp.to_dict().items() if k not in ("sensitivity", "format")}
     block["outputs"] = {k: str(v) for k, v in written.items()}
@@ -430,53 +397,6 @@ def _from_dict(d: Dict[str, object]):
     if d.get("labelled"):
         res.labelled, res.accuracy_fp32, res.accuracy_int8 = d["labelled"], d["accuracy_fp32"], d["accuracy_int8"]
     return res
-
-
-def _write_mixed_sidecar(path: Path, sidecar, model_file: Path, mp) -> None:
-    from jetforge.runtime.sidecar import ModelSidecar, produced_by, write_sidecar
-
-    data = sidecar.to_dict()
-    data["produced_by"] = produced_by("calibrate", source=model_file.name, quantization="int8-qdq-mixed",
-                                      fp16_layers=len(mp.fp16_layers))
-    extra = dict(data.get("extra") or {})
-    extra["precision"] = "int8-qdq-mixed"
-    extra["fp16_layers"] = list(mp.fp16_layers)
-    data["extra"] = extra
-    write_sidecar(path, ModelSidecar.from_dict(data))
-
-
-def _write_qdq(model, amax, path: Path, model_file: Path, sidecar, algorithm: str, version) -> Dict[str, object]:
-    from jetforge.calibrate.qdq import QdqSummary, describe_qdq, insert_qdq, save_model
-    from jetforge.runtime.sidecar import ModelSidecar, produced_by, write_sidecar
-
-    summary = QdqSummary()
-    qmodel = insert_qdq(model, amax, summary=summary)
-    save_model(qmodel, path)
-    data = sidecar.to_dict()
-    data["produced_by"] = produced_by("calibrate", source=model_file.name, algorithm=algorithm,
-                                      quantization="int8-qdq", trt_version=version_string(version))
-    extra = dict(data.get("extra") or {})
-    extra["precision"] = "int8-qdq"
-    data["extra"] = extra
-    write_sidecar(path, ModelSidecar.from_dict(data))
-    info = summary.to_dict()
-    info.update(describe_qdq(qmodel))
-    return info
-
-
-def _plots(stats: ActivationStats, amax: Dict[str, float], folder: Path, algorithm: str,
-           every: bool = False) -> List[Path]:
-    from jetforge.calibrate.report import most_clipped, plot_histograms, plot_overview
-
-    hists = stats.histograms
-    overview = plot_overview(hists, amax, folder / "overview.png",
-                             title="%s calibration: %d tensors, |x| distribution and chosen range" % (algorithm,
-                                                                                                    len(hists)))
-    names = list(hists) if every else most_clipped(hists, amax)
-    what = "" if every else ", the %d whose range cuts the most" % len(names)
-    return [overview] + plot_histograms(hists, amax, folder, names=names,
-                                        title="%s calibration%s (red: chosen amax, grey: observed max)" % (algorithm,
-                                                                                                           what))
 
 
 def _report(result: CalibrationResult, stats: ActivationStats, quality: QualityReport, source, model_file: Path,

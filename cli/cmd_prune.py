@@ -84,8 +84,8 @@ class PruneCommand(Command):
             target = found.name if found is not None else None
         import torch
 
-        from jetforge.compress.export import export_onnx
         from jetforge.compress.prune import prune
+        from jetforge.compress.prune.outputs import OUTPUT_FILES, save_pruned
 
         if args.prune_plan:
             raise ConfigError("jetforge prune does not prune an already pruned model yet: its new plan would only "
@@ -99,7 +99,7 @@ class PruneCommand(Command):
         out = Path(args.out)
         from jetforge.fileio import check_not_input
 
-        for written in ("pruned.pt", "model.prune.json"):
+        for written in OUTPUT_FILES:
             check_not_input(out / written, model_input_paths(args))
         out.mkdir(parents=True, exist_ok=True)
         x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
@@ -109,23 +109,9 @@ class PruneCommand(Command):
                        target=target, protect=args.protect, protect_stem=not args.no_protect_stem,
                        min_keep=args.min_keep, measure_latency=args.measure_latency,
                        latency_aware=args.latency_aware)
-        result.plan.meta["model"] = args.model
-        files = {"plan": str(result.plan.save(out / "model.prune.json"))}
-        state_path = out / "pruned.pt"
-        torch.save(result.model.state_dict(), str(state_path))
-        files["state_dict"] = str(state_path)
-        files.update({k: str(v) for k, v in result.report.save(out, plot=not args.no_plot).items()})
-        if not args.no_onnx:
-            onnx_path = out / "model.onnx"
-            try:
-                export_onnx(result.model, onnx_path, shape, task=meta.get("task", "other"),
-                            model_name=meta.get("name", "") + "-pruned", labels=meta.get("labels", ()),
-                            preprocess=meta.get("preprocess"), output_name="logits",
-                            provenance={"pruned": True, "plan": "model.prune.json", "source": args.model})
-            except CompressError as err:
-                raise CompressError("%s (the pruned weights, plan and report are saved in %s)" % (err.message, out),
-                                    hint="%s; or rerun with --no-onnx" % (err.hint or "see the message")) from err
-            files["onnx"] = str(onnx_path)
+        # one set: the files are moved into place together once all are written (a stopped rerun mixes nothing)
+        files = {k: str(v) for k, v in save_pruned(result, out, args.model, meta, shape, onnx=not args.no_onnx,
+                                                   plot=not args.no_plot, keep=model_input_paths(args)).items()}
         if args.json:
             data = result.report.to_dict()
             data["files"] = files

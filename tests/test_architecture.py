@@ -24,7 +24,7 @@ FOLDERS = {"jetforge": "root", "targets": "targets", "runtime": "runtime", "cali
            "compress": "compress", "apps": "apps", "deploy": "deploy", "cli": "cli"}
 ROOT_MODULES = {"jetforge", "jetforge.errors", "jetforge.config", "jetforge.fileio", "jetforge.optional",
                 "jetforge.registry", "jetforge.progress", "jetforge.table", "jetforge.entry", "jetforge.assets",
-                "jetforge.assets.catalog", "jetforge.assets.store"}
+                "jetforge.assets.catalog", "jetforge.assets.store", "jetforge.output_set"}
 # area -> areas it may import (besides itself and the root modules)
 ALLOWED: Dict[str, Set[str]] = {
     "root": set(),
