@@ -37,7 +37,7 @@ from jetforge.compress.action.action3d_int8 import heldout_batches, heldout_eval
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "action_mobilenet3d.yaml"
-APP_MODEL = ROOT / "apps" / "data" / "action_mobilenet3d.onnx"
+APP_MODEL = ROOT / "src" / "jetforge" / "apps" / "data" / "action_mobilenet3d.onnx"
 TARGET = "orin-nx-16gb"
 CARRIED_TEACHER = ROOT / "build" / "action3d_device" / "teacher_trained.pt"
 #: which of the device run's students this run measures (``--student``; the run may hold several)

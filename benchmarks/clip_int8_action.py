@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-MODEL = ROOT / "apps" / "data" / "action_walking_direction.onnx"
+MODEL = ROOT / "src" / "jetforge" / "apps" / "data" / "action_walking_direction.onnx"
 CALIBRATION_FRAMES = (0, 560)  # the recipe's training frames
 HELD_OUT_FROM = 568            # the recipe's held-out windows start here
 SHARED_NOTE = ("run with nice -n 10 on a 2-core VM shared with other engineers' jobs: the accuracy numbers do not "

@@ -8,11 +8,9 @@ small packages more and ``import jetforge.<folder>`` from the checkout:
   into a git-ignored folder that travels with the checkout;
 * :func:`install_wheels` (on the device) installs them into a private ``--target`` folder with
   ``--no-index --no-deps`` (nothing is fetched, nothing in the host's Python changes);
-* :func:`map_checkout` makes ``import jetforge.runtime`` etc. work from the checkout without
-  installing it: ``setup.py`` maps the top-level folders to subpackages, so a folder
-  ``<dest>/jetforge`` is built of symbolic links (``jetforge/*`` plus ``runtime -> ../runtime`` ...).
-  Putting ``<dest>`` on ``PYTHONPATH`` serves this process and every subprocess it starts
-  (the soak runs the real CLI as ``python -m jetforge.cli.main``).
+* :func:`use_checkout` makes ``import jetforge`` work from the checkout without installing it: the package
+  lives in ``src/jetforge`` (the folder path is the import path), so ``src/`` goes on ``sys.path`` and on
+  ``PYTHONPATH`` for every subprocess (the soak runs the real CLI as ``python -m jetforge.cli.main``).
 
 When jetforge is already importable (the workstation's editable install), :func:`use_checkout` does
 nothing.  Standard library only: it runs before anything else can be imported.
@@ -23,13 +21,10 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
-#: folder -> subpackage, as setup.py maps them (the root package folder is jetforge/ itself)
-SUBPACKAGES = ("targets", "runtime", "calibrate", "compress", "apps", "deploy", "cli")
 #: What the device's python3 lacks for the issue-12 runs, pinned to the versions the project's venv uses.
 DEVICE_WHEELS = ("hypothesis==6.170.17", "sortedcontainers==2.4.0", "PyYAML==6.0.4", "tqdm==4.70.1",
                  "psutil==7.2.2")
@@ -45,19 +40,6 @@ def jetforge_importable() -> bool:
         return False
 
 
-def map_checkout(dest: Path) -> Path:
-    """Build ``dest/jetforge`` from links into the checkout; returns ``dest`` (the folder for sys.path)."""
-    pkg = dest / "jetforge"
-    pkg.mkdir(parents=True, exist_ok=True)
-    for entry in (REPO / "jetforge").iterdir():
-        if entry.name != "__pycache__" and not (pkg / entry.name).exists():
-            (pkg / entry.name).symlink_to(entry)
-    for folder in SUBPACKAGES:
-        if (REPO / folder / "__init__.py").is_file() and not (pkg / folder).exists():
-            (pkg / folder).symlink_to(REPO / folder, target_is_directory=True)
-    return dest
-
-
 def use_checkout(extra_paths: Sequence[Path] = ()) -> Dict[str, Any]:
     """Make jetforge (and ``extra_paths``, e.g. installed wheels) importable here and in subprocesses.
 
@@ -66,8 +48,8 @@ def use_checkout(extra_paths: Sequence[Path] = ()) -> Dict[str, Any]:
     paths = [str(p) for p in extra_paths if Path(p).is_dir()]
     how = "installed"
     if not jetforge_importable():
-        paths.insert(0, str(map_checkout(Path(tempfile.mkdtemp(prefix="jetforge-checkout-")))))
-        how = "checkout mapped by links (not installed)"
+        paths.insert(0, str(REPO / "src"))
+        how = "checkout's src/ on the path (not installed)"
     for p in reversed(paths):
         if p not in sys.path:
             sys.path.insert(0, p)

@@ -44,31 +44,10 @@ SCHEMA = 1
 
 
 def add_repo_to_path() -> None:
-    """Make ``import jetforge.<folder>`` work from a plain checkout (setup.py maps folders to subpackages)."""
-    import importlib.util
-    import types
-
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
-    try:
-        import jetforge.compress  # noqa: F401  (installed, or already mapped)
-        return
-    except ImportError:
-        pass
-    sys.path.insert(0, str(ROOT))
-    import jetforge  # the root package folder jetforge/
-
-    for folder in ("targets", "runtime", "calibrate", "compress", "apps", "deploy", "cli"):
-        name = "jetforge." + folder
-        if name in sys.modules or not (ROOT / folder / "__init__.py").is_file():
-            continue
-        spec = importlib.util.spec_from_file_location(name, str(ROOT / folder / "__init__.py"),
-                                                      submodule_search_locations=[str(ROOT / folder)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-        setattr(jetforge, folder, module)
-    assert isinstance(sys.modules["jetforge.compress"], types.ModuleType)
+    """Make this folder's helpers and the checkout's ``src/`` importable (src/jetforge is the package as installed)."""
+    for path in (HERE, ROOT / "src"):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
 
 
 def log(*parts: Any) -> None:

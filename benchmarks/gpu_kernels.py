@@ -37,7 +37,6 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 FIXTURE = ROOT / "tests" / "runtime" / "gpu_kernels" / "data" / "ssd_person_vtest.npz"
 STREAMS = [ROOT / "build" / "gpu_pipeline" / "streams" / n for n in ("bbb720.mp4", "people720.mp4")]  # F1's carry
-SUBPACKAGES = ("targets", "runtime", "calibrate", "compress", "apps", "deploy", "cli")
 FIXTURE_FRAMES = (40, 200, 400, 760)  # vtest.avi frames with several walkers each
 BATCHES = (1, 16, 32)
 DEADLINE = [float("inf")]  # perf_counter() time after which no new measurement starts (--budget-s)
@@ -51,19 +50,6 @@ def log(*parts: Any) -> None:
     print(*parts, flush=True)
 
 
-def map_checkout(dest: Path) -> Path:
-    """``dest/jetforge`` of links into this checkout (jetforge/* and one link per subpackage folder)."""
-    pkg = dest / "jetforge"
-    pkg.mkdir(parents=True, exist_ok=True)
-    entries = [(p.name, p) for p in (ROOT / "jetforge").iterdir() if p.name != "__pycache__"]
-    entries += [(name, ROOT / name) for name in SUBPACKAGES]
-    for name, target in entries:
-        link = pkg / name
-        if not link.exists() and not link.is_symlink():
-            link.symlink_to(target)
-    return dest
-
-
 def use_checkout() -> Dict[str, str]:
     """Make ``import jetforge`` work here and in subprocesses; returns the environment for them."""
     env = dict(os.environ)
@@ -72,7 +58,7 @@ def use_checkout() -> Dict[str, str]:
         return env
     except ImportError:
         pass
-    path = map_checkout(Path("/tmp/jf_gpu_kernels_path"))
+    path = ROOT / "src"  # the package as installed: src/jetforge
     sys.path.insert(0, str(path))
     env["PYTHONPATH"] = os.pathsep.join([str(path)] + [p for p in [env.get("PYTHONPATH", "")] if p])
     return env

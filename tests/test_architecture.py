@@ -173,12 +173,18 @@ def check_source(source: str, rel: str) -> List[str]:
     return problems
 
 
+PACKAGE = ROOT / "src" / "jetforge"
+
+
 def _python_files() -> List[Tuple[Path, str]]:
+    """(path, rel) of every module: rel is the layer's folder and the path below it (``runtime/session/ort.py``),
+    ``jetforge/...`` for the root package's own modules (``jetforge/errors.py``, ``jetforge/assets/store.py``)."""
     out = []
-    for folder in FOLDERS:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            if "__pycache__" not in path.parts:
-                out.append((path, path.relative_to(ROOT).as_posix()))
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(PACKAGE).as_posix()
+        out.append((path, rel if rel.split("/")[0] in FOLDERS and "/" in rel else "jetforge/" + rel))
     return out
 
 

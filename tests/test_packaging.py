@@ -26,20 +26,24 @@ DATA_SUFFIXES = (".yaml", ".yml", ".json", ".txt", ".csv")  # files that must sh
 SKIP_DIRS = {"__pycache__", ".pytest_cache"}
 
 
-def _setup_literals() -> "tuple[Dict[str, str], Dict[str, List[str]]]":
-    """FOLDERS and package_data as written in setup.py (read, not executed)."""
+def _setup_literals() -> "Dict[str, List[str]]":
+    """package_data as written in setup.py (read, not executed); the layout must be src/ with path = import path."""
     tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
-    folders = package_data = None
+    package_dir = package_data = None
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "FOLDERS" for t in node.targets):
-            folders = ast.literal_eval(node.value)
+        if isinstance(node, ast.keyword) and node.arg == "package_dir":
+            package_dir = ast.literal_eval(node.value)
         if isinstance(node, ast.keyword) and node.arg == "package_data":
             package_data = ast.literal_eval(node.value)
-    assert folders and package_data is not None, "setup.py no longer defines FOLDERS and package_data literally"
-    return folders, package_data
+    assert package_dir == {"": "src"}, "setup.py must map the package from src/ (the folder path is the import path)"
+    assert package_data is not None, "setup.py no longer defines package_data literally"
+    return package_data
 
 
-FOLDERS, PACKAGE_DATA = _setup_literals()
+PACKAGE_DATA = _setup_literals()
+LAYERS = ("targets", "runtime", "calibrate", "compress", "apps", "deploy", "cli")
+# package -> its folder in the repository: src/jetforge and one folder per layer below it
+FOLDERS = dict([("jetforge", "src/jetforge")] + [("jetforge." + n, "src/jetforge/" + n) for n in LAYERS])
 
 
 def _packages(src: Path) -> Dict[str, Path]:
@@ -74,8 +78,7 @@ def built(tmp_path_factory):
     for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
         if (ROOT / name).exists():
             shutil.copy2(str(ROOT / name), str(src / name))
-    for folder in FOLDERS.values():
-        shutil.copytree(str(ROOT / folder), str(src / folder), ignore=ignore)
+    shutil.copytree(str(ROOT / "src"), str(src / "src"), ignore=ignore)
     dist = base / "dist"
     env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     proc = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
@@ -186,7 +189,7 @@ print(json.dumps(out))
 
 
 def test_editable_install_maps_folders_and_installs_no_generic_names(tmp_path):
-    """The development install resolves jetforge.<folder> to the repository folders, from any directory."""
+    """The development install resolves jetforge.<layer> to src/jetforge/<layer>, from any directory."""
     script = """
 import importlib, importlib.util, json
 try:
@@ -200,7 +203,7 @@ for bare in %r:
     spec = importlib.util.find_spec(bare)
     out["bare"][bare] = spec.origin if spec is not None else None
 print(json.dumps(out))
-""" % (sorted(FOLDERS), [f for f in FOLDERS.values() if f != "jetforge"])
+""" % (sorted(FOLDERS), list(LAYERS))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([sys.executable, "-c", script], cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True, timeout=60)

@@ -34,6 +34,7 @@ IMPORT_ALL = BLOCKER + r"""
 import importlib, json, pkgutil, traceback
 
 failures, imported = {}, []
+WORKSTATION = ("jetforge.calibrate", "jetforge.compress")
 
 def load(name):
     try:
@@ -49,10 +50,15 @@ for top in ("jetforge", "jetforge.targets", "jetforge.runtime", "jetforge.apps",
     if pkg is None:
         continue
     prefix = top + "."
-    # jetforge's own __path__ holds only the root modules: the subpackages live in other folders
-    for info in pkgutil.walk_packages(pkg.__path__, prefix, onerror=lambda name: failures.setdefault(name, "walk")):
+    def walk_error(name):
+        if not name.startswith(WORKSTATION):
+            failures.setdefault(name, "walk")
+
+    for info in pkgutil.walk_packages(pkg.__path__, prefix, onerror=walk_error):
         if top == "jetforge" and info.name == "jetforge.__main__":
             continue  # runs the CLI and exits
+        if info.name.startswith(WORKSTATION):
+            continue  # the workstation layers (src/jetforge/calibrate, compress) may need torch
         load(info.name)
 
 leaked = sorted(m for m in sys.modules if m.split(".")[0] in %r)

@@ -545,7 +545,7 @@ def _sidecar_seeds() -> List[Dict[str, Any]]:
 
     sidecar_cls = public("model_sidecar_class")
     spec = importlib.import_module(sidecar_cls.__module__).TensorSpec
-    real = json.loads((REPO / "apps" / "data" / "action_walking_direction.onnx.json").read_text())
+    real = json.loads((REPO / "src" / "jetforge" / "apps" / "data" / "action_walking_direction.onnx.json").read_text())
     made = sidecar_cls(task="classify", model_name="tiny", inputs=[spec("x", [-1, 3, 32, 32])],
                        outputs=[spec("y", ["N", 8], "float16")], preprocess=Preprocess(height=32, width=32),
                        labels=["c%d" % i for i in range(8)], produced_by={"tool": "jetforge"}).to_dict()
@@ -608,7 +608,7 @@ def _bundle_manifest(work: Path) -> ParserTarget:
     src = work / "bundle-src"
     src.mkdir()
     for name in ("action_walking_direction.onnx", "action_walking_direction.onnx.json"):
-        (src / name).write_bytes((REPO / "apps" / "data" / name).read_bytes())
+        (src / name).write_bytes((REPO / "src" / "jetforge" / "apps" / "data" / name).read_bytes())
     cache = src / "model.calib"
     cache.write_text(write(100300, "EntropyCalibration2", {"clip": 0.02, "logits": 0.05}))
     bundle = create(src / "action_walking_direction.onnx", work / "cam", ["orin-nx-16gb"], calib=[cache],
@@ -655,7 +655,7 @@ def _bundle_manifest(work: Path) -> ParserTarget:
 
 def _target_profile(work: Path) -> ParserTarget:
     load = public("target_profile")
-    seeds = {name: (REPO / "targets" / "profiles" / (name + ".yaml")).read_text()
+    seeds = {name: (REPO / "src" / "jetforge" / "targets" / "profiles" / (name + ".yaml")).read_text()
              for name in ("orin-nx-16gb", "desktop-ada", "agx-orin-64gb")}
 
     def parse(data: bytes) -> Any:

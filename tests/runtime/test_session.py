@@ -241,8 +241,7 @@ def test_only_the_ort_backend_creates_onnxruntime_sessions():
     """Every inference goes through open_session: InferenceSession( appears in runtime/session/ort.py alone."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
-    folders = ("jetforge", "targets", "runtime", "calibrate", "compress", "apps", "deploy", "cli")
-    found = sorted(str(f.relative_to(root)) for folder in folders for f in (root / folder).rglob("*.py")
+    package = Path(__file__).resolve().parents[2] / "src" / "jetforge"
+    found = sorted(f.relative_to(package).as_posix() for f in package.rglob("*.py")
                    if "InferenceSession(" in f.read_text(encoding="utf-8"))
     assert found == ["runtime/session/ort.py"]
