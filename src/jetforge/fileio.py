@@ -313,6 +313,23 @@ def require_file(path: PathLike, what: str = "file", hint: str = "") -> Path:
     raise InputFileError("%s %s is not a regular file" % (what, p), hint=hint or "give the path of a file")
 
 
+def opencv_path(path: PathLike, what: str = "file") -> str:
+    """``path`` as the text OpenCV is given, refused in one line when it cannot be UTF-8.
+
+    A name with a byte that is not UTF-8 (a file from another system, a Latin-1 name) reaches Python as a lone
+    surrogate, and OpenCV's ``VideoCapture``/``imread`` then crash the interpreter (exit 139, no message).
+    """
+    text = os.fspath(path)
+    text = text if isinstance(text, str) else os.fsdecode(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputFileError("the name of %s %s is not valid UTF-8, and OpenCV cannot open such a name"
+                             % (what, os.fsencode(text).decode("ascii", "backslashreplace")),  # the real bytes
+                             hint="rename it (e.g. `convmv -f latin1 -t utf8 --notest FILE`)") from None
+    return text
+
+
 def require_dir(path: PathLike, what: str = "folder", hint: str = "") -> Path:
     """Return ``path`` as a Path if it is an existing folder, else raise a clear InputFileError."""
     p = Path(path)

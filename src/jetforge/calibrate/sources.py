@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 import numpy as np
 
 from jetforge.errors import CalibrationError, InputFileError
+from jetforge.fileio import opencv_path
 from jetforge.optional import require
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class ImageFiles(Source):
         chosen = [self.paths[i] for i in evenly_spaced(len(self.paths), n)]
         unreadable = 0
         for p in chosen:
-            image = cv2.imread(str(p), cv2.IMREAD_COLOR)
+            image = cv2.imread(opencv_path(p, "image"), cv2.IMREAD_COLOR)
             if image is None:
                 unreadable += 1
                 log.warning("skipping %s: OpenCV cannot decode it as an image", p)
@@ -107,7 +108,7 @@ class VideoFile(Source):
 
     def _open(self):
         cv2 = _cv2()
-        cap = cv2.VideoCapture(str(self.path))
+        cap = cv2.VideoCapture(opencv_path(self.path, "video"))
         if not cap.isOpened():
             raise CalibrationError("cannot open video %s: OpenCV has no decoder for it or the file is damaged"
                                    % self.path, hint="convert it to H.264 MP4 (ffmpeg -i IN -c:v libx264 OUT.mp4) "

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from jetforge.cli.base import Command, add_json_flag, print_json
+from jetforge.fileio import opencv_path
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 MAX_CHECK_IMAGES = 32
@@ -128,7 +129,7 @@ def read_images(folder: str) -> List[Any]:
     paths = sorted(p for p in root.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     images = []
     for path in paths[:MAX_CHECK_IMAGES]:
-        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        image = cv2.imread(opencv_path(path, "image"), cv2.IMREAD_COLOR)
         if image is not None:
             images.append(image)
     if not images:

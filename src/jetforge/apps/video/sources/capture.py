@@ -11,6 +11,7 @@ from typing import List, Tuple, Union
 from jetforge.apps.video.sources.base import SourceOptions, SourceSpec
 from jetforge.apps.video.sources.live import Capture, CaptureFactory
 from jetforge.errors import ConfigError, StreamError
+from jetforge.fileio import opencv_path
 from jetforge.optional import require
 
 
@@ -71,6 +72,8 @@ def _fraction(fps: float) -> str:
 def _opencv_factory(target: Union[str, int], api: int, params: List[int], what: str, uri: str) -> CaptureFactory:
     def open_capture() -> Capture:
         cv2 = require("cv2", "video capture")
+        if isinstance(target, str):
+            opencv_path(target, what)  # OpenCV crashes on text that is not UTF-8: refuse it in one line
         cap = cv2.VideoCapture(target, api, params) if params else cv2.VideoCapture(target, api)
         if not cap.isOpened():
             cap.release()

@@ -7,7 +7,7 @@ from typing import Any, Optional, Union
 
 from jetforge.apps.video.sources.base import Frame, VideoSource
 from jetforge.errors import StreamError
-from jetforge.fileio import require_file
+from jetforge.fileio import opencv_path, require_file
 from jetforge.optional import require
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class FileSource(VideoSource):
         self.path = require_file(path, "video file", hint="check the path of the video (--video or --source)")
         self.uri = str(self.path)
         self._cv2 = cv2
-        cap = cv2.VideoCapture(str(self.path))
+        cap = cv2.VideoCapture(opencv_path(self.path, "video file"))
         if not cap.isOpened():
             cap.release()
             raise StreamError("cannot decode video %s: OpenCV could not open it (not a video file, or its codec "
@@ -76,7 +76,7 @@ class FileSource(VideoSource):
     def _restart(self) -> Optional[Frame]:
         """Open the file again for the next pass of a loop; None when it yields nothing this time."""
         self._cap.release()
-        self._cap = self._cv2.VideoCapture(str(self.path))
+        self._cap = self._cv2.VideoCapture(opencv_path(self.path, "video file"))
         if not self._cap.isOpened():
             return None
         self._offset = self._last_timestamp + (1.0 / self.fps if self.fps > 0 else 0.0)

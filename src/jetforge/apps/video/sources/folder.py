@@ -10,7 +10,7 @@ import numpy as np
 
 from jetforge.apps.video.sources.base import Frame, FrameDecodeError, VideoSource
 from jetforge.errors import InputFileError, StreamError
-from jetforge.fileio import require_dir
+from jetforge.fileio import opencv_path, require_dir
 from jetforge.optional import require
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class ImageFolderSource(VideoSource):
 
     def _decode(self, path: Path) -> Optional[np.ndarray]:
         try:
-            return self._cv2.imread(str(path), self._cv2.IMREAD_COLOR)
+            return self._cv2.imread(opencv_path(path, "image"), self._cv2.IMREAD_COLOR)
         except Exception as err:  # cv2.error on some malformed headers instead of None
             log.debug("cannot decode %s: %s", path, err)
             return None
