@@ -6,6 +6,7 @@ Every expected number is worked out by hand in the comments from the graph in ``
 
 import math
 
+import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
@@ -369,3 +370,66 @@ def test_eager_attention_is_one_kernel_that_never_writes_the_scores():
     kept = place(_attention_block(extra_reader=True), 2, "fp16", fusion="none")
     assert [[l.name for l in k.layers] for k in kept.kernels] == [["in_proj"], ["scale_q"], ["scale_k"], ["scores"],
                                                                   ["softmax"], ["context"]]
+
+
+def _constant_of_shape_graph(count, dims):
+    """``count`` ConstantOfShape nodes of ``dims`` each, summed into the output (the hostile probe's shape)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(dims, dtype=np.int64), "shape")]
+    nodes, sums = [], []
+    for i in range(count):
+        nodes.append(helper.make_node("ConstantOfShape", ["shape"], ["c%d" % i],
+                                      value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])))
+        nodes.append(helper.make_node("ReduceSum", ["c%d" % i], ["r%d" % i], keepdims=0))
+        sums.append("r%d" % i)
+    nodes += [helper.make_node("Sum", sums, ["s"]), helper.make_node("Add", ["x", "s"], ["y"])]
+    graph = helper.make_graph(nodes, "cos", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_folding_never_builds_a_tensor_it_would_refuse(monkeypatch):
+    """1,500 ConstantOfShape nodes declaring 2^40 elements each: none is built (the estimate ran past 120 s)."""
+    import onnx
+
+    from jetforge.runtime.estimate import fold
+
+    built = []
+    real = fold._evaluate
+    monkeypatch.setattr(fold, "_evaluate", lambda node, values, opsets: built.append(node.op_type) or
+                        real(node, values, opsets))
+    model = onnx.shape_inference.infer_shapes(_constant_of_shape_graph(1500, [1 << 20, 1 << 20]))
+    folded = fold.fold_constants(model)
+    assert "ConstantOfShape" not in built
+    assert sum(n.op_type == "ConstantOfShape" for n in folded.graph.node) == 1500  # left to the engine
+
+
+def test_folding_still_folds_small_constants_of_shape():
+    import onnx
+
+    from jetforge.runtime.estimate import fold
+
+    folded = fold.fold_constants(onnx.shape_inference.infer_shapes(_constant_of_shape_graph(3, [2, 3])))
+    assert not any(n.op_type in ("ConstantOfShape", "ReduceSum", "Sum") for n in folded.graph.node)
+    value = {i.name: onnx.numpy_helper.to_array(i) for i in folded.graph.initializer}["s"]
+    assert float(value) == 18.0  # three 2x3 tensors of ones, summed
+
+
+@pytest.mark.parametrize("op, inputs, expect", [
+    ("ConstantOfShape", {"a": np.array([3, 4], np.int64)}, 12),
+    ("Expand", {"a": np.ones((1, 3)), "b": np.array([5, 1], np.int64)}, 15),
+    ("Tile", {"a": np.ones((2, 3)), "b": np.array([4, 2], np.int64)}, 48),
+    ("Range", {"a": np.array(0.0), "b": np.array(10.0), "c": np.array(3.0)}, 4),
+])
+def test_predicted_sizes_match_what_the_evaluator_builds(op, inputs, expect):
+    from onnx import helper
+
+    from jetforge.runtime.estimate import fold
+
+    node = helper.make_node(op, list(inputs), ["out"])
+    assert fold._predicted_elems(node, inputs, {}) == expect
+    built = fold._evaluate(node, inputs, [helper.make_opsetid("", 17)])
+    assert np.asarray(built[0]).size == expect

@@ -9,7 +9,7 @@ all constants (ONNX's reference implementation, numpy only), then infers shapes 
 nothing changes -- what TensorRT's own constant folding does when it builds the engine.
 """
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                      "Bernoulli"}
@@ -36,6 +36,35 @@ def _shape_value(node: Any, shape: List[int]) -> Any:
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     start, end = int(attrs.get("start", 0)), attrs.get("end")
     return np.array(shape[start:None if end is None else int(end)], dtype=np.int64)
+
+
+def _predicted_elems(node: Any, values: Dict[str, Any], shapes: Dict[str, List[int]]) -> Optional[int]:
+    """How many elements evaluating ``node`` would build, where that is known without building it; else None.
+
+    Checked before evaluating: a graph of 1,500 ``ConstantOfShape`` nodes each declaring a huge tensor took minutes
+    when every tensor was built first and only then found too large (issue 25).
+    """
+    import numpy as np
+
+    known = [shapes[t] for t in node.output if t and t in shapes]
+    if known and len(known) == len([t for t in node.output if t]):
+        return max(int(np.prod(s, dtype=np.float64)) if s else 1 for s in known)
+    op, ins = node.op_type, [t for t in node.input]
+    try:
+        if op == "ConstantOfShape" and ins and ins[0] in values:
+            dims = np.asarray(values[ins[0]], dtype=np.float64).ravel()
+            return int(np.prod(np.maximum(dims, 0))) if dims.size else 1
+        if op == "Expand" and len(ins) > 1 and ins[0] in values and ins[1] in values:
+            shape = np.broadcast_shapes(np.shape(values[ins[0]]), tuple(int(d) for d in np.ravel(values[ins[1]])))
+            return int(np.prod(shape, dtype=np.float64))
+        if op == "Tile" and len(ins) > 1 and ins[0] in values and ins[1] in values:
+            return int(np.size(values[ins[0]]) * np.prod(np.asarray(values[ins[1]], dtype=np.float64)))
+        if op == "Range" and len(ins) > 2 and all(t in values for t in ins[:3]):
+            start, limit, delta = (float(np.asarray(values[t]).ravel()[0]) for t in ins[:3])
+            return int(max(0.0, np.ceil((limit - start) / delta))) if delta else None
+    except (ValueError, TypeError, OverflowError, IndexError):  # malformed: let the evaluator decline it
+        return None
+    return None
 
 
 def _evaluate(node: Any, values: Dict[str, Any], opsets: List[Any]) -> List[Any]:
@@ -74,7 +103,9 @@ def fold_constants(proto: Any, max_rounds: int = 6) -> Any:
                 elif node.op_type == "Size" and node.input[0] in shapes:
                     result = [np.array(int(np.prod(shapes[node.input[0]])), dtype=np.int64)]
                 elif node.op_type == "Constant" or (inputs and all(t in values for t in inputs)):
-                    result = _evaluate(node, values, list(proto.opset_import))
+                    predicted = _predicted_elems(node, values, shapes)
+                    if predicted is None or predicted <= _MAX_FOLD_ELEMS:
+                        result = _evaluate(node, values, list(proto.opset_import))
             except Exception:  # an op the reference evaluator does not run: leave it to the engine
                 result = None
             if result is None or any(np.asarray(r).size > _MAX_FOLD_ELEMS for r in result):
