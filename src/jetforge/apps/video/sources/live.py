@@ -55,6 +55,7 @@ class LiveSource(VideoSource):
         self._next_index = 0
         self.dropped = 0
         self.reconnects = 0
+        self._attempts_used = 0  # reconnect attempts spent since the last connection that lasted
         self.disconnects = 0
         self.timeouts = 0
         self.frame_count = None
@@ -77,17 +78,18 @@ class LiveSource(VideoSource):
         self._thread.start()
 
     # -- the reader thread --------------------------------------------------------------
-    def _connect(self, initial: bool) -> Capture:
+    def _connect(self, initial: bool, used: int = 0) -> Capture:
         """Open the capture, retrying with back-off; StreamError after the last attempt.
 
         The first connection tries ``1 + max_reconnects`` times (once without ``reconnect``);
-        a reconnection ``max_reconnects`` times, each after its back-off delay.
+        a reconnection what is left of ``max_reconnects`` after ``used`` (reconnects that did not last,
+        see :meth:`_reader`), each after its back-off delay.
         """
         retries = self.options.max_reconnects if self.options.reconnect else 0
         attempts = 1 + retries if initial else max(1, retries)
         last = "no reason given"
         waited = 0.0
-        for attempt in range(1, attempts + 1):
+        for attempt in range(1 + (0 if initial else used), attempts + 1):
             delay = 0.0 if (initial and attempt == 1) else self.options.backoff(attempt - 1 if initial else attempt)
             if delay:
                 log.warning("%s %s: %s attempt %d/%d in %.1f s", self.what, self.uri,
@@ -104,6 +106,7 @@ class LiveSource(VideoSource):
             if cap is not None and (opened is None or opened()):
                 if not initial:
                     self.reconnects += 1
+                    self._attempts_used = attempt  # counts until the connection has lasted (see _reader)
                 return cap
             _release(cap)
             last = "the capture did not open"
@@ -131,6 +134,14 @@ class LiveSource(VideoSource):
             self._cond.notify_all()
 
     def _reader(self, cap: Capture) -> None:
+        """Read frames until closed; reconnect within the budget.
+
+        A reconnect that opens but stops again before the connection has lasted ``stall_timeout_s`` (a camera
+        that flaps, a server that stalls or sends junk after a few frames) does not refill the budget: it
+        counts as one of the ``max_reconnects`` attempts, so such a source ends the run instead of keeping it
+        alive forever between stalls.  A connection that lasted that long starts a new budget.
+        """
+        connected = time.perf_counter()
         try:
             while not self._stopping:
                 ok, image = _read(cap)
@@ -145,8 +156,16 @@ class LiveSource(VideoSource):
                 if not self.options.reconnect:
                     raise StreamError("%s %s stopped delivering frames" % (self.what, self.uri),
                                       hint="reconnecting is off")
+                if time.perf_counter() - connected >= self.options.stall_timeout_s:
+                    self._attempts_used = 0  # the last connection lasted: a fresh budget
+                if self._attempts_used >= max(1, self.options.max_reconnects):
+                    raise StreamError("lost %s %s: it stopped again within %.0f s of each of its last %d "
+                                      "reconnects" % (self.what, self.uri, self.options.stall_timeout_s,
+                                                      self._attempts_used),
+                                      hint="check the %s; raise --max-reconnects to keep trying" % self.what)
                 log.warning("%s %s stopped delivering frames; reconnecting", self.what, self.uri)
-                cap = self._connect(initial=False)
+                cap = self._connect(initial=False, used=self._attempts_used)
+                connected = time.perf_counter()
         except StreamError as err:
             with self._cond:
                 self._error = err
