@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import Any, Callable, Iterator, NoReturn
 
-from jetforge.errors import ConfigError, JetforgeError
+from jetforge.errors import ConfigError, JetforgeError, user_os_error
 
 EXIT_ERROR = 1  # an error the user can fix (one line on stderr)
 EXIT_BUG = 2  # an internal error
@@ -110,3 +110,9 @@ def run_entry(prog: str, body: Callable[[], int]) -> int:
         except KeyboardInterrupt as err:
             print("%s: interrupted%s" % (prog, " (SIGTERM)" if isinstance(err, Terminated) else ""), file=sys.stderr)
             return EXIT_INTERRUPTED
+        except OSError as err:  # a full disk, a name too long: the user's, one line; anything else is a bug
+            user = user_os_error(err)
+            if user is None:
+                raise
+            print("%s: error: %s" % (prog, user.one_line()), file=sys.stderr)
+            return EXIT_ERROR

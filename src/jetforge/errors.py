@@ -105,3 +105,40 @@ class CompressError(JetforgeError):
 
 class StreamError(JetforgeError):
     """A video source or sink failed (distinct from a normal end of stream)."""
+
+
+# OS errors a user causes (a full disk, a name too long for the file system, a read-only or foreign folder): each
+# is one line naming the path and the fix, never an "internal error" with a traceback.
+_USER_OS_ERRORS = {
+    "ENOSPC": ("no space left on the device holding %s", "free space there, or write to another disk"),
+    "EDQUOT": ("disk quota exceeded writing %s", "free space in your quota, or write elsewhere"),
+    "ENAMETOOLONG": ("a file name in %s is too long for the file system (at most 255 bytes per name)",
+                     "use a shorter name"),
+    "EROFS": ("%s is on a read-only file system", "write to a writable folder"),
+    "EACCES": ("permission denied for %s", "check its permissions, or choose a path you may write"),
+    "EPERM": ("operation not permitted on %s", "check its permissions, or choose another path"),
+    "EMFILE": ("too many open files while opening %s", "raise the limit (ulimit -n) or open fewer files"),
+    "ENOTDIR": ("a part of %s is a file, not a folder", "check the path"),
+    "EISDIR": ("%s is a folder, not a file", "name a file"),
+    "ELOOP": ("%s has too many levels of symbolic links", "check the links in the path"),
+    "EXDEV": ("%s cannot be moved across file systems", "write the output on the same disk as its folder"),
+}
+
+
+def user_os_error(err: BaseException) -> Optional[JetforgeError]:
+    """The one-line :class:`InputFileError` for an OS error a user causes; None for any other exception."""
+    import errno as errno_names
+
+    if not isinstance(err, OSError) or err.errno is None:
+        return None
+    name = errno_names.errorcode.get(err.errno, "")
+    if name not in _USER_OS_ERRORS:
+        return None
+    message, hint = _USER_OS_ERRORS[name]
+    where = err.filename if err.filename is not None else "a file this command writes"
+    if isinstance(where, bytes):
+        where = where.decode("utf-8", "backslashreplace")
+    where = str(where)
+    if len(where) > 160:  # a 4000-byte path is not worth printing whole
+        where = where[:70] + "..." + where[-70:]
+    return InputFileError(message % where.encode("utf-8", "backslashreplace").decode("utf-8"), hint=hint)

@@ -26,7 +26,7 @@ from typing import Any, List, Optional, Sequence
 import jetforge
 from jetforge.entry import (EXIT_BUG, EXIT_ERROR, EXIT_INTERRUPTED, ArgumentParser, Terminated, UsageError,
                             stop_signals_as_interrupt)
-from jetforge.errors import JetforgeError
+from jetforge.errors import JetforgeError, user_os_error
 from jetforge.registry import Registry
 
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_ERROR", "EXIT_BUG", "EXIT_INTERRUPTED", "Terminated",
@@ -180,7 +180,13 @@ def _main(argv: Optional[List[str]] = None) -> int:
         return 141
     except SystemExit:
         raise
-    except Exception as err:  # a bug: say so, and how to see it
+    except Exception as err:  # a bug: say so, and how to see it - unless the OS says the user's disk or path
+        user = user_os_error(err)
+        if user is not None:
+            if debug:
+                traceback.print_exc(file=sys.stderr)
+            print("jetforge: error: %s" % user.one_line(), file=sys.stderr)
+            return EXIT_ERROR
         if debug:
             traceback.print_exc(file=sys.stderr)
             print("jetforge: internal error (a bug; please report it with the traceback above)", file=sys.stderr)
