@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import jetforge
 from jetforge.config import to_dict
+from jetforge.deploy.bundle.external_data import external_locations
 from jetforge.deploy.bundle.manifest import (APP_CONFIG, BOARD_DECIDED, MANIFEST, ONNX, PRECISIONS, QDQ, BundleError,
                                              Manifest, Prepared)
 from jetforge.deploy.bundle.prepare import (layer_precisions_from_file, prepare_builds, retarget_caches, stage_caches,
@@ -28,7 +29,8 @@ from jetforge.deploy.bundle.tar import write_tar
 from jetforge.deploy.bundle.verify import verify_bundle
 from jetforge.deploy.safety import sanitise_bundle_name
 from jetforge.errors import ModelError
-from jetforge.fileio import PathLike, check_not_input, require_file, staging_dir, write_json_atomic
+from jetforge.fileio import PathLike, check_not_input, require_file, sha256_file, staging_dir, write_json_atomic
+from jetforge.optional import is_available
 from jetforge.runtime.onnx_file import check_onnx_file
 from jetforge.runtime.sidecar import read_sidecar, sidecar_path, static_shape
 from jetforge.runtime.tensorrt.plan import BuildOptions
@@ -137,9 +139,11 @@ def _stage_model_files(stage: Staging, model_path: Path, qdq_path: Optional[Path
     """Copy the model, its sidecar and the optional files into the staging folder; (ONNX, Q/DQ ONNX) there."""
     onnx_dst = stage.copy(model_path, ONNX, "onnx")
     stage.copy(sidecar_path(model_path), ONNX + ".json", "onnx_sidecar")
+    _stage_external_data(stage, model_path, "model", "onnx_external_data", warnings)
     qdq_dst = None
     if qdq_path is not None:
         qdq_dst = stage.copy(qdq_path, QDQ, "qdq")
+        _stage_external_data(stage, qdq_path, "Q/DQ model", "qdq_external_data", warnings)
         if sidecar_path(qdq_path).is_file():
             stage.copy(sidecar_path(qdq_path), QDQ + ".json", "qdq_sidecar")
         else:
@@ -155,6 +159,25 @@ def _stage_model_files(stage: Staging, model_path: Path, qdq_path: Optional[Path
         stage.write(samples[0], SAMPLES_NPZ, ROLE_NPZ)
         stage.write(samples[1], SAMPLES_JSON, ROLE_JSON)
     return onnx_dst, qdq_dst
+
+
+def _stage_external_data(stage: Staging, model_path: Path, what: str, role: str, warnings: List[str]) -> None:
+    """Copy the files ``model_path`` keeps its weights in, under the names the model gives them, beside the bundle's
+    ONNX; a name that is already a file of the bundle with other content is refused (the model would read it)."""
+    if not is_available("onnx"):
+        warnings.append("the onnx package is not installed: weights kept outside %s (external data) cannot be "
+                        "found and are not in the bundle" % model_path.name)
+        return
+    staged = {f.path: f for f in stage.files}
+    for location in external_locations(model_path, what):
+        src = model_path.parent / location
+        if location in staged:
+            if staged[location].sha256 != sha256_file(src):
+                raise BundleError("%s %s keeps weights in %s, a name the bundle already uses for another file"
+                                  % (what, model_path, location),
+                                  hint="save its external data under another name (onnx.save(..., location=...))")
+            continue
+        stage.copy(src, location, role)
 
 
 def _make_manifest(out_dir: Path, model_path: Path, sidecar: Any, resolved: List[Any],
