@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.errors import JetforgeError
+from jetforge.jsonfile import read_json
 
 SAMPLES_NPZ = "samples/samples.npz"
 SAMPLES_JSON = "samples/samples.json"
@@ -82,7 +83,8 @@ def read_samples(bundle_dir: Any, sidecar: Any = None) -> Optional[BundleSamples
     if not npz.is_file() and not meta_path.is_file():
         return None
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        meta = read_json(meta_path, "the bundle's samples metadata", SamplesError,
+                         hint="re-create the bundle with `jetforge bundle create --samples`")
         with np.load(str(npz), allow_pickle=False) as data:
             arrays = {k: np.asarray(data[k]) for k in data.files}
     except (OSError, ValueError, KeyError) as err:

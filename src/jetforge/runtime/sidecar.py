@@ -15,13 +15,13 @@ for the image pyramid; :func:`contract_from_format1` turns those into the one co
 """
 
 import datetime
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 from jetforge.errors import InputFileError, ModelError
 from jetforge.fileio import PathLike, sha256_file, write_json_atomic
+from jetforge.jsonfile import read_json
 from jetforge.runtime.inputs.base import InputContract, contract_from_dict, contract_to_dict
 from jetforge.runtime.inputs.image import Preprocess
 
@@ -215,10 +215,7 @@ def read_sidecar(model_path: PathLike, verify_hash: bool = True) -> ModelSidecar
         raise InputFileError(
             "model %s has no sidecar %s (it records preprocessing, labels and task)" % (model_path, path.name),
             hint="export the model with `jetforge export`, or write the sidecar by hand (docs/sidecar.md in the jetforge repository)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ModelError("sidecar %s is not valid JSON: %s" % (path, err), hint="re-export the model") from err
+    data = read_json(path, "sidecar", ModelError, hint="re-export the model")
     if not isinstance(data, dict):
         raise ModelError("sidecar %s must hold a JSON object" % path)
     sidecar = ModelSidecar.from_dict(data, where=str(path))

@@ -14,7 +14,6 @@ replays on a fresh instance of the same architecture, so a pruned checkpoint loa
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -25,6 +24,7 @@ from torch import nn
 import jetforge
 from jetforge.errors import CompressError, InputFileError
 from jetforge.fileio import PathLike, require_file, write_json_atomic
+from jetforge.jsonfile import read_json
 
 FORMAT = "jetforge.prune-plan/1"
 
@@ -74,10 +74,7 @@ class PrunePlan:
     @classmethod
     def load(cls, path: PathLike) -> "PrunePlan":
         p = require_file(path, "pruning plan")
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise InputFileError("cannot read pruning plan %s: %s" % (p, err)) from err
+        data = read_json(p, "pruning plan", InputFileError, hint="re-run the pruning that wrote it")
         return cls.from_dict(data)
 
     @property

@@ -11,6 +11,7 @@ import jetforge
 from jetforge.deploy.safety import bundle_name_problem, bundle_path_problem, link_problem, shown_value
 from jetforge.errors import JetforgeError
 from jetforge.fileio import PathLike
+from jetforge.jsonfile import read_json
 from jetforge.runtime.tensorrt.version import version_text
 
 MANIFEST = "manifest.json"
@@ -225,11 +226,7 @@ def read_manifest(bundle_dir: PathLike) -> Manifest:
     if why:
         raise BundleError("%s %s: a bundle holds no links" % (path, why),
                           hint="copy the bundle again as plain files (cp -r, rsync, or the tar from `bundle create`)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as err:
-        where = " (%s)" % err.strerror if isinstance(err, OSError) else ""
-        raise BundleError("%s is not valid JSON%s" % (path, where), hint="re-create the bundle") from None
+    data = read_json(path, "bundle manifest", BundleError, hint="re-create the bundle")
     return Manifest.from_dict(data, where=str(path))
 
 

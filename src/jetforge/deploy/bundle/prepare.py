@@ -3,7 +3,6 @@ scales), the TensorRT versions of every target, and a real build plan for every 
 source the board will pick, so an impossible build is found on the workstation, not on the board."""
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -11,6 +10,7 @@ from jetforge.deploy.bundle.manifest import CALIB_DIR, PRECISIONS, BundleError, 
 from jetforge.deploy.bundle.staging import Staging
 from jetforge.errors import EngineBuildError
 from jetforge.fileio import PathLike, require_file
+from jetforge.jsonfile import read_json
 from jetforge.runtime.tensorrt import calib_cache
 from jetforge.runtime.tensorrt.int8_source import choose_int8_source
 from jetforge.runtime.tensorrt.plan import make_plan, read_model_info
@@ -27,7 +27,7 @@ def layer_precisions_from_file(path: PathLike) -> Dict[str, str]:
     carries its FP16 layers as plain (dequantized) operators.
     """
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = read_json(path, "per-layer precision list", BundleError)
         layers = data["fp16_layers"]
         if not isinstance(layers, list):
             raise TypeError("fp16_layers is not a list")

@@ -7,13 +7,13 @@ refuse an engine built for another TensorRT, board or model with a message namin
 The tensor and preprocessing pieces are those of :mod:`jetforge.runtime.sidecar`.
 """
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from jetforge.errors import InputFileError, ModelError
 from jetforge.fileio import PathLike, sha256_file, write_json_atomic
+from jetforge.jsonfile import read_json
 from jetforge.runtime.inputs import Preprocess
 from jetforge.runtime.tensorrt.version import TensorRTVersion
 from jetforge.runtime.sidecar import (ModelSidecar, TensorSpec, list_field, mapping_field, produced_by,
@@ -136,10 +136,7 @@ def read_engine_sidecar(engine_path: PathLike, verify_hash: bool = True,
     if not path.is_file():
         raise InputFileError("engine %s has no sidecar %s" % (engine_path, path.name),
                              hint="rebuild the engine with `jetforge build`, which writes it")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ModelError("engine sidecar %s is not valid JSON: %s" % (path, err), hint="rebuild the engine") from err
+    data = read_json(path, "engine sidecar", ModelError, hint="rebuild the engine")
     if not isinstance(data, dict):
         raise ModelError("engine sidecar %s must hold a JSON object" % path, hint="rebuild the engine")
     sidecar = EngineSidecar.from_dict(data, where=str(path))

@@ -8,7 +8,6 @@ tested on the CPU with ``FakeTrtContext``/``FakeTrtEngine`` (tests/runtime/trt/t
 Nothing here imports tensorrt.
 """
 
-import json
 import logging
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -16,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.errors import BackendError, ConfigError, ModelError
+from jetforge.jsonfile import read_json
 from jetforge.runtime.sidecar import TensorSpec, sidecar_path
 from jetforge.runtime.tensorrt.compat import DTYPE_NAMES, enum_name
 from jetforge.runtime.tensorrt.engine_sidecar import read_engine_sidecar
@@ -226,10 +226,7 @@ def load_engine_sidecar(path: Path, verify: bool, tensorrt_version: Optional[str
         if "is not an engine sidecar" not in err.message:
             raise
 
-    try:
-        data = json.loads(sidecar_path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ModelError("engine sidecar %s is not valid JSON: %s" % (sidecar_path(path).name, err)) from err
+    data = read_json(sidecar_path(path), "engine sidecar", ModelError, hint="rebuild the engine")
     return PlainEngineSidecar(data)
 
 
