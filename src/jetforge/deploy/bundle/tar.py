@@ -13,10 +13,24 @@ from jetforge.deploy.safety import bundle_path_problem, check_bundle_path, links
 from jetforge.fileio import PathLike, atomic_output, require_file, sha256_file, staging_dir
 
 
-def safe_extract(tar: "tarfile.TarFile", dest: Path) -> List[str]:
-    """Extract regular files and folders of ``tar`` under ``dest``; refuse links, devices and escaping paths."""
+# An archive may expand to at most this many times its own size, plus a fixed allowance (small archives of
+# small, very compressible files - sidecars, JSON - are fine): model weights compress by ~1.1x, so a bundle
+# tar is never near it, and a 1 MB .tar.gz that expands to 1 GiB (a decompression bomb) is refused.
+MAX_EXPANSION = 20
+EXPANSION_ALLOWANCE = 64 << 20
+
+
+def expansion_limit(archive_bytes: int) -> int:
+    """How many bytes an archive of ``archive_bytes`` may extract to."""
+    return MAX_EXPANSION * int(archive_bytes) + EXPANSION_ALLOWANCE
+
+
+def safe_extract(tar: "tarfile.TarFile", dest: Path, limit: Optional[int] = None) -> List[str]:
+    """Extract regular files and folders of ``tar`` under ``dest``; refuse links, devices, escaping paths and, with
+    ``limit``, an archive whose files add up to more than ``limit`` bytes (checked before each file is written)."""
     names = []
     hint = "use a tar written by `jetforge bundle create --tar`"
+    total = 0
     for member in tar:
         if member.isdir() and member.name.strip("./") == "" and ".." not in member.name:
             continue  # the archive's top folder (`tar -C DIR -cf - .` writes "./")
@@ -33,6 +47,10 @@ def safe_extract(tar: "tarfile.TarFile", dest: Path) -> List[str]:
             if not member.isfile():
                 raise BundleError("archive member %s is not a regular file (links are refused)"
                                   % shown_value(member.name), hint=hint)
+            total += member.size
+            if limit is not None and total > limit:
+                raise BundleError("archive expands to more than %d MiB (%dx its size): refused as a decompression "
+                                  "bomb" % (limit >> 20, MAX_EXPANSION), hint=hint)
             target.parent.mkdir(parents=True, exist_ok=True)
             source = tar.extractfile(member)
             if source is None:  # pragma: no cover - isfile() members always have data
@@ -67,8 +85,10 @@ def unpack_tar(tar_path: PathLike, cache_dir: Optional[PathLike] = None) -> Path
     staging = staging_dir(final)  # hidden, named after this process; a killed run's is removed
     try:
         try:
+            limit = expansion_limit(tar_file.stat().st_size)
+            free = shutil.disk_usage(str(final.parent)).free
             with tarfile.open(str(tar_file), "r:*") as tar:
-                safe_extract(tar, staging)
+                safe_extract(tar, staging, limit=min(limit, free))
         except (tarfile.TarError, EOFError, OSError) as err:
             raise BundleError("bundle archive %s is unreadable: %s" % (tar_file, err),
                               hint="copy it again, or re-create it with `jetforge bundle create --tar`") from err
