@@ -43,7 +43,7 @@ def mobilenet_weights() -> Path:
 def mobilenet_onnx(tmp_path_factory, mobilenet_weights) -> Path:
     """MobileNetV2 exported to ONNX (+ sidecar) exactly as `jetforge demo` does it, once per session."""
     pytest.importorskip("torch", reason="the export needs torch")
-    from jetforge.cli.model_refs import ensure_default_model
+    from jetforge.workflow.model_refs import ensure_default_model
 
     path, exported = ensure_default_model(tmp_path_factory.mktemp("models"))
     assert exported

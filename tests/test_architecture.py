@@ -1,14 +1,16 @@
 """The import rules of docs/architecture.md ("The layers"), read from the source of every module.
 
-    root <- targets <- runtime <- calibrate <- compress;   apps -> runtime, targets;
-    deploy -> runtime, targets;   cli -> apps, deploy, runtime, targets (calibrate, compress lazily)
+    root <- targets <- runtime <- vision <- calibrate <- compress;   apps -> vision, runtime, targets;
+    deploy -> vision, runtime, targets;   workflow -> apps, deploy, vision, runtime, targets (calibrate, compress
+    lazily);   cli -> workflow, apps, deploy, vision, runtime, targets (calibrate, compress lazily)
 
 Every folder may import the root package (``jetforge``, ``jetforge.errors``, ``.config``,
-``.fileio``, ``.optional``, ``.registry``, ``.progress``, ``.table``, ``.entry``, ``.assets``).  ``cli/`` may import
-``calibrate`` and ``compress`` inside a function (a command runs them lazily); nowhere else may
-a lazy import break the direction.  ``calibrate`` never imports torch.  The device side
-(``jetforge/``, ``targets/``, ``runtime/``, ``apps/``, ``deploy/``, ``cli/``) imports no optional
-heavy package at module level: they are imported inside the function that needs them.
+``.fileio``, ``.optional``, ``.registry``, ``.progress``, ``.table``, ``.entry``, ``.assets``).  ``cli/`` and
+``workflow/`` may import ``calibrate`` and ``compress`` inside a function (a command runs them lazily); nowhere
+else may a lazy import break the direction.  ``calibrate`` never imports torch.  The device side
+(``jetforge/``, ``targets/``, ``runtime/``, ``vision/``, ``apps/``, ``deploy/``, ``workflow/``, ``cli/``) imports no
+optional heavy package at module level: they are imported inside the function that needs them.  No module outside
+``cli/`` starts or names the CLI, and no module builds a path that leaves the package (the guards at the end).
 """
 
 import ast
@@ -20,27 +22,30 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # folder -> the area (jetforge subpackage) its modules belong to
-FOLDERS = {"jetforge": "root", "targets": "targets", "runtime": "runtime", "calibrate": "calibrate",
-           "compress": "compress", "apps": "apps", "deploy": "deploy", "cli": "cli"}
+FOLDERS = {"jetforge": "root", "targets": "targets", "runtime": "runtime", "vision": "vision", "calibrate": "calibrate",
+           "compress": "compress", "apps": "apps", "deploy": "deploy", "workflow": "workflow", "cli": "cli"}
 ROOT_MODULES = {"jetforge", "jetforge.errors", "jetforge.config", "jetforge.fileio", "jetforge.optional",
                 "jetforge.registry", "jetforge.progress", "jetforge.table", "jetforge.entry", "jetforge.assets",
-                "jetforge.assets.catalog", "jetforge.assets.store", "jetforge.output_set"}
+                "jetforge.assets.catalog", "jetforge.assets.store", "jetforge.output_set", "jetforge.jsonfile"}
 # area -> areas it may import (besides itself and the root modules)
 ALLOWED: Dict[str, Set[str]] = {
     "root": set(),
     "targets": set(),
     "runtime": {"targets"},
-    "calibrate": {"runtime", "targets"},
-    "compress": {"calibrate", "runtime", "targets"},
-    "apps": {"runtime", "targets"},
-    "deploy": {"runtime", "targets"},
-    "cli": {"apps", "deploy", "runtime", "targets"},
+    "vision": {"runtime", "targets"},
+    "calibrate": {"vision", "runtime", "targets"},
+    "compress": {"calibrate", "vision", "runtime", "targets"},
+    "apps": {"vision", "runtime", "targets"},
+    "deploy": {"vision", "runtime", "targets"},
+    "workflow": {"apps", "deploy", "vision", "runtime", "targets"},
+    "cli": {"workflow", "apps", "deploy", "vision", "runtime", "targets"},
 }
-LAZY_EXTRA = {"cli": {"calibrate", "compress"}}  # folder prefix -> areas allowed inside functions
+# folder prefix -> areas allowed inside functions
+LAZY_EXTRA = {"cli": {"calibrate", "compress"}, "workflow": {"calibrate", "compress"}}
 ENTRY_POINTS = {"jetforge/__main__.py": {"cli"}}  # `python -m jetforge` runs the CLI
 HEAVY = {"torch", "torchvision", "onnxruntime", "onnx", "onnx_graphsurgeon", "tensorrt", "tensorrt_rtx", "cuda",
          "pycuda", "pynvml", "matplotlib"}
-DEVICE_AREAS = {"root", "targets", "runtime", "apps", "deploy", "cli"}
+DEVICE_AREAS = {"root", "targets", "runtime", "vision", "apps", "deploy", "workflow", "cli"}
 TORCH = {"torch", "torchvision"}
 
 
@@ -167,9 +172,9 @@ def check_source(source: str, rel: str) -> List[str]:
                     allowed |= extra
         if target not in allowed:
             how = "inside a function " if imp.lazy else ""
-            problems.append(where + "%s imports %s%r: the dependency direction is targets <- runtime <- calibrate "
-                            "<- compress; apps, deploy -> runtime, targets; cli -> everything (calibrate, compress "
-                            "lazily)" % (area, how, imp.module))
+            problems.append(where + "%s imports %s%r: the dependency direction is targets <- runtime <- vision <- "
+                            "calibrate <- compress; apps, deploy -> vision, runtime, targets; cli -> everything "
+                            "(calibrate, compress lazily)" % (area, how, imp.module))
     return problems
 
 
@@ -227,6 +232,16 @@ def test_every_module_follows_the_dependency_direction():
     ("deploy/x.py", "import tensorrt", "at module level"),
     ("jetforge/x.py", "from jetforge.targets import get_target", "direction"),
     ("targets/x.py", "from jetforge.unknown import thing", "shared root modules"),
+    ("workflow/x.py", "from jetforge.cli.base import Command", "direction"),      # the CLI imports workflow
+    ("workflow/x.py", "from jetforge.compress.export import export_onnx", "direction"),  # compress only lazily
+    ("deploy/x.py", "from jetforge.workflow.model_refs import load_torch_model", "direction"),
+    ("workflow/x.py", "import torch", "at module level"),                        # device side: torch-free
+    ("vision/x.py", "from jetforge.apps.tasks.people import PeopleApp", "direction"),   # apps import vision
+    ("vision/x.py", "def f():\n    from jetforge.calibrate.detection_eval import check", "inside a function"),
+    ("vision/x.py", "from jetforge.cli.main import main", "direction"),
+    ("runtime/x.py", "from jetforge.vision.ssd import postprocess", "direction"),  # runtime is below vision
+    ("runtime/cuda/kernels/x.py", "def f():\n    from jetforge.vision.ssd_batch import select", "direction"),
+    ("vision/x.py", "import torch", "at module level"),                          # device side: torch-free
 ])
 def test_checker_catches(rel, source, expect):
     problems = check_source(source, rel)
@@ -247,6 +262,14 @@ def test_checker_catches(rel, source, expect):
     ("apps/video/x.py", "import cv2\nimport numpy as np\nfrom jetforge.runtime import inputs"),
     ("jetforge/__main__.py", "from jetforge.cli.main import main"),
     ("targets/x.py", "import yaml\nfrom jetforge.config import load_config\nimport jetforge"),
+    ("workflow/x.py", "from jetforge.apps.labels import load_labels\nfrom jetforge.deploy import bundle"),
+    ("workflow/x.py", "def f():\n    from jetforge.compress.export import export_onnx"),
+    ("cli/cmd_x.py", "from jetforge.workflow.model_refs import prepare_app_models"),
+    ("vision/x.py", "import cv2\nfrom jetforge.runtime.inputs import ResizePlan\nfrom jetforge.targets import get"),
+    ("calibrate/x.py", "from jetforge.vision.detection_metrics import paired_bootstrap"),
+    ("compress/x.py", "from jetforge.vision.tiles import cut_tile"),
+    ("apps/tasks/x.py", "from jetforge.vision.tracking import Tracker"),
+    ("deploy/x.py", "def f():\n    from jetforge.vision.ssd import spec_from_sidecar"),
 ])
 def test_checker_allows(rel, source):
     assert check_source(source, rel) == []
@@ -520,3 +543,203 @@ def _function_of(lines: int, docstring: int = 0, decorated: bool = False) -> str
 def test_size_checker(source, rel, allowed, count):
     problems = size_problems(source, rel, allowed)
     assert len(problems) == count, problems
+
+
+# ---- nothing below the CLI starts or names it (issue 23: no subprocess into the CLI from a library layer) ----------
+# A library layer that needs what a command does calls the library function the command calls; it never runs
+# `jetforge ...`, `python -m jetforge[.cli...]` or imports jetforge.cli.  Only the CLI itself and
+# `python -m jetforge` (jetforge/__main__.py, the CLI's own entry point) are exempt.
+CLI_OWN = ("cli/", "jetforge/__main__.py")
+_PROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output", "system", "popen", "execv", "execvp",
+                  "execvpe", "execl", "execlp", "spawnv", "spawnvp", "create_subprocess_exec",
+                  "create_subprocess_shell", "run_module", "run_path", "which"}
+_PROCESS_MODULES = {"subprocess", "os", "asyncio", "runpy", "shutil"}
+
+
+def _docstrings(tree: ast.AST) -> Set[int]:
+    """ids of the docstring constants of a module, its classes and functions (text about the CLI is fine)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            head = node.body[0]
+            if isinstance(head, ast.Expr) and isinstance(head.value, ast.Constant):
+                found.add(id(head.value))
+    return found
+
+
+def _names_cli_module(text: str) -> bool:
+    return text in ("jetforge.cli", "jetforge.__main__") or text.startswith("jetforge.cli.")
+
+
+def _strings(node: ast.AST) -> List[str]:
+    """The literal strings of a list/tuple literal ("" for an element that is not one)."""
+    elts = node.elts if isinstance(node, (ast.List, ast.Tuple)) else []
+    return [e.value if isinstance(e, ast.Constant) and isinstance(e.value, str) else "" for e in elts]
+
+
+def _starts_jetforge(args: List[str]) -> bool:
+    """An argv that runs the console script or the package: ``jetforge ...`` / ``.../jetforge`` / ``-m jetforge``."""
+    if args and (args[0] == "jetforge" or args[0].endswith("/jetforge")):
+        return True
+    return any(a == "-m" and (b == "jetforge" or _names_cli_module(b)) for a, b in zip(args, args[1:]))
+
+
+def _process_call(call: ast.Call) -> bool:
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return (func.attr in _PROCESS_CALLS and isinstance(func.value, ast.Name)
+                and func.value.id in _PROCESS_MODULES)
+    return isinstance(func, ast.Name) and func.id in {"Popen", "check_output", "check_call", "run_module"}
+
+
+def cli_starts(source: str, rel: str) -> List[str]:
+    """Where ``source`` (the module at ``rel``) imports the CLI, names its module, or starts ``jetforge`` in a
+    process: a process call (``subprocess.*``, ``os.system``/``exec*``, ``runpy``, ``shutil.which``) whose command is
+    ``jetforge ...``, ``python -m jetforge[.cli...]`` or a shell line running ``jetforge``."""
+    found = ["%s:%d: imports %s" % (rel, imp.line, imp.module) for imp in scan_imports(source, rel)
+             if imp.module == "jetforge.cli" or imp.module.startswith("jetforge.cli.")
+             or imp.module == "jetforge.__main__"]
+    tree = ast.parse(source, filename=rel)
+    docs = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                and _names_cli_module(node.value):
+            found.append("%s:%d: names the CLI module %r" % (rel, node.lineno, node.value))
+        elif isinstance(node, (ast.List, ast.Tuple)) and any(a == "-m" for a in _strings(node)) \
+                and _starts_jetforge(_strings(node)):
+            found.append("%s:%d: builds the command line `%s`" % (rel, node.lineno, " ".join(_strings(node))))
+        elif isinstance(node, ast.Call) and _process_call(node) and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                words = first.value.replace(";", " ").replace("&", " ").replace("|", " ").split()
+                if _starts_jetforge(words) or "jetforge" in words or _names_cli_module(first.value):
+                    found.append("%s:%d: starts `%s`" % (rel, node.lineno, first.value))
+            elif _starts_jetforge(_strings(first)):
+                found.append("%s:%d: starts `%s`" % (rel, node.lineno, " ".join(_strings(first))))
+    return sorted(set(found))
+
+
+def test_no_module_outside_the_cli_starts_or_names_it():
+    files = [(p, rel) for p, rel in _python_files() if not rel.startswith(CLI_OWN)]
+    assert len(files) > 100, "found too few modules outside the CLI"
+    problems = [line for p, rel in files for line in cli_starts(p.read_text(encoding="utf-8"), rel)]
+    assert not problems, ("modules that start or name the CLI (call the library function the command calls):\n  "
+                          + "\n  ".join(problems))
+
+
+@pytest.mark.parametrize("rel, source, count", [
+    ("compress/x.py", "import subprocess\nsubprocess.run(['jetforge', 'app', 'people', '--no-video'])", 1),
+    ("compress/x.py", "import subprocess, sys\n"
+                      "cmd = [sys.executable, '-m', 'jetforge.cli.main', '-q', 'app', 'people']\n"
+                      "subprocess.run(cmd, capture_output=True)", 2),  # names the module and builds the line
+    ("calibrate/x.py", "import subprocess, sys\nsubprocess.Popen([sys.executable, '-m', 'jetforge', 'calibrate'])", 2),
+    ("apps/x.py", "import os\nos.system('jetforge app people --no-video --out run')", 1),
+    ("vision/x.py", "import shutil\nexe = shutil.which('jetforge')", 1),
+    ("runtime/x.py", "import runpy\nrunpy.run_module('jetforge.__main__', run_name='__main__')", 2),
+    ("vision/x.py", "def tracks():\n    from jetforge.cli.cmd_calibrate import person_tracks", 1),
+    ("deploy/x.py", "import importlib\nmain = importlib.import_module('jetforge.cli.main').main", 2),
+    ("compress/x.py", "COMMAND = ('python', '-m', 'jetforge', 'app', 'people')", 1),
+    ("compress/x.py", "PRUNERS = ('jetforge', 'torch_pruning')", 0),  # a name, not a command
+    ("runtime/x.py", "INFO = {'tool': 'jetforge', 'version': '1'}", 0),
+    ("apps/x.py", '"""Run by ``jetforge app people`` (:mod:`jetforge.cli.cmd_app`)."""\n', 0),  # a docstring
+    ("jetforge/assets/x.py", "import subprocess, sys\nsubprocess.run([sys.executable, '-m', 'pip', 'download'])", 0),
+    ("deploy/x.py", "def f(target, opts):\n    return target.run([opts.remote_jetforge, 'doctor', '--json'])", 0),
+])
+def test_cli_start_scanner(rel, source, count):
+    assert len(cli_starts(source, rel)) == count, cli_starts(source, rel)
+
+
+# ---- no module builds a path that leaves the package (issue 23: an installed wheel has nothing around it) ---------
+# Data a module reads ships inside the package (package data next to the module) or is passed in explicitly;
+# `Path(__file__).parents[N]` beyond src/jetforge or `".."` in a path reaches the checkout, absent from a wheel.
+_SAME_PATH = {"resolve", "absolute", "abspath", "realpath", "normpath", "Path", "PurePath", "fspath", "expanduser"}
+_PATH_JOINS = {"join", "joinpath", "Path", "PurePath", "PosixPath"}
+# the checkout's folders beside src/: a path from __file__ into one of them exists only in a checkout
+REPOSITORY_FOLDERS = {"benchmarks", "datasets", "tests", "tools", "recipes", "docs", "src"}
+
+
+def _levels_up(node: ast.AST) -> Optional[int]:
+    """How many levels above the module's own file ``node`` points, if it is built from ``__file__``: the file is 0,
+    its folder 1 (``Path(__file__).parent``, ``.parents[0]``, ``os.path.dirname(__file__)``), and so on."""
+    if isinstance(node, ast.Name):
+        return 0 if node.id == "__file__" else None
+    if isinstance(node, ast.Attribute) and node.attr == "parent":
+        inner = _levels_up(node.value)
+        return None if inner is None else inner + 1
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "parents":
+        index = node.slice.value if isinstance(node.slice, ast.Index) else node.slice  # type: ignore[attr-defined]
+        inner = _levels_up(node.value.value)
+        if inner is None or not (isinstance(index, ast.Constant) and isinstance(index.value, int)):
+            return None
+        return inner + index.value + 1
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name == "dirname" and node.args:
+            inner = _levels_up(node.args[0])
+            return None if inner is None else inner + 1
+        if name in _SAME_PATH:
+            base = node.args[0] if node.args else func.value if isinstance(func, ast.Attribute) else None
+            return _levels_up(base) if base is not None else None
+    return None
+
+
+def _from_file(node: ast.AST) -> bool:
+    """Whether ``node`` is a path built from ``__file__`` (``Path(__file__).parents[1] / "x"`` included)."""
+    while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        node = node.left
+    return _levels_up(node) is not None
+
+
+def escaping_paths(source: str, rel: str, depth: int) -> List[str]:
+    """Where the module ``rel``, ``depth`` folders below the package root (``src/jetforge``), builds a path outside
+    the package: a folder above the package root from ``__file__``, or ``".."`` joined into a path."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename=rel)):
+        up = _levels_up(node) if isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)) else None
+        if up is not None and up > depth + 1:
+            found.append((node.lineno, "reaches %d folder(s) above the package from __file__" % (up - depth - 1)))
+        parts: List[ast.AST] = []
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            parts = [node.left, node.right]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            parts = list(node.args) if name in _PATH_JOINS else []
+        for part in parts:
+            if isinstance(part, ast.Constant) and isinstance(part.value, str) \
+                    and ".." in part.value.replace("\\", "/").split("/"):
+                found.append((node.lineno, "joins %r into a path" % part.value))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and _from_file(node.left) \
+                and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str) \
+                and node.right.value.split("/")[0] in REPOSITORY_FOLDERS:
+            found.append((node.lineno, "joins the checkout's folder %r to a path from __file__" % node.right.value))
+    return sorted({"%s:%d: %s" % (rel, line, what) for line, what in found})
+
+
+def test_no_package_module_builds_a_path_that_leaves_the_package():
+    problems = []
+    for path, rel in _python_files():
+        depth = len(path.relative_to(PACKAGE).parts) - 1
+        problems.extend(escaping_paths(path.read_text(encoding="utf-8"), rel, depth))
+    assert not problems, ("paths leaving the package (ship the data as package data, or take the path as an "
+                          "argument):\n  " + "\n  ".join(problems))
+
+
+@pytest.mark.parametrize("source, depth, count", [
+    ("from pathlib import Path\nLABELS = Path(__file__).resolve().parents[1] / 'benchmarks' / 'labels'", 0, 2),
+    ("from pathlib import Path\nLABELS = Path(__file__).resolve().parents[2] / 'benchmarks'", 1, 2),
+    ("from pathlib import Path\nLABELS = Path(__file__).resolve().parents[1] / 'benchmarks' / 'labels' / 'x.json'", 1, 1),
+    ("from pathlib import Path\nNAME = Path(out) / 'benchmarks'", 1, 0),  # not from __file__: the caller's folder
+    ("from pathlib import Path\nDATA = Path(__file__).resolve().parents[1] / 'data'", 1, 0),  # the package root
+    ("from pathlib import Path\nDATA = Path(__file__).parent / 'data' / 'people_boxes.json'", 0, 0),
+    ("from pathlib import Path\nX = Path(__file__).parent.parent.parent.parent.parent", 3, 1),
+    ("from pathlib import Path\nX = Path(__file__).parent.parent.parent.parent", 3, 0),
+    ("import os\nX = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))", 1, 1),
+    ("import os\nX = os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks', 'labels')", 1, 1),
+    ("from pathlib import Path\nX = Path(__file__).parent / '..' / 'datasets'", 1, 2),  # '..' and 'datasets'
+    ("from pathlib import Path\nX = Path(__file__).with_name('../x.json')", 1, 0),  # not a path join: not flagged
+    ("from pathlib import Path\ndef ok(name):\n    return '..' not in Path(name).parts", 1, 0),  # a check, not a join
+])
+def test_escaping_path_scanner(source, depth, count):
+    assert len(escaping_paths(source, "x/y.py", depth)) == count, escaping_paths(source, "x/y.py", depth)

@@ -40,10 +40,11 @@ def test_no_file_points_outside_the_repository():
 
 def test_architecture_doc_names_every_registry_and_layer():
     doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    for name in ("COMMANDS", "TASKS", "ALGORITHMS", "METRICS", "CRITERIA", "BACKENDS", "INPUT_KINDS", "SOURCES",
-                 "SINKS", "targets/profiles/"):
+    for name in ("COMMANDS", "TASKS", "ALGORITHMS", "METRICS", "CRITERIA", "RECIPES", "BACKENDS", "INPUT_KINDS",
+                 "SOURCES", "SINKS", "targets/profiles/"):
         assert name in doc, name
-    for folder in ("jetforge/", "targets/", "runtime/", "calibrate/", "compress/", "apps/", "deploy/", "cli/"):
+    for folder in ("jetforge/", "targets/", "runtime/", "calibrate/", "compress/", "apps/", "deploy/", "workflow/",
+                   "cli/"):
         assert "| `%s` |" % folder in doc, folder
     assert "docs/architecture.md" in (ROOT / "docs" / "CONVENTIONS.md").read_text(encoding="utf-8")
 
@@ -54,8 +55,8 @@ def repository_paths(text):
     and paths relative to a section's package (``dla/rules.py``) are not checked."""
     import re
 
-    roots = ("jetforge/", "targets/", "runtime/", "calibrate/", "compress/", "apps/", "deploy/", "cli/", "tests/",
-             "docs/", "benchmarks/", "recipes/")
+    roots = ("jetforge/", "targets/", "runtime/", "calibrate/", "compress/", "apps/", "deploy/", "workflow/", "cli/",
+             "tests/", "docs/", "benchmarks/", "recipes/")
     found = []
     for token in re.findall(r"`([^`\s]+)`", text):
         path = token.split("::")[0]
@@ -64,7 +65,7 @@ def repository_paths(text):
     return found
 
 
-LAYER_ROOTS = ("targets/", "runtime/", "calibrate/", "compress/", "apps/", "deploy/", "cli/")
+LAYER_ROOTS = ("targets/", "runtime/", "calibrate/", "compress/", "apps/", "deploy/", "workflow/", "cli/")
 
 
 def _in_tree(path):

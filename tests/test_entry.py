@@ -1,7 +1,8 @@
 """The entry-point rules (jetforge/entry.py) where they are used outside the ``jetforge`` command.
 
-``python -m jetforge.compress.distill`` (what torchrun starts on every rank) and
-``python -m jetforge.compress.action.walking_direction`` bypass ``jetforge``'s main(); they promise the
+``python -m jetforge.compress.recipes`` (what torchrun starts on every rank), its older name
+``python -m jetforge.compress.distill``, and the board-side ``python -m jetforge.deploy.remote_bench`` bypass
+``jetforge``'s main(); they promise the
 same: a mistyped command line is one line and exit 1 (never argparse's usage dump and exit 2), and
 SIGTERM ends a run like Ctrl-C (cleanup runs, exit 130).  The CLI's own cases are in tests/cli/test_cli.py.
 """
@@ -24,7 +25,7 @@ def _run(*args, **kw):
 
 @pytest.mark.parametrize("module, argv, says", [
     ("jetforge.compress.distill", [], "the following arguments are required: recipe"),
-    ("jetforge.compress.action.walking_direction", ["--nope"], "unrecognized arguments: --nope"),
+    ("jetforge.compress.recipes", ["r.yaml", "--nope"], "unrecognized arguments: --nope"),
 ])
 def test_module_entry_usage_error_is_one_line_and_exit_1(module, argv, says, tmp_path):
     proc = _run("-m", module, *argv, cwd=str(tmp_path))
@@ -58,6 +59,29 @@ def test_run_entry_turns_sigterm_into_an_interrupt_after_the_body_cleans_up(caps
     assert cleaned == [True]
     assert capsys.readouterr().err == "prog: interrupted (SIGTERM)\n"
     assert signal.getsignal(signal.SIGTERM) is before  # the previous handler is back
+
+
+def test_a_whole_program_ignores_stop_signals_once_it_has_stopped(capsys):
+    """``process_exit``: after the cleanup only the interpreter's shutdown is left, which resets Python handlers to
+    the default, so a late second Ctrl-C used to kill the CLI by SIGINT (exit -2, seen in CI as a flaky
+    test_two_ctrl_c...).  Both signals are SIG_IGN on the way out; a run that was not stopped restores them."""
+    before_term, before_int = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        assert run_entry("prog", lambda: 0, process_exit=True) == 0
+        assert signal.getsignal(signal.SIGTERM) is before_term  # nothing arrived: restored
+
+        def body():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+
+        assert run_entry("prog", body, process_exit=True) == EXIT_INTERRUPTED
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)  # would end this test process if it were not ignored
+        time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGTERM, before_term)
+        signal.signal(signal.SIGINT, before_int)
 
 
 @pytest.mark.slow

@@ -188,6 +188,22 @@ print(json.dumps(out))
     assert proc.stdout.strip() == "jetforge %s" % jetforge.__version__
 
 
+def test_installed_wheel_reads_its_labelled_person_set(built, tmp_path):
+    """The person-box set is package data: an install away from any checkout reads it by default (before issue 23
+    it was read from benchmarks/labels/ by a checkout-relative path, so the detector recipes' default labels and
+    ``read_person_labels()`` worked only in a checkout)."""
+    _, _, target = built
+    script = ("import json\nfrom jetforge.vision.person_labels import DEFAULT_LABELS, read_person_labels\n"
+              "labels = read_person_labels()\n"
+              "print(json.dumps([str(DEFAULT_LABELS), len(labels.frames), len(labels.select('heldout'))]))")
+    env = dict(os.environ, PYTHONPATH=str(target), PYTHONNOUSERSITE="1")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    path, frames, heldout = json.loads(proc.stdout)
+    assert Path(path).resolve().is_relative_to(target.resolve()) and frames == 155 and heldout == 94
+
+
 def test_editable_install_maps_folders_and_installs_no_generic_names(tmp_path):
     """The development install resolves jetforge.<layer> to src/jetforge/<layer>, from any directory."""
     script = """

@@ -99,7 +99,9 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError("%s: expected a string, got %r" % (where, value))
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            raise ConfigError("%s: expected a string, got %r" % (where, value),
+                              hint="write it in quotes, e.g. '%s'" % value if number else None)
         return value
     if tp is Path:
         if not isinstance(value, (str, os.PathLike)):
@@ -218,13 +220,21 @@ def read_yaml(path: "str | os.PathLike[str]") -> Dict[str, Any]:
 
 
 def load_config(cls: Type[T], path: "Optional[str | os.PathLike[str]]" = None,
-                overrides: Iterable[str] = (), base: Optional[Mapping[str, Any]] = None) -> T:
-    """Resolve ``cls`` from defaults <- ``base`` <- YAML file at ``path`` <- ``--set`` overrides."""
+                overrides: Iterable[str] = (), base: Optional[Mapping[str, Any]] = None,
+                final: Optional[Mapping[str, Any]] = None) -> T:
+    """Resolve ``cls`` from defaults <- ``base`` <- YAML file at ``path`` <- ``--set`` overrides <- ``final``.
+
+    ``final`` is a (nested) mapping of values that win over everything else: a command's own flags, given
+    explicitly, over its ``--config`` file and ``--set``.  A ``--set`` value for a string field stays the text
+    typed (``--set tensorrt_version=10.10`` is "10.10", not the number 10.1).
+    """
     data: Dict[str, Any] = copy.deepcopy(dict(base or {}))  # overrides must not edit the caller's mapping
     if path is not None:
         data = _merge(data, read_yaml(path))
     for text in overrides:
         keys, value = parse_override(text)
+        if _is_text_field(cls, keys) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = text.split("=", 1)[1].strip()
         node = data
         for k in keys[:-1]:
             child = node.get(k)
@@ -233,11 +243,29 @@ def load_config(cls: Type[T], path: "Optional[str | os.PathLike[str]]" = None,
                 node[k] = child
             node = child
         node[keys[-1]] = value
+    if final:
+        data = _merge(data, final)
     try:
         return from_dict(cls, data)
     except RecursionError:  # a YAML alias that contains itself (a: &x [*x]) or absurd nesting
         raise ConfigError("the configuration refers to itself or nests too deeply (a YAML alias inside itself?)",
                           hint="write each value out; configurations are plain trees") from None
+
+
+def _is_text_field(cls: Any, keys: List[str]) -> bool:
+    """Whether the dotted key ``keys`` names a ``str`` (or ``Optional[str]``) field of dataclass ``cls``."""
+    tp: Any = cls
+    for key in keys:
+        if not (dataclasses.is_dataclass(tp) and isinstance(tp, type)):
+            return False
+        hints = _hints(tp)
+        if key not in hints:
+            return False
+        tp = hints[key]
+        args = [a for a in getattr(tp, "__args__", ()) if a is not _NONE]
+        if getattr(tp, "__origin__", None) is typing.Union and len(args) == 1:
+            tp = args[0]
+    return tp is str
 
 
 def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> Dict[str, Any]:

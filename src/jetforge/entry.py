@@ -1,7 +1,7 @@
 """What every command-line entry point shares: exit codes, one-line usage errors, SIGTERM handled as Ctrl-C.
 
 The ``jetforge`` command (``cli/main.py``) and the ``python -m`` entry points that bypass it
-(``torchrun -m jetforge.compress.distill``, ``python -m jetforge.compress.action.walking_direction``)
+(``torchrun -m jetforge.compress.recipes``, ``python -m jetforge.deploy.remote_bench``)
 keep one promise: bad input is one line naming the problem and the fix, exit 1 - a mistyped option
 included, which plain argparse reports with a usage dump and exit 2 - and a stop by SIGTERM (how
 ``systemctl stop``, ``docker stop``, ``kill`` and torchrun's own shutdown end a process) ends the run
@@ -72,9 +72,15 @@ def _while_stopping(signum: int, frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def stop_signals_as_interrupt() -> Iterator[None]:
+def stop_signals_as_interrupt(process_exit: bool = False) -> Iterator[None]:
     """While inside, SIGTERM raises :class:`Terminated` and Ctrl-C ``KeyboardInterrupt`` in the main thread, once:
     later ones print a line and let the cleanup finish.  The previous handlers are restored on the way out.
+
+    ``process_exit``: the block is the whole program (a console script), so once a stop signal arrived both
+    signals are ignored on the way out: the outputs are closed and only the interpreter's shutdown is left.
+    Restoring Python's default handler let a second Ctrl-C that came after the cleanup kill the process by
+    SIGINT (exit -2 instead of 130); a Python handler would not do either, since the interpreter's finalisation
+    resets Python-level handlers to the default (SIG_IGN it keeps).
 
     A SIGINT that the process inherited as ignored (a job started with ``nohup ... &``) stays ignored, and a
     handler an embedding program installed is left alone: only Python's default Ctrl-C handler is replaced.
@@ -90,18 +96,23 @@ def stop_signals_as_interrupt() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous_term)
-        signal.signal(signal.SIGINT, previous_int)
+        if process_exit and signal.getsignal(signal.SIGTERM) is _while_stopping:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        else:
+            signal.signal(signal.SIGTERM, previous_term)
+            signal.signal(signal.SIGINT, previous_int)
 
 
-def run_entry(prog: str, body: Callable[[], int]) -> int:
+def run_entry(prog: str, body: Callable[[], int], process_exit: bool = False) -> int:
     """Run a ``python -m`` entry point's ``body`` as the CLI runs a command; returns its exit code.
 
     A :class:`JetforgeError` (a usage error included) prints ``PROG: error: ...`` on one line and
     returns 1; Ctrl-C or SIGTERM prints ``PROG: interrupted`` and returns 130 after ``body``'s own
     cleanup (its ``finally`` blocks) ran.  Anything else is a bug and propagates with its traceback.
+    ``process_exit``: ``body`` is the whole program (see :func:`stop_signals_as_interrupt`).
     """
-    with stop_signals_as_interrupt():
+    with stop_signals_as_interrupt(process_exit):
         try:
             return int(body() or 0)
         except JetforgeError as err:

@@ -11,13 +11,16 @@ import json
 import numpy as np
 import pytest
 
-from jetforge.apps.tasks.faces import FaceDetector, area_resize, blur_boxes, nms
+from jetforge.apps.tasks.faces import blur_boxes
+from jetforge.runtime.inputs.pyramid import area_resize
+from jetforge.vision.boxes import nms
+from jetforge.vision.mtcnn import FaceDetector
 
 
 @pytest.fixture(scope="module")
 def mtcnn_dir():
     """pnet/rnet/onet.onnx exported from the real weights (cached; torch only on the first export)."""
-    from jetforge.cli.model_refs import ensure_mtcnn_models, mtcnn_is_current, mtcnn_dir
+    from jetforge.workflow.model_refs import ensure_mtcnn_models, mtcnn_is_current, mtcnn_dir
 
     if not mtcnn_is_current(mtcnn_dir()):
         pytest.importorskip("torch", reason="exporting MTCNN needs torch once")

@@ -1,7 +1,7 @@
 """The GPU video path's logic on the CPU: the NVDEC source around a FakeNvDecoder, NV12 helpers, the stream
 batcher, the multi-stream runner with a real ONNX Runtime MobileNetV2, and the CPU encoder pool.
 
-The hardware parts (NVDEC, the NVRTC kernels, CUDA graphs) run in benchmarks/pipeline_gpu.py on a GPU; here the
+The hardware parts (NVDEC, the NVRTC kernels, CUDA graphs) run in benchmarks/gpu_pipeline/pipeline_gpu.py on a GPU; here the
 fake decoder (OpenCV decode + NV12 conversion, with NVDEC's 4-frame output latency and final flush) stands in.
 """
 
@@ -645,11 +645,11 @@ def test_gpu_path_people_app_detections_agree_with_the_cpu_detector(tmp_path, mo
     import json
 
     from jetforge.apps.pipeline.gpu_app import GpuAppOptions, open_gpu_sources, run_gpu_app
-    from jetforge.apps.tasks.detectors.ssd import SsdPeopleDetector
+    from jetforge.vision.ssd_detector import SsdPeopleDetector
     from jetforge.apps.tasks.people import PeopleTask
     from jetforge.apps.video.sources.gpu_frame import bgr_from_nv12
     from jetforge.assets import asset_path
-    from jetforge.cli import model_refs
+    from jetforge.workflow import model_refs
 
     _use_fake_nvdec(monkeypatch)
     clip = asset_path("opencv_samples", "vtest.avi")

@@ -24,14 +24,14 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tensorrt_rtx", reason="tensorrt_rtx is not installed (pip install tensorrt-rtx-cu13)")
 
-from jetforge.apps.tasks.detectors.ssd import SsdPeopleDetector  # noqa: E402
+from jetforge.vision.ssd_detector import SsdPeopleDetector  # noqa: E402
 from jetforge.assets import asset_path, get_spec  # noqa: E402
 from jetforge.calibrate.calibrate_model import calibrate  # noqa: E402
 from jetforge.calibrate.evaluate import Evaluator  # noqa: E402
 from jetforge.calibrate.metrics import DetectionTarget  # noqa: E402
-from jetforge.calibrate.person_labels import load_person_labels, read_person_labels, training_frames  # noqa: E402
+from jetforge.vision.person_labels import load_person_labels, read_person_labels, training_frames  # noqa: E402
 from jetforge.cli.main import main  # noqa: E402
-from jetforge.cli.model_refs import ensure_person_detector  # noqa: E402
+from jetforge.workflow.model_refs import ensure_person_detector  # noqa: E402
 from jetforge.fileio import sha256_file  # noqa: E402
 from jetforge.runtime.inputs import input_contract  # noqa: E402
 from jetforge.runtime.sidecar import read_sidecar  # noqa: E402

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from jetforge.apps.pipeline.stages import Item
-from jetforge.apps.tasks.detectors.ssd import SsdPeopleDetector
+from jetforge.vision.ssd_detector import SsdPeopleDetector
 from jetforge.apps.tasks.people import PeopleApp, PeopleTask, make_person_detector
 from jetforge.apps.video.sources.base import Frame
-from jetforge.cli import model_refs
+from jetforge.workflow import model_refs
 from jetforge.errors import ConfigError, ModelError
 
 
@@ -108,9 +108,9 @@ def test_detect_every_second_frame_coasts_the_tracks(detector_path, vtest_frames
 
 
 def test_tiles_find_the_far_person_the_whole_frame_misses_in_one_batch(detector_path, vtest_frames):
-    from jetforge.apps.tasks.detectors.tiled import TiledPeopleDetector
-    from jetforge.calibrate.person_labels import read_person_labels
-    from jetforge.runtime.boxes import iou_matrix
+    from jetforge.vision.tiles import TiledPeopleDetector
+    from jetforge.vision.person_labels import read_person_labels
+    from jetforge.vision.boxes import iou_matrix
 
     # vtest frame 0's three hand-labelled people; the third walks near the right edge, and the whole frame at
     # 300x300 scores it ~0.1 -- below the app's 0.2 threshold. Zoomed 1.67x in a tile, the model is sure of it
@@ -137,7 +137,7 @@ def test_tiles_find_the_far_person_the_whole_frame_misses_in_one_batch(detector_
 
 
 def test_detector_tiles_option_builds_the_tiled_detector_or_refuses(detector_path):
-    from jetforge.apps.tasks.detectors.tiled import TiledPeopleDetector
+    from jetforge.vision.tiles import TiledPeopleDetector
 
     detector, files = make_person_detector(_args(detector_model=str(detector_path), detector_tiles=2))
     try:
@@ -154,8 +154,8 @@ def test_detector_tiles_option_builds_the_tiled_detector_or_refuses(detector_pat
 
 
 def test_tile_side_shrinks_with_the_grid_and_neighbours_still_overlap():
-    from jetforge.apps.tasks.detectors.tiled import tile_side_for
-    from jetforge.runtime.tiles import tile_rects
+    from jetforge.vision.tiles import tile_side_for
+    from jetforge.vision.tiles import tile_rects
 
     assert [round(tile_side_for(n), 3) for n in (2, 3, 4)] == [0.6, 0.4, 0.3]
     for n in (2, 3, 4):

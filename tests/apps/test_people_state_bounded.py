@@ -10,8 +10,9 @@ import numpy as np
 
 from jetforge.apps.pipeline.stages import Item
 from jetforge.apps.tasks.people import PeopleTask
-from jetforge.apps.tasks.tracking import LineCounter, TrackerOptions, Zone
-from jetforge.runtime.hog import Detections
+from jetforge.vision.counting import LineCounter, Zone
+from jetforge.vision.tracking import TrackerOptions
+from jetforge.vision.detections import Detections
 
 PEOPLE = 100
 WALK = 30  # frames a person is in view

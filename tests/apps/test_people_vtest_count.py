@@ -1,5 +1,5 @@
 """`jetforge app people` (the default: CNN detector, tracker, 10 px line margin) over the whole of vtest.avi, its line
-crossings checked one by one against the hand count in benchmarks/labels/vtest_line_crossings.json.
+crossings checked one by one against the hand count in datasets/people/vtest_line_crossings.json.
 
 The hand count: 27 crossings of the default line (15 forward, 12 backward), each with its frame (+-2) and direction,
 counted by eye over all 795 frames.  What the app reached when this test was written (shared 2-core x86 CPU,
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from jetforge.apps.tasks.tracking import match_crossings
+from jetforge.vision.counting import match_crossings
 from jetforge.cli.main import main
 
-HAND_COUNT = Path(__file__).resolve().parents[2] / "benchmarks" / "labels" / "vtest_line_crossings.json"
+HAND_COUNT = Path(__file__).resolve().parents[2] / "datasets" / "people" / "vtest_line_crossings.json"
 FRAME_TOLERANCE = 8
 MIN_MATCHED = 20
 MAX_UNMATCHED = 2

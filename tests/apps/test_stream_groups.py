@@ -4,7 +4,7 @@ rings (IpcDecodeGroup), and one feeder thread for many sources (SourceFeedGroup)
 The workers are real spawned processes running the real NvThreadedSource around FakeThreadedDecoder (OpenCV decode
 -> NV12, standing in for NVDEC), and the rings are host shared memory standing in for CUDA IPC device memory
 (``kind: "host"``).  What needs a GPU - NVDEC, cudaIpcGetMemHandle/cudaIpcOpenMemHandle - runs in
-benchmarks/pipeline_gpu.py (variants ipc-*) and in the GPU test at the end, skipped without one.
+benchmarks/gpu_pipeline/pipeline_gpu.py (variants ipc-*) and in the GPU test at the end, skipped without one.
 """
 
 import dataclasses

@@ -190,9 +190,9 @@ def test_per_track_windows_follow_the_tracks_skip_gaps_and_keep_the_stride(vtest
 
 @pytest.mark.slow  # the CNN detector on 40 frames, twice: ~5 s of CPU
 def test_per_track_clips_are_the_action_apps_crops_along_cnn_tracks(vtest):
-    from jetforge.cli.cmd_calibrate import person_tracks
-    from jetforge.cli.model_refs import ensure_person_detector
-    from jetforge.apps.tasks.detectors.ssd import SsdPeopleDetector
+    from jetforge.vision.person_tracks import person_tracks
+    from jetforge.workflow.model_refs import ensure_person_detector
+    from jetforge.vision.ssd_detector import SsdPeopleDetector
 
     contract = ClipContract.from_dict(dict(CONTRACT, stride_trained=3))
     with SsdPeopleDetector(ensure_person_detector()[0]) as detector:

@@ -10,10 +10,10 @@ metric reports can be predicted exactly with the independent ``evaluate_ap`` on 
 import numpy as np
 import pytest
 
-from jetforge.calibrate.detection_metrics import evaluate_ap, paired_bootstrap
+from jetforge.vision.detection_metrics import evaluate_ap, paired_bootstrap
 from jetforge.calibrate.metrics import METRICS, DetectionAPMetric, DetectionTarget, make_metric
 from jetforge.errors import CalibrationError
-from jetforge.runtime.detection import SSDSpec, ssd_anchor_layers
+from jetforge.vision.ssd import SSDSpec, ssd_anchor_layers
 from jetforge.runtime.inputs.image import Preprocess
 from jetforge.runtime.sidecar import ModelSidecar, TensorSpec
 
@@ -116,13 +116,18 @@ def test_detection_ap_refusals():
 
 def test_calibrate_refuses_what_it_cannot_do_for_a_detector(tmp_path):
     from jetforge.calibrate.calibrate_model import _check_eval_args
+    from jetforge.calibrate.options import CalibrateOptions
 
     labels = tmp_path / "people.json"
     labels.write_text("{}")
+
+    def options(**kw):
+        return CalibrateOptions.from_keywords(dict(kw, labels=labels))
+
     with pytest.raises(CalibrationError, match="held-out frames of its --labels file"):
-        _check_eval_args(["heldout.mp4"], labels, None, "agreement_confident", None, True, ["train/"], None, "detect")
+        _check_eval_args(options(eval_data=["heldout.mp4"]), ["train/"], "detect")
     with pytest.raises(CalibrationError, match="held-out frames of its --labels file"):
-        _check_eval_args(None, labels, 0.98, "agreement_confident", None, True, ["train/"], None, "detect")
-    assert _check_eval_args(None, labels, None, "agreement_confident", None, True, ["train/"], None, "detect") == []
+        _check_eval_args(options(mixed_precision=0.98), ["train/"], "detect")
+    assert _check_eval_args(options(), ["train/"], "detect") == []
     with pytest.raises(CalibrationError, match="no evaluation data"):  # a classifier still needs --eval
-        _check_eval_args(None, labels, None, "agreement_confident", None, True, ["train/"], None, "classify")
+        _check_eval_args(options(), ["train/"], "classify")

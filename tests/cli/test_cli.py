@@ -15,7 +15,8 @@ import pytest
 import jetforge
 from jetforge import errors
 from jetforge.cli import main as cli
-from jetforge.cli.base import Command, add_config_flags, add_json_flag
+from jetforge.cli.arguments import add_config_flags, add_json_flag
+from jetforge.cli.base import Command
 from jetforge.errors import JetforgeError, UnknownNameError
 
 

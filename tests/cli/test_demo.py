@@ -116,7 +116,7 @@ def test_default_demo_is_the_people_showcase(capsys, tmp_path):
 
 
 def test_demo_without_model_uses_the_cached_export(capsys, tmp_path, monkeypatch, mobilenet_onnx):
-    import jetforge.cli.model_refs as model_refs
+    import jetforge.workflow.model_refs as model_refs
 
     monkeypatch.setattr(model_refs, "models_cache_dir", lambda: mobilenet_onnx.parent)
     code, out, err = run_demo(capsys, "--app", "classify", "--max-frames", 2, "--out", tmp_path, "--threads", 1,
@@ -175,7 +175,7 @@ def test_bad_options_are_one_line(capsys, tmp_path, bikes_clip):
 
 
 def test_cached_export_is_reused_and_redone_when_stale(tmp_path, mobilenet_onnx):
-    from jetforge.cli.model_refs import ensure_default_model
+    from jetforge.workflow.model_refs import ensure_default_model
 
     path, exported = ensure_default_model(mobilenet_onnx.parent)
     assert path == mobilenet_onnx and exported is False

@@ -48,7 +48,7 @@ def test_distill_routes_action3d_recipes_to_the_recipe_runner(reached, tmp_path)
     expected = load_config(Action3DRecipe, "recipes/action_mobilenet3d.yaml",
                            ["teacher.epochs=2", "out_dir=%s" % tmp_path])
     assert recipe == expected and recipe.teacher.epochs == 2 and recipe.student.epochs == 40
-    assert video == asset_path("opencv_samples", "vtest.avi")  # the module entry's default video
+    assert video == asset_path("opencv_samples", "vtest.avi")  # the recipe's default video
     clip = tmp_path / "clip.avi"
     clip.write_bytes(b"")
     with pytest.raises(RunnerReached):
@@ -86,9 +86,9 @@ def test_bad_action3d_recipe_is_one_error_line_before_any_work(reached, capsys, 
 
 
 def test_module_entry_refuses_a_missing_video_in_one_line(reached, capsys):
-    from jetforge.compress.action.mobilenet3d_recipe import main
+    from jetforge.compress.recipes.entry import main
 
-    assert main(["--recipe", "recipes/action_mobilenet3d.yaml", "--video", "nowhere.avi"]) == 1
+    assert main(["recipes/action_mobilenet3d.yaml", "--data", "nowhere.avi"]) == 1
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "video nowhere.avi is not a file" in lines[0], lines
     assert reached == []

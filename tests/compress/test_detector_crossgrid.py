@@ -10,7 +10,7 @@ from jetforge.compress.distill.detection_crossgrid import (CrossGridConfig, Cros
                                                            fast_nms, match_anchors, student_spec)
 from jetforge.compress.models.ssdlite_mobilenet_v2 import SSDLiteMobileNetV2  # noqa: E402
 from jetforge.errors import CompressError  # noqa: E402
-from jetforge.runtime.detection import SSDSpec, decode_boxes as numpy_decode, ssd_anchor_layers  # noqa: E402
+from jetforge.vision.ssd import SSDSpec, decode_boxes as numpy_decode, ssd_anchor_layers  # noqa: E402
 
 TEACHER_GRIDS = ((19, 19), (10, 10), (5, 5), (3, 3), (2, 2), (1, 1))  # the port at 300 px
 

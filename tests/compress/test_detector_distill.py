@@ -148,7 +148,7 @@ def test_recipe_end_to_end_on_two_frames_through_the_cli(tmp_path, capsys):
 
     from jetforge.cli.main import main
     from jetforge.fileio import sha256_file
-    from jetforge.runtime.detection import spec_from_sidecar
+    from jetforge.vision.ssd import spec_from_sidecar
     from jetforge.runtime.sidecar import read_sidecar
 
     overrides = ["out_dir=%s" % tmp_path, "data.limit=2", "data.frame_step=50", "train.steps=1", "train.batch=2",
@@ -237,7 +237,7 @@ def test_student_exporter_for_the_people_app(tmp_path, bank, pruned):
         assert np.abs(a - b.numpy()).max() < 1e-3
     # a student trained at another input size: its sidecar says that size and lays out its anchors, and the
     # people app's detector resizes frames to it, maps boxes back to frame pixels and names it with its size
-    from jetforge.apps.tasks.detectors.ssd import SsdPeopleDetector
+    from jetforge.vision.ssd_detector import SsdPeopleDetector
 
     export_student_detector(weights, tmp_path / "student160.onnx", input_size=160)
     small = read_sidecar(tmp_path / "student160.onnx")
@@ -273,7 +273,7 @@ def test_views_at_two_sizes_show_the_same_scene(bank):
 
 
 def test_tiled_views_are_the_same_views_plus_their_tiles_cut_from_the_frame(bank):
-    from jetforge.runtime.tiles import cut_tile, tile_rects
+    from jetforge.vision.tiles import cut_tile, tile_rects
 
     rects = tile_rects(2, 0.6)
     views = ViewConfig(full_frame=0.5, flip=True, jitter=0.2)
@@ -311,7 +311,7 @@ def test_the_tiled_teacher_finds_more_people_on_real_frames_and_a_student_trains
     # frame 0 of vtest (seed 2 draws frames 60 and 0): its three hand-labelled people, found with score > 0.5
     # (IoU >= 0.5) by the plain and by the tiled teacher. The third walks at the right edge, and the whole frame
     # at 300 px gives it 0.08; zoomed 1.67x in a tile, the teacher is sure of it
-    from jetforge.calibrate.person_labels import read_person_labels
+    from jetforge.vision.person_labels import read_person_labels
 
     (labelled,) = [f for f in read_person_labels().select("train", "vtest") if f.index == 0]
     people = torch.from_numpy(np.asarray(labelled.boxes, np.float32)[:, [1, 0, 3, 2]] / np.float32([576, 768] * 2))
@@ -338,7 +338,7 @@ def test_cross_grid_targets_on_the_real_teacher_and_a_192_px_student_learning_th
     from jetforge.compress.distill.detection_crossgrid import (CrossGridConfig, CrossGridTargets, box_iou,
                                                                decode_boxes, student_spec)
     from jetforge.compress.models.tf_ssd_graph import read_spec  # noqa: F401  (the spec comes from the graph)
-    from jetforge.runtime.detection import postprocess
+    from jetforge.vision.ssd import postprocess
 
     teacher, _ = teacher_and_preprocess
     spec = _teacher_spec()

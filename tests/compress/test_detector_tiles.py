@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 from jetforge.compress.distill.detection_crossgrid import (CrossGridConfig, CrossGridTargets,  # noqa: E402
                                                            anchors_tensor, encode_boxes, student_spec)
 from jetforge.compress.distill.detection_tiles import tile_boxes_in_view, tiles_in_view  # noqa: E402
-from jetforge.runtime.tiles import cut_tile, tile_rects  # noqa: E402
+from jetforge.vision.tiles import cut_tile, tile_rects  # noqa: E402
 from jetforge.errors import CompressError, ConfigError  # noqa: E402
 
 from test_detector_crossgrid import teacher_spec  # noqa: E402
@@ -71,6 +71,32 @@ def test_boxes_cut_by_an_inner_tile_edge_are_dropped_and_the_view_edges_are_not_
     # invalid stays invalid
     _, none = tile_boxes_in_view(boxes, torch.zeros(2, 4, 2, dtype=torch.bool), where, edge=0.01)
     assert not bool(none.any())
+
+
+def test_the_torch_cut_is_the_former_one_and_the_apps_rule():
+    """The torch merge now runs the apps' own cut rule (jetforge.vision.tiles.cut_by_inner_edge): the same validity
+    as its former expression, on random boxes right at the edge margins of every tile of mirrored and plain views."""
+    from jetforge.vision.tiles import cut_by_inner_edge
+
+    gen = torch.Generator().manual_seed(0)
+    for grid, side in ((2, 0.6), (3, 0.4), (4, 0.3)):
+        where = tiles_in_view(torch.from_numpy(tile_rects(grid, side)), torch.tensor([False, True, False]))
+        n, t = where.shape[:2]
+        boxes = torch.randint(-1, 11, (n, t, 64, 4), generator=gen).float() / 10.0 + 0.01 * torch.randint(
+            -1, 2, (n, t, 64, 4), generator=gen).float()  # on, just inside and just outside the 0.01 margin
+        valid = torch.rand(n, t, 64, generator=gen) > 0.2
+        _, got = tile_boxes_in_view(boxes, valid, where, edge=0.01)
+        y0, x0, y1, x1 = (where[..., i].unsqueeze(-1) for i in range(4))
+        inner_top, inner_left, inner_bottom, inner_right = y0 > 0, x0 > 0, y1 < 1, x1 < 1
+        former = ((inner_top & (boxes[..., 0] < 0.01)) | (inner_left & (boxes[..., 1] < 0.01))
+                  | (inner_bottom & (boxes[..., 2] > 1.0 - 0.01)) | (inner_right & (boxes[..., 3] > 1.0 - 0.01)))
+        assert torch.equal(got, valid & ~former)
+        # the numpy form of the same rule, in the tile's normalised units, says the same box by box
+        b = boxes.numpy()
+        cut = cut_by_inner_edge(b[..., 1], b[..., 0], b[..., 3], b[..., 2],
+                                tuple(v.numpy() for v in (inner_left, inner_top, inner_right, inner_bottom)),
+                                (1.0, 1.0), 0.01)
+        assert np.array_equal(cut, former.numpy())
 
 
 def _outputs(anchors: torch.Tensor, people, count: int):

@@ -10,7 +10,7 @@ from jetforge.runtime.inputs import IMAGENET_TFLITE  # noqa: E402
 
 torch.set_num_threads(1)
 
-# hand-labelled opencv-doc photos (the smoke set of benchmarks/int8_accuracy.py)
+# hand-labelled opencv-doc photos (the smoke set of benchmarks/int8/int8_accuracy.py)
 SMOKE = {"squirrel_cls.jpg": "fox squirrel", "baboon.jpg": "baboon", "orange.jpg": "orange",
          "messi5.jpg": "soccer ball"}
 

@@ -107,7 +107,7 @@ def test_prune_architecture(name, tmp_path):
 # whole and reported by name.  swin3d_t used to end in a TypeError (fx's read-only argument lists handed to
 # a torchvision helper that edits its argument).  These are torchvision's architecture classes in small
 # configurations (the full-size ones are counted in test_prune_flops.py and pruned by
-# benchmarks/prune_cli_sweep.py).  Each is pruned to a MACs goal within its reach (the attention is not
+# benchmarks/pruning/prune_cli_sweep.py).  Each is pruned to a MACs goal within its reach (the attention is not
 # pruned), and the cut is checked against torch.utils.flop_counter: attention MACs used to be missed, so the
 # cut was overstated.
 TRANSFORMERS = {

@@ -1,5 +1,5 @@
 """The SSDLite-MobileNetV2 port: weights, structure and configuration read from the real frozen graph, and its
-outputs against TensorFlow's own, recorded by benchmarks/ssdlite_tf_check.py (TensorFlow 2.21 executing the
+outputs against TensorFlow's own, recorded by benchmarks/detector_students/ssdlite_tf_check.py (TensorFlow 2.21 executing the
 graph on three vtest.avi frames) in ssdlite_tf_reference.npz beside this file."""
 
 from pathlib import Path
@@ -14,8 +14,8 @@ from jetforge.compress.models.ssdlite_mobilenet_v2 import (SSDLiteMobileNetV2, g
 from jetforge.compress.models.tf_graphdef import load_graphdef  # noqa: E402
 from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess, read_spec  # noqa: E402
 from jetforge.errors import ModelError  # noqa: E402
-from jetforge.runtime.boxes import iou_matrix  # noqa: E402
-from jetforge.runtime.detection import postprocess, ssd_anchor_layers  # noqa: E402
+from jetforge.vision.boxes import iou_matrix  # noqa: E402
+from jetforge.vision.ssd import postprocess, ssd_anchor_layers  # noqa: E402
 
 torch.set_num_threads(1)
 REFERENCE = Path(__file__).with_name("ssdlite_tf_reference.npz")

@@ -18,8 +18,8 @@ from jetforge.compress.models.ssdlite_export import (center_size_anchors, fold_p
 from jetforge.compress.models.ssdlite_mobilenet_v2 import load_from_graphdef  # noqa: E402
 from jetforge.compress.models.tf_graphdef import load_graphdef  # noqa: E402
 from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess, read_spec  # noqa: E402
-from jetforge.runtime.boxes import iou_matrix  # noqa: E402
-from jetforge.runtime.detection import postprocess, spec_from_sidecar  # noqa: E402
+from jetforge.vision.boxes import iou_matrix  # noqa: E402
+from jetforge.vision.ssd import postprocess, spec_from_sidecar  # noqa: E402
 from jetforge.runtime.sidecar import read_sidecar  # noqa: E402
 
 torch.set_num_threads(1)
@@ -119,7 +119,7 @@ def test_onnx_runtime_body_and_numpy_postprocess_equal_the_port(exported, ported
 
 def test_detector_wrapper_gives_frame_pixels(exported, ported, frames):
     """SSDDetector (session + sidecar preprocessing + postprocess) equals the same steps done by hand."""
-    from jetforge.runtime.detection import SSDDetector
+    from jetforge.vision.ssd_detector import SSDDetector
 
     model, spec, pre = ported
     with SSDDetector(exported, backend="onnxruntime") as det:

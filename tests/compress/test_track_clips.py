@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from jetforge.compress.action.track_clips import (AWAY_TOWARD, LEFT, RIGHT, STILL, ClipWindow, MotionRule, cut_clips,
-                                                  make_windows, read_track_events, split_windows,
-                                                  track_cache_command)
+                                                  make_windows, read_track_events, split_windows)
 from jetforge.errors import InputFileError
 from jetforge.runtime.inputs.clip import ClipContract
 
@@ -100,8 +99,32 @@ def test_cut_clips_are_the_contracts_own_clips_on_real_frames():
         np.testing.assert_array_equal(contract.normalize(clip), ref)  # the same crops, the same arithmetic
 
 
-def test_the_track_cache_is_made_by_the_people_app_command(tmp_path):
-    cmd = track_cache_command(tmp_path / "v.avi", tmp_path / "out", executable="python3", max_frames=50)
-    assert cmd[:6] == ["python3", "-m", "jetforge.cli.main", "-q", "app", "people"]
-    assert cmd[cmd.index("--detector") + 1] == "ssd" and cmd[cmd.index("--max-frames") + 1] == "50"
-    assert cmd[-2:] == ["--source", str(tmp_path / "v.avi")]
+@pytest.mark.slow  # the CNN detector over 40 frames twice, and one export of it: ~15 s of CPU
+def test_the_track_cache_holds_the_people_apps_tracks_made_without_the_cli(tmp_path, monkeypatch):
+    """The cache is the tracks `jetforge app people` follows (same detector, tracker preset and frames), made by
+    calling jetforge.vision directly: no process is started (before issue 23 it ran the CLI in a subprocess)."""
+    import subprocess
+
+    pytest.importorskip("torch")  # exporting the person detector (the recipe's side)
+    from jetforge.assets import asset_path
+    from jetforge.cli.main import main
+    from jetforge.compress.action.track_clips import ensure_track_cache
+
+    video = asset_path("opencv_samples", "vtest.avi")
+    assert main(["-q", "app", "people", "--detector", "ssd", "--no-video", "--no-plots", "--out",
+                 str(tmp_path / "app"), "--max-frames", "40", "--source", str(video)]) == 0
+    app = read_track_events(tmp_path / "app" / "events.jsonl")
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("the track cache started a process: %s" % (args,))
+
+    monkeypatch.setattr(subprocess, "run", no_process)
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    events = ensure_track_cache(video, tmp_path / "cache", max_frames=40)
+    assert events == tmp_path / "cache" / "events.jsonl" and (tmp_path / "cache" / "person_detector.onnx").is_file()
+    cache = read_track_events(events)
+    assert len(app) >= 3 and sorted(cache) == sorted(app)  # several people walk in vtest's first 4 s
+    for tid in app:
+        assert sorted(cache[tid]) == sorted(app[tid])
+        assert all(np.array_equal(cache[tid][f], app[tid][f]) for f in app[tid])
+    assert ensure_track_cache(video, tmp_path / "cache") == events  # made once, then read

@@ -257,7 +257,7 @@ def test_generated_softmax_parser_matches_numpy(cls_bundle, photos, tmp_path, ca
 
 @pytest.mark.slow
 def test_deepstream_detector_configuration_and_parser(ssd_bundle, vtest_frames, tmp_path, capsys):
-    from jetforge.runtime.detection import convert_scores, decode_boxes, spec_from_sidecar
+    from jetforge.vision.ssd import convert_scores, decode_boxes, spec_from_sidecar
     from jetforge.runtime.session import open_session
 
     out = tmp_path / "ds"
@@ -357,7 +357,7 @@ class FakeTritonPythonBackendUtils(types.ModuleType):
 @pytest.mark.slow
 def test_triton_detector_ensemble_runs_the_runtime_postprocess(ssd_bundle, vtest_frames, tmp_path, capsys, monkeypatch):
     from jetforge.deploy.triton import check_ensemble
-    from jetforge.runtime.detection import postprocess, spec_from_sidecar
+    from jetforge.vision.ssd import postprocess, spec_from_sidecar
     from jetforge.runtime.session import open_session
 
     out = tmp_path / "repo"

@@ -66,7 +66,7 @@ def make_classifier(folder, input_name="x", output_name="y", labels=None, model_
 def make_detector(folder, names=("box_encodings", "class_logits"), labels=("person",), spec_labels=("person",),
                   model_name="tinyssd"):
     """A tiny real SSD body (3 anchors on one 1x1 feature map) with raw box encodings and class logits."""
-    from jetforge.runtime.detection import SSD_EXTRA_KEY, SSDSpec, ssd_anchor_layers
+    from jetforge.vision.ssd import SSD_EXTRA_KEY, SSDSpec, ssd_anchor_layers
     from jetforge.runtime.inputs import Preprocess
     from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, write_sidecar
 

@@ -1,4 +1,4 @@
-"""The parser fuzzers shared by the CI test (test_fuzz_parsers.py) and the long run (benchmarks/fuzz_parsers.py).
+"""The parser fuzzers shared by the CI test (test_fuzz_parsers.py) and the long run (benchmarks/reliability/fuzz_parsers.py).
 
 Every parser of data that comes from outside is fed through the public name a user's file reaches
 (``PUBLIC``: one table to update when a module moves).  The invariant, for every input:
@@ -545,7 +545,7 @@ def _sidecar_seeds() -> List[Dict[str, Any]]:
 
     sidecar_cls = public("model_sidecar_class")
     spec = importlib.import_module(sidecar_cls.__module__).TensorSpec
-    real = json.loads((REPO / "src" / "jetforge" / "apps" / "data" / "action_walking_direction.onnx.json").read_text())
+    real = json.loads((REPO / "src" / "jetforge" / "apps" / "data" / "action_mobilenet3d.onnx.json").read_text())
     made = sidecar_cls(task="classify", model_name="tiny", inputs=[spec("x", [-1, 3, 32, 32])],
                        outputs=[spec("y", ["N", 8], "float16")], preprocess=Preprocess(height=32, width=32),
                        labels=["c%d" % i for i in range(8)], produced_by={"tool": "jetforge"}).to_dict()
@@ -607,11 +607,11 @@ def _bundle_manifest(work: Path) -> ParserTarget:
     write = public("calibration_cache_writer")
     src = work / "bundle-src"
     src.mkdir()
-    for name in ("action_walking_direction.onnx", "action_walking_direction.onnx.json"):
+    for name in ("action_mobilenet3d.onnx", "action_mobilenet3d.onnx.json"):
         (src / name).write_bytes((REPO / "src" / "jetforge" / "apps" / "data" / name).read_bytes())
     cache = src / "model.calib"
     cache.write_text(write(100300, "EntropyCalibration2", {"clip": 0.02, "logits": 0.05}))
-    bundle = create(src / "action_walking_direction.onnx", work / "cam", ["orin-nx-16gb"], calib=[cache],
+    bundle = create(src / "action_mobilenet3d.onnx", work / "cam", ["orin-nx-16gb"], calib=[cache],
                     tensorrt_versions=["10.3.0"]).path
     seed = json.loads((bundle / "manifest.json").read_text())
 

@@ -1,6 +1,6 @@
 """Every parser of outside data, fuzzed through its public entry point (the short CI run).
 
-The long run (>= 100 000 inputs per parser) is benchmarks/fuzz_parsers.py; both draw from the
+The long run (>= 100 000 inputs per parser) is benchmarks/reliability/fuzz_parsers.py; both draw from the
 strategies and check the invariant in parser_fuzz.py: a JetforgeError with a message, or a correct
 parse (structure, and a round trip through the writer where there is one); never another
 exception, never a hang.  The CI profile is derandomized (the same inputs every run, so a red CI

@@ -1,6 +1,6 @@
 """The estimator's check scripts: the published-points file, the fast re-timing the fits use, the H200 trace parsing.
 
-The device script (``benchmarks/estimate_h200.py``) cannot run its CUDA part here; what it does with the
+The device script (``benchmarks/estimator/estimate_h200.py``) cannot run its CUDA part here; what it does with the
 profiler's trace is plain Python and is checked on a hand-written trace in the documented Chrome trace
 layout (complete events ``ph: X``; ``cuda_runtime`` launches and ``kernel`` events linked by
 ``args.correlation``; ``user_annotation`` ranges from ``record_function``).
@@ -14,12 +14,14 @@ import pytest
 pytest.importorskip("onnx")
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "estimator"))  # the study's scripts; its helpers: benchmarks.common
 
 import estimate_h200  # noqa: E402
 from estimate_graphs import tiny_net  # noqa: E402
 
 from jetforge.targets import get_target  # noqa: E402
+
+PUBLISHED_FIT = ROOT / "benchmarks" / "estimator" / "results" / "epyc-2core_2026-12-01_published-jetson.json"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -60,7 +62,7 @@ def test_published_points_file_is_checked(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dla", [None, 0])
 def test_vectorised_prediction_equals_kernel_time(dla):
-    from estimate_fit import features, params_of, predict, total_us
+    from benchmarks.common.estimate_fit import features, params_of, predict, total_us
 
     from jetforge.runtime.estimate.efficiency import efficiency_set
     from jetforge.runtime.estimate.model import place, time_placed
@@ -78,7 +80,7 @@ def test_vectorised_prediction_equals_kernel_time(dla):
 
 
 def test_pattern_search_finds_a_known_minimum():
-    from estimate_fit import fit
+    from benchmarks.common.estimate_fit import fit
 
     best = fit(lambda p: (p["a"] - 0.3) ** 2 + (p["b"] - 7.0) ** 2, {"a": 1.0, "b": 1.0}, ["a", "b"],
                {"a": (0.01, 2.0), "b": (0.0, 20.0)}, rounds=40)
@@ -151,7 +153,7 @@ def test_fit_objective_pairs_kernels_and_modules_like_the_report():
     import math
 
     import numpy as np
-    from estimate_fit import features, params_of, predict, total_us
+    from benchmarks.common.estimate_fit import features, params_of, predict, total_us
     from estimate_h200_fit import config_error, layer_error, per_module
 
     from jetforge.runtime.estimate.efficiency import efficiency_set
@@ -186,7 +188,7 @@ def test_held_out_estimate_never_sees_the_held_out_model():
     """Nested cross-validation: a model's held-out estimate (its factors and the prior weight its fold chose) must
     not move when only that model's measurements change, while the fit on all models does move."""
     import numpy as np
-    from estimate_fit import features, params_of, predict
+    from benchmarks.common.estimate_fit import features, params_of, predict
     from estimate_h200_fit import fitted_params, held_out
 
     from jetforge.runtime.estimate.efficiency import efficiency_set
@@ -223,12 +225,12 @@ def test_held_out_estimate_never_sees_the_held_out_model():
 # the shipped efficiency set
 # ---------------------------------------------------------------------------------------------------------------
 def test_shipped_fit_is_the_committed_published_fit():
-    """efficiency.yaml's tensorrt fit block must be what benchmarks/results/estimate_published.json fitted."""
+    """efficiency.yaml's tensorrt fit block must be what estimate_published.py fitted (the committed result)."""
     import json
 
     from jetforge.runtime.estimate.efficiency import efficiency_set
 
-    result = json.loads((ROOT / "benchmarks" / "results" / "estimate_published.json").read_text())
+    result = json.loads(PUBLISHED_FIT.read_text())
     fitted = result["fitted_parameters"]
     fit = efficiency_set("tensorrt", fitted=False).fit
     pairs = [(fit.gpu_compute_scale, fitted["s_gpu"]), (fit.dla_compute_scale, fitted["s_dla"]),

@@ -18,7 +18,7 @@
   ``start_bin``.
 
 The default of :func:`jetforge.calibrate.calibrate_model.calibrate` is ``percentile`` 99.99: on the benchmark
-(``benchmarks/int8_accuracy.py``) it has the best top-1 agreement with FP32 on MobileNetV2 and is
+(``benchmarks/int8/int8_accuracy.py``) it has the best top-1 agreement with FP32 on MobileNetV2 and is
 within a few samples of mse on EfficientNet-Lite0, while ``entropy`` is the weakest of the four.
 
 The entropy search evaluates every candidate at once from prefix sums (``O(bins * 128)``), then

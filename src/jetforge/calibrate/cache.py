@@ -32,7 +32,7 @@ from jetforge.errors import CalibrationError
 from jetforge.fileio import PathLike, write_text_atomic
 from jetforge.runtime.tensorrt import calib_cache
 from jetforge.runtime.tensorrt.calib_cache import hex_to_scale, scale_to_hex  # noqa: F401  (public here too)
-from jetforge.runtime.tensorrt.version import TensorRTVersion
+from jetforge.runtime.tensorrt.version import TensorRTVersion, known_release
 
 log = logging.getLogger(__name__)
 
@@ -51,20 +51,28 @@ DEFAULT_TOKEN = "EntropyCalibration2"
 JETPACK_TRT = {(8, 5, 2): "JetPack 5.1.x", (8, 6, 2): "JetPack 6.0", (10, 3, 0): "JetPack 6.1/6.2"}
 
 Version = TensorRTVersion
-_TRT_HINT = "give e.g. --trt 10.3 (JetPack 6.1/6.2), 8.6.2 (JetPack 6.0) or 8.5.2 (JetPack 5.1)"
+_TRT_HINT = "give e.g. --tensorrt 10.3 (JetPack 6.1/6.2), 8.6.2 (JetPack 6.0) or 8.5.2 (JetPack 5.1)"
 
 
 def parse_trt_version(text: Union[str, Tuple[int, ...], List[int]]) -> TensorRTVersion:
     """``"10.3"`` / ``"10.3.0"`` / ``"8.6.2.3"`` / ``(8, 6, 2)`` -> the version, one that writes caches.
 
     The parser is the one version type's (:class:`~jetforge.runtime.tensorrt.version.TensorRTVersion`);
-    calibration adds its error class and the ``--trt`` fix.
+    calibration adds its error class and the ``--tensorrt`` fix.  It reads any version a cache may carry;
+    :func:`stamp_version` is the stricter check for a version jetforge writes a new cache for.
     """
     version = TensorRTVersion.parse(text, error=CalibrationError, hint=_TRT_HINT)
     if not version.writes_calibration_caches:
         raise CalibrationError("TensorRT version %s is not one that writes calibration caches" % (version,),
-                               hint="give a TensorRT version from 7.0 on, e.g. --trt 10.3")
+                               hint="give a TensorRT version from 7.0 on, e.g. --tensorrt 10.3")
     return version
+
+
+def stamp_version(text: Union[str, Tuple[int, ...], List[int]]) -> TensorRTVersion:
+    """The version a *new* cache is stamped for: parsed, and refused unless a JetPack of jetforge's table ships it
+    (:func:`~jetforge.runtime.tensorrt.version.known_release`): a cache for TensorRT 9.9 or 99.1 is read by no
+    TensorRT.  Reading an existing cache accepts any version (:func:`parse_trt_version`)."""
+    return known_release(parse_trt_version(text), error=CalibrationError)
 
 
 def version_string(version: Union[str, Tuple[int, ...], List[int]]) -> str:
@@ -183,7 +191,7 @@ class CalibrationCache:
             "whose header is not its own and would recalibrate or drop INT8"
             % (where, have_s, self.header, want_s,
                " (%s)" % JETPACK_TRT[want] if want in JETPACK_TRT else ""),
-            hint="recalibrate with --trt %s, or rewrite the header with --retarget if you accept scales computed "
+            hint="recalibrate with --tensorrt %s, or rewrite the header with --retarget if you accept scales computed "
                  "for TensorRT %s (safe for EntropyCalibration2/MinMax caches, which are computed before fusion)"
                  % (want_s, have_s))
 

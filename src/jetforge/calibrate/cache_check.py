@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional
 
-from jetforge.calibrate.cache import CacheValidation, CalibrationCache, parse_trt_version, version_string
+from jetforge.calibrate.cache import (CacheValidation, CalibrationCache, parse_trt_version, stamp_version,
+                                      version_string)
+from jetforge.calibrate.outputs import names_a_folder
 from jetforge.calibrate.stats import activation_tensors, load_model
 from jetforge.errors import CalibrationError
 from jetforge.fileio import PathLike, check_not_input, require_file
@@ -54,6 +56,8 @@ def check_cache(cache_path: PathLike, model_path: Optional[PathLike] = None, trt
     Names in the cache that are not tensors of the model are an error.  A cache whose output set is mixed
     (its run was killed while replacing the files) or changed since is warned about in one line.
     """
+    if retarget and trt_version is not None:
+        stamp_version(trt_version)  # a retargeted cache is a new one: for a release a JetPack ships
     cache = CalibrationCache.read(cache_path)
     check = CacheCheck(cache, outputs_problem=check_outputs(cache_path))
     if check.outputs_problem:  # e.g. a calibrate run killed while replacing the cache, the Q/DQ ONNX, ...
@@ -65,13 +69,15 @@ def check_cache(cache_path: PathLike, model_path: Optional[PathLike] = None, trt
             if not retarget:
                 raise
             new = cache.retarget(trt_version)
-            target = Path(out) if out is not None else retarget_path(cache_path, new.trt_version)
+            target = retarget_path(cache_path, new.trt_version)
+            if out is not None:  # a folder (existing, or "dir/") holds the default name; else out is the file
+                target = Path(out) / target.name if names_a_folder(out) else Path(out)
             check_not_input(target, [cache_path] + ([model_path] if model_path is not None else []))
             new.write(target)
             new.source = str(target)
             check.cache, check.retargeted_to, check.written = new, version_string(new.trt_version), target
     elif retarget:
-        raise CalibrationError("--retarget needs the TensorRT version to retarget to", hint="add --trt VERSION")
+        raise CalibrationError("--retarget needs the TensorRT version to retarget to", hint="add --tensorrt VERSION")
     if model_path is not None:
         model = load_model(require_file(model_path, "ONNX model"))
         names = activation_tensors(model)

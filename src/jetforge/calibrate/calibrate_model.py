@@ -1,16 +1,17 @@
 """``calibrate()``: samples -> activation statistics -> scales -> cache + Q/DQ ONNX + report.
 
-Outputs for ``model.onnx`` (or next to ``out``, a named cache path ``X.calib``):
+Outputs for ``model.onnx`` (or next to ``options.out``, a named cache path ``X.calib``, or inside it when it is a
+folder: ``w/`` -> ``w/model.calib``):
 
-* ``model.calib`` -- TensorRT calibration cache stamped for ``trt_version`` (DLA, TensorRT <= 10);
+* ``model.calib`` -- TensorRT calibration cache stamped for ``options.tensorrt_version`` (DLA, TensorRT <= 10);
 * ``model.qdq.onnx`` (+ ``model.qdq.onnx.json`` sidecar) -- explicit Q/DQ (TensorRT >= 10 GPU, 11);
 * ``model.calib.json`` -- the report; ``model.calib.plots/`` -- an overview of every tensor's range and
   histogram pages of the most clipped tensors (every tensor with ``plots="all"``);
-* with ``eval_data``: the report's ``evaluation`` block (INT8 vs FP32 in simulated TensorRT INT8 arithmetic,
-  the same on any CPU; with ``int8_kernels`` also in ONNX Runtime's INT8 kernels on this CPU, labelled), on
+* with ``options.evaluation.data``: the report's ``evaluation`` block (INT8 vs FP32 in simulated TensorRT INT8
+  arithmetic, the same on any CPU; with ``int8_kernels`` also in ONNX Runtime's INT8 kernels on this CPU, labelled), on
   every evaluation sample by default (:mod:`jetforge.calibrate.eval_data`), with a near-duplicate check
   against the calibration samples;
-* with ``mixed_precision``: ``model.precisions.json`` / ``model.precisions.txt`` (the layers kept in
+* with ``options.mixed_precision.bound``: ``model.precisions.json`` / ``model.precisions.txt`` (the layers kept in
   FP16, for TensorRT's ``--layerPrecisions``), ``model.precisions.png`` (the metric against the number of
   FP16 layers on the selection and report splits) and ``model.mixed.qdq.onnx`` (+ sidecar).
 
@@ -26,21 +27,21 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from jetforge.calibrate import algorithms
-from jetforge.calibrate.cache import (ALGORITHM_TOKENS, DEFAULT_TOKEN, CalibrationCache, parse_trt_version,
-                                      version_string)
+from jetforge.calibrate.cache import CalibrationCache, parse_trt_version, version_string
 from jetforge.calibrate.cache_check import CacheCheck, check_cache, retarget_path  # noqa: F401  (re-exported)
 from jetforge.calibrate import detection_eval as det_eval
 from jetforge.calibrate import outputs as outputs_mod
 from jetforge.calibrate.outputs import output_paths
 from jetforge.calibrate.clip_calibration import ClipOptions, calibration_inputs, clip_evaluator, clip_lines
+from jetforge.calibrate.clip_sources import TrackerFactory
+from jetforge.calibrate.options import CalibrateOptions, resolve_options  # noqa: F401  (CalibrateOptions: public here)
 from jetforge.calibrate.eval_data import evaluation_batches  # noqa: F401  (re-exported: tests, benchmarks)
-from jetforge.calibrate.quality import RECOMMENDED_SAMPLES, QualityReport
-from jetforge.calibrate.sources import SAMPLINGS
+from jetforge.calibrate.quality import QualityReport
 from jetforge.calibrate.stats import ActivationStats, collect_statistics, load_model
-from jetforge.errors import CalibrationError, UnknownNameError
+from jetforge.errors import CalibrationError
 from jetforge.fileio import PathLike, check_not_input, require_file
 from jetforge.optional import require
 
@@ -80,17 +81,14 @@ class CalibrationResult:
                 "seconds": round(self.seconds, 2)}
 
 
-def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
-              algorithm: str = algorithms.DEFAULT_ALGORITHM,
-              samples: int = RECOMMENDED_SAMPLES, batch_size: int = 8, out: Optional[PathLike] = None,
-              qdq: bool = True, report: bool = True, plots: Union[bool, str] = True, video_sampling: str = "uniform",
-              percentile: float = 99.99, cache_algorithm: str = DEFAULT_TOKEN, min_samples: int = 16,
-              providers: Optional[Sequence[str]] = None, progress: bool = True, clips: Optional[ClipOptions] = None,
-              check_build: bool = False, eval_data: Optional[DataArg] = None,
-              labels: Optional[PathLike] = None, eval_samples: Optional[int] = EVAL_SAMPLES,
-              mixed_precision: Optional[float] = None, mixed_metric: str = "agreement_confident",
-              sensitivity: Optional[str] = None, int8_kernels: bool = False) -> CalibrationResult:
-    """Calibrate ``model_path`` (ONNX with a sidecar) on ``data`` and write the outputs (see module doc).
+def calibrate(model_path: PathLike, data: DataArg, options: Optional[CalibrateOptions] = None, *,
+              clips: Optional[ClipOptions] = None, tracker: Optional[TrackerFactory] = None,
+              **keywords: Any) -> CalibrationResult:
+    """Calibrate ``model_path`` (ONNX with a sidecar) on ``data`` as ``options`` say, and write the outputs (see
+    module doc).  ``options`` is a :class:`~jetforge.calibrate.options.CalibrateOptions` (every key and default
+    is listed in :mod:`jetforge.calibrate.options`); the keyword form, ``calibrate(model, data, samples=64,
+    eval_data=..., mixed_precision=0.98)`` with the names of :data:`~jetforge.calibrate.options.KEYWORDS`, builds
+    the same options and runs the same path.
 
     ``algorithm`` picks each tensor's range (:mod:`jetforge.calibrate.algorithms`): ``percentile``
     (default, ``percentile`` = 99.99 of ``|x|``), ``entropy`` (TensorRT's EntropyCalibration2 KL search),
@@ -99,44 +97,47 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     The cache header stays ``cache_algorithm`` (``EntropyCalibration2``) whatever the algorithm: it names
     the calibrator class that reads the cache.
 
-    With ``eval_data`` the Q/DQ model is evaluated against FP32 in simulated TensorRT INT8 arithmetic
+    With ``evaluation.data`` the Q/DQ model is evaluated against FP32 in simulated TensorRT INT8 arithmetic
     (agreement, KL, accuracy with ``labels``; see :mod:`jetforge.calibrate.evaluate`) into the report's
     ``evaluation`` block; ``int8_kernels`` adds the same measured with ONNX Runtime's INT8 kernels.
-    ``eval_samples`` (default: all) caps the evaluation samples.
-    With ``mixed_precision`` (a bound on ``mixed_metric``) the most sensitive layers are kept in FP16
-    until the bound holds on the selection half of the evaluation data (the calibration data when none
+    ``evaluation.samples`` (default: all) caps the evaluation samples.
+    With ``mixed_precision.bound`` (a bound on ``mixed_precision.metric``) the most sensitive layers are kept in
+    FP16 until the bound holds on the selection half of the evaluation data (the calibration data when none
     is given); the numbers to quote are on the disjoint report half, never used to choose; the
     layer-precision list, the curve and the mixed Q/DQ ONNX are written (see :mod:`jetforge.calibrate.mixed`).
     ``plots``: True (an overview and the most clipped tensors), ``"all"`` (every tensor) or False.
-    A clip model (sidecar input kind ``clip``) is fed clips cut as ``clips`` says (:mod:`.clip_calibration`).
+    A clip model (sidecar input kind ``clip``) is fed clips cut as ``options.clips`` says (:mod:`.clip_calibration`),
+    per-track clips along the tracks of ``tracker``; ``clips`` (a ready :class:`ClipOptions`) replaces both.
     """
     t0 = time.perf_counter()
-    _check_names(algorithm, video_sampling, cache_algorithm)  # unknown names fail before any sample is read
-    version = parse_trt_version(trt_version)
+    o = resolve_options(options, keywords)  # checked: a bad name or value fails before any sample is read
+    labels, mixed_precision, sensitivity = o.evaluation.labels, o.mixed_precision.bound, o.evaluation.sensitivity
+    algorithm, samples, plots, progress = o.algorithm, o.samples, o.plots, o.progress
+    clips = clips if clips is not None else o.clips.runtime(tracker)
+    version = parse_trt_version(o.tensorrt_version)
     model_file = require_file(model_path, "ONNX model", hint="give the path of an exported .onnx file")
     from jetforge.runtime.inputs import input_contract
     from jetforge.runtime.sidecar import read_sidecar
 
     sidecar = read_sidecar(model_file)
     contract = input_contract(sidecar, ("image", "clip"), purpose="calibration from images, video frames or clips")
-    paths = output_paths(model_file, out)
+    paths = output_paths(model_file, o.out)
     data_items = [data] if isinstance(data, (str, Path)) else list(data)
-    eval_items = _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq,
-                                  data_items if contract.kind == "image" else [],  # clips: split, checked by frames
-                                  eval_samples, sidecar.task)
+    eval_items = _check_eval_args(o, data_items if contract.kind == "image" else [],  # clips: split, checked by frames
+                                  sidecar.task)
     inputs = [model_file] + [Path(d) for d in data_items + eval_items] + ([Path(labels)] if labels else [])
     for key in ("cache", "qdq", "report") + (("mixed_qdq", "precisions", "precisions_txt", "precisions_plot")
                                              if mixed_precision is not None else ()):
         check_not_input(paths[key], inputs)
 
-    feed = calibration_inputs(sidecar, contract, clips, data_items, eval_items, samples, video_sampling, progress)
+    feed = calibration_inputs(sidecar, contract, clips, data_items, eval_items, samples, o.video_sampling, progress)
     source, tracker, eval_items, model = feed.source, feed.quality, feed.eval_items, load_model(model_file)
-    stats = collect_statistics(model, source, feed.preprocess, batch_size=batch_size, tensors="all",
-                               providers=providers, total=source.total, progress=progress, quality=tracker)
-    quality = tracker.check(min_samples=min_samples)
+    stats = collect_statistics(model, source, feed.preprocess, batch_size=o.batch_size, tensors="all",
+                               providers=o.providers, total=source.total, progress=progress, quality=tracker)
+    quality = tracker.check(min_samples=o.min_samples)
     for w in quality.warnings:
         log.warning("%s", w)
-    amax, per_tensor = algorithms.compute_all_with_choices(stats.histograms, algorithm, percentile=percentile)
+    amax, per_tensor = algorithms.compute_all_with_choices(stats.histograms, algorithm, percentile=o.percentile)
     warnings = list(quality.warnings)
     nonfinite = [n for n, h in stats.histograms.items() if h.nonfinite]
     if nonfinite:
@@ -144,25 +145,22 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
         log.warning("%s", warnings[-1])
 
     warnings.extend(outputs_mod.input_problems([model_file]))
-    cache = CalibrationCache.from_amax(amax, version, cache_algorithm)
+    cache = CalibrationCache.from_amax(amax, version, o.cache_algorithm)
     result = CalibrationResult(cache_path=paths["cache"], cache=cache, amax=amax, algorithm=algorithm,
                                samples=stats.samples, warnings=warnings, tensor_algorithms=per_tensor)
     with outputs_mod.output_set(paths, inputs) as outputs:  # all moved into place once all are written
         staged = outputs_mod.staged_paths(outputs, paths)
         result.cache_path = cache.write(staged["cache"])
-        qdq_info = outputs_mod.write_qdq_and_plots(result, stats, model, staged, model_file, sidecar, version, qdq,
-                                                   check_build, plots)
+        qdq_info = outputs_mod.write_qdq_and_plots(result, stats, model, staged, model_file, sidecar, version, o.qdq,
+                                                   o.check_build, plots)
         if eval_items or labels is not None or mixed_precision is not None or sensitivity:
-            result.evaluation = _evaluate(model, result, staged, sidecar, model_file,
-                                          eval_items or data_items, labels, eval_samples, video_sampling,
-                                          mixed_precision, mixed_metric, sensitivity, _held_out(data_items, eval_items),
-                                          progress, int8_kernels, plots=bool(plots),
-                                          calibration_hashes=tracker.hashes, clips=feed.clips)
+            result.evaluation = _evaluate(model, result, staged, sidecar, model_file, eval_items or data_items, o,
+                                          _held_out(data_items, eval_items), tracker.hashes, feed.clips)
         outputs_mod.relocate_result(result, outputs)  # the report names the files where they will be
         result.seconds = time.perf_counter() - t0
-        if report:
+        if o.report:
             result.report = _report(result, stats, quality, source, model_file, outputs.relocate(qdq_info),
-                                    batch_size, percentile)
+                                    o.batch_size, o.percentile)
             if result.evaluation:
                 result.report["evaluation"] = result.evaluation
             from jetforge.calibrate.report import write_report
@@ -171,24 +169,13 @@ def calibrate(model_path: PathLike, data: DataArg, trt_version: str = "10.3",
     return result
 
 
-def _check_names(algorithm: str, video_sampling: str, cache_algorithm: str) -> None:
-    algorithms.ALGORITHMS.get(algorithm)
-    if video_sampling not in SAMPLINGS:
-        raise UnknownNameError("video sampling", video_sampling, SAMPLINGS)
-    if cache_algorithm not in ALGORITHM_TOKENS:
-        raise UnknownNameError("cache algorithm token", cache_algorithm, ALGORITHM_TOKENS)
+def _check_eval_args(o: CalibrateOptions, data_items: List, task: str = "classify") -> List:
+    """The evaluation data items of ``o``, after refusing combinations that cannot work (before any slow step).
 
-
-def _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivity, qdq, data_items,
-                     eval_samples: Optional[int] = None, task: str = "classify") -> List:
-    """The ``eval_data`` items, after refusing combinations that cannot work (before any slow step)."""
-    from jetforge.calibrate.sensitivity import SENSITIVITY_METHODS
-    from jetforge.calibrate.mixed import METRICS
-
-    items = [] if eval_data is None else ([eval_data] if isinstance(eval_data, (str, Path)) else list(eval_data))
-    if eval_samples is not None and eval_samples < 1:
-        raise CalibrationError("the number of evaluation samples must be at least 1, got %d" % eval_samples,
-                               hint="leave --eval-samples out to use every sample")
+    Each value was checked when ``o`` was made (names, ranges); here the combinations and the files."""
+    items = list(o.evaluation.data)
+    labels, sensitivity, qdq = o.evaluation.labels, o.evaluation.sensitivity, o.qdq
+    mixed_precision, mixed_metric = o.mixed_precision.bound, o.mixed_precision.metric
     if task == "detect" and labels is not None and det_eval.is_person_label_file(labels):  # its held-out frames
         det_eval.check_detection_args(labels, items, mixed_precision, sensitivity)
     elif labels is not None:
@@ -199,10 +186,6 @@ def _check_eval_args(eval_data, labels, mixed_precision, mixed_metric, sensitivi
     if (items or mixed_precision is not None or sensitivity) and not qdq:
         raise CalibrationError("INT8 evaluation and mixed precision run the Q/DQ ONNX, which --no-qdq turns off",
                                hint="drop --no-qdq")
-    if mixed_metric not in METRICS:
-        raise UnknownNameError("mixed-precision metric", mixed_metric, METRICS)
-    if sensitivity is not None and sensitivity not in SENSITIVITY_METHODS:
-        raise UnknownNameError("sensitivity method", sensitivity, SENSITIVITY_METHODS)
     if mixed_precision is not None:
         if mixed_metric == "accuracy_drop":
             if labels is None:
@@ -226,15 +209,16 @@ def _held_out(data_items: List, eval_items: List) -> bool:
 
 
 def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar, model_file: Path, items: List,
-              labels, samples: int, video_sampling: str, mixed_precision: Optional[float], mixed_metric: str,
-              sensitivity: Optional[str], held_out: bool, progress: bool,
-              int8_kernels: bool = False, plots: bool = True,
-              calibration_hashes: Sequence = (), clips: Optional[ClipOptions] = None) -> Dict[str, object]:
+              o: CalibrateOptions, held_out: bool, calibration_hashes: Sequence = (),
+              clips: Optional[ClipOptions] = None) -> Dict[str, object]:
+    """The report's ``evaluation`` block: INT8 against FP32 on ``items`` as ``o.evaluation`` asks, and the mixed
+    precision search of ``o.mixed_precision``."""
     from jetforge.calibrate import eval_data
     from jetforge.calibrate import evaluate as ev
     from jetforge.calibrate.stats import fixed_batch
     from jetforge.runtime.inputs import input_contract
 
+    labels, samples, sensitivity = o.evaluation.labels, o.evaluation.samples, o.evaluation.sensitivity
     contract = input_contract(sidecar, ("image", "clip"), purpose="INT8 evaluation")
     if contract.kind == "clip":  # clips cut as for calibration; held out by the clips' frames
         data, evaluator, held, held_out = clip_evaluator(model, sidecar, contract, items, labels, samples, clips)
@@ -243,7 +227,7 @@ def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar,
         items, held_out = ["%s (held-out frames)" % labels], True  # by the file's split (no hash check)
     else:
         held = {"paths_disjoint": held_out}
-        data = eval_data.gather(items, contract, fixed_batch(model), samples, video_sampling)
+        data = eval_data.gather(items, contract, fixed_batch(model), samples, o.video_sampling)
         y = ev.read_labels(labels, data.names, sidecar.labels) if labels is not None else None
         evaluator = ev.Evaluator(model, data.batches, labels=y)
     if held_out and "split" not in held:
@@ -258,11 +242,10 @@ def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar,
                               % require("onnxruntime").__version__}
     for line in _eval_lines("INT8", int8):
         log.info("%s", line)
-    if int8_kernels:
+    if o.evaluation.int8_kernels:
         out["int8_ort_kernels"] = _ort_kernel_evaluation(evaluator, qdq_model, result)
-    if mixed_precision is not None:
-        out.update(_mixed_precision(model, qdq_model, evaluator, data, result, paths, sidecar, model_file,
-                                    mixed_precision, mixed_metric, sensitivity, progress, plots))
+    if o.mixed_precision.bound is not None:
+        out.update(_mixed_precision(model, qdq_model, evaluator, data, result, paths, sidecar, model_file, o))
     elif sensitivity:
         sens = ev.layer_sensitivity(model, qdq_model, evaluator.batches, sensitivity, evaluator=evaluator)
         out["sensitivity"] = [s.to_dict() for s in sens]
@@ -270,22 +253,23 @@ def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar,
 
 
 def _mixed_precision(model, qdq_model, evaluator, data, result: CalibrationResult, paths: Dict[str, Path], sidecar,
-                     model_file: Path, bound: float, metric: str, sensitivity: Optional[str], progress: bool,
-                     plots: bool) -> Dict[str, object]:
+                     model_file: Path, o: CalibrateOptions) -> Dict[str, object]:
     """Choose the FP16 layers on the selection split, measure on the report split, write the outputs."""
     from jetforge.calibrate import mixed, phash
+
+    bound, metric, sensitivity = o.mixed_precision.bound, o.mixed_precision.metric, o.evaluation.sensitivity
 
     split = mixed.split_samples(evaluator.samples)
     selection, report_split = mixed.split_evaluator(evaluator, split)
     split.near_duplicates = phash.near_duplicates([data.hashes[i] for i in split.report],
                                                   [data.hashes[i] for i in split.selection],
                                                   query_set="report", reference_set="selection")
-    say = (lambda m: log.info("mixed precision: %s", m)) if progress else None
+    say = (lambda m: log.info("mixed precision: %s", m)) if o.progress else None
     mp = mixed.search(model, qdq_model, selection, bound, metric, method=sensitivity or "sqnr", progress=say,
                       report_evaluator=report_split)
     mp.split = split
     written = mixed.write_outputs(mp, paths["precisions"], paths["mixed_qdq"], paths["precisions_txt"],
-                                  paths["precisions_plot"] if plots else None)
+                                  paths["precisions_plot"] if o.plots else None)
     outputs_mod.write_mixed_sidecar(paths["mixed_qdq"], sidecar, model_file, mp)
     result.mixed_qdq_path, result.precisions_path = written["qdq"], written["json"]
     block = {k: v for k, v in mp.to_dict().items() if k not in ("sensitivity", "format")}

@@ -42,8 +42,10 @@ class ClipOptions:
     """How clips are cut for a clip model (see :mod:`jetforge.calibrate.clip_sources`).
 
     ``mode``: ``sliding`` or ``per-track``; ``stride``: sampled frames between windows (default: the contract's
-    ``stride_trained``, else one window); ``tracker``: the per-track tracker factory; ``max_per_track``: cap on one
-    track's clips; ``split``: the fraction of a shared video that goes to calibration.
+    ``stride_trained``, else one window); ``tracker``: the per-track tracker factory (the action app's tracks:
+    :func:`jetforge.vision.person_tracks.person_tracker_factory` over a person detector; or
+    :func:`~jetforge.calibrate.clip_sources.replay_tracks`); ``max_per_track``: cap on one track's clips; ``split``:
+    the fraction of a shared video that goes to calibration.
     """
 
     mode: str = "sliding"

@@ -11,10 +11,11 @@ normalisation), so its calibration and evaluation samples are windows, not frame
 * ``per-track`` -- people are detected and tracked over the video and every track gives windows of T sampled
   frames in which it has a box on each.  A window is cut by ``contract.clip(frames, boxes)``, the call the action
   app makes at run time (region = the union of the boxes, enlarged), so calibration sees the crops the app feeds.
-  The tracker is the caller's (a factory of ``(index, frame) -> [(track_id, box), ...]`` functions, fed every
-  decoded frame as the app feeds its tracker; :func:`replay_tracks` replays tracks cached earlier): this layer
-  may not import the apps, so the CLI passes the apps' person detector and tracker.  Windows where a track has a
-  gap are left out (the app interpolates short gaps; that code lives in the app and is not copied here).
+  The tracker is a factory of ``(index, frame) -> [(track_id, box), ...]`` functions, fed every decoded frame as
+  the app feeds its tracker: the action app's, :func:`jetforge.vision.person_tracks.person_tracker_factory` over a
+  person detector, or :func:`replay_tracks` for tracks cached earlier.  Windows
+  where a track has a gap are left out (the app interpolates short gaps; that code lives in the app and is not
+  copied here).
 
 Selection is deterministic: the windows of a video are listed in (track, start) order and ``n`` are taken evenly
 spread (:func:`~jetforge.calibrate.sources.evenly_spaced`), at most ``max_per_track`` per track; the budget is split

@@ -38,7 +38,7 @@ def detection_evaluation_set(labels: Union[str, Path], preprocess: Any, fixed_ba
     folder holding ``<asset>/<file>`` (default: jetforge's asset cache).
     """
     from jetforge.calibrate.evaluate import preprocess_samples
-    from jetforge.calibrate.person_labels import load_person_labels
+    from jetforge.vision.person_labels import load_person_labels
 
     if assets_root is None:
         from jetforge.assets import asset_dir
@@ -65,8 +65,9 @@ def check_detection_args(labels: Union[str, Path], eval_items: List[Any], mixed_
     """Refuse what ``calibrate`` cannot do for a detector evaluated on a person-box file (before any slow step)."""
     from jetforge.errors import CalibrationError
     from jetforge.fileio import require_file
+    from jetforge.vision.person_labels import DEFAULT_LABELS
 
-    require_file(labels, "person-box label file", hint="e.g. benchmarks/labels/people_boxes.json")
+    require_file(labels, "person-box label file", hint="e.g. jetforge's own set, %s" % DEFAULT_LABELS)
     if eval_items or mixed_precision is not None or sensitivity:
         raise CalibrationError("a detector is evaluated on the held-out frames of its --labels file; --eval, "
                                "--mixed-precision and --sensitivity do not apply to it yet",

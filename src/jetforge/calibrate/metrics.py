@@ -236,9 +236,9 @@ class DetectionAPMetric(Metric):
     """Person AP@0.5 and AP@[.5:.95] of FP32 and the candidate against labelled boxes, with paired bootstrap CIs.
 
     The raw outputs are an SSD body's ``(box_encodings, class_logits)``; both models' outputs are
-    decoded with :func:`jetforge.runtime.detection.postprocess` (the model's own box coder, score
+    decoded with :func:`jetforge.vision.ssd.postprocess` (the model's own box coder, score
     converter and NMS from its sidecar, at ``score_threshold``), mapped back to frame pixels through
-    the preprocessing's geometry, and scored by :mod:`jetforge.calibrate.detection_metrics` (COCO's
+    the preprocessing's geometry, and scored by :mod:`jetforge.vision.detection_metrics` (COCO's
     matching, difficult boxes ignored).  The difference candidate - FP32 has a paired bootstrap
     interval over frames and, when the targets name groups, over groups of frames (neighbouring video
     frames are correlated, so the group interval is the honest one); a goal about the difference holds
@@ -248,7 +248,7 @@ class DetectionAPMetric(Metric):
 
     def __init__(self, sidecar: Any = None, score_threshold: float = 0.01, n_resamples: int = 2000, seed: int = 0,
                  output_names: Sequence[str] = ("box_encodings", "class_logits")) -> None:
-        from jetforge.runtime.detection import spec_from_sidecar
+        from jetforge.vision.ssd import spec_from_sidecar
         from jetforge.runtime.inputs.image import Preprocess
 
         if sidecar is None:
@@ -265,7 +265,7 @@ class DetectionAPMetric(Metric):
 
     def detections(self, outputs: Sequence[np.ndarray], targets: Sequence[DetectionTarget]):
         """(boxes per frame in pixels x1, y1, x2, y2; scores per frame) of one model's raw outputs."""
-        from jetforge.runtime.detection import postprocess
+        from jetforge.vision.ssd import postprocess
 
         enc, logits = outputs[self.order[0]], outputs[self.order[1]]
         decoded = postprocess(enc, logits, self.spec, score_threshold=self.score_threshold)
@@ -274,7 +274,7 @@ class DetectionAPMetric(Metric):
         return boxes, [d.scores for d in decoded]
 
     def compute(self, reference, candidate, targets=None):
-        from jetforge.calibrate.detection_metrics import paired_bootstrap
+        from jetforge.vision.detection_metrics import paired_bootstrap
 
         n = len(reference[0])
         if targets is None:

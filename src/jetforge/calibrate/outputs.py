@@ -8,6 +8,7 @@ no plots) removes the previous run's others instead of leaving them beside its o
 """
 
 import logging
+import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
@@ -23,8 +24,21 @@ log = logging.getLogger(__name__)
 _PATH_FIELDS = ("cache_path", "qdq_path", "report_path", "mixed_qdq_path", "precisions_path")
 
 
+def names_a_folder(path: PathLike) -> bool:
+    """Whether an output path names a folder to write into: one that exists, or text ending in a slash (``w/``)."""
+    text = os.fspath(path)
+    return text.endswith(("/", os.sep)) or Path(text).is_dir()
+
+
 def output_paths(model_path: PathLike, out: Optional[PathLike] = None) -> Dict[str, Path]:
-    """``model.onnx`` -> model.calib, model.qdq.onnx, model.calib.json, model.calib.plots/ (all in one folder)."""
+    """``model.onnx`` -> model.calib, model.qdq.onnx, model.calib.json, model.calib.plots/ (all in one folder).
+
+    ``out`` is the cache's path (``build/model.calib``; the other files go beside it), or a folder to write into:
+    an existing folder or a path ending in a slash (``w/`` -> ``w/model.calib``, never ``./w.calib``).
+    """
+    if out is not None and names_a_folder(out):
+        m = Path(model_path)
+        out = Path(out) / ((m.name[:-len(m.suffix)] if m.suffix.lower() == ".onnx" else m.name) + ".calib")
     if out is not None:
         cache = Path(out)
         stem = cache.with_suffix("") if cache.suffix == ".calib" else cache

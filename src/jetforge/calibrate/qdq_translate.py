@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from jetforge.calibrate.cache import DEFAULT_TOKEN, INT8_BOUND, CalibrationCache, float32, parse_trt_version
+from jetforge.calibrate.cache import DEFAULT_TOKEN, INT8_BOUND, CalibrationCache, float32, stamp_version
 from jetforge.errors import CalibrationError, JetforgeError, ModelError
 from jetforge.fileio import PathLike, atomic_output, check_not_input, write_json_atomic, write_text_atomic
 from jetforge.optional import require
@@ -278,6 +278,7 @@ def _infer_scales(g, consts: Dict[str, np.ndarray], trained: "OrderedDict[str, f
 def translate_qdq(model: Union[PathLike, Any], trt_version: str = "10.3", algorithm: str = DEFAULT_TOKEN,
                   infer_scales: bool = True) -> QdqTranslation:
     """Translate a Q/DQ model (path or ``onnx.ModelProto``); see the module docstring."""
+    version = stamp_version(trt_version)  # a release a JetPack ships, refused before any work
     onnx = _onnx()
     m = _load(model)
     g = m.graph
@@ -304,7 +305,7 @@ def translate_qdq(model: Union[PathLike, Any], trt_version: str = "10.3", algori
         (int8 if acts and all(t in scales for t in acts) else fp16).append(n.name)
     onnx.checker.check_model(m)
     cache = CalibrationCache(scales=OrderedDict((k, float32(v)) for k, v in scales.items()),
-                             trt_version=parse_trt_version(trt_version), algorithm=algorithm)
+                             trt_version=version, algorithm=algorithm)
     if mismatch:
         log.warning("%d weight Q/DQ pairs have scales other than max|w|/127 per channel (e.g. %s); TensorRT's "
                     "implicit INT8 recomputes them", len(mismatch), mismatch[0])

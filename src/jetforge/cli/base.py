@@ -1,10 +1,10 @@
-"""Base class and shared option groups for CLI subcommands.
+"""Base class of CLI subcommands, and the helpers their ``run`` shares.
 
 A subcommand is a class with a ``name``, a ``description`` with examples,
 ``add_arguments`` and ``run``, registered with its one-line summary in
-:data:`jetforge.cli.main.COMMANDS`.  Shared options (``--json``,
-``--config``/``--set``, ``--target``) are functions applied to the parser so that
-every subcommand spells them the same way.
+:data:`jetforge.cli.main.COMMANDS`.  The options several commands share (``--json``,
+``--config``/``--set``, ``--target``, ``--tensorrt``, ``--precision``, ``--dla-core``, ``--out``) are
+defined once, in :mod:`jetforge.cli.arguments`.
 """
 
 import argparse
@@ -30,25 +30,18 @@ class Command:
         raise NotImplementedError
 
 
-def add_json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print the result as JSON for machines")
-
-
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="YAML", help="read options from a YAML file")
-    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
-                        help="override one option (repeatable), e.g. --set precision=fp16")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
-
-
-def add_target_flag(parser: argparse.ArgumentParser, required: bool = False) -> None:
-    parser.add_argument("--target", metavar="NAME", required=required,
-                        help="target profile name (see `jetforge targets list`), or 'auto' to detect this machine")
-
-
 def print_json(data: Any, stream: Optional[TextIO] = None) -> None:
     json.dump(data, stream or sys.stdout, indent=2, sort_keys=False, default=str)
     (stream or sys.stdout).write("\n")
+
+
+def print_config(cfg: Any) -> None:
+    """``--print-config``: a resolved options dataclass as the YAML a ``--config`` file holds."""
+    import yaml
+
+    from jetforge.config import to_dict
+
+    print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
 
 
 def parse_input_shape(text: str) -> Tuple[int, ...]:

@@ -4,7 +4,7 @@ The apps are registered in :data:`jetforge.apps.tasks.TASKS` (one module per tas
 :class:`~jetforge.apps.tasks.base.App`: its own options and how it builds its
 :class:`~jetforge.apps.pipeline.Task`); this command does the rest the same way for every app: the sources
 (``--source``, repeatable: several sources are batched into one model), the models only the CLI can make
-(:func:`~jetforge.cli.model_refs.prepare_app_models`), the pipeline options, the outputs, the printed
+(:func:`~jetforge.workflow.model_refs.prepare_app_models`), the pipeline options, the outputs, the printed
 summary and the exit status (1 when a source was lost or truncated or a stage error stopped the run; what
 was finished is kept in ``--out`` either way).
 """
@@ -20,8 +20,9 @@ from jetforge.apps.tasks.base import App
 from jetforge.apps.video import SourceOptions, open_source, sink_usage, source_usage
 from jetforge.apps.video.sources.gpu import uri_for_decode
 from jetforge.assets import asset_path
-from jetforge.cli.base import Command, add_json_flag, print_json
-from jetforge.cli.model_refs import prepare_app_models
+from jetforge.cli.arguments import add_json_flag, add_out_flag
+from jetforge.cli.base import Command, print_json
+from jetforge.workflow.model_refs import prepare_app_models
 from jetforge.errors import ConfigError, JetforgeError, StreamError
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, default_out: str) ->
     g.add_argument("--source", metavar="URI", action="append", default=None,
                    help="video file, image folder, v4l2:///dev/video0 or camera index, csi://0, rtsp://..., "
                         "http(s)://...; repeat for several streams batched into one model (default: the app's clip)")
-    g.add_argument("--out", metavar="DIR", default=default_out, help="output folder (default: ./%s/)" % default_out)
+    add_out_flag(g, "DIR", "output folder (default: ./%s/)" % default_out, default=default_out)
     g.add_argument("--max-frames", metavar="N", type=int, default=None, help="stop after N frames per stream")
     g.add_argument("--loop", action="store_true",
                    help="play a video file again from the start when it ends (soak tests, demos; stop with "

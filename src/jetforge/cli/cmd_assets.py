@@ -3,7 +3,8 @@
 import argparse
 
 from jetforge.assets import asset_dir, cache_root, fetch, get_spec, is_cached, list_specs, verify
-from jetforge.cli.base import Command, add_json_flag, print_json
+from jetforge.cli.arguments import add_json_flag
+from jetforge.cli.base import Command, print_json
 from jetforge.table import format_table
 from jetforge.errors import AssetError
 

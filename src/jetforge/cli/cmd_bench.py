@@ -4,7 +4,8 @@ import argparse
 from pathlib import Path
 from typing import Any, Dict, List
 
-from jetforge.cli.base import Command, add_json_flag, print_json
+from jetforge.cli.arguments import add_dla_core_flag, add_json_flag, add_out_flag
+from jetforge.cli.base import Command, print_json
 from jetforge.table import format_table
 from jetforge.errors import ConfigError
 from jetforge.fileio import check_not_input, check_output_path, write_json_atomic
@@ -39,10 +40,10 @@ class BenchCommand(Command):
                            help="capture and replay a CUDA graph (default where the backend has them)")
         graph.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false",
                            help="plain enqueue, no CUDA graph")
-        parser.add_argument("--dla-core", type=int, default=None, help="DLA core for a TensorRT engine")
+        add_dla_core_flag(parser, "DLA core for a TensorRT engine")
         parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime intra-op threads")
         parser.add_argument("--plot", metavar="FILE.png", help="write a latency histogram")
-        parser.add_argument("--out", metavar="DIR", help="write DIR/bench.json (and DIR/latency.png)")
+        add_out_flag(parser, "DIR", "write DIR/bench.json (and DIR/latency.png)")
         parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
         parser.add_argument("--trust-pickle", action="store_true",
                             help="allow a TorchScript (.pt/.ts) or torch.export (.pt2) MODEL: both run code stored "

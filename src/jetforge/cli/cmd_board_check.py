@@ -2,7 +2,8 @@
 
 import argparse
 
-from jetforge.cli.base import Command, add_json_flag, print_json
+from jetforge.cli.arguments import add_json_flag, add_out_flag, add_target_flag, add_tensorrt_flag
+from jetforge.cli.base import Command, print_json
 
 
 class BoardCheckCommand(Command):
@@ -21,9 +22,9 @@ class BoardCheckCommand(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("bundle", metavar="BUNDLE", help="bundle folder or tar (with --samples for output checks)")
-        parser.add_argument("--out", default="board-check", metavar="DIR", help="report folder (default board-check/)")
-        parser.add_argument("--target", default="auto", metavar="NAME", help="target profile (default: detect)")
-        parser.add_argument("--tensorrt", metavar="VERSION", help="TensorRT version when it is not installed")
+        add_out_flag(parser, "DIR", "report folder (default board-check/)", default="board-check")
+        add_target_flag(parser, default="auto", help="target profile (default: detect)")
+        add_tensorrt_flag(parser, "TensorRT version when it is not installed")
         parser.add_argument("--power-mode", metavar="NAME", help="power mode to record (default: nvpmodel -q)")
         parser.add_argument("--iterations", type=int, default=200, metavar="N", help="timed runs per engine")
         parser.add_argument("--no-tegrastats", action="store_true", help="do not record tegrastats")

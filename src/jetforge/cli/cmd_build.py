@@ -6,7 +6,9 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from jetforge.cli.base import Command, add_config_flags, add_json_flag, add_target_flag, print_json
+from jetforge.cli.arguments import (add_config_flags, add_dla_core_flag, add_json_flag, add_out_flag,
+                                    add_precision_flag, add_target_flag, add_tensorrt_flag)
+from jetforge.cli.base import Command, print_json
 from jetforge.config import to_dict
 from jetforge.deploy.bundle import is_bundle_path
 from jetforge.deploy.onboard import EXIT_NO_TENSORRT, NO_TENSORRT, build_bundle
@@ -36,16 +38,16 @@ class BuildCommand(Command):
         parser.add_argument("model", help="ONNX model (plain, or Q/DQ for TensorRT >= 10 GPU / 11), or a bundle "
                                           "folder/tar from `jetforge bundle create` (see docs/deploy.md)")
         add_target_flag(parser, required=False)
-        parser.add_argument("--precision", choices=["fp32", "fp16", "int8", "best"], help="default fp16")
-        parser.add_argument("--dla-core", type=int, metavar="N", help="build for DLA core N (with GPU fallback)")
+        add_precision_flag(parser, "default fp16")
+        add_dla_core_flag(parser, "build for DLA core N (with GPU fallback)")
         parser.add_argument("--no-gpu-fallback", action="store_true", help="fail if a layer cannot run on DLA")
         parser.add_argument("--calib", metavar="CACHE", help="INT8 calibration cache (from `jetforge calibrate`)")
-        parser.add_argument("--tensorrt", metavar="VERSION", help="TensorRT version (default: the target's newest)")
+        add_tensorrt_flag(parser, "TensorRT version (default: the target's newest)")
         parser.add_argument("--shape", metavar="NAME=DIMS", action="append", default=[],
                             help="static input shape, e.g. input=1x3x224x224 (repeatable)")
         parser.add_argument("--workspace-mib", type=int, metavar="MIB", help="workspace memory pool limit")
         parser.add_argument("--timing-cache", metavar="FILE", help="read and update a TensorRT timing cache")
-        parser.add_argument("-o", "--output", metavar="ENGINE", help="engine path (default: MODEL.engine)")
+        add_out_flag(parser, "ENGINE", "engine path (default: MODEL.engine)", aliases=("--output",))
         parser.add_argument("--plan-only", action="store_true", help="write the plan JSON, do not build")
         add_config_flags(parser)
         add_json_flag(parser)
@@ -69,7 +71,7 @@ class BuildCommand(Command):
             return 0
 
         model = Path(args.model)
-        engine = Path(args.output) if args.output else model.with_suffix(".engine")
+        engine = Path(args.out) if args.out else model.with_suffix(".engine")
         plan_json = Path(str(engine) + ".plan.json")
         check_not_input(engine, [model, args.calib])
         if not args.target:
@@ -148,7 +150,7 @@ def run_bundle_build(args: argparse.Namespace) -> int:
                                            "--build-config), or override with --precision/--dla-core/--shape")
     overrides = build_flag_options(args)
     result = build_bundle(args.model, target=args.target or "auto", tensorrt=args.tensorrt, overrides=overrides,
-                          plan_only=args.plan_only, output=args.output)
+                          plan_only=args.plan_only, output=args.out)
     board = result["board"]
     if args.json:
         print_json(result)

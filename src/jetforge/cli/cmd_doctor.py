@@ -5,7 +5,8 @@ import sys
 from typing import List, Optional, TextIO
 
 import jetforge
-from jetforge.cli.base import Command, add_json_flag, print_json
+from jetforge.cli.arguments import add_json_flag
+from jetforge.cli.base import Command, print_json
 from jetforge.table import format_table
 from jetforge.runtime import environment
 from jetforge.runtime.environment import Probe

@@ -2,7 +2,8 @@
 
 import argparse
 
-from jetforge.cli.base import Command, add_json_flag, add_target_flag, print_json
+from jetforge.cli.arguments import add_dla_core_flag, add_json_flag, add_precision_flag, add_target_flag
+from jetforge.cli.base import Command, print_json
 
 
 class EstimateCommand(Command):
@@ -22,9 +23,9 @@ class EstimateCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("model", help="ONNX model")
         add_target_flag(parser, required=True)
-        parser.add_argument("--precision", choices=["int8", "fp16", "fp32"], default="fp16",
-                            help="deployed precision (default fp16)")
-        parser.add_argument("--dla-core", type=int, metavar="N", help="run on DLA core N (GPU fallback for the rest)")
+        add_precision_flag(parser, "deployed precision (default fp16; best is estimated at the fastest precision the "
+                                   "device runs: INT8 where it has INT8, else FP16)", default="fp16")
+        add_dla_core_flag(parser, "run on DLA core N (GPU fallback for the rest)")
         parser.add_argument("--batch", default="1", metavar="B[,B...]", help="batch sizes, e.g. 1,8 (default 1)")
         parser.add_argument("--power-mode", metavar="NAME", help="nvpmodel mode (default: MAXN where the board has it)")
         parser.add_argument("--shape", metavar="NAME=DIMS", action="append", default=[],

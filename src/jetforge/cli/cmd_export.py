@@ -3,7 +3,7 @@
 A detector registered with task "detect" (:data:`jetforge.compress.models.PRETRAINED`, e.g.
 ``ssdlite_mobilenet_v2_person``) is exported without decoding and NMS: the ONNX ends at the per-anchor box
 encodings and class logits, and the sidecar's ``extra.ssd`` block carries the anchors, the box coder and the
-NMS settings that :func:`jetforge.runtime.detection.postprocess` applies on the host.  ``--efficient-nms``
+NMS settings that :func:`jetforge.vision.ssd.postprocess` applies on the host.  ``--efficient-nms``
 also writes ``NAME.nms.onnx``, the body followed by TensorRT's EfficientNMS_TRT plugin (TensorRT only).
 """
 
@@ -14,8 +14,9 @@ from typing import Any, Dict, List, Optional
 
 from jetforge.apps.labels import load_labels
 from jetforge.assets import asset_path
-from jetforge.cli.base import Command, add_json_flag, parse_input_shape, print_json
-from jetforge.cli.model_refs import add_model_flags, load_model_from_args, model_input_paths
+from jetforge.cli.arguments import (add_json_flag, add_model_flags, add_out_flag, load_model_from_args,
+                                    model_input_paths)
+from jetforge.cli.base import Command, parse_input_shape, print_json
 from jetforge.config import load_config
 from jetforge.errors import ConfigError
 from jetforge.fileio import check_not_input, require_file
@@ -54,7 +55,7 @@ class ExportCommand(Command):
                                  "architecture name (random weights unless --weights), or, with --trust-pickle, a .pt "
                                  "file holding a whole torch module or a torch.export .pt2 archive")
         add_model_flags(parser)
-        parser.add_argument("--out", required=True, metavar="FILE.onnx", help="the ONNX file to write")
+        add_out_flag(parser, "FILE.onnx", "the ONNX file to write", required=True)
         parser.add_argument("--input-shape", help="input shape with the batch axis, e.g. 1x3x224x224 "
                                                   "(default: the pretrained model's, else 1x3x224x224)")
         parser.add_argument("--preprocess", help="%s, or a YAML file with jetforge.runtime.inputs.Preprocess "

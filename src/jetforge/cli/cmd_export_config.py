@@ -4,7 +4,9 @@ import argparse
 from pathlib import Path
 from typing import Any, Dict, List
 
-from jetforge.cli.base import Command, add_json_flag, print_json
+from jetforge.cli.arguments import (add_dla_core_flag, add_json_flag, add_out_flag, add_precision_flag,
+                                    add_tensorrt_flag)
+from jetforge.cli.base import Command, print_json
 from jetforge.fileio import opencv_path
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -48,7 +50,7 @@ class ExportConfigCommand(Command):
                        help="deepstream-app sink (default fake: headless, for measurement)")
         d.add_argument("--threshold", type=float, metavar="P",
                        help="detector pre-cluster threshold / classifier threshold, in [0, 1] (default 0.5)")
-        d.add_argument("--tensorrt", metavar="VERSION", help="which calibration cache (default: the newest)")
+        add_tensorrt_flag(d, "which calibration cache (default: the newest)")
         d.add_argument("--normalize-in-model", action="store_true",
                        help="write a model with the normalisation as explicit Sub/Mul input nodes (raw 0-255 in)")
         d.add_argument("--check-images", metavar="DIR",
@@ -70,9 +72,10 @@ class ExportConfigCommand(Command):
     @staticmethod
     def _common(p: argparse.ArgumentParser) -> None:
         p.add_argument("bundle", metavar="BUNDLE", help="bundle folder or tar (from `jetforge bundle create`)")
-        p.add_argument("--out", required=True, metavar="DIR", help="folder to write (must not exist, or --force)")
-        p.add_argument("--precision", choices=["fp32", "fp16", "int8"], help="default: the bundle's build precision")
-        p.add_argument("--dla-core", type=int, metavar="N", help="run on DLA core N (default: the bundle's)")
+        add_out_flag(p, "DIR", "folder to write (must not exist, or --force)", required=True)
+        add_precision_flag(p, "default: the bundle's build precision; best becomes int8 where the bundle has a "
+                              "calibration cache or Q/DQ model, else fp16 (nvinfer has no 'best' mode)")
+        add_dla_core_flag(p, "run on DLA core N (default: the bundle's)")
         p.add_argument("--force", action="store_true", help="replace an existing --out folder")
         add_json_flag(p)
 

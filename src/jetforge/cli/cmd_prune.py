@@ -1,12 +1,14 @@
 """``jetforge prune``: structured channel pruning of a torch model, with its plan, report and ONNX export."""
 
 import argparse
+import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Tuple
+from typing import Any, Dict
 
-from jetforge.cli.model_refs import add_model_flags, load_model_from_args, model_input_paths
-from jetforge.cli.base import Command, add_json_flag, add_target_flag, parse_input_shape, print_json
+from jetforge.cli.arguments import (add_config_flags, add_json_flag, add_model_flags, add_out_flag, add_target_flag,
+                                    load_model_from_args, model_input_paths)
+from jetforge.cli.base import Command, parse_input_shape, print_config, print_json
 from jetforge.errors import CompressError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -22,22 +24,25 @@ class PruneCommand(Command):
         "and model.onnx with its sidecar. Operations the pruner cannot follow are protected and listed. Your own "
         "weights load onto the named architecture with --weights (a state dict, read weights-only); to load "
         "pruned.pt later: --model ARCH --prune-plan model.prune.json --weights pruned.pt (export, prune). A whole "
-        "pickled module (.pt) runs code when loaded: jetforge opens it only with --trust-pickle.")
+        "pickled module (.pt) runs code when loaded: jetforge opens it only with --trust-pickle. The pruning options "
+        "can come from --config FILE.yaml and --set KEY=VALUE (the keys of --print-config); a flag given on the "
+        "command line wins over both (a goal flag replaces the file's goal), --set over the file.")
     examples = """examples:
   jetforge prune --model mobilenet_v2 --flops-reduction 2.0 --target orin-nx-16gb --out pruned/
   jetforge prune --model resnet50 --ratio 0.5 --importance l2 --round-to 16 --out r50/
   jetforge prune --model r3d_18 --weights my_r3d.pt --input-shape 1,3,8,112,112 --ratio 0.3 --global --out out/
   jetforge export --model resnet50 --prune-plan r50/model.prune.json --weights r50/pruned.pt --out r50.onnx
   jetforge prune --model mobilenet_v2 --latency-reduction 1.5 --measure-latency --out fast/
-  jetforge prune --model resnet50 --flops-reduction 2.0 --latency-aware --input-shape 1,3,224,224 --out la/"""
+  jetforge prune --model resnet50 --flops-reduction 2.0 --latency-aware --input-shape 1,3,224,224 --out la/
+  jetforge prune --model resnet50 --config prune.yaml --set min_keep=0.2 --ratio 0.4 --out r50/   (flags win)"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--model", required=True, metavar="NAME|PATH.pt",
+        parser.add_argument("--model", metavar="NAME|PATH.pt",
                             help="mobilenet_v2 (pretrained, from the asset cache), a torchvision architecture name "
                                  "(random weights unless --weights), or, with --trust-pickle, a file saved with "
-                                 "torch.save(model)")
+                                 "torch.save(model) (required)")
         add_model_flags(parser)
-        goal = parser.add_mutually_exclusive_group(required=True)
+        goal = parser.add_mutually_exclusive_group()
         goal.add_argument("--ratio", type=float, help="fraction of coupled channels to remove, in [0, 1)")
         goal.add_argument("--flops-reduction", type=float, metavar="FACTOR", help="e.g. 2.0 = half the MACs")
         goal.add_argument("--params-reduction", type=float, metavar="FACTOR", help="e.g. 2.0 = half the parameters")
@@ -46,42 +51,53 @@ class PruneCommand(Command):
         from jetforge.compress.prune.importance import CRITERIA, criteria_without_data
 
         offered = criteria_without_data()
-        parser.add_argument("--importance", default="l1", choices=offered,
+        parser.add_argument("--importance", choices=offered,
                             help="channel importance criterion (default l1): %s; criteria that need data (%s) are "
                                  "for the Python API" % ("; ".join("%s = %s" % (n, CRITERIA.summary(n))
                                                                    for n in offered),
                                                          ", ".join(n for n in CRITERIA if n not in offered)))
-        parser.add_argument("--global", dest="global_ranking", action="store_true",
+        parser.add_argument("--global", dest="global_ranking", action="store_true", default=None,
                             help="rank channels across the whole model instead of a uniform ratio per layer")
-        parser.add_argument("--min-keep", type=float, default=0.1, help="per-layer floor with --global (default 0.1)")
+        parser.add_argument("--min-keep", type=float, help="per-layer floor with --global (default 0.1)")
         parser.add_argument("--round-to", type=int, choices=[1, 4, 8, 16, 32],
                             help="keep channel counts a multiple of this (default: the target's, else 8)")
         add_target_flag(parser)
-        parser.add_argument("--protect", action="append", default=[], metavar="MODULE",
-                            help="keep this module's output channels (repeatable; prefixes match)")
-        parser.add_argument("--no-protect-stem", action="store_true", help="allow pruning the first convolution")
+        parser.add_argument("--protect", action="append", default=None, metavar="MODULE",
+                            help="keep this module's output channels (repeatable; prefixes match; replaces protect "
+                                 "of --config)")
+        parser.add_argument("--no-protect-stem", action="store_true", default=None,
+                            help="allow pruning the first convolution")
         parser.add_argument("--input-shape", default="1,3,224,224", help="example input, batch first")
-        parser.add_argument("--latency-aware", action="store_true",
+        parser.add_argument("--latency-aware", action="store_true", default=None,
                             help="time each channel group's cut in CPU ONNX Runtime at --input-shape and prune where "
                                  "the most time is saved per importance lost (needs a reduction goal, not --ratio)")
-        parser.add_argument("--measure-latency", action="store_true",
+        parser.add_argument("--measure-latency", action="store_true", default=None,
                             help="measure latency before/after in CPU ONNX Runtime for the report")
         parser.add_argument("--strict", action="store_true",
                             help="exit 1 when a --latency-reduction goal is not reached (the fastest model found is "
                                  "saved either way; without --strict it is saved with a warning and exit 0)")
         parser.add_argument("--no-onnx", action="store_true", help="do not export the pruned model to ONNX")
         parser.add_argument("--no-plot", action="store_true", help="do not draw the report plot")
-        parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
+        add_out_flag(parser, "DIR", "output folder (required)")
+        add_config_flags(parser)
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
+        options = prune_options(args)  # checked, the goal included, before the model is loaded
+        if args.print_config:
+            print_config(options)
+            return 0
+        options.goal()
+        for flag, value in (("--model", args.model), ("--out", args.out)):
+            if not value:
+                raise ConfigError("%s is required" % flag,
+                                  hint="jetforge prune --model mobilenet_v2 --flops-reduction 2 --out DIR")
         shape = parse_input_shape(args.input_shape)
-        target = args.target
-        if target == "auto":
+        if options.target == "auto":
             from jetforge.targets import detect_target
 
             found = detect_target()
-            target = found.name if found is not None else None
+            options = dataclasses.replace(options, target=found.name if found is not None else None)
         import torch
 
         from jetforge.compress.prune import prune
@@ -103,12 +119,7 @@ class PruneCommand(Command):
             check_not_input(out / written, model_input_paths(args))
         out.mkdir(parents=True, exist_ok=True)
         x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-        result = prune(model, x, ratio=args.ratio, flops_reduction=args.flops_reduction,
-                       params_reduction=args.params_reduction, latency_reduction=args.latency_reduction,
-                       importance=args.importance, global_ranking=args.global_ranking, round_to=args.round_to,
-                       target=target, protect=args.protect, protect_stem=not args.no_protect_stem,
-                       min_keep=args.min_keep, measure_latency=args.measure_latency,
-                       latency_aware=args.latency_aware)
+        result = prune(model, x, options)
         # one set: the files are moved into place together once all are written (a stopped rerun mixes nothing)
         files = {k: str(v) for k, v in save_pruned(result, out, args.model, meta, shape, onnx=not args.no_onnx,
                                                    plot=not args.no_plot, keep=model_input_paths(args)).items()}
@@ -139,6 +150,29 @@ class PruneCommand(Command):
         return _goal_exit(result, args)
 
 
+# flag dest -> PruneOptions key; only flags given on the command line are used, and they win over --config and
+# --set.  A goal flag replaces the file's goal (the four are one choice); --no-protect-stem is mapped below.
+# --strict is the command's exit status, not the option strict (which makes prune() raise before anything is saved).
+FLAG_KEYS = {"ratio": "ratio", "flops_reduction": "flops_reduction", "params_reduction": "params_reduction",
+             "latency_reduction": "latency_reduction", "importance": "importance", "global_ranking": "global_ranking",
+             "min_keep": "min_keep", "round_to": "round_to", "target": "target", "protect": "protect",
+             "latency_aware": "latency_aware", "measure_latency": "measure_latency"}
+
+
+def prune_options(args: argparse.Namespace) -> Any:
+    """The run's :class:`~jetforge.compress.prune.options.PruneOptions`: defaults <- ``--config`` <- ``--set`` <-
+    the flags given on the command line."""
+    from jetforge.compress.prune.options import GOALS, load_prune_options
+
+    final: Dict[str, Any] = {key: getattr(args, dest) for dest, key in FLAG_KEYS.items()
+                             if getattr(args, dest) is not None}
+    if any(goal in final for goal in GOALS):
+        final = dict({goal: None for goal in GOALS}, **final)
+    if args.no_protect_stem:
+        final["protect_stem"] = False
+    return load_prune_options(args.config, args.overrides, final=final)
+
+
 def _goal_exit(result: Any, args: argparse.Namespace) -> int:
     """0, or (``--strict`` and a latency goal missed) a one-line error after everything was saved."""
     goal = result.report.extra.get("goal")
@@ -146,5 +180,5 @@ def _goal_exit(result: Any, args: argparse.Namespace) -> int:
         raise CompressError("latency goal %.2fx not reached (--strict): best measured %.2fx; the fastest model found "
                             "is saved in %s" % (goal["value"], goal["achieved"], args.out),
                             hint="ask for less%s; the saved model is usable as it is"
-                                 % ("" if args.latency_aware else ", or add --latency-aware"))
+                                 % ("" if result.plan.meta.get("latency_aware") else ", or add --latency-aware"))
     return 0

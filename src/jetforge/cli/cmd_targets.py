@@ -4,7 +4,8 @@ import argparse
 import sys
 from typing import Any, Dict, List
 
-from jetforge.cli.base import Command, add_json_flag, print_json
+from jetforge.cli.arguments import add_json_flag
+from jetforge.cli.base import Command, print_json
 from jetforge.table import format_table
 from jetforge.errors import TargetError
 from jetforge.targets.schema import KINDS

@@ -78,7 +78,7 @@ EPILOG = """examples:
   jetforge targets list              # every Jetson / GPU profile, with sources
   jetforge doctor --json             # what this machine can run
   jetforge prune --model mobilenet_v2 --flops-reduction 2 --latency-aware --out work/
-  jetforge calibrate work/model.onnx --data frames/ --trt 10.3
+  jetforge calibrate work/model.onnx --data frames/ --tensorrt 10.3
   jetforge dla-check work/model.onnx --target orin-nx-16gb
   jetforge bundle create work/model.onnx --target orin-nx-16gb --calib work/model.calib --out bundles/cam
   jetforge deploy bundles/cam nvidia@orin --run bench
@@ -142,7 +142,8 @@ def _find_command(argv: Sequence[str]) -> Optional[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    with stop_signals_as_interrupt():
+    """The ``jetforge`` program; ``argv`` None (the console script) means it is the whole process."""
+    with stop_signals_as_interrupt(process_exit=argv is None):
         return _main(argv)
 
 

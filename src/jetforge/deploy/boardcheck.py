@@ -14,7 +14,7 @@ On the board it:
    ``jetforge estimate``'s (:func:`jetforge.runtime.estimate.result.estimate`);
 6. records tegrastats (power, DLA activity, memory) for the whole run and per engine;
 7. writes ``board-check.json`` and ``board-check.txt``; the JSON's ``estimate_points`` are measured points in
-   the format of the estimator's published-results file (``benchmarks/data/published_jetson.yaml``).
+   the format of the estimator's published-results file (``benchmarks/estimator/data/published_jetson.yaml``).
 
 Everything up to the first TensorRT call runs anywhere; where TensorRT is missing the report says so,
 with the dla-check prediction and the estimate it already has, and the command exits 3 like

@@ -9,7 +9,7 @@ x2, y2``).  So the body is parsed here, on nvinfer's side, with the functions of
 ``nvdsinfer_custom_impl.h``:
 
 * ``NvDsInferParseCustomJetforgeSSD`` (an ``NvDsInferParseCustomFunc``): for every anchor, the
-  faster-rcnn box decoding of :func:`jetforge.runtime.detection.decode_boxes` in the same float32
+  faster-rcnn box decoding of :func:`jetforge.vision.ssd.decode_boxes` in the same float32
   operation order, the sigmoid of the logits, a per-class ``perClassPreclusterThreshold`` (nvinfer's
   ``pre-cluster-threshold``), boxes clipped to the image and scaled to network pixels; nvinfer's
   ``cluster-mode=2`` then does the NMS (``nms-iou-threshold``, ``topk``).  The anchors are written
@@ -85,7 +85,7 @@ const unsigned int kNumAnchors = {num_anchors};
 const unsigned int kNumClasses = {num_classes};  // background included (column 0)
 const float kScaleY = {sy}, kScaleX = {sx}, kScaleH = {sh}, kScaleW = {sw};
 const float kLogitScale = {logit_scale};
-// [ymin, xmin, ymax, xmax], normalised, as jetforge.runtime.detection.generate_anchors computes them
+// [ymin, xmin, ymax, xmax], normalised, as jetforge.vision.ssd.generate_anchors computes them
 const float kAnchors[kNumAnchors][4] = {{
 {anchors}
 }};
@@ -208,7 +208,7 @@ CHECK_CUSTOM_CLASSIFIER_PARSE_FUNC_PROTOTYPE({func});
 
 
 def ssd_parser_source(spec: Any, box_layer: str, logit_layer: str, func: str) -> str:
-    """The SSD decoding parser for ``spec`` (a :class:`jetforge.runtime.detection.SSDSpec`)."""
+    """The SSD decoding parser for ``spec`` (a :class:`jetforge.vision.ssd.SSDSpec`)."""
     if spec.score_converter != "sigmoid":
         from jetforge.errors import ModelError
 

@@ -221,7 +221,7 @@ def _check_deepstream_names(sidecar: Any) -> None:
     for spec in sidecar.outputs:  # output-blob-names (a ';' list) and the C++ parsers' findLayer("...")
         gn.tensor_name(spec.name, "output", "the nvinfer config and its C++ parser")
     if sidecar.task == "detect":
-        from jetforge.runtime.detection import spec_from_sidecar
+        from jetforge.vision.ssd import spec_from_sidecar
 
         ssd = spec_from_sidecar(sidecar)
         _check_label_count(sidecar, ssd.num_classes - 1, "the SSD block's labels, background excluded")
@@ -252,7 +252,7 @@ def _write_parsers(staging: Path, sidecar: Any, model: Path) -> Any:
     ssd_source = softmax_source = None
     ssd = None
     if sidecar.task == "detect":
-        from jetforge.runtime.detection import spec_from_sidecar
+        from jetforge.vision.ssd import spec_from_sidecar
 
         ssd = spec_from_sidecar(sidecar)
         names = [t.name for t in sidecar.outputs]
@@ -339,7 +339,7 @@ def export_triton(bundle_path: PathLike, out: PathLike, opts: tr.TritonOptions, 
 def _detector_models(staging: Path, name: str, opts: tr.TritonOptions, sidecar: Any,
                      body: Dict[str, Any]) -> List[Dict[str, Any]]:
     from jetforge.deploy import triton_ssd_model
-    from jetforge.runtime.detection import spec_from_sidecar
+    from jetforge.vision.ssd import spec_from_sidecar
 
     spec = spec_from_sidecar(sidecar)
     post = tr.postprocess_config(name + "_postprocess", opts, spec, sidecar.outputs)

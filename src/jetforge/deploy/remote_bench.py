@@ -64,7 +64,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """The board-side command (:mod:`jetforge.entry`: bad input one line and exit 1, SIGTERM like Ctrl-C: 130)."""
     from jetforge.entry import run_entry
 
-    return run_entry(PROG, lambda: _main(argv))
+    return run_entry(PROG, lambda: _main(argv), process_exit=argv is None)
 
 
 def _main(argv: Optional[List[str]]) -> int:

@@ -12,7 +12,7 @@ Layout written (``NAME`` is the model's name)::
 For the SSD detector the repository is an ensemble (Triton's ``ensemble`` platform): ``NAME_body`` (the
 network) feeds ``NAME_postprocess`` (a Python-backend model, ``model.py`` =
 :mod:`jetforge.deploy.triton_ssd_model`, that decodes and runs NMS with
-:func:`jetforge.runtime.detection.postprocess`), and ``NAME`` exposes ``input`` and the padded
+:func:`jetforge.vision.ssd.postprocess`), and ``NAME`` exposes ``input`` and the padded
 detections.  ``config.pbtxt`` is protobuf text format; :func:`to_pbtxt` writes it from plain
 dicts, and the tests parse every file with Triton's own ``model_config.proto`` (from the
 ``tritonclient`` package).  Not executed under Triton here.
@@ -53,7 +53,7 @@ class TritonOptions:
     instances: int = 1
     precision: Optional[str] = None                # plan precision for build_engines.sh (default: the bundle's)
     dla_core: Optional[int] = None
-    score_threshold: float = 0.01                  # detector postprocess (see runtime.detection.postprocess)
+    score_threshold: float = 0.01                  # detector postprocess (see vision.ssd.postprocess)
     name: Optional[str] = None
 
     def check(self) -> None:

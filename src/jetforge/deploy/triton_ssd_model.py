@@ -3,7 +3,7 @@
 ``jetforge export-config triton`` copies this file to ``NAME_postprocess/1/model.py`` and the
 sidecar's SSD block to ``NAME_postprocess/1/ssd.json``.  It reads the body's raw outputs
 (``box_encodings`` ``(N, A, 4)``, ``class_logits`` ``(N, A, classes + 1)``), runs
-:func:`jetforge.runtime.detection.postprocess` (the same numpy code jetforge's own runtime and
+:func:`jetforge.vision.ssd.postprocess` (the same numpy code jetforge's own runtime and
 tests use), and returns the detections padded to the model's ``max_total`` boxes, as TensorRT's
 EfficientNMS plugin does: ``num_detections`` ``(N, 1)`` int32, ``detection_boxes`` ``(N, K, 4)``
 ``[ymin, xmin, ymax, xmax]`` normalised, ``detection_scores`` ``(N, K)``, ``detection_classes``
@@ -27,7 +27,7 @@ SPEC_FILE = "ssd.json"
 def padded_detections(box_encodings: np.ndarray, class_logits: np.ndarray, spec: Any,
                       score_threshold: float) -> Dict[str, np.ndarray]:
     """The four fixed-size output arrays for a batch of raw SSD outputs."""
-    from jetforge.runtime.detection import postprocess
+    from jetforge.vision.ssd import postprocess
 
     detections = postprocess(box_encodings, class_logits, spec, score_threshold=score_threshold)
     n, k = len(detections), spec.max_total
@@ -46,7 +46,7 @@ class TritonPythonModel:
     """The class Triton's Python backend instantiates (``initialize``, ``execute``, ``finalize``)."""
 
     def initialize(self, args: Dict[str, str]) -> None:
-        from jetforge.runtime.detection import SSDSpec
+        from jetforge.vision.ssd import SSDSpec
 
         folder = os.path.join(args["model_repository"], args["model_version"])
         with open(os.path.join(folder, SPEC_FILE), "r", encoding="utf-8") as f:

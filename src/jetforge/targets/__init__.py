@@ -16,8 +16,8 @@ its source and an ``uncertain`` flag (see :mod:`jetforge.targets.schema`).  The 
 
 from jetforge.targets.schema import (PRECISIONS, SPEC_FIELDS, JetPackRelease, PowerMode, Sourced,  # noqa: F401
                                      Target)
-from jetforge.targets.loader import (get_target, jetpack_release, jetpack_table, list_targets,  # noqa: F401
-                                     load_profile, target_names)
+from jetforge.targets.loader import (get_target, jetpack_release, jetpack_table,  # noqa: F401
+                                     jetpack_tensorrt_versions, list_targets, load_profile, target_names)
 # The function ``detect`` (the full Detection record) stays in its module: re-exporting it here
 # would shadow the submodule ``jetforge.targets.detect`` as a package attribute.
 from jetforge.targets.detect import (Detection, detect_target, jetpack_for_l4t,  # noqa: F401
@@ -26,5 +26,6 @@ from jetforge.targets.detect import (Detection, detect_target, jetpack_for_l4t, 
 __all__ = [
     "Target", "Sourced", "PowerMode", "JetPackRelease", "PRECISIONS", "SPEC_FIELDS",
     "get_target", "list_targets", "target_names", "load_profile", "jetpack_table", "jetpack_release",
+    "jetpack_tensorrt_versions",
     "detect_target", "Detection", "parse_nv_tegra_release", "jetpack_for_l4t",
 ]

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 from jetforge.errors import TargetError, UnknownNameError
 from jetforge.targets.schema import (CLOCK_KEYS, DLA_PRECISIONS, KINDS, NAME_PATTERN, PRECISIONS, SPEC_FIELDS,
                                      VERSION_PATTERN, JetPackRelease, PowerMode, Sourced, Target,
-                                     parse_compute_capability)
+                                     parse_compute_capability, version_key)
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +298,11 @@ def jetpack_table(path: Optional[str] = None) -> Tuple[JetPackRelease, ...]:
                                        uncertain=ctx.flag(raw, "uncertain", where),
                                        note=ctx.string(raw, "note", where, required=False)))
     return tuple(releases)
+
+
+def jetpack_tensorrt_versions() -> Tuple[str, ...]:
+    """Every TensorRT version the JetPack table records, oldest first: the releases jetforge knows by number."""
+    return tuple(sorted({r.tensorrt for r in jetpack_table() if r.tensorrt}, key=version_key))
 
 
 def jetpack_release(version: str) -> JetPackRelease:

@@ -24,8 +24,9 @@ from jetforge.runtime.cuda.kernels import launch
 from jetforge.runtime.cuda.kernels.color import BT601_LIMITED, BT709_LIMITED, ColorSpec
 from jetforge.runtime.cuda.kernels.preprocess import GpuPreprocessor, Nv12Frame, PackedFrame
 from jetforge.runtime.cuda.kernels.reference import bgr_to_nv12, reference_nv12, reference_packed
-from jetforge.runtime.cuda.kernels.ssd import GpuSsdDecoder, candidates_reference, effective_threshold
-from jetforge.runtime.detection import SSDSpec, postprocess
+from jetforge.runtime.cuda.kernels.ssd import effective_threshold
+from jetforge.vision.ssd_gpu import GpuSsdDecoder, candidates_reference
+from jetforge.vision.ssd import SSDSpec, postprocess
 from jetforge.runtime.inputs import Preprocess
 
 CXX = shutil.which("g++")

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jetforge.runtime.cuda.kernels.ssd import (anchor_centres, candidates_reference, effective_threshold, finish,
-                                               kernel_threshold, record_width)
-from jetforge.runtime.detection import SSDSpec, decode_boxes, postprocess, ssd_anchor_layers
+from jetforge.runtime.cuda.kernels.ssd import anchor_centres, effective_threshold, kernel_threshold, record_width
+from jetforge.vision.ssd import SSDSpec, decode_boxes, postprocess, ssd_anchor_layers
+from jetforge.vision.ssd_gpu import candidates_reference, finish
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +114,9 @@ def test_without_a_gpu_the_kernels_are_one_clear_error():
 
     if device_count() > 0:
         pytest.skip("a CUDA GPU is present (test_kernels_gpu.py covers it)")
-    from jetforge.runtime.cuda.kernels import GpuPreprocessor, GpuSsdDecoder
+    from jetforge.runtime.cuda.kernels import GpuPreprocessor
     from jetforge.runtime.inputs import Preprocess
+    from jetforge.vision.ssd_gpu import GpuSsdDecoder
 
     with pytest.raises(JetforgeError, match="cuda|CUDA|driver"):
         GpuPreprocessor(Preprocess(), batch=4)

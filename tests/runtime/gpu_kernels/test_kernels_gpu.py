@@ -7,7 +7,7 @@
   for bit (both come from the same float computation in one kernel; the store converts with
   ``cvt.rn.f16.f32``, round to nearest even, which is also numpy's float32 -> float16 rounding).
 * SSD decode: on the person detector's outputs for four vtest.avi frames (data/ssd_person_vtest.npz,
-  made on the CPU by ``benchmarks/gpu_kernels.py --make-fixture``), the detections equal ``detection.postprocess``'s:
+  made on the CPU by ``benchmarks/gpu_pipeline/gpu_kernels.py --make-fixture``), the detections equal ``detection.postprocess``'s:
   same count and classes, boxes within 1e-5, scores within 1e-6.
 
 The kernels are launched through the library alone (cuda-python, no torch, no CuPy).  Skipped
@@ -37,10 +37,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _gpu(), reason="no CUDA GP
 cv2 = pytest.importorskip("cv2")
 
 from jetforge.runtime.cuda import Stream  # noqa: E402
-from jetforge.runtime.cuda.kernels import ColorSpec, GpuPreprocessor, GpuSsdDecoder  # noqa: E402
+from jetforge.runtime.cuda.kernels import ColorSpec, GpuPreprocessor  # noqa: E402
 from jetforge.runtime.cuda.kernels.reference import bgr_to_nv12, reference_nv12, reference_packed  # noqa: E402
 from jetforge.runtime.cuda.kernels.upload import download, upload_array, upload_nv12, upload_packed  # noqa: E402
 from jetforge.runtime.inputs import Preprocess  # noqa: E402
+from jetforge.vision.ssd_gpu import GpuSsdDecoder  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "ssd_person_vtest.npz"
 CONTRACTS = {
@@ -190,7 +191,7 @@ def test_a_captured_cuda_graph_replays_the_launch(cut_frames, stream):
 
 @pytest.fixture(scope="module")
 def ssd_outputs():
-    from jetforge.runtime.detection import SSDSpec
+    from jetforge.vision.ssd import SSDSpec
 
     data = np.load(str(FIXTURE))
     return data["enc"], data["logits"], SSDSpec.from_dict(json.loads(str(data["spec"])))
@@ -198,7 +199,7 @@ def ssd_outputs():
 
 @pytest.mark.parametrize("threshold,tiles", [(0.3, 1), (0.5, 1), (0.5, 4)])
 def test_ssd_decoder_equals_the_host_postprocess(ssd_outputs, stream, threshold, tiles):
-    from jetforge.runtime.detection import postprocess
+    from jetforge.vision.ssd import postprocess
 
     enc, logits, spec = ssd_outputs
     enc, logits = np.concatenate([enc] * tiles), np.concatenate([logits] * tiles)  # batch 4 or 16

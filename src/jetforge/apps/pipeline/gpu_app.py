@@ -1,7 +1,7 @@
 """``jetforge app NAME --decode gpu``: an app on the GPU video path, from the command line.
 
 The CPU apps (:func:`jetforge.apps.pipeline.app.run_app`) decode with OpenCV and preprocess each frame on the CPU.
-Here the frames stay on the GPU from the decoder to the model, as in ``benchmarks/pipeline_gpu.py``:
+Here the frames stay on the GPU from the decoder to the model, as in ``benchmarks/gpu_pipeline/pipeline_gpu.py``:
 
     NVDEC / jetson-utils source per stream (a decode thread each)  ->  StreamBatcher (one frame per stream per
     batch, batched-push-timeout)  ->  GPU preprocessing (one NVRTC launch per batch, into a device buffer)  ->  the
@@ -43,7 +43,7 @@ class GpuAppOptions:
     stream a batch may take; ``encoders``: CPU encoder processes for the annotated video (0: events only);
     ``batch_timeout_s``: the batched-push-timeout; ``gil_switch_ms``: Python's GIL switch interval during the run.
 
-    The defaults are what measured best on the H200 (benchmarks/pipeline_gpu.py variants): the launch thread waits
+    The defaults are what measured best on the H200 (benchmarks/gpu_pipeline/pipeline_gpu.py variants): the launch thread waits
     for the GIL, not for the GPU; a 0.5 ms switch interval (Python's default is 5 ms), two frames of a stream per
     batch (half the per-batch host work per frame), owned frame copies without torch and the decoder's own thread
     (the sources of :func:`open_gpu_sources`) took one stream from 0.88x to 1.00x of NVDEC's rate, 4 streams to
@@ -62,7 +62,7 @@ class GpuAppOptions:
 
 
 # Streams from which `--decode gpu` decodes in worker processes (IpcDecodeGroup) instead of in this process; 0: never.
-# Measured on the H200 (benchmarks/results/pipeline_gpu_h200_s5_matrix.txt, render off): the workers won only where
+# Measured on the H200 (benchmarks/gpu_pipeline/results/nvidia-h200_2026-12-01_decode-layouts.txt, render off): the workers won only where
 # the pipeline's own host work was heavy (the SSD detector's per-frame NMS, since batched): people 16 streams 0.66x
 # vs 0.57x for one feeder thread, classify 16 streams 0.62x vs 0.83x.  So off; one feeder thread below.
 DECODE_PROCESSES_FROM = 0
@@ -75,7 +75,7 @@ FEED_DEPTH, FEED_RING_SLOTS = 8, 24  # batcher frames a stream; ring: those + th
 
 def decode_layout(streams: int, processes_from: int = DECODE_PROCESSES_FROM, feed_from: int = FEED_THREAD_FROM) -> str:
     """How `--decode gpu` decodes ``streams`` streams: ``"processes"`` (worker processes, CUDA IPC), ``"feed"`` (one
-    feeder thread) or ``"threads"`` (a thread per stream).  ``benchmarks/pipeline_gpu.py``'s ``auto`` is the same."""
+    feeder thread) or ``"threads"`` (a thread per stream).  ``benchmarks/gpu_pipeline/pipeline_gpu.py``'s ``auto`` is the same."""
     if processes_from and streams >= processes_from:
         return "processes"
     return "feed" if feed_from and streams >= feed_from else "threads"

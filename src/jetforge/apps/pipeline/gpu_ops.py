@@ -65,10 +65,9 @@ def _split_per_frame(outputs: Outputs, frames: List[Any]) -> List[Any]:
 
 def _ssd_model(task: Any, detector: Any) -> GpuModel:
     """The people app's SSD person detector: raw outputs -> person Detections in each frame's pixels."""
-    from jetforge.runtime.detection import spec_from_sidecar
-    from jetforge.runtime.detection_batch import postprocess_batch
-    from jetforge.runtime.hog import Detections  # what the people task's detectors hand it: boxes in frame pixels
     from jetforge.runtime.inputs import input_contract
+    from jetforge.vision.ssd import spec_from_sidecar
+    from jetforge.vision.ssd_batch import postprocess_batch
 
     session = detector.session
     contract = input_contract(session.sidecar, "image", purpose="the people app's GPU path")
@@ -87,8 +86,9 @@ def _ssd_model(task: Any, detector: Any) -> GpuModel:
             if frame.index % every:
                 out.append(None)  # a frame the detector skips: the tracks coast, as on the CPU path
                 continue
-            boxes = det.xyxy(contract.geometry((frame.height, frame.width)), (contract.height, contract.width))
-            out.append(Detections(np.asarray(boxes, np.float32).reshape(-1, 4), det.scores.astype(np.float32)))
+            # what the people task's detectors hand it: Detections in the frame's pixels
+            out.append(det.to_detections(contract.geometry((frame.height, frame.width)),
+                                         (contract.height, contract.width)))
         return out
 
     return GpuModel(session, contract, to_outputs, lambda frame: frame.index % every == 0)

@@ -9,11 +9,10 @@ from the camera), or **stays still** -- in a fixed elevated camera view like Ope
 Its labels came from the CNN detector's tracks of vtest.avi by a velocity rule
 (``jetforge.compress.action.track_clips``); its held-out accuracy is in the sidecar
 (``extra.evaluation``): agreement with that rule on one scene, not a general action recognizer.
-The earlier model, ``apps/data/action_walking_direction.onnx`` (8 grey crops, three classes, trained
-on HOG tracks), stays available with ``--model`` (use ``--detector hog`` with it: its training tracks).
+Another clip model (grey or RGB crops, any window; its sidecar's ``clip`` input says which) runs with ``--model``.
 
 Pipeline (:class:`ActionTask`): a people detector (the ``people`` app's) -> the shared
-tracker -> per track a sliding window of its boxes and the stream's frames -> every
+tracker (:mod:`jetforge.vision.tracking`, its ``people`` preset) -> per track a sliding window of its boxes and the stream's frames -> every
 ``stride`` frames, the window's clip (fixed region: union of the boxes, enlarged) goes
 through the action model (ONNX Runtime, all ready tracks of a frame in one batch) ->
 per-track probabilities averaged over the last ``smooth`` windows -> top-k over time.
@@ -31,20 +30,17 @@ import numpy as np
 
 from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, draw_status
 from jetforge.apps.tasks.base import App
-from jetforge.apps.tasks.people import add_detector_arguments, make_person_detector, score_to_unit
-from jetforge.apps.tasks.tracking import Tracker, TrackerOptions
-from jetforge.runtime.inputs import ClipContract, input_contract
-from jetforge.runtime.hog import HogPeopleDetector
+from jetforge.apps.tasks.people import add_detector_arguments, make_person_detector
 from jetforge.errors import ConfigError, ModelError
+from jetforge.runtime.inputs import ClipContract, input_contract
+from jetforge.vision.hog import HogPeopleDetector, score_to_unit
+from jetforge.vision.tracking import Tracker, TrackerOptions, tracker_options as tracker_preset
 
 log = logging.getLogger(__name__)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MOBILENET3D_MODEL = DATA / "action_mobilenet3d.onnx"
-WALKING_DIRECTION_MODEL = DATA / "action_walking_direction.onnx"
 DEFAULT_MODEL = MOBILENET3D_MODEL
-#: the tracker settings of the action app (and of the people app's defaults): the tracks its models were trained on
-ACTION_TRACKER_OPTIONS = TrackerOptions(high=0.5, low=0.2, new_track=0.55, min_hits=2, max_age=20)
 
 
 class _TrackState:
@@ -74,7 +70,7 @@ class ActionTask(Task):
         if sc is None or sc.task != "action":
             raise ModelError("%s is not an action model (its sidecar must say task \"action\")"
                              % getattr(session, "path", "the model"),
-                             hint="export it with python -m jetforge.compress.action.walking_direction")
+                             hint="train and export one with `jetforge distill --config recipes/action_mobilenet3d.yaml`")
         self.contract: ClipContract = input_contract(sc, "clip", purpose="the action app")  # type: ignore
         self.labels = list(sc.labels)
         self.input_name = session.inputs[0].name
@@ -85,7 +81,8 @@ class ActionTask(Task):
         self.status_label = "%s + %s (ONNX Runtime)" % (
             "HOG" if isinstance(self.detector, HogPeopleDetector) else "CNN people", sc.model_name)
         self._to_confidence = getattr(self.detector, "to_confidence", score_to_unit)
-        self.tracker_options = tracker_options or ACTION_TRACKER_OPTIONS
+        # the people preset: the tracks the bundled model was trained on
+        self.tracker_options = tracker_options or tracker_preset("people")
         self.trackers = [Tracker(self.tracker_options) for _ in range(streams)]
         # frames are sampled to the rate the model was trained at (vtest: 10 fps)
         self.steps = [max(1, int(round((f or self.contract.fps_trained) / self.contract.fps_trained)))
@@ -260,7 +257,7 @@ class ActionTask(Task):
         return out
 
 
-_ACTION_COLOURS = {"walking left": (255, 160, 0), "walking right": (0, 200, 255), "no lateral motion": (0, 220, 0),
+_ACTION_COLOURS = {"walking left": (255, 160, 0), "walking right": (0, 200, 255),
                    "moving, no lateral motion": (0, 220, 0), "standing still": (200, 0, 200)}
 
 
@@ -282,12 +279,11 @@ class ActionApp(App):
         "vtest.avi: walking left, walking right, moving without lateral motion (toward/away from the camera),\n"
         "standing still. It was trained by recipes/action_mobilenet3d.yaml on labels derived from the CNN\n"
         "detector's tracks of vtest.avi's frames 0-519 by a velocity rule (no labelled action data exists\n"
-        "offline); its held-out accuracy (frames 545-794) is in the model's sidecar. The older 3-class grey\n"
-        "model: --model %s --detector hog.\n"
-        "Without --source: OpenCV's vtest.avi." % "apps/data/action_walking_direction.onnx")
+        "offline); its held-out accuracy (frames 545-794) is in the model's sidecar.\n"
+        "Without --source: OpenCV's vtest.avi.")
     examples = """examples:
   jetforge app action --max-frames 150
-  jetforge app action --model apps/data/action_walking_direction.onnx --detector hog --source street.mp4"""
+  jetforge app action --model runs/action_mobilenet3d/student.onnx --source street.mp4"""
     default_source = ("opencv_samples", "vtest.avi")
     default_out = "jetforge-action"
 
@@ -306,8 +302,7 @@ class ActionApp(App):
                        help="average the last N windows of a track for its current action (default 4)")
         g.add_argument("--top-k", metavar="K", type=int, default=3, help="classes listed per track (default 3)")
         # The CNN is the default: the bundled 3D model was trained on its tracks (the clip region is built from the
-        # track's boxes).  The older walking-direction model was trained on HOG's untightened boxes: use it with
-        # --detector hog (0.948 held out on HOG tracks, 0.76-0.83 on the CNN's; benchmarks/action_track_source.py).
+        # track's boxes).
         add_detector_arguments(g, default="ssd")
         g.add_argument("--threads", metavar="N", type=int, default=None,
                        help="ONNX Runtime intra-op threads (default: every usable core)")
@@ -341,4 +336,4 @@ class ActionApp(App):
         return task.report_lines()
 
 
-__all__ = ["ACTION_TRACKER_OPTIONS", "ActionApp", "ActionTask", "ClipContract", "DEFAULT_MODEL", "WALKING_DIRECTION_MODEL"]
+__all__ = ["ActionApp", "ActionTask", "DEFAULT_MODEL", "MOBILENET3D_MODEL"]

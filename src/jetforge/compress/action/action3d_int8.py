@@ -2,7 +2,7 @@
 held-out clips in simulated TensorRT INT8 arithmetic.
 
 Used by the recipe's optional ``int8`` stage (:func:`jetforge.compress.action.mobilenet3d_recipe.run_recipe`) and
-by ``benchmarks/action_mobilenet3d.py`` (the bundled model's numbers):
+by ``benchmarks/action3d/action_mobilenet3d.py`` (the bundled model's numbers):
 
 * :func:`int8_ptq`: ``jetforge.calibrate.calibrate`` of the exported student ONNX from per-track clips of the
   *training* frames ``[0, train_end)`` along the cached tracks (``clips=ClipOptions(mode="per-track")`` replaying

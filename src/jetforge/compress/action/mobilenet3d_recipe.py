@@ -1,6 +1,7 @@
 """Run ``recipes/action_mobilenet3d.yaml`` end to end on this machine, and export a 3D action model with its sidecar.
 
-``python -m jetforge.compress.action.mobilenet3d_recipe --recipe recipes/action_mobilenet3d.yaml`` builds the
+``jetforge distill --config recipes/action_mobilenet3d.yaml`` (or ``python -m jetforge.compress.recipes
+recipes/action_mobilenet3d.yaml``; ``kind: action3d`` routes it here, :mod:`jetforge.compress.recipes.action3d`) builds the
 track-labelled clips, fine-tunes the inflated teacher, prunes and distils the student
 (:mod:`jetforge.compress.action.action3d`), and writes ``OUT_DIR/teacher.onnx``, ``OUT_DIR/student.onnx`` (+ sidecars
 with the ``clip`` input contract, the label rule and the held-out accuracy), their weights (``teacher.pt``,
@@ -9,15 +10,13 @@ optional ``int8`` stage (:mod:`jetforge.compress.action.action3d_int8`) then cal
 (``student.calib``, ``student.qdq.onnx``) and runs a few QAT steps (``student.qat.qdq.onnx``), and records their
 held-out accuracy in simulated INT8 arithmetic in the report.  On a
 2-core CPU the full recipe takes hours: use ``--set`` to shrink it (the tests run it with a few clips and one
-epoch), or run the same steps on a GPU with ``benchmarks/action_mobilenet3d_gpu.py`` (the bundled model's origin)
+epoch), or run the same steps on a GPU with ``benchmarks/action3d/action_mobilenet3d_gpu.py`` (the bundled model's origin)
 and export its checkpoints with :func:`export_action_model`.
 """
 
-import argparse
-import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -26,9 +25,6 @@ from jetforge.compress.action.action3d import (Action3DRecipe, ClipData, build_d
                                                recipe_dict, to_tensor, train_clip_classifier)
 from jetforge.compress.action.track_clips import rule_dict
 from jetforge.fileio import write_json_atomic
-
-PROG = "python -m jetforge.compress.action.mobilenet3d_recipe"
-
 
 def what_it_recognizes(data: ClipData) -> str:
     fps = data.contract.fps_trained
@@ -208,7 +204,7 @@ def run_int8(recipe: Action3DRecipe, video: Path, data: ClipData, teacher: torch
 
 
 def summary_lines(report: Dict[str, Any], recipe: Action3DRecipe) -> List[str]:
-    """What the run learned and wrote, as printed by this entry and by ``jetforge distill`` (``kind: action3d``)."""
+    """What the run learned and wrote, as ``jetforge distill``/``qat`` and the recipe entry print it (``kind: action3d``)."""
     int8 = []
     for name in ("ptq", "qat"):
         acc = report.get("int8", {}).get(name, {}).get("clip_accuracy")
@@ -242,35 +238,3 @@ def recipe_video(path: Optional[str]) -> Path:
         raise InputFileError("video %s is not a file" % path,
                              hint="give the video the clips are cut from (default: the vtest.avi asset)")
     return Path(path)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Command line; a usage or recipe error is one line and exit 1 (:mod:`jetforge.entry`)."""
-    from jetforge.entry import run_entry
-
-    return run_entry(PROG, lambda: _main(argv))
-
-
-def _main(argv: Optional[Sequence[str]]) -> int:
-    from jetforge.config import load_config
-    from jetforge.entry import ArgumentParser
-
-    parser = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
-                            epilog="example:\n  %s --recipe recipes/action_mobilenet3d.yaml --set teacher.epochs=2 "
-                                   "--set student.epochs=2 --set max_clips=40" % PROG,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", metavar="YAML", help="recipe file (default: built-in defaults)")
-    parser.add_argument("--video", metavar="PATH", help="the video (default: the vtest.avi asset)")
-    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
-                        help="override a recipe option, e.g. --set teacher.epochs=2")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-    args = parser.parse_args(argv)
-    recipe = load_config(Action3DRecipe, args.recipe, list(args.overrides))
-    video = recipe_video(args.video)
-    report = run_recipe(recipe, video, progress=not args.quiet)
-    print("\n".join(summary_lines(report, recipe)))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,10 +1,12 @@
 """Clips labelled from real person tracks of the CNN detector: the training and held-out data of the 3D action model.
 
-Where the tracks come from: ``jetforge app people`` (the SSDLite-MobileNetV2 person detector and the
-ByteTrack-style tracker with the settings the action app uses) run once over the video; its
-``events.jsonl`` holds every frame's tracks (id, box).  :func:`track_cache_command` is that command,
-:func:`ensure_track_cache` runs it when the cache is missing; :func:`read_track_events` reads it.  The
-boxes are the tracker's own (Kalman-filtered) boxes: what ``jetforge app action`` crops at run time.
+Where the tracks come from: the CNN person detector (SSDLite-MobileNetV2, exported once next to the cache) and the
+ByteTrack-style tracker with the settings the action app uses (:func:`jetforge.vision.tracking.tracker_options`
+``"people"``), run once over the video by :func:`jetforge.vision.person_tracks.track_video` -- the tracks
+``jetforge app people`` follows, called directly.  :func:`ensure_track_cache` writes every frame's tracks (id,
+box) to ``events.jsonl`` in the people app's event format when the cache is missing (so a ``jetforge app people
+--no-video --out DIR`` run's events serve as a cache too); :func:`read_track_events` reads it.  The boxes are the
+tracker's own (Kalman-filtered) boxes: what ``jetforge app action`` crops at run time.
 
 **The label rule** (:class:`MotionRule`), from the track's boxes over the clip's ``T`` frames only: the
 least-squares velocity of the box centre x (``vx``) and of the box bottom y (``vy``), divided by the
@@ -28,17 +30,19 @@ end)``; the frames between are a guard gap, so no held-out frame is in any train
 """
 
 import json
-import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from jetforge.errors import CompressError, InputFileError
+from jetforge.fileio import write_text_atomic
 from jetforge.progress import progress_bar
 from jetforge.runtime.inputs.clip import ClipContract
+from jetforge.vision.person_tracks import track_video
+from jetforge.vision.ssd_detector import SsdPeopleDetector
+from jetforge.vision.tracking import tracker_options
 
 Tracks = Dict[int, Dict[int, np.ndarray]]
 
@@ -101,25 +105,40 @@ class ClipWindow:
         return cls(int(d["track"]), int(d["start"]), str(d["label"]), np.asarray(d["boxes"], np.float64))
 
 
-def track_cache_command(video: Path, out_dir: Path, executable: str = sys.executable,
-                        max_frames: int = 0) -> List[str]:
-    """The command that makes the track cache: the people app (CNN detector + tracker) over ``video``."""
-    limit = ["--max-frames", str(int(max_frames))] if max_frames else []
-    return [executable, "-m", "jetforge.cli.main", "-q", "app", "people", "--detector", "ssd", "--no-video",
-            "--no-plots", "--out", str(out_dir)] + limit + ["--source", str(video)]
+def track_cache_events(video: Path, detector: Any, max_frames: int = 0) -> Iterator[Dict[str, Any]]:
+    """The people app's per-frame events with the tracks of ``video`` (``max_frames``: the first N only; 0: all)."""
+    for index, tracks in track_video(video, detector, tracker_options("people"), max_frames=max_frames):
+        yield {"type": "people", "stream": 0, "frame": index, "tracks": [t.to_dict() for t in tracks]}
 
 
-def ensure_track_cache(video: Path, out_dir: Path, max_frames: int = 0) -> Path:
-    """``out_dir/events.jsonl``, made by :func:`track_cache_command` when missing."""
+def ensure_track_cache(video: Path, out_dir: Path, max_frames: int = 0, detector_model: Optional[Path] = None,
+                       progress: bool = False) -> Path:
+    """``out_dir/events.jsonl``, made by :func:`track_cache_events` when missing.
+
+    The detector is ``detector_model`` (an exported person detector with its sidecar), by default the people app's
+    CNN exported from its verified asset into ``out_dir/person_detector.onnx`` (needs torch, as this recipe does).
+    """
     events = Path(out_dir) / "events.jsonl"
-    if not events.is_file():
-        cmd = track_cache_command(Path(video), Path(out_dir), max_frames=max_frames)
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0 or not events.is_file():
-            raise CompressError("making the person-track cache failed (exit %d): %s" % (
-                result.returncode, (result.stderr or result.stdout).strip().splitlines()[-1:]),
-                hint="run it by hand: %s" % " ".join(cmd))
+    if events.is_file():
+        return events
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    model = Path(detector_model) if detector_model else _export_person_detector(Path(out_dir))
+    with SsdPeopleDetector(model) as detector:
+        lines = [json.dumps(e) for e in progress_bar(track_cache_events(Path(video), detector, max_frames),
+                                                     desc="person tracks", unit="frame", enabled=progress)]
+    write_text_atomic(events, "".join(line + "\n" for line in lines))
     return events
+
+
+def _export_person_detector(folder: Path) -> Path:
+    """The people app's CNN person detector, exported from its verified asset (the weights' hash is checked)."""
+    from jetforge.assets import asset_path
+    from jetforge.compress.models.ssdlite_export import MODEL_NAME, WEIGHTS_FILE, export_person_detector
+
+    path = folder / "person_detector.onnx"
+    export_person_detector(asset_path(MODEL_NAME, WEIGHTS_FILE), path,
+                           provenance={"source_model": MODEL_NAME})
+    return path
 
 
 def read_track_events(path: Path) -> Tracks:
@@ -223,4 +242,4 @@ def rule_dict(rule: MotionRule) -> Dict[str, Any]:
 
 __all__ = ["AWAY_TOWARD", "ClipWindow", "LABELS", "LEFT", "MIRROR", "MotionRule", "RIGHT", "STILL", "cut_clips",
            "ensure_track_cache", "label_counts", "make_windows", "read_track_events", "rule_dict", "split_windows",
-           "track_cache_command"]
+           "track_cache_events"]

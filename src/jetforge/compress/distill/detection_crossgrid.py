@@ -43,8 +43,8 @@ import torch
 
 from jetforge.compress.distill.detection_tiles import tile_boxes_in_view, tiles_in_view
 from jetforge.errors import CompressError
-from jetforge.runtime.detection import AnchorLayer, SSDSpec
-from jetforge.runtime.tiles import MAX_TILE_GRID, tile_rects
+from jetforge.vision.ssd import AnchorLayer, SSDSpec
+from jetforge.vision.tiles import MAX_TILE_GRID, tile_rects
 
 
 def student_spec(teacher_spec: SSDSpec, grid_sizes: Sequence[Tuple[int, int]], image_size: int) -> SSDSpec:
@@ -87,7 +87,7 @@ def _centre_form(boxes: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch
 
 def decode_boxes(encodings: torch.Tensor, anchors: torch.Tensor,
                  scale_factors: Sequence[float] = (10.0, 10.0, 5.0, 5.0)) -> torch.Tensor:
-    """Faster-rcnn decoding in torch (as :func:`jetforge.runtime.detection.decode_boxes`): ``(..., A, 4)`` boxes."""
+    """Faster-rcnn decoding in torch (as :func:`jetforge.vision.ssd.decode_boxes`): ``(..., A, 4)`` boxes."""
     yca, xca, ha, wa = _centre_form(anchors)
     ty, tx, th, tw = (encodings[..., i] / float(scale_factors[i]) for i in range(4))
     yc, xc = ty * ha + yca, tx * wa + xca

@@ -1,7 +1,8 @@
 """A detector distillation recipe end to end: prune the SSDLite person detector, distil it, export it.
 
-``python -m jetforge.compress.distill.detection_recipe recipes/distill_ssdlite_person.yaml [--set k=v ...]``
-(``kind: detector`` in the recipe says which runner it is for).
+``jetforge distill --config recipes/distill_ssdlite_person.yaml [--set k=v ...]``, or ``python -m
+jetforge.compress.recipes recipes/distill_ssdlite_person.yaml`` (``kind: detector`` in the recipe says which runner
+it is for: :mod:`jetforge.compress.recipes.detector`).
 
 1. the teacher: the port of the ``ssdlite_mobilenet_v2_person`` asset's frozen graph;
 2. the student: the teacher pruned to ``1 / student.macs_factor`` of its MACs by jetforge
@@ -19,7 +20,6 @@
 """
 
 import copy
-import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -42,7 +42,7 @@ STUDENT_SOURCE = "distilled from the ssdlite_mobilenet_v2_person port (recipes/d
 class FramesConfig:
     """Which training frames (the recipe's ``data`` block): always the training segments of the label file."""
 
-    labels: Optional[str] = None  # person label file; None = the repository's benchmarks/labels/people_boxes.json
+    labels: Optional[str] = None  # person label file; None = jetforge's own set (vision/data/people_boxes.json)
     assets_root: Optional[str] = None  # folder holding <asset>/<file>; None = jetforge's asset cache
     clips: Optional[List[str]] = None  # None = every clip of the label file
     frame_step: int = 1
@@ -213,30 +213,5 @@ def name_student_export(sidecar: Any, path: Any, name: str = STUDENT_MODEL_NAME)
     return sidecar
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    from jetforge.entry import ArgumentParser, run_entry
-
-    prog = "python -m jetforge.compress.distill.detection_recipe"
-
-    def _main() -> int:
-        from jetforge.config import load_config
-
-        ap = ArgumentParser(prog=prog)
-        ap.add_argument("recipe")
-        ap.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
-        args = ap.parse_args(argv)
-        logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(name)s: %(message)s")
-        result = run_recipe(load_config(DetectorDistillConfig, args.recipe, args.overrides))
-        print(json.dumps({k: result[k] for k in ("name", "device", "frames", "macs", "files")}, indent=1))
-        return 0
-
-    return run_entry(prog, _main)
-
-
 __all__ = ["DetectorDistillConfig", "FramesConfig", "PRUNERS", "STUDENT_MODEL_NAME", "StudentConfig",
            "export_student_detector", "make_student", "name_student_export", "run_recipe"]
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

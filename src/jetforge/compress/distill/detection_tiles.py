@@ -10,9 +10,10 @@ pass misses.  The merged boxes are the cross-grid targets
 (:class:`jetforge.compress.distill.detection_crossgrid.CrossGridTargets`), so the student learns in one
 pass at 192 px what the teacher sees in five at 300 px.
 
-The tile layout and the pixel cut are :func:`jetforge.runtime.tiles.tile_rects` and
-:func:`~jetforge.runtime.tiles.cut_tile`.  Merging, in the view's normalised ``[ymin, xmin, ymax, xmax]``, batched in torch (the rules of
-:func:`jetforge.runtime.tiles.merge_tiled`, the apps' numpy merge; here Fast NMS, as for the plain targets):
+The tile layout and the pixel cut are :func:`jetforge.vision.tiles.tile_rects` and
+:func:`~jetforge.vision.tiles.cut_tile`.  Merging, in the view's normalised ``[ymin, xmin, ymax, xmax]``, batched in
+torch (the rules of :func:`jetforge.vision.tiles.merge_tiled`, the apps' numpy merge, whose cut rule
+:func:`~jetforge.vision.tiles.cut_by_inner_edge` runs here on tensors; here Fast NMS, as for the plain targets):
 
 - each input (view, tiles) goes through the teacher's decoding and its NMS first (its usual output);
 - a tile box touching one of the tile's **inner** edges (an edge that is not the view's edge; within
@@ -26,6 +27,8 @@ The tile layout and the pixel cut are :func:`jetforge.runtime.tiles.tile_rects` 
 from typing import Tuple
 
 import torch
+
+from jetforge.vision.tiles import cut_by_inner_edge
 
 
 def tiles_in_view(rects: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
@@ -48,9 +51,9 @@ def tile_boxes_in_view(boxes: torch.Tensor, valid: torch.Tensor, where: torch.Te
     one of its tile's inner edges becomes invalid (module docstring).
     """
     y0, x0, y1, x1 = (where[..., i].unsqueeze(-1) for i in range(4))  # (N, T, 1) each
-    inner_top, inner_left, inner_bottom, inner_right = y0 > 0, x0 > 0, y1 < 1, x1 < 1
-    cut = ((inner_top & (boxes[..., 0] < edge)) | (inner_left & (boxes[..., 1] < edge))
-           | (inner_bottom & (boxes[..., 2] > 1.0 - edge)) | (inner_right & (boxes[..., 3] > 1.0 - edge)))
+    # the apps' rule (jetforge.vision.tiles.cut_by_inner_edge), in the tile's normalised units (a tile is 1 wide)
+    cut = cut_by_inner_edge(boxes[..., 1], boxes[..., 0], boxes[..., 3], boxes[..., 2],
+                            (x0 > 0, y0 > 0, x1 < 1, y1 < 1), (1.0, 1.0), edge)
     h, w = y1 - y0, x1 - x0
     mapped = torch.stack([y0 + boxes[..., 0] * h, x0 + boxes[..., 1] * w,
                           y0 + boxes[..., 2] * h, x0 + boxes[..., 3] * w], dim=-1)

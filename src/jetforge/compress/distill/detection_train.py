@@ -29,7 +29,7 @@ from torch import nn
 
 from jetforge.compress.distill.detection_losses import detection_distill_loss
 from jetforge.errors import CompressError
-from jetforge.runtime.tiles import cut_tile
+from jetforge.vision.tiles import cut_tile
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class FrameBank:
         """:meth:`sample_sizes`'s views (the same ones for the same ``rng``), plus each view's ``tiles``.
 
         ``tiles`` ``(T, 4)`` are ``[y0, x0, y1, x1]`` fractions of a view
-        (:func:`jetforge.runtime.tiles.tile_rects`); each is cut from the frame's pixels
+        (:func:`jetforge.vision.tiles.tile_rects`); each is cut from the frame's pixels
         inside the view's crop, resized to the first size, mirrored and jittered with its view.  Returns the
         views (one tensor per size), the tiles ``(B * T, 3, S, S)`` view by view, and ``flipped`` ``(B,)``.
         """
@@ -155,7 +155,7 @@ def frame_bank_from_labels(assets_root: Any, preprocess: Any, device: Any = "cpu
                            clips: Optional[Sequence[str]] = None, limit: Optional[int] = None,
                            labels: Optional[Any] = None) -> FrameBank:
     """Every ``step``-th frame of the training segments (never a held-out or guard frame) in a :class:`FrameBank`."""
-    from jetforge.calibrate.person_labels import read_person_labels, training_frames
+    from jetforge.vision.person_labels import read_person_labels, training_frames
 
     split = read_person_labels(labels)
     frames: List[np.ndarray] = []

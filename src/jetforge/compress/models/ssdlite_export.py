@@ -3,7 +3,7 @@
 TensorRT (and above all the DLA) wants a plain convolutional network with static shapes; NMS has
 data-dependent output sizes.  So the exported ``model.onnx`` ends at the per-anchor box encodings
 ``(N, A, 4)`` and class logits ``(N, A, 2)``, and its sidecar carries what
-:func:`jetforge.runtime.detection.postprocess` needs to finish on the host (anchors or their
+:func:`jetforge.vision.ssd.postprocess` needs to finish on the host (anchors or their
 generator parameters, box coder, score converter, NMS thresholds, labels).
 
 Two graph details matter on Jetson:
@@ -26,7 +26,7 @@ import numpy as np
 from jetforge.errors import CompressError, ModelError
 from jetforge.fileio import PathLike, atomic_output, sha256_file
 from jetforge.optional import require
-from jetforge.runtime.detection import SSD_EXTRA_KEY, SSDSpec
+from jetforge.vision.ssd import SSD_EXTRA_KEY, SSDSpec
 from jetforge.runtime.inputs import Preprocess
 from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, produced_by, write_sidecar
 
@@ -60,7 +60,7 @@ def export_detector(model: Any, spec: SSDSpec, preprocess: Preprocess, path: Pat
         SSD_EXTRA_KEY: spec.to_dict(),
         "outputs": {"box_encodings": "(N, A, 4) [ty, tx, th, tw] per anchor, before the box coder's scale factors",
                     "class_logits": "(N, A, 1 + labels) logits, background first"},
-        "postprocess": "jetforge.runtime.detection.postprocess: decode, %s, NMS on the host" % spec.score_converter,
+        "postprocess": "jetforge.vision.ssd.postprocess: decode, %s, NMS on the host" % spec.score_converter,
         "input_convention": "RGB, the whole frame stretched to %dx%d (OpenCV bilinear), x * 2/255 - 1"
                             % (preprocess.width, preprocess.height),
     }

@@ -21,7 +21,7 @@ Conventions carried over from TensorFlow, each read from the graph when the mode
 
 The forward pass takes the preprocessed ``(N, 3, H, W)`` input (RGB, ``x * 2/255 - 1``) and
 returns ``(box_encodings (N, A, 4), class_logits (N, A, classes + 1))`` in the graph's anchor
-order (feature map, row, column, anchor); decoding and NMS are :mod:`jetforge.runtime.detection`.
+order (feature map, row, column, anchor); decoding and NMS are :mod:`jetforge.vision.ssd`.
 """
 
 import math

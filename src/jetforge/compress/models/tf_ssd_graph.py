@@ -17,7 +17,7 @@ import numpy as np
 
 from jetforge.compress.models.tf_graphdef import GraphDef, NodeDef
 from jetforge.errors import ModelError
-from jetforge.runtime.detection import AnchorLayer, SSDSpec
+from jetforge.vision.ssd import AnchorLayer, SSDSpec
 from jetforge.runtime.inputs import Preprocess
 
 ANCHORS = "MultipleGridAnchorGenerator"
@@ -198,7 +198,7 @@ def read_preprocess(g: SSDGraph) -> Preprocess:
 
     The graph resizes with TF1's ``ResizeBilinear`` (no half-pixel centres); jetforge resizes with
     OpenCV's bilinear (half-pixel centres) before the network, so a full frame is sampled slightly
-    differently -- ``benchmarks/ssdlite_tf_check.py`` measures what that changes.
+    differently -- ``benchmarks/detector_students/ssdlite_tf_check.py`` measures what that changes.
     """
     size = g.const("Preprocessor/map/while/ResizeImage/stack").reshape(-1).tolist()
     resize = g.node("Preprocessor/map/while/ResizeImage/resize_images/ResizeBilinear", "ResizeBilinear")

@@ -1,7 +1,8 @@
 """``prune()``: one call from a model and a goal to a smaller model, its plan and its report.
 
->>> result = prune(model, torch.randn(1, 3, 224, 224), flops_reduction=2.0, importance="l1",
-...                target="orin-nx-16gb")                                    # doctest: +SKIP
+>>> result = prune(model, torch.randn(1, 3, 224, 224), PruneOptions(flops_reduction=2.0, importance="l1",
+...                target="orin-nx-16gb"))                                   # doctest: +SKIP
+>>> result = prune(model, torch.randn(1, 3, 224, 224), flops_reduction=2.0)  # the same path  # doctest: +SKIP
 >>> result.plan.save("model.prune.json"); print(result.report.to_table())   # doctest: +SKIP
 
 Goals: a channel ``ratio`` (fraction of coupled channel classes removed), a
@@ -27,7 +28,7 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -37,7 +38,8 @@ from jetforge.compress.prune import flops as _flops
 from jetforge.compress.prune.graph import DependencyGraph
 from jetforge.compress.prune.groups import removed_indices, select
 from jetforge.compress.prune.importance import class_importance
-from jetforge.compress.prune.latency import DEFAULT_LEVELS, Allocator, LatencyTable, measure_table
+from jetforge.compress.prune.latency import Allocator, LatencyTable, measure_table
+from jetforge.compress.prune.options import PruneOptions, resolve_options
 from jetforge.compress.prune.plan import PlanEntry, PrunePlan, apply_plan
 from jetforge.compress.prune.report import PruneReport, layer_snapshot, ort_latency
 
@@ -80,19 +82,15 @@ def make_plan(graph: DependencyGraph, model: nn.Module, removed: torch.Tensor,
     return PrunePlan(type(model).__name__, entries, dict(meta or {}), layers)
 
 
-def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = None,
-          flops_reduction: Optional[float] = None, params_reduction: Optional[float] = None,
-          latency_reduction: Optional[float] = None, importance: str = "l1", global_ranking: bool = False,
-          round_to: Optional[int] = None, target: Optional[str] = None, protect: Sequence[str] = (),
-          protect_stem: bool = True, min_keep: float = 0.1, overrides: Optional[Mapping[str, float]] = None,
+def prune(model: nn.Module, example_inputs: Any, options: Optional[PruneOptions] = None, *,
           data: Optional[Iterable[Any]] = None, loss_fn: Optional[Callable[..., torch.Tensor]] = None,
-          seed: int = 0, measure_latency: bool = False,
-          latency_fn: Optional[Callable[[nn.Module], float]] = None, inplace: bool = True,
-          latency_aware: bool = False, latency_levels: Sequence[float] = DEFAULT_LEVELS,
-          max_latency_iterations: int = 8, latency_table: Optional[LatencyTable] = None,
-          strict: bool = False) -> PruneResult:
+          latency_fn: Optional[Callable[[nn.Module], float]] = None, latency_table: Optional[LatencyTable] = None,
+          **keywords: Any) -> PruneResult:
     """Prune ``model``'s channels to meet one goal; returns the model, its replayable plan and its report.
 
+    ``options`` (a :class:`~jetforge.compress.prune.options.PruneOptions`; its module lists every key) says
+    what to do; the keyword form ``prune(model, x, flops_reduction=2.0, round_to=8)`` builds the same options
+    and runs the same path.
     ``example_inputs``: a tensor (or tuple) the model accepts, batch axis first; keep it
     small, it only serves the trace and the MAC count.  ``protect``: module names (or
     prefixes) whose output channels stay; the stem (``protect_stem``) and every model
@@ -101,88 +99,59 @@ def prune(model: nn.Module, example_inputs: Any, *, ratio: Optional[float] = Non
     example input's shape); with ``latency_aware`` it also fills the per-group latency
     table at the kept fractions ``latency_levels``; pass ``latency_table`` (from an earlier
     result with the same model, importance and rounding) to reuse it instead of measuring.
+    ``data`` and ``loss_fn``: the batches and loss of a criterion that needs gradients (``taylor``).
     A ``latency_reduction`` the search ends short of keeps the fastest model found, with a
     warning and ``goal_met=False``; ``strict=True`` raises :class:`CompressError` instead.
     """
-    goals = {"ratio": ratio, "flops_reduction": flops_reduction, "params_reduction": params_reduction,
-             "latency_reduction": latency_reduction}
-    given = _check_goals(goals, min_keep, latency_aware, latency_levels)
-    round_to = int(round_to) if round_to else default_round_to(target)
+    o = resolve_options(options, keywords)
+    goal = o.goal()
+    round_to = int(o.round_to) if o.round_to else default_round_to(o.target)
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    if not inplace:
+    if not o.inplace:
         model = copy.deepcopy(model)
 
-    graph = DependencyGraph.build(model, inputs, protect=protect, protect_stem=protect_stem)
+    graph = DependencyGraph.build(model, inputs, protect=o.protect, protect_stem=o.protect_stem)
     if not graph.groups:
         log.warning("nothing in %s can be pruned: %s", type(model).__name__, graph.protected_report())
-    scores = class_importance(graph, model, importance, data=data, loss_fn=loss_fn, seed=seed)
+    scores = class_importance(graph, model, o.importance, data=data, loss_fn=loss_fn, seed=o.seed)
     before = _flops.count_ops(model, inputs)
 
     def choose(r: float) -> torch.Tensor:
-        return select(graph, scores, r, global_ranking=global_ranking, round_to=round_to, min_keep=min_keep,
-                      overrides=overrides)
+        return select(graph, scores, r, global_ranking=o.global_ranking, round_to=round_to, min_keep=o.min_keep,
+                      overrides=o.overrides)
 
     backend = "custom latency_fn" if latency_fn is not None else "onnxruntime CPU, 1 thread, median of 20"
     latency_fn = latency_fn or (lambda m: ort_latency(m, tuple(inputs[0].shape)))
-    latency_before = None
     extra: Dict[str, Any] = {}
-    if latency_aware:
-        removed, chosen, extra = _latency_aware(model, graph, scores, before, latency_fn, inputs,
-                                                flops_reduction=flops_reduction, params_reduction=params_reduction,
-                                                latency_reduction=latency_reduction, levels=latency_levels,
-                                                round_to=round_to, min_keep=min_keep,
-                                                max_iterations=max_latency_iterations, table=latency_table,
-                                                strict=strict)
+    if o.latency_aware:
+        removed, chosen, extra = _latency_aware(model, graph, scores, before, latency_fn, o, round_to, latency_table)
         latency_before = extra["latency_table"]["base_ms"]
     else:
-        chosen, latency_before = _uniform_ratio(model, graph, before, choose, goals, latency_fn, strict, extra)
+        chosen, latency_before = _uniform_ratio(model, graph, before, choose, o, latency_fn, extra)
         removed = choose(chosen)
     table_obj = extra.pop("_table", None)
-    settings = {"goal": given[0], "goal_value": goals[given[0]], "ratio": chosen, "importance": importance,
-                "global_ranking": global_ranking, "round_to": round_to, "target": target,
-                "protect": list(protect), "protect_stem": protect_stem, "min_keep": min_keep,
-                "overrides": dict(overrides or {}), "seed": seed, "latency_aware": latency_aware,
-                "latency_levels": list(latency_levels) if latency_aware else None,
+    settings = {"goal": goal, "goal_value": getattr(o, goal), "ratio": chosen, "importance": o.importance,
+                "global_ranking": o.global_ranking, "round_to": round_to, "target": o.target,
+                "protect": list(o.protect), "protect_stem": o.protect_stem, "min_keep": o.min_keep,
+                "overrides": dict(o.overrides or {}), "seed": o.seed, "latency_aware": o.latency_aware,
+                "latency_levels": list(o.latency_levels) if o.latency_aware else None,
                 "example_input_shape": [list(t.shape) for t in inputs if isinstance(t, torch.Tensor)]}
     plan = make_plan(graph, model, removed, settings)
-    measure = measure_latency or latency_reduction is not None or latency_aware
     report = _apply_and_report(model, plan, graph, inputs, before, settings, extra, latency_fn, backend,
-                               latency_before, measure_latency, measure, latency_reduction)
-    goal_met = extra["goal"]["met"] if latency_reduction is not None else True
+                               latency_before, o)
+    goal_met = extra["goal"]["met"] if o.latency_reduction is not None else True
     return PruneResult(model, plan, graph, report, chosen, table_obj, goal_met)
 
 
-def _check_goals(goals: Dict[str, Optional[float]], min_keep: float, latency_aware: bool,
-                 latency_levels: Sequence[float]) -> List[str]:
-    """The one goal given (its name in a list), after checking the goals and options fit together."""
-    given = [k for k, v in goals.items() if v is not None]
-    if len(given) != 1:
-        raise ConfigError("give exactly one pruning goal, got %s" % (", ".join(given) or "none"),
-                          hint="ratio=0.5, flops_reduction=2.0, params_reduction=2.0 or latency_reduction=1.5")
-    for k in ("flops_reduction", "params_reduction", "latency_reduction"):
-        value = goals[k]
-        if value is not None and not value >= 1.0:
-            raise ConfigError("%s must be a factor >= 1 (2.0 = half), got %r" % (k, value))
-    if not 0.0 <= min_keep <= 1.0:
-        raise ConfigError("min_keep must be in [0, 1], got %r" % min_keep)
-    if latency_aware and goals["ratio"] is not None:
-        raise ConfigError("latency_aware needs a flops_reduction, params_reduction or latency_reduction goal, "
-                          "not a ratio", hint="e.g. flops_reduction=2.0, latency_aware=True")
-    if latency_aware and (not latency_levels or any(not 0.0 < f < 1.0 for f in latency_levels)):
-        raise ConfigError("latency_levels must be kept fractions in (0, 1), got %r" % (list(latency_levels),))
-    return given
-
-
 def _uniform_ratio(model: nn.Module, graph: DependencyGraph, before: _flops.OpCount,
-                   choose: Callable[[float], torch.Tensor], goals: Dict[str, Optional[float]],
-                   latency_fn: Callable[[nn.Module], float], strict: bool,
-                   extra: Dict[str, Any]) -> Tuple[float, Optional[float]]:
+                   choose: Callable[[float], torch.Tensor], o: PruneOptions,
+                   latency_fn: Callable[[nn.Module], float], extra: Dict[str, Any]) -> Tuple[float, Optional[float]]:
     """The ratio that meets the goal with one ratio for every group; (ratio, latency before in ms or None).
 
     A FLOPs/params goal is bisected on counted-then-scaled MACs; a latency goal is measured on pruned
     copies (the search is recorded in ``extra["latency_search"]``).
     """
-    ratio, latency_reduction = goals["ratio"], goals["latency_reduction"]
+    ratio, latency_reduction = o.ratio, o.latency_reduction
     if ratio is not None:
         return float(ratio), None
     if latency_reduction is not None:
@@ -193,13 +162,13 @@ def _uniform_ratio(model: nn.Module, graph: DependencyGraph, before: _flops.OpCo
             measured[r] = latency_before / latency_fn(_pruned_copy(model, graph, choose(r)))
             return measured[r]
 
-        chosen = _search(speedup, float(latency_reduction), steps=5, what="latency", best_effort=not strict)
+        chosen = _search(speedup, float(latency_reduction), steps=5, what="latency", best_effort=not o.strict)
         if chosen in measured:
             extra["latency_search"] = {"speedup": round(measured[chosen], 4), "measured": {
                 "%.4f" % r: round(v, 4) for r, v in sorted(measured.items())}}
         return chosen, latency_before
-    metric = "macs" if goals["flops_reduction"] is not None else "params"
-    goal = float(goals["flops_reduction" if metric == "macs" else "params_reduction"] or 0.0)  # one is given
+    metric = "macs" if o.flops_reduction is not None else "params"
+    goal = float((o.flops_reduction if metric == "macs" else o.params_reduction) or 0.0)  # one is given
     base = getattr(before, metric)
     return _search(lambda r: base / max(1, getattr(_flops.estimate(graph, model, before, choose(r)), metric)),
                    goal, steps=14, what=metric), None
@@ -208,12 +177,13 @@ def _uniform_ratio(model: nn.Module, graph: DependencyGraph, before: _flops.OpCo
 def _apply_and_report(model: nn.Module, plan: PrunePlan, graph: DependencyGraph, inputs: Tuple[Any, ...],
                       before: _flops.OpCount, settings: Dict[str, Any], extra: Dict[str, Any],
                       latency_fn: Callable[[nn.Module], float], backend: str, latency_before: Optional[float],
-                      measure_latency: bool, measure_after: bool,
-                      latency_reduction: Optional[float]) -> PruneReport:
+                      o: PruneOptions) -> PruneReport:
     """Apply ``plan`` to ``model`` and report MACs, parameters, layer widths and (if asked) latency before/after."""
+    latency_reduction = o.latency_reduction
+    measure_after = o.measure_latency or latency_reduction is not None or o.latency_aware
     names = list(graph.layers)
     layers_before = layer_snapshot(model, names)
-    if measure_latency and latency_before is None:
+    if o.measure_latency and latency_before is None:
         latency_before = latency_fn(model)
     apply_plan(model, plan)
     after = _flops.count_ops(model, inputs)
@@ -249,11 +219,11 @@ def _latency_goal(goal: float, search: Dict[str, Any], before_ms: Optional[float
 
 
 def _latency_aware(model: nn.Module, graph: DependencyGraph, scores: torch.Tensor, before: _flops.OpCount,
-                   latency_fn: Callable[[nn.Module], float], inputs: Any, *, flops_reduction: Optional[float],
-                   params_reduction: Optional[float], latency_reduction: Optional[float], levels: Sequence[float],
-                   round_to: int, min_keep: float, max_iterations: int, table: Optional[LatencyTable] = None,
-                   strict: bool = False):
-    """Measure the per-group latency table, then allocate greedily to the goal (see :mod:`latency`)."""
+                   latency_fn: Callable[[nn.Module], float], o: PruneOptions, round_to: int,
+                   table: Optional[LatencyTable] = None):
+    """Measure the per-group latency table (or reuse ``table``), then allocate greedily to the goal (see
+    :mod:`latency`)."""
+    flops_reduction, params_reduction, latency_reduction = o.flops_reduction, o.params_reduction, o.latency_reduction
 
     def latency_of(removed: torch.Tensor) -> float:
         return float(latency_fn(_pruned_copy(model, graph, removed)) if bool(removed.any()) else latency_fn(model))
@@ -264,8 +234,8 @@ def _latency_aware(model: nn.Module, graph: DependencyGraph, scores: torch.Tenso
             raise ConfigError("the latency_table given was measured on another model",
                               hint="reuse a table only with the same model, importance and round_to")
     else:
-        table = measure_table(graph, scores, latency_of, levels=levels, round_to=round_to, min_keep=min_keep,
-                              progress=log.debug)
+        table = measure_table(graph, scores, latency_of, levels=o.latency_levels, round_to=round_to,
+                              min_keep=o.min_keep, progress=log.debug)
     log.info("latency table: %d measurements in %.1f s, base %.3f ms", table.measurements, table.seconds,
              table.base_ms)
     alloc = Allocator(graph, table, scores)
@@ -282,7 +252,7 @@ def _latency_aware(model: nn.Module, graph: DependencyGraph, scores: torch.Tenso
         removed, steps, predicted_ms, speedup = a.removed.clone(), list(a.steps), a.predicted_ms, None
     else:
         removed, steps, predicted_ms, speedup = _iterate_to_latency(alloc, table, latency_of, float(latency_reduction),
-                                                                    max_iterations, trace, strict)
+                                                                    o.max_latency_iterations, trace, o.strict)
     chosen = float(removed.sum()) / max(1, graph.num_classes)
     extra = {"latency_table": table.to_dict(),
              "latency_search": {"steps": [list(s) for s in steps], "predicted_ms": round(predicted_ms, 4),

@@ -42,7 +42,7 @@ EXPORT_OPTIONS = ("input_shape", "labels", "task", "input_name", "output_name", 
 class QatOptions:
     # percentile | entropy | mse | max (jetforge.calibrate.algorithms).  Not entropy by default: on images with a
     # large uniform background (Fashion-MNIST) KL picks the background spike and clips the objects (FP32 0.86 ->
-    # 0.66 measured in benchmarks/qat_distill.py); percentile 99.99 starts QAT within 0.2 points.
+    # 0.66 measured in benchmarks/int8/qat_distill.py); percentile 99.99 starts QAT within 0.2 points.
     calibration: str = "percentile"
     percentile: float = 99.99
     quantize_add: bool = True

@@ -8,6 +8,6 @@ obtained); ``model`` is the per-kernel roofline, the GPU/DLA split with its tran
 memory estimate; ``report`` renders it as a table, JSON and a plot.
 
 Everything here is a model.  It is checked against kernel times measured on an H200 and against
-published Jetson results (``benchmarks/estimate_*.py``), and says so where it is on weak ground.
+published Jetson results (``benchmarks/estimator/``), and says so where it is on weak ground.
 Torch-free; ``onnx`` is imported inside functions.
 """

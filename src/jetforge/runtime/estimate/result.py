@@ -8,7 +8,7 @@ total above the board's, and the efficiency set's own measured error.
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from jetforge.errors import ConfigError
 from jetforge.runtime.estimate.efficiency import EfficiencySet, efficiency_set
@@ -71,6 +71,7 @@ def estimate(model: Union[str, Path, Any], target: Any, precision: str = "fp16",
              input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Estimate:
     """Estimate ``model`` on ``target`` (a profile) at each of ``batches``; see the package docstring."""
     eff = efficiency if isinstance(efficiency, EfficiencySet) else efficiency_set(efficiency)
+    precision, best_note = _resolve_best(target, precision, "dla" if dla_core is not None else "gpu")
     if dla_core is not None:
         if not target.has_dla:
             from jetforge.errors import TargetError
@@ -102,13 +103,24 @@ def estimate(model: Union[str, Path, Any], target: Any, precision: str = "fp16",
             b.dla_subgraphs > last.dla_loadable_limit]
     out = Estimate(model=name, target=target.name, precision=precision, dla_core=dla_core, fusion=fusion,
                    efficiency=eff, rates=rates, batches=results, dla_fallback=list(last.dla_fallback),
-                   notes=list(rates.notes) + list(last.notes))
+                   notes=best_note + list(rates.notes) + list(last.notes))
     out.warnings = _warnings(out, last, target)
     for batch, count in over:
         out.warnings.insert(0, "batch %d: %d DLA subgraphs exceed the %d loadables per core: TensorRT would not "
                                "build this engine as estimated (see jetforge dla-check)"
                             % (batch, count, last.dla_loadable_limit))
     return out
+
+
+def _resolve_best(target: Any, precision: str, device: str) -> Tuple[str, List[str]]:
+    """``best`` (TensorRT picks the fastest kernel of every precision it may use, per layer) is estimated at the
+    fastest precision the device runs: INT8 where it has INT8, else FP16; (precision, note)."""
+    if precision != "best":
+        return precision, []
+    chosen = "int8" if target.supports_precision("int8", device) else "fp16"
+    return chosen, ["precision best estimated as %s: TensorRT picks the fastest kernel per layer, and %s is the "
+                    "fastest precision the %s of %s runs" % (chosen.upper(), chosen.upper(), device.upper(),
+                                                             target.name)]
 
 
 def _warnings(est: Estimate, placed: Placed, target: Any) -> List[str]:

@@ -1,6 +1,6 @@
 """The ``clip`` input kind: a window of frames of one tracked person -> the input of a clip-based action model.
 
-Shared by training (``jetforge.compress.action.walking_direction``, ``jetforge.compress.models.action``)
+Shared by training (``jetforge.compress.action.track_clips``, ``jetforge.compress.action.action3d``)
 and the app (``jetforge.apps.tasks.action``) so that the crops a model was trained on and
 the crops it sees on the device cannot drift apart; the numbers travel in the model's
 sidecar (the ``input`` block, kind ``clip``; format-1 sidecars kept them in ``extra.clip``).
@@ -108,7 +108,7 @@ class ClipContract(InputContract):
 
         if sidecar is None:
             raise ModelError("the action model has no sidecar, so its clip contract is unknown",
-                             hint="train and export it with python -m jetforge.compress.action.walking_direction")
+                             hint="train and export it with `jetforge distill --config recipes/action_mobilenet3d.yaml`")
         return input_contract(sidecar, "clip", purpose="the action app")  # type: ignore[return-value]
 
     @classmethod

@@ -11,7 +11,7 @@ side stream, then captured with ``torch.cuda.CUDAGraph`` into static input/outpu
 buffers; later calls of that shape copy in, replay and copy out.  ``submit``/``wait``
 queue the copies and the replay on the current CUDA stream and wait on a CUDA event.
 :meth:`TorchSession.infer_tensors` takes and returns device tensors (no host copies),
-for comparing with eager PyTorch and a bare graph replay (benchmarks/session_overhead.py).
+for comparing with eager PyTorch and a bare graph replay (benchmarks/session_overhead/session_overhead.py).
 
 torch is imported when a session is opened: this module is imported (to register the
 backend) on machines without torch.

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any, NamedTuple, Optional, Sequence, Tuple, Type, Union
 
 from jetforge.errors import EngineBuildError, JetforgeError
+from jetforge.targets import jetpack_tensorrt_versions
 
 # Optional "TRT-"/"trt"/"v" prefix, 1 to 4 dotted numbers, then an optional release suffix that carries no
 # number of ours (".post1", "rc2", "+cuda12", "-ga"): "10.3", "10.3.0.30", "TRT-8.6.2", "10.13.3.9.post1".
@@ -38,8 +39,8 @@ class TensorRTVersion(NamedTuple):
               hint: str = "write e.g. 10.3.0") -> "TensorRTVersion":
         """``"10.3"`` / ``"8.6.2.3"`` / ``"TRT-10.3"`` / ``(8, 6, 2)`` -> the version; ``error`` otherwise.
 
-        Callers choose the error class and the fix they print (a calibration flag is ``--trt``, a build
-        option ``--tensorrt``); the rule for what is a version is the same for all.
+        Callers choose the error class and the fix they print (a calibration error or a build error); the
+        rule for what is a version is the same for all.
         """
         if isinstance(value, TensorRTVersion):
             return value
@@ -116,6 +117,25 @@ def version_text(value: VersionLike, *, error: Type[JetforgeError] = EngineBuild
                  hint: str = "write e.g. 10.3.0") -> str:
     """``"10.3"`` / ``"10.3.0.30"`` -> ``"10.3.0"``: the form manifests, file names and messages use."""
     return str(TensorRTVersion.parse(value, error=error, hint=hint))
+
+
+def known_release(value: VersionLike, *, error: Type[JetforgeError] = EngineBuildError,
+                  flag: str = "--tensorrt") -> TensorRTVersion:
+    """``value`` parsed, refused unless it is a TensorRT release of jetforge's JetPack table (``targets/jetpack.yaml``).
+
+    For what jetforge *writes for* a version with no target to check against (a calibration cache's header): a
+    version no JetPack ships (``9.9``, ``7``, ``99.1``) would stamp a file that no TensorRT reads.  The patch must
+    match (``8.6`` is 8.6.0, and 8.6.2 ignores a cache stamped 8.6.0); a fourth number (``8.6.2.3``) is a build.
+    """
+    version = TensorRTVersion.parse(value, error=error, hint="write e.g. %s 10.3" % flag)
+    known = jetpack_tensorrt_versions()
+    if str(version) not in known:
+        close = [k for k in known if TensorRTVersion.parse(k).release == version.release]
+        raise error("TensorRT %s is not a release of jetforge's JetPack table%s" % (
+            version, "; did you mean %s?" % close[0] if close else ""),
+            hint="%s takes one of %s (a newer JetPack's TensorRT is added to targets/jetpack.yaml)"
+                 % (flag, ", ".join(known)))
+    return version
 
 
 def major_of(text: Optional[str]) -> int:

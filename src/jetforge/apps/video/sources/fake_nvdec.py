@@ -146,7 +146,7 @@ class FakeReplayThreadedDecoder(FakeThreadedDecoder):
     """A ThreadedDecoder stand-in whose per-frame decoding costs next to no CPU time, as NVDEC's does (the decoding
     runs in hardware): the clip's first ``replay`` frames are decoded once with OpenCV and handed out in turn, as
     many frames as the clip has, then the end.  For measuring the Python work around the decoder on a CPU
-    (``benchmarks/pipeline_gpu_host.py``); the pixels repeat, so it is no use where frame content matters."""
+    (``benchmarks/gpu_pipeline/pipeline_gpu_host.py``); the pixels repeat, so it is no use where frame content matters."""
 
     replay = 8
 

@@ -21,7 +21,7 @@ The protocol (one pipe per worker, worker -> pipeline; shared integer arrays bot
 
 ``codec="fake"`` runs the workers on :class:`~.fake_nvdec.FakeNvDecoder` with host shared memory standing in for
 device memory (named so in the rings: ``kind: "host"``), which is how CI tests this module; ``codec="nvdec"`` is
-PyNvVideoCodec on the GPU, executed only by ``benchmarks/pipeline_gpu.py`` (variants ``ipc-*``).
+PyNvVideoCodec on the GPU, executed only by ``benchmarks/gpu_pipeline/pipeline_gpu.py`` (variants ``ipc-*``).
 """
 
 import multiprocessing as mp
@@ -180,7 +180,7 @@ class IpcDecodeGroup:
     def _frame(self, s: int, index: int, slot: int, captured: float) -> GpuFrame:
         """The :class:`GpuFrame` of one announced frame.  Built from the stream's fixed fields without the frozen
         dataclass's ``__init__`` (one ``object.__setattr__`` per field: ~7 us, a third of this thread's work per
-        frame on the CPU study, benchmarks/pipeline_gpu_host.py); the result is the same frozen record."""
+        frame on the CPU study, benchmarks/gpu_pipeline/pipeline_gpu_host.py); the result is the same frozen record."""
         ring = self._rings[s]
         data, y_ptr, uv_ptr, pitch = ring.frame_planes(slot)  # type: ignore[union-attr]
         fixed = self._fixed[s]

@@ -10,7 +10,7 @@ once (an owned copy: the decoder's buffer is reused), then served one by one lik
 API used (PyNvVideoCodec 2.x): ``ThreadedDecoder(path, buffer_size, gpu_id=, use_device_memory=True)``,
 ``get_batch_frames(n)`` (an empty list at the end), ``reconfigure_decoder(path)`` (start again: ``loop``),
 ``end()``.  The stream's size, rate and colour description come from a demuxer opened once, as NvDecSource reads
-them.  Executed on the H200 by ``benchmarks/pipeline_gpu.py`` (variant ``threaded``) only.
+them.  Executed on the H200 by ``benchmarks/gpu_pipeline/pipeline_gpu.py`` (variant ``threaded``) only.
 """
 
 import os

@@ -1,30 +1,28 @@
 """GPU postprocessing for the SSD person detector: box decoding, scores and candidate compaction in one kernel.
 
 The detector's body outputs 1917 anchors x (4 box encodings + 2 logits) per frame; the host
-postprocess (:func:`jetforge.runtime.detection.postprocess`) decodes all of them and then keeps
+postprocess (:func:`jetforge.vision.ssd.postprocess`) decodes all of them and then keeps
 the few above the score threshold.  Here the GPU decodes boxes and scores for the whole batch
 and appends only the anchors whose best class score is above the threshold to one compact list
-(an atomic counter), so a few hundred floats come back to the host instead of 1917 x 6 per frame,
-and the host runs the numpy NMS on them, all frames of the batch at once
-(:func:`jetforge.runtime.detection_batch.select_detections_batch`).  The arithmetic is that of
-``detection.decode_boxes`` / ``convert_scores`` in float32 (compiled with ``--fmad=false`` so each product is
-rounded as numpy rounds it; ``expf`` is within 2 ulp of numpy's ``exp``), so the detections equal the host
-postprocess's.
+(an atomic counter), so a few hundred floats come back to the host instead of 1917 x 6 per frame.
+The arithmetic is that of ``vision.ssd.decode_boxes`` / ``convert_scores`` in float32 (compiled with
+``--fmad=false`` so each product is rounded as numpy rounds it; ``expf`` is within 2 ulp of numpy's ``exp``).
 
-:func:`candidates_reference` is the numpy model of the kernel's output (CPU-testable), and
-:func:`finish` is the host half shared by both.
+This module is the device half, :class:`GpuSsdKernel` (launch, fetch the candidate records); it reads the SSD
+parameters from any object shaped like :class:`jetforge.vision.ssd.SSDSpec` and imports nothing of the decoder.
+The host half -- the candidates back in anchor order and the numpy NMS on them, all frames of the batch at once --
+is the decoder's: :class:`jetforge.vision.ssd_gpu.GpuSsdDecoder` (this kernel plus that half) and
+:func:`jetforge.vision.ssd_gpu.candidates_reference` (the numpy model of the kernel's output, CPU-testable).
 """
 
 import ctypes
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from jetforge.errors import ConfigError, ModelError
 from jetforge.runtime.cuda.kernels.sources import SSD_KERNEL, ssd_source
 from jetforge.runtime.cuda.memory import DeviceBuffer, PinnedBuffer
-from jetforge.runtime.detection import Detections, SSDSpec, convert_scores, decode_boxes
-from jetforge.runtime.detection_batch import select_detections_batch
 
 CONVERTERS = ("sigmoid", "softmax", "identity")
 HEADER_WORDS = 4
@@ -39,21 +37,21 @@ class SsdArgs(ctypes.Structure):
                 + [(n, ctypes.c_float) for n in ("sf0", "sf1", "sf2", "sf3", "logit_scale", "threshold")])
 
 
-def anchor_centres(spec: SSDSpec, anchors: Optional[np.ndarray] = None) -> np.ndarray:
-    """``(A, 4)`` float32 ``[yc, xc, h, w]`` of each anchor, computed as ``detection.decode_boxes`` does."""
+def anchor_centres(spec: Any, anchors: Optional[np.ndarray] = None) -> np.ndarray:
+    """``(A, 4)`` float32 ``[yc, xc, h, w]`` of each anchor, computed as ``vision.ssd.decode_boxes`` does."""
     a = (spec.anchors() if anchors is None else anchors).astype(np.float32)
     ha, wa = a[:, 2] - a[:, 0], a[:, 3] - a[:, 1]
     yca, xca = a[:, 0] + ha / np.float32(2), a[:, 1] + wa / np.float32(2)
     return np.ascontiguousarray(np.stack([yca, xca, ha, wa], axis=1), dtype=np.float32)
 
 
-def record_width(spec: SSDSpec) -> int:
+def record_width(spec: Any) -> int:
     """Words per candidate: anchor, frame, 4 box corners, one score per class (background excluded)."""
     return 6 + spec.num_classes - 1
 
 
-def effective_threshold(spec: SSDSpec, score_threshold: Optional[float]) -> float:
-    """The threshold ``detection.postprocess`` applies: the caller's, never below the exported model's."""
+def effective_threshold(spec: Any, score_threshold: Optional[float]) -> float:
+    """The threshold ``vision.ssd.postprocess`` applies: the caller's, never below the exported model's."""
     return spec.score_threshold if score_threshold is None else max(float(score_threshold), spec.score_threshold)
 
 
@@ -64,41 +62,15 @@ def kernel_threshold(threshold: float) -> float:
     return float(np.nextafter(t, np.float32(-np.inf)) if float(t) > threshold else t)
 
 
-def candidates_reference(box_encodings: np.ndarray, class_logits: np.ndarray, spec: SSDSpec,
-                         threshold: float) -> np.ndarray:
-    """What the kernel returns, computed with the host's numpy code: ``(K, width)`` float32 records (any order)."""
-    boxes = decode_boxes(box_encodings, spec.anchors(), spec.scale_factors)
-    scores = convert_scores(class_logits, spec.score_converter, spec.logit_scale)[..., 1:]
-    frame, anchor = np.nonzero(scores.max(axis=-1) > threshold)
-    out = np.zeros((len(frame), record_width(spec)), np.float32)
-    ids = out.view(np.int32)
-    ids[:, 0], ids[:, 1] = anchor, frame
-    out[:, 2:6] = boxes[frame, anchor]
-    out[:, 6:] = scores[frame, anchor]
-    return out
+class GpuSsdKernel:
+    """SSD outputs on the GPU -> the candidate records above a threshold, with only those copied back.
 
-
-def finish(records: np.ndarray, frames: int, spec: SSDSpec, threshold: float) -> List[Detections]:
-    """Candidate records -> one :class:`Detections` per frame (per-class NMS etc. on the host, as postprocess).
-
-    Candidates are put back in anchor order first: NMS breaks score ties by the lower anchor index, and the
-    kernel appends them in whatever order its threads ran.  Then every frame of the batch is selected at once
-    (:func:`~jetforge.runtime.detection_batch.select_detections_batch`, which groups them by frame keeping that
-    order; equal to ``select_detections`` frame by frame).
-    """
-    records = records[np.argsort(records.view(np.int32)[:, 0], kind="stable")]
-    frame_of = records.view(np.int32)[:, 1]
-    return select_detections_batch(records[:, 2:6], records[:, 6:], frame_of, frames, spec, threshold)
-
-
-class GpuSsdDecoder:
-    """SSD outputs on the GPU -> detections per frame, with only the candidates copied back.
-
-    ``batch`` is the most frames one :meth:`run` takes.  The anchors are uploaded once.  One thread at a
-    time: the candidate list and its pinned copy are the decoder's own (one decoder per pipeline thread).
+    ``spec`` is an :class:`~jetforge.vision.ssd.SSDSpec` (read by its attributes); ``batch`` is the most frames one
+    launch takes.  The anchors are uploaded once.  One thread at a time: the candidate list and its pinned copy
+    are the kernel's own (one per pipeline thread).  :class:`jetforge.vision.ssd_gpu.GpuSsdDecoder` adds ``run``.
     """
 
-    def __init__(self, spec: SSDSpec, batch: int, prefetch_per_frame: int = 64) -> None:
+    def __init__(self, spec: Any, batch: int, prefetch_per_frame: int = 64) -> None:
         from jetforge.runtime.cuda.kernels.launch import Kernel
 
         if spec.score_converter not in CONVERTERS:
@@ -157,22 +129,11 @@ class GpuSsdDecoder:
         flat = self._host.array((HEADER_WORDS + count * self.width,), np.float32)
         return flat[HEADER_WORDS:].reshape(count, self.width).copy()
 
-    def run(self, enc_ptr: int, logits_ptr: int, frames: int, stream: Any = None,
-            score_threshold: Optional[float] = None) -> List[Detections]:
-        """Detections of ``frames`` frames from the session's device outputs ``(n, A, 4)`` and ``(n, A, classes)``.
-
-        Equal to ``detection.postprocess(enc, logits, spec, score_threshold)`` on the same outputs;
-        synchronises ``stream`` (it must read how many candidates there are).
-        """
-        threshold = effective_threshold(self.spec, score_threshold)
-        self.launch(enc_ptr, logits_ptr, frames, stream, kernel_threshold(threshold))
-        return finish(self.fetch(stream), frames, self.spec, threshold)
-
     def close(self) -> None:
         for buf in (self._anchors, self._out, self._host):
             buf.close()
 
-    def __enter__(self) -> "GpuSsdDecoder":
+    def __enter__(self) -> "GpuSsdKernel":
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -192,5 +153,5 @@ def _sync(stream: Any) -> None:
         check(runtime_api().cudaStreamSynchronize(stream), "cudaStreamSynchronize")
 
 
-__all__ = ["CONVERTERS", "GpuSsdDecoder", "SsdArgs", "anchor_centres", "candidates_reference", "effective_threshold",
-           "finish", "kernel_threshold", "record_width"]
+__all__ = ["CONVERTERS", "GpuSsdKernel", "SsdArgs", "anchor_centres", "effective_threshold", "kernel_threshold",
+           "record_width"]

@@ -255,6 +255,11 @@ def _settings(target: Any, dla_version: Any, tensorrt_version: Optional[str],
                               hint="choose a DLA target (AGX Orin, Orin NX, AGX Xavier, Xavier NX)")
         if dla_version is None:
             dla_version = target.dla_version
+        if tensorrt_version is not None and not target.accepts_tensorrt(tensorrt_version):
+            raise TargetError("TensorRT %s does not ship for target %s (its JetPack releases ship %s)"
+                              % (tensorrt_version, target.name, ", ".join(target.tensorrt_versions)),
+                              hint="choose one of %s, or omit --tensorrt to use %s"
+                                   % (", ".join(target.tensorrt_versions), target.default_tensorrt))
         if tensorrt_version is None and target.default_tensorrt != "any":
             tensorrt_version = target.default_tensorrt
         if loadables_per_core is None:

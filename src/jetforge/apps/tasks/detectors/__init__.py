@@ -1,1 +1,0 @@
-"""Detectors shared by the app tasks (and by training code that needs the same detections): one module each."""

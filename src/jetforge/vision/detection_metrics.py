@@ -1,0 +1,267 @@
+"""Detection accuracy for one class (people): COCO-style AP with ignored `difficult` boxes, and a paired bootstrap.
+
+**Matching** follows COCO's evaluation (``pycocotools.cocoeval.COCOeval.evaluateImg``) so that
+pycocotools is an exact, independent reference: per frame, detections are ranked by score
+(stable sort) and the first ``max_dets`` kept; each detection in turn takes the unmatched ground-truth
+box of highest IoU >= the threshold, preferring ordinary boxes over `difficult` ones; a detection
+matched to a `difficult` box is *ignored* - neither a true nor a false positive - as in PASCAL VOC,
+and `difficult` boxes never count as positives to find.  (Like COCO's ignored boxes, a `difficult`
+box is taken by one detection; a second detection on it is a false positive.)  IoU is on continuous
+coordinates (x1, y1, x2, y2; no +1).
+
+**AP** per IoU threshold is COCO's 101-point interpolated precision: detections of all frames
+ranked by score, precision made monotone from the right, read at recall 0, 0.01, ..., 1 (0 where
+the recall is never reached) and averaged.  ``ap50`` is AP at IoU 0.5; ``ap`` (AP@[.5:.95]) is
+the mean over IoU 0.50, 0.55, ..., 0.95.  With no non-difficult box at all, AP is undefined (NaN).
+
+**Paired bootstrap** (:func:`paired_bootstrap`): the resampling unit is the frame (or a group of
+frames given by ``groups``: a cluster bootstrap for frames that are correlated in time); each
+resample draws as many units as there are, with replacement, from a ``numpy.random.default_rng(seed)``
+generator; both detectors are scored on the *same* resampled frames, and the confidence interval
+of AP_a - AP_b (and of each AP) is the percentile interval of the resampled values
+(``numpy.percentile``, linear interpolation).  A resampled set is scored exactly as that multiset
+of frames would be (each detection weighted by how often its frame was drawn; the copies of one
+detection are adjacent in the ranking), without matching anything again.
+
+Pure numpy, no torch; boxes and scores as numpy arrays, one array per frame.
+"""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from jetforge.errors import CalibrationError
+from jetforge.vision.boxes import iou_matrix
+
+COCO_IOU_THRESHOLDS = np.round(np.linspace(0.5, 0.95, 10), 2)
+RECALL_POINTS = np.linspace(0.0, 1.0, 101)
+TP, FP, IGNORED = 1, 0, -1
+
+
+@dataclass
+class RankedDetections:
+    """Every detection of a set of frames, ranked by score, with its match status per IoU threshold.
+
+    ``status[t, k]`` is 1 (true positive), 0 (false positive) or -1 (ignored: matched a difficult
+    box) at ``iou_thresholds[t]``; ``frame[k]`` is the frame the k-th detection came from;
+    ``positives[f]`` the number of non-difficult boxes of frame f.
+    """
+
+    scores: np.ndarray
+    frame: np.ndarray
+    status: np.ndarray
+    positives: np.ndarray
+    iou_thresholds: np.ndarray
+
+
+@dataclass
+class APResult:
+    """AP of one detector on a set of frames."""
+
+    ap: float  # mean over the IoU thresholds (AP@[.5:.95] with the COCO thresholds)
+    ap50: float  # at IoU 0.5 (NaN if 0.5 is not among the thresholds)
+    per_threshold: Dict[float, float]
+    positives: int  # non-difficult ground-truth boxes
+    detections: int
+    frames: int
+    ignored: Dict[float, int] = field(default_factory=dict)  # detections matched to difficult boxes
+
+    def to_dict(self) -> Dict[str, object]:
+        per_threshold = {"%.2f" % k: v for k, v in self.per_threshold.items()}
+        return {"ap": self.ap, "ap50": self.ap50, "per_threshold": per_threshold,
+                "positives": self.positives, "detections": self.detections, "frames": self.frames,
+                "ignored_at_0.50": self.ignored.get(0.5)}
+
+
+def _boxes(value: object, what: str, frame: int) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.size == 0:
+        return np.zeros((0, 4))
+    if arr.ndim != 2 or arr.shape[1] != 4 or not np.all(np.isfinite(arr)):
+        raise CalibrationError("%s of frame %d must be finite (N, 4) x1, y1, x2, y2 boxes, got shape %s"
+                               % (what, frame, arr.shape), hint="one (N, 4) array per frame")
+    if np.any(arr[:, 2] < arr[:, 0]) or np.any(arr[:, 3] < arr[:, 1]):
+        raise CalibrationError("%s of frame %d has a box with x2 < x1 or y2 < y1" % (what, frame),
+                               hint="boxes are x1, y1, x2, y2 (corners), not x, y, w, h")
+    return arr
+
+
+def _outside(boxes: np.ndarray, height_range: Optional[Tuple[float, float]]) -> np.ndarray:
+    """Which boxes' heights (y2 - y1) lie outside ``[low, high)``; none without a range."""
+    if height_range is None:
+        return np.zeros(len(boxes), dtype=bool)
+    h = boxes[:, 3] - boxes[:, 1]
+    return (h < height_range[0]) | (h >= height_range[1])
+
+
+def match_frame(det_boxes: np.ndarray, det_scores: np.ndarray, gt_boxes: np.ndarray, gt_difficult: np.ndarray,
+                iou_thresholds: Sequence[float] = COCO_IOU_THRESHOLDS, max_dets: int = 100,
+                height_range: Optional[Tuple[float, float]] = None) -> Dict[str, np.ndarray]:
+    """One frame: the kept detections' scores (ranked) and their status (T, D) per IoU threshold.
+
+    ``height_range`` ``(low, high)``: AP for people of those heights only, by COCO's area-range rule applied to
+    the height: ground-truth boxes outside it are ignored like `difficult` ones, and so is a detection outside it
+    that matches nothing (neither a hit nor a false alarm)."""
+    gt_difficult = np.asarray(gt_difficult, dtype=bool) | _outside(gt_boxes, height_range)
+    order = np.argsort(-det_scores, kind="mergesort")[:max_dets]
+    det_boxes, det_scores = det_boxes[order], det_scores[order]
+    gt_order = np.argsort(gt_difficult.astype(np.int8), kind="mergesort")  # ordinary boxes first
+    gt_boxes, gt_ignore = gt_boxes[gt_order], gt_difficult[gt_order].astype(bool)
+    iou = iou_matrix(det_boxes, gt_boxes)
+    thresholds = np.asarray(iou_thresholds, dtype=np.float64)
+    status = np.full((len(thresholds), len(det_boxes)), FP, dtype=np.int8)
+    for t, threshold in enumerate(thresholds):
+        taken = np.zeros(len(gt_boxes), dtype=bool)
+        for d in range(len(det_boxes)):
+            best, match = min(threshold, 1 - 1e-10), -1
+            for g in range(len(gt_boxes)):
+                if taken[g]:
+                    continue
+                if match > -1 and not gt_ignore[match] and gt_ignore[g]:
+                    break  # matched an ordinary box; difficult ones come after and are not preferred
+                if iou[d, g] < best:
+                    continue
+                best, match = iou[d, g], g
+            if match > -1:
+                taken[match] = True
+                status[t, d] = IGNORED if gt_ignore[match] else TP
+    status[(status == FP) & _outside(det_boxes, height_range)[None, :]] = IGNORED
+    return {"scores": det_scores, "status": status, "positives": np.int64(np.count_nonzero(~gt_ignore))}
+
+
+def rank_detections(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence[object]], det_boxes: Sequence[object],
+                    det_scores: Sequence[object], iou_thresholds: Sequence[float] = COCO_IOU_THRESHOLDS,
+                    max_dets: int = 100, height_range: Optional[Tuple[float, float]] = None) -> RankedDetections:
+    """Match every frame's detections to its ground truth and rank all detections by score (``height_range``:
+    see :func:`match_frame`)."""
+    n = len(gt_boxes)
+    if len(det_boxes) != n or len(det_scores) != n or (gt_difficult is not None and len(gt_difficult) != n):
+        raise CalibrationError("ground truth for %d frames but detections for %d (scores for %d)"
+                               % (n, len(det_boxes), len(det_scores)),
+                               hint="give one entry per frame, in the same order")
+    scores, frames, statuses, positives = [], [], [], []
+    for f in range(n):
+        gb = _boxes(gt_boxes[f], "ground-truth boxes", f)
+        gd = np.zeros(len(gb), bool) if gt_difficult is None else np.asarray(gt_difficult[f], dtype=bool).reshape(-1)
+        db = _boxes(det_boxes[f], "detection boxes", f)
+        ds = np.asarray(det_scores[f], dtype=np.float64).reshape(-1)
+        if len(gd) != len(gb) or len(ds) != len(db) or not np.all(np.isfinite(ds)):
+            raise CalibrationError("frame %d: %d boxes with %d difficult flags, %d detections with %d finite scores"
+                                   % (f, len(gb), len(gd), len(db), int(np.isfinite(ds).sum())))
+        m = match_frame(db, ds, gb, gd, iou_thresholds, max_dets, height_range)
+        scores.append(m["scores"])
+        frames.append(np.full(len(m["scores"]), f, dtype=np.int64))
+        statuses.append(m["status"])
+        positives.append(m["positives"])
+    thresholds = np.asarray(iou_thresholds, dtype=np.float64)
+    all_scores = np.concatenate(scores) if scores else np.zeros(0)
+    order = np.argsort(-all_scores, kind="mergesort")
+    status = np.concatenate(statuses, axis=1) if statuses else np.zeros((len(thresholds), 0), np.int8)
+    return RankedDetections(scores=all_scores[order], frame=(np.concatenate(frames) if frames else
+                                                             np.zeros(0, np.int64))[order],
+                            status=status[:, order], positives=np.asarray(positives, dtype=np.int64).reshape(-1),
+                            iou_thresholds=thresholds)
+
+
+def interpolated_ap(tp: np.ndarray, fp: np.ndarray, positives: float) -> float:
+    """COCO's 101-point AP from per-detection TP/FP weights in ranked order (ignored ones have 0 and 0)."""
+    if positives <= 0:
+        return float("nan")
+    tp_sum = np.cumsum(tp, dtype=np.float64)
+    fp_sum = np.cumsum(fp, dtype=np.float64)
+    if len(tp_sum) == 0:
+        return 0.0
+    recall = tp_sum / positives
+    precision = tp_sum / (tp_sum + fp_sum + np.spacing(1))
+    precision = np.maximum.accumulate(precision[::-1])[::-1]  # monotone envelope, from the right
+    idx = np.searchsorted(recall, RECALL_POINTS, side="left")
+    q = np.zeros(len(RECALL_POINTS))
+    reached = idx < len(recall)
+    q[reached] = precision[idx[reached]]
+    return float(q.mean())
+
+
+def ap_per_threshold(ranked: RankedDetections, weights: Optional[np.ndarray] = None) -> np.ndarray:
+    """AP at each IoU threshold; ``weights[f]`` counts frame f that many times (a bootstrap resample)."""
+    w_frame = np.ones(len(ranked.positives)) if weights is None else np.asarray(weights, dtype=np.float64)
+    w = w_frame[ranked.frame]
+    positives = float(np.dot(w_frame, ranked.positives))
+    return np.array([interpolated_ap(w * (s == TP), w * (s == FP), positives) for s in ranked.status])
+
+
+def evaluate_ap(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence[object]], det_boxes: Sequence[object],
+                det_scores: Sequence[object], iou_thresholds: Sequence[float] = COCO_IOU_THRESHOLDS,
+                max_dets: int = 100, height_range: Optional[Tuple[float, float]] = None) -> APResult:
+    """AP@[.5:.95] and AP@0.5 of one detector on frames with ground truth (see the module docstring;
+    ``height_range``: of the people of those heights only, :func:`match_frame`)."""
+    ranked = rank_detections(gt_boxes, gt_difficult, det_boxes, det_scores, iou_thresholds, max_dets, height_range)
+    return _result(ranked, ap_per_threshold(ranked))
+
+
+def _result(ranked: RankedDetections, per_t: np.ndarray) -> APResult:
+    thresholds = [round(float(t), 4) for t in ranked.iou_thresholds]
+    ap50 = per_t[thresholds.index(0.5)] if 0.5 in thresholds else float("nan")
+    return APResult(ap=float(np.mean(per_t)), ap50=float(ap50), per_threshold=dict(zip(thresholds, map(float, per_t))),
+                    positives=int(ranked.positives.sum()), detections=int(len(ranked.scores)),
+                    frames=int(len(ranked.positives)),
+                    ignored={t: int(np.count_nonzero(s == IGNORED)) for t, s in zip(thresholds, ranked.status)})
+
+
+def paired_bootstrap(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence[object]],
+                     detections_a: Sequence[Sequence[object]],
+                     detections_b: Optional[Sequence[Sequence[object]]] = None,
+                     n_resamples: int = 10000, seed: int = 0, confidence: float = 0.95,
+                     groups: Optional[Sequence[object]] = None, iou_thresholds: Sequence[float] = COCO_IOU_THRESHOLDS,
+                     max_dets: int = 100, height_range: Optional[Tuple[float, float]] = None) -> Dict[str, object]:
+    """Percentile bootstrap CIs of AP@0.5 and AP@[.5:.95] for detector a, b and the paired difference a - b.
+
+    ``detections_a`` / ``detections_b``: (boxes per frame, scores per frame).  Without b, only a's
+    intervals are computed.  ``groups``: one label per frame; frames with the same label are drawn
+    together (the resampling unit), e.g. blocks of consecutive video frames.  ``height_range``: AP of the people
+    of those heights only (:func:`match_frame`).
+    """
+    if not 0 < confidence < 1 or n_resamples < 1:
+        raise CalibrationError("bootstrap needs 0 < confidence < 1 and n_resamples >= 1, got %r and %r"
+                               % (confidence, n_resamples))
+    ranked = [rank_detections(gt_boxes, gt_difficult, d[0], d[1], iou_thresholds, max_dets, height_range)
+              for d in ([detections_a] if detections_b is None else [detections_a, detections_b])]
+    n = len(gt_boxes)
+    labels = np.arange(n) if groups is None else np.unique(np.asarray(list(groups)), return_inverse=True)[1]
+    if len(labels) != n:
+        raise CalibrationError("%d group labels for %d frames" % (len(labels), n))
+    n_units = int(labels.max()) + 1 if n else 0
+    rng = np.random.default_rng(seed)
+    thresholds = [round(float(t), 4) for t in ranked[0].iou_thresholds]
+    t50 = thresholds.index(0.5) if 0.5 in thresholds else None
+    samples = np.zeros((len(ranked), n_resamples, 2))  # detector, resample, (ap50, ap)
+    for r in range(n_resamples):
+        draws = np.bincount(rng.integers(0, n_units, size=n_units), minlength=n_units)
+        weights = draws[labels].astype(np.float64)
+        for k, rd in enumerate(ranked):
+            per_t = ap_per_threshold(rd, weights)
+            samples[k, r] = (per_t[t50] if t50 is not None else np.nan, np.mean(per_t))
+    lo, hi = 100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2
+
+    def interval(values: np.ndarray) -> List[float]:
+        return [float(v) for v in np.nanpercentile(values, [lo, hi])]
+
+    full = [_result(rd, ap_per_threshold(rd)) for rd in ranked]
+    out: Dict[str, object] = {
+        "method": "paired percentile bootstrap", "unit": "frame" if groups is None else "group of frames",
+        "units": n_units, "n_resamples": n_resamples, "seed": seed, "confidence": confidence,
+        "percentile": "numpy.percentile, linear interpolation",
+        "a": {"ap50": full[0].ap50, "ap": full[0].ap, "ap50_ci": interval(samples[0, :, 0]),
+              "ap_ci": interval(samples[0, :, 1])},
+    }
+    if len(ranked) == 2:
+        diff = samples[0] - samples[1]
+        out["b"] = {"ap50": full[1].ap50, "ap": full[1].ap, "ap50_ci": interval(samples[1, :, 0]),
+                    "ap_ci": interval(samples[1, :, 1])}
+        out["difference"] = {"ap50": full[0].ap50 - full[1].ap50, "ap": full[0].ap - full[1].ap,
+                             "ap50_ci": interval(diff[:, 0]), "ap_ci": interval(diff[:, 1])}
+    return out
+
+
+__all__ = ["APResult", "COCO_IOU_THRESHOLDS", "FP", "IGNORED", "RECALL_POINTS", "RankedDetections", "TP",
+           "ap_per_threshold", "evaluate_ap", "interpolated_ap", "match_frame", "paired_bootstrap", "rank_detections"]
