@@ -24,7 +24,7 @@ ssdlite_mobilenet_v2_person``, which the CLI does by itself the first time the a
 """
 
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -106,9 +106,11 @@ class SsdPeopleDetector:
         if not 0.0 <= float(score_threshold) < 1.0:
             raise ModelError("the detector's score threshold must be in [0, 1), got %r" % (score_threshold,),
                              hint="e.g. --detector-threshold 0.2")
-        options = {"threads": threads}
-        if backend in ("auto", "onnxruntime") and str(model_path).endswith(".onnx"):
-            options["spinning"] = spinning
+        onnx = backend in ("auto", "onnxruntime") and str(model_path).endswith(".onnx")
+        # threads/spinning are ONNX Runtime's; another backend (a TensorRT engine) refuses options it lacks
+        options: Dict[str, Any] = {"threads": threads, "spinning": spinning} if onnx else {}
+        if not onnx and threads is not None:
+            options["threads"] = threads  # asked for explicitly: the backend says whether it takes it
         self.model_path = Path(model_path)
         self._ssd = SSDDetector(model_path, backend=backend, **options)
         if list(self._ssd.spec.labels) != ["person"]:

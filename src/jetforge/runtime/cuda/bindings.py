@@ -49,6 +49,15 @@ def runtime_api() -> Any:
     return _RUNTIME
 
 
+def use_runtime_api(module: Optional[Any]) -> Optional[Any]:
+    """Make ``module`` the runtime bindings every CUDA call goes through (None: import cuda-python's again on the
+    next call); returns the one it replaces.  The seam for tests' host-memory stand-in
+    (tests/standins/cuda_runtime_standin.py); jetforge itself never calls it."""
+    global _RUNTIME
+    previous, _RUNTIME = _RUNTIME, module
+    return previous
+
+
 def error_code(err: Any) -> int:
     return int(err)
 
