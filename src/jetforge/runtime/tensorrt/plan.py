@@ -139,8 +139,8 @@ def make_plan(onnx_path: PathLike, target: Any, options: Optional[BuildOptions] 
               installed_tensorrt: Optional[str] = None) -> BuildPlan:
     """Validate ``options`` for ``target`` and return the build plan, or raise EngineBuildError.
 
-    ``model_info`` defaults to :func:`read_model_info` (None without ``onnx``: the input checks then
-    run in the builder on TensorRT's parsed network, see :func:`check_inputs`).  ``cache_bytes``
+    ``model_info`` defaults to :func:`read_model_info` (the protobuf read by :mod:`jetforge.runtime.onnx_wire`,
+    with or without the ``onnx`` package, so a board plans as the workstation did).  ``cache_bytes``
     may replace reading ``options.calibration_cache``.  ``installed_tensorrt`` is used for targets
     that accept any TensorRT (desktop GPUs) when no version is given.
     """
@@ -155,9 +155,7 @@ def make_plan(onnx_path: PathLike, target: Any, options: Optional[BuildOptions] 
     device = steps.check_device(target, opts, version, trt, notes)
     use_dla = device == "dla"
     steps.check_precision_support(target, opts.precision, device)
-    info = model_info if model_info is not None else read_model_info(onnx_file)
-    if info is None:
-        notes.append("the onnx package is not installed: input shapes are checked on TensorRT's parsed network")
+    info = model_info if model_info is not None else read_model_info(onnx_file)  # needs no onnx package
     int8 = steps.choose_int8(info, opts.calibration_cache, opts.precision, use_dla, version, trt, cache_bytes, notes)
     flags = steps.builder_flags(opts, int8.precision, int8.source, version, strongly_typed, use_dla, notes)
     pools = steps.memory_pools(opts, target, use_dla, notes)

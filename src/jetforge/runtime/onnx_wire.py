@@ -1,0 +1,277 @@
+"""The facts a build plan needs from an ONNX file, read from its protobuf bytes without the ``onnx`` package.
+
+A JetPack device install has no ``onnx`` (NVIDIA ships no wheel with JetPack; TensorRT's parser is C++),
+yet ``jetforge build`` must know on the board what it knows on the workstation: the graph's inputs and
+outputs (names, shapes, element types), its opset, and whether it carries Q/DQ nodes (a Q/DQ model is INT8
+without a calibration cache; without that fact the planner asked for a cache and stopped).
+
+Why a reader of the wire format rather than facts recorded in the bundle at ``bundle create`` time:
+
+* it serves every ONNX file, not only bundles: ``jetforge build model.qdq.onnx`` on the board plans the same
+  as on the workstation, and the planner uses this reader on both, so the plan that was prepared is the plan
+  that runs (one code path, no "workstation facts" a board trusts on someone's word);
+* the facts come from the bytes that TensorRT will parse next, never from a second file that could disagree.
+
+The subset of ``onnx.proto`` read here (field numbers from onnx/onnx.proto3, stable since IR version 3):
+ModelProto ``graph`` 7 and ``opset_import`` 8 (OperatorSetIdProto ``domain`` 1, ``version`` 2); GraphProto
+``node`` 1, ``initializer`` 5, ``input`` 11, ``output`` 12, ``sparse_initializer`` 15; NodeProto ``input`` 1,
+``output`` 2, ``name`` 3, ``op_type`` 4; ValueInfoProto ``name`` 1, ``type`` 2; TypeProto ``tensor_type`` 1
+(``elem_type`` 1, ``shape`` 2: ``dim`` 1 with ``dim_value`` 1 / ``dim_param`` 2); TensorProto ``name`` 8;
+SparseTensorProto ``values`` 1.  Everything else (weights included) is skipped by its length, never copied.
+The file is memory-mapped, so a model with inline weights costs no more than its graph to read.
+
+A file the wire format does not describe (a length past the end, a varint longer than 10 bytes, a deprecated
+group, a field of the wrong wire type) and a model that is not whole (no graph, opset, nodes, inputs or outputs,
+a node reading a tensor nothing defines: the checks of :func:`jetforge.runtime.onnx_file.check_model_structure`)
+is one :class:`~jetforge.errors.ModelError` naming the file.  Torch-free, onnx-free, Python 3.8.
+"""
+
+import mmap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+
+from jetforge.errors import ModelError
+from jetforge.fileio import PathLike
+
+# TensorProto.DataType -> numpy-style names (as onnx.helper.tensor_dtype_to_np_dtype names them)
+ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
+               10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+_VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
+
+Buffer = Union[bytes, mmap.mmap]
+
+
+class WireError(ValueError):
+    """The bytes are not the protobuf the reader expects (turned into a ModelError naming the file)."""
+
+
+@dataclass
+class OnnxGraphFacts:
+    """What the wire reader found: I/O tensors, node (name, op_type) pairs and the default-domain opset."""
+
+    inputs: List[Dict[str, Any]]
+    outputs: List[Dict[str, Any]]
+    nodes: List[Tuple[str, str]] = field(default_factory=list)
+    opset: Optional[int] = None
+
+    @property
+    def has_qdq(self) -> bool:
+        return any(op in QDQ_OPS for _, op in self.nodes)
+
+
+def _varint(buf: Buffer, pos: int, end: int) -> Tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise WireError("a number runs past the end of its field")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise WireError("a number is longer than 10 bytes")
+
+
+def _fields(buf: Buffer, start: int, end: int) -> Iterator[Tuple[int, int, int, int]]:
+    """(field number, wire type, value or payload start, payload end) of each field in ``buf[start:end]``."""
+    pos = start
+    while pos < end:
+        tag, pos = _varint(buf, pos, end)
+        number, wire = tag >> 3, tag & 7
+        if number == 0:
+            raise WireError("a field has number 0")
+        if wire == _VARINT:
+            value, pos = _varint(buf, pos, end)
+            yield number, wire, value, pos
+        elif wire == _LEN:
+            length, pos = _varint(buf, pos, end)
+            if length > end - pos:
+                raise WireError("a field of %d bytes runs past the end (the file is cut short)" % length)
+            yield number, wire, pos, pos + length
+            pos += length
+        elif wire in (_FIXED64, _FIXED32):
+            size = 8 if wire == _FIXED64 else 4
+            if size > end - pos:
+                raise WireError("a fixed-size field runs past the end")
+            yield number, wire, pos, pos + size
+            pos += size
+        else:
+            raise WireError("wire type %d (a deprecated group, or not protobuf at all)" % wire)
+
+
+def _text(buf: Buffer, start: int, end: int) -> str:
+    try:
+        return bytes(buf[start:end]).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise WireError("a name is not UTF-8") from err
+
+
+def _expect(wire: int, want: int, what: str) -> None:
+    if wire != want:
+        raise WireError("%s has wire type %d, not %d" % (what, wire, want))
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _tensor_spec(buf: Buffer, start: int, end: int) -> Dict[str, Any]:
+    """A ValueInfoProto -> ``{"name", "shape", "dtype"}`` (a dim without a positive size: its name, else -1)."""
+    name, elem, shape = "", 0, []  # type: str, int, List[Union[int, str]]
+    for number, wire, a, b in _fields(buf, start, end):
+        if number == 1:
+            _expect(wire, _LEN, "ValueInfoProto.name")
+            name = _text(buf, a, b)
+        elif number == 2 and wire == _LEN:
+            for tn, tw, ta, tb in _fields(buf, a, b):
+                if tn != 1 or tw != _LEN:
+                    continue  # a sequence, map or optional type: no tensor shape to report
+                for fn, fw, fa, fb in _fields(buf, ta, tb):
+                    if fn == 1 and fw == _VARINT:
+                        elem = fa
+                    elif fn == 2 and fw == _LEN:
+                        shape = [_dim(buf, da, db) for dn, dw, da, db in _fields(buf, fa, fb) if dn == 1 and dw == _LEN]
+    return {"name": name, "shape": shape, "dtype": ONNX_DTYPES.get(elem, str(elem))}
+
+
+def _dim(buf: Buffer, start: int, end: int) -> Union[int, str]:
+    value: Optional[int] = None
+    param = ""
+    for number, wire, a, b in _fields(buf, start, end):
+        if number == 1 and wire == _VARINT:
+            value = _signed(a)
+        elif number == 2 and wire == _LEN:
+            param = _text(buf, a, b)
+    if value is not None and value > 0:
+        return int(value)
+    return param or -1
+
+
+def _name_field(buf: Buffer, start: int, end: int, number_wanted: int) -> str:
+    for number, wire, a, b in _fields(buf, start, end):
+        if number == number_wanted and wire == _LEN:
+            return _text(buf, a, b)
+    return ""
+
+
+def _graph(buf: Buffer, start: int, end: int) -> Tuple[OnnxGraphFacts, Optional[str]]:
+    """The graph's facts and the first structural problem (None when whole)."""
+    inputs: List[Dict[str, Any]] = []
+    outputs: List[Dict[str, Any]] = []
+    nodes: List[Tuple[str, str, List[str], List[str]]] = []
+    defined = set()
+    for number, wire, a, b in _fields(buf, start, end):
+        if number == 1:
+            _expect(wire, _LEN, "GraphProto.node")
+            name = op = ""
+            ins: List[str] = []
+            outs: List[str] = []
+            for nn, nw, na, nb in _fields(buf, a, b):
+                if nw != _LEN:
+                    continue
+                if nn == 1:
+                    ins.append(_text(buf, na, nb))
+                elif nn == 2:
+                    outs.append(_text(buf, na, nb))
+                elif nn == 3:
+                    name = _text(buf, na, nb)
+                elif nn == 4:
+                    op = _text(buf, na, nb)
+            nodes.append((name, op, ins, outs))
+        elif number == 5:
+            _expect(wire, _LEN, "GraphProto.initializer")
+            defined.add(_name_field(buf, a, b, 8))
+        elif number == 15 and wire == _LEN:
+            for sn, sw, sa, sb in _fields(buf, a, b):
+                if sn == 1 and sw == _LEN:
+                    defined.add(_name_field(buf, sa, sb, 8))
+        elif number in (11, 12):
+            _expect(wire, _LEN, "GraphProto.input/output")
+            (inputs if number == 11 else outputs).append(_tensor_spec(buf, a, b))
+    real_inputs = [i for i in inputs if i["name"] not in defined]
+    facts = OnnxGraphFacts(real_inputs, outputs, [(n, op) for n, op, _, _ in nodes])
+    return facts, _structure_problem(nodes, inputs, real_inputs, outputs, defined)
+
+
+def _structure_problem(nodes: List[Tuple[str, str, List[str], List[str]]], inputs: List[Dict[str, Any]],
+                       real_inputs: List[Dict[str, Any]], outputs: List[Dict[str, Any]], defined: set) -> Optional[str]:
+    """The problems :func:`jetforge.runtime.onnx_file.check_model_structure` names, in the same words."""
+    if not nodes:
+        return "its graph has no nodes"
+    if not real_inputs:
+        return "its graph has no inputs"
+    if not outputs:
+        return "its graph has no outputs"
+    known = set(defined) | {i["name"] for i in inputs}
+    for _, _, _, outs in nodes:
+        known.update(o for o in outs if o)
+    for index, (name, op, ins, _) in enumerate(nodes):
+        for tensor in ins:
+            if tensor and tensor not in known:
+                return "node %s (%s) reads tensor %r, which no input, initializer or node defines" % (
+                    name or "#%d" % index, op, tensor)
+    missing = [o["name"] for o in outputs if o["name"] not in known]
+    if missing:
+        return "graph output %r is produced by no node" % missing[0]
+    return None
+
+
+def parse_model_bytes(buf: Buffer, where: str = "ONNX model") -> OnnxGraphFacts:
+    """The facts of a serialised ModelProto; a damaged or partial model is a ModelError naming ``where``."""
+    from jetforge.runtime.onnx_file import REEXPORT_HINT
+
+    graph: Optional[Tuple[int, int]] = None
+    opset: Optional[int] = None
+    has_opset = False
+    try:
+        for number, wire, a, b in _fields(buf, 0, len(buf)):
+            if number == 7:
+                _expect(wire, _LEN, "ModelProto.graph")
+                graph = (a, b)
+            elif number == 8:
+                _expect(wire, _LEN, "ModelProto.opset_import")
+                has_opset = True
+                domain, version = "", None
+                for on, ow, oa, ob in _fields(buf, a, b):
+                    if on == 1 and ow == _LEN:
+                        domain = _text(buf, oa, ob)
+                    elif on == 2 and ow == _VARINT:
+                        version = _signed(oa)
+                if opset is None and domain in ("", "ai.onnx") and version is not None:
+                    opset = int(version)
+        if graph is None:
+            problem: Optional[str] = "it has no graph"
+            facts = None
+        else:
+            facts, problem = _graph(buf, graph[0], graph[1])
+            if problem is None and not has_opset:
+                problem = "it declares no opset (a file cut short loses it: it is stored after the graph)"
+    except WireError as err:
+        raise ModelError("%s is not a readable ONNX model: protobuf cannot parse it (%s; the file is truncated, "
+                         "damaged, or not an ONNX model)" % (where, err), hint=REEXPORT_HINT) from err
+    if problem is not None or facts is None:
+        raise ModelError("%s is not a complete ONNX model: %s" % (where, problem), hint=REEXPORT_HINT)
+    facts.opset = opset
+    return facts
+
+
+def read_graph_facts(path: PathLike, what: str = "ONNX model") -> OnnxGraphFacts:
+    """:func:`parse_model_bytes` of the file at ``path`` (memory-mapped; external weights are never read)."""
+    from jetforge.runtime.onnx_file import check_onnx_file
+
+    p = check_onnx_file(Path(path), what, parse=False)  # a folder, an empty or a text file, in the usual words
+    try:
+        with open(str(p), "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return parse_model_bytes(buf, "%s %s" % (what, p))
+    except (OSError, ValueError) as err:  # ValueError: mmap of a file emptied since the check
+        if isinstance(err, ModelError):
+            raise
+        raise ModelError("%s %s cannot be read: %s" % (what, p, getattr(err, "strerror", None) or err),
+                         hint="check the file's permissions") from err
+
+
+__all__ = ["ONNX_DTYPES", "OnnxGraphFacts", "QDQ_OPS", "parse_model_bytes", "read_graph_facts"]
