@@ -23,10 +23,6 @@ pytest.importorskip("onnxruntime")
 
 FRAMES = 6  # frames per app run: enough for every stage (tracks, clips) to produce events, few for CI's 2 cores
 
-SIDECAR_XFAIL = ("engine sidecar drops the %s (engine_sidecar_from_plan copies only task, labels and the image "
-                 "preprocess), so the app cannot open a jetforge-built engine (issue 24 item 3, in progress)")
-
-
 def make_bundle(model, out, *extra):
     assert run_cli(["-q", "bundle", "create", str(model), "--target", TARGET, "--tensorrt", TENSORRT,
                     "--out", str(out)] + list(extra)) == 0
@@ -56,9 +52,6 @@ def assert_same_events(engine_events, onnx_events):
     assert not found, "engine (stand-in) vs ONNX Runtime: " + found
 
 
-@pytest.mark.xfail(strict=True, reason=SIDECAR_XFAIL % "image input contract (`app classify --model ENGINE` is an "
-                                                         "internal error: 'EngineSidecar' object has no attribute "
-                                                         "'input')")
 def test_classifier_bundle_build_app(standin, mobilenet_onnx, bikes_clip, tmp_path):
     device = standin
     bundle = make_bundle(mobilenet_onnx, tmp_path / "bundle")
@@ -72,7 +65,6 @@ def test_classifier_bundle_build_app(standin, mobilenet_onnx, bikes_clip, tmp_pa
     assert device.captures >= 1 and device.launches >= FRAMES - 2  # the session ran its CUDA-graph path
 
 
-@pytest.mark.xfail(strict=True, reason=SIDECAR_XFAIL % "SSD anchors (`extra`)")
 def test_person_detector_bundle_build_app(standin, person_detector, vtest_clip, tmp_path):
     device = standin
     bundle = make_bundle(person_detector, tmp_path / "bundle")
@@ -83,7 +75,6 @@ def test_person_detector_bundle_build_app(standin, person_detector, vtest_clip, 
     assert_same_events(on_engine, on_onnx)
 
 
-@pytest.mark.xfail(strict=True, reason=SIDECAR_XFAIL % "clip input contract")
 def test_action_bundle_build_app(standin, action_model, person_detector, vtest_clip, tmp_path):
     device = standin
     bundle = make_bundle(action_model, tmp_path / "bundle", "--shape", "clip=1x3x8x112x112")
@@ -94,8 +85,6 @@ def test_action_bundle_build_app(standin, action_model, person_detector, vtest_c
     assert_same_events(on_engine, on_onnx)
 
 
-@pytest.mark.xfail(strict=True, reason=SIDECAR_XFAIL % "pyramid input contract of PNet, and the faces app opens "
-                                                         "only pnet/rnet/onet.onnx from --models DIR")
 def test_mtcnn_bundles_build_app(standin, mtcnn_models, carphone_clip, tmp_path):
     device = standin
     engines = tmp_path / "engines"

@@ -79,7 +79,7 @@ class ModelSidecar:
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
-            raise ModelError("sidecar task %r is not one of %s" % (self.task, ", ".join(TASKS)))
+            raise ModelError("sidecar task %r is not one of %s" % (self.task[:60], ", ".join(TASKS)))
         if self.input is None:
             self.extra = dict(self.extra)  # the upgrade takes extra.clip out; the caller's dict stays as it was
             self.input = contract_from_format1(self.preprocess, self.extra)

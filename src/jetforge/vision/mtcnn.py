@@ -168,12 +168,20 @@ class FaceDetector:
 
     @classmethod
     def from_dir(cls, model_dir: Any, threads: Optional[int] = None, **kwargs: Any) -> "FaceDetector":
-        """Open pnet.onnx, rnet.onnx, onet.onnx (with their sidecars) from ``model_dir``."""
+        """Open the three nets (with their sidecars) from ``model_dir``: ``NET.engine`` where ``jetforge build``
+        wrote one (its sidecar carries the net's input contract), else ``NET.onnx``.  ``threads`` is ONNX
+        Runtime's and applies to ONNX nets only."""
         from jetforge.runtime.session import open_session
 
         folder = Path(model_dir)
-        opts = {} if threads is None else {"threads": threads}
-        sessions = [open_session(folder / MODEL_FILES[n], **opts) for n in ("pnet", "rnet", "onet")]
+        sessions = []
+        for net in ("pnet", "rnet", "onet"):
+            engine = folder / (Path(MODEL_FILES[net]).stem + ".engine")
+            if engine.is_file():
+                sessions.append(open_session(engine))
+            else:
+                sessions.append(open_session(folder / MODEL_FILES[net], **({} if threads is None else
+                                                                            {"threads": threads})))
         return cls(*sessions, **kwargs)
 
     def close(self) -> None:

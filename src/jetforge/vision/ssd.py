@@ -40,6 +40,7 @@ import numpy as np
 
 from jetforge.errors import ModelError
 from jetforge.runtime.inputs import ResizePlan
+from jetforge.runtime.model_facts import model_facts
 from jetforge.vision.boxes import nms
 from jetforge.vision.detections import Detections
 
@@ -182,10 +183,11 @@ class SSDSpec:
 
 def spec_from_sidecar(sidecar: Any) -> SSDSpec:
     """The :class:`SSDSpec` recorded in a model's sidecar (``extra["ssd"]``), checked."""
-    block = getattr(sidecar, "extra", {}).get(SSD_EXTRA_KEY)
+    facts = model_facts(sidecar)  # an ONNX model's, an engine's (embedded) or a bundle's model facts
+    block = facts.extra.get(SSD_EXTRA_KEY) if facts is not None else None
     if not isinstance(block, dict):
         raise ModelError("model %s has no SSD postprocessing block in its sidecar"
-                         % getattr(sidecar, "model_name", "?"),
+                         % (facts.model_name if facts is not None and facts.model_name else "?"),
                          hint="export the detector with `jetforge export --model ssdlite_mobilenet_v2_person`")
     return SSDSpec.from_dict(block)
 

@@ -33,6 +33,7 @@ from jetforge.apps.tasks.base import App
 from jetforge.apps.tasks.people import add_detector_arguments, make_person_detector
 from jetforge.errors import ConfigError, ModelError
 from jetforge.runtime.inputs import ClipContract, input_contract
+from jetforge.runtime.model_facts import model_facts
 from jetforge.vision.hog import HogPeopleDetector, score_to_unit
 from jetforge.vision.tracking import Tracker, TrackerOptions, tracker_options as tracker_preset
 
@@ -66,7 +67,7 @@ class ActionTask(Task):
         if stride < 1 or smooth < 1 or top_k < 1:
             raise ConfigError("stride, smooth and top-k must be at least 1")
         self.session = session
-        sc = getattr(session, "sidecar", None)
+        sc = model_facts(session)  # the same facts from an ONNX model, an engine or a bundle's model
         if sc is None or sc.task != "action":
             raise ModelError("%s is not an action model (its sidecar must say task \"action\")"
                              % getattr(session, "path", "the model"),
@@ -220,7 +221,7 @@ class ActionTask(Task):
         return out
 
     def summary(self) -> Dict[str, Any]:
-        sc = self.session.sidecar
+        sc = model_facts(self.session)
         per_stream = []
         for s in range(len(self.trackers)):
             tracks = self.track_summaries(s)

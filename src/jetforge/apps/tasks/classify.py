@@ -20,6 +20,7 @@ import numpy as np
 from jetforge.errors import ConfigError, ModelError
 from jetforge.fileio import sha256_file
 from jetforge.runtime.inputs import IMAGENET_TORCHVISION, Preprocess, input_contract
+from jetforge.runtime.model_facts import model_facts
 from jetforge.runtime.session import Session, open_session
 from jetforge.apps.tasks.base import App
 from jetforge.apps.pipeline.stages import Item, SessionModel, Status, Task, draw_status
@@ -110,7 +111,7 @@ def resolve_model_contract(session: Session) -> Tuple[Preprocess, List[str], Lis
     from jetforge.apps.labels import load_labels
 
     notes: List[str] = []
-    sidecar = session.sidecar
+    sidecar = model_facts(session)  # the same facts from an ONNX model, an engine or a bundle's model
     if len(session.inputs) != 1 or len(session.outputs) < 1:
         raise ModelError("the classify demo needs a model with one image input, %s has %d inputs"
                          % (session.path.name, len(session.inputs)))
@@ -154,8 +155,8 @@ class ClassifyTask(Task):
         self.model = SessionModel(session)
         self.output_name = session.outputs[0].name
         self.backend_text = session.describe()
-        self.model_label = session.sidecar.model_name if session.sidecar and session.sidecar.model_name \
-            else session.path.stem
+        facts = model_facts(session)
+        self.model_label = facts.model_name if facts is not None and facts.model_name else session.path.stem
         self.status_label = self.backend_text
         self.counts: Dict[str, int] = {}
 

@@ -78,14 +78,15 @@ def contract_from_dict(block: Dict[str, Any]) -> InputContract:
 
 def input_contract(sidecar: Any, kind: Union[None, str, Sequence[str]] = None,
                    purpose: str = "this step") -> InputContract:
-    """The input contract recorded in ``sidecar`` (a model or engine sidecar).
+    """The input contract recorded in ``sidecar`` (a model sidecar, or an engine sidecar: its embedded model's).
 
+    The same contract as ``jetforge.runtime.model_facts.model_facts(x).input`` (that accessor sits above the
+    sidecar module, which imports this one, so the engine case is read here by its ``model`` attribute).
     ``kind`` (a name or several) is what the caller can feed; another kind, or a sidecar without a
     contract, is a :class:`~jetforge.errors.ModelError` that says what ``purpose`` needed.
     """
-    contract: Optional[InputContract] = getattr(sidecar, "input", None) if sidecar is not None else None
-    if contract is None and sidecar is not None:
-        contract = getattr(sidecar, "preprocess", None)  # an engine sidecar carries the image kind only
+    facts = getattr(sidecar, "model", None) or sidecar  # an engine sidecar embeds its model's sidecar
+    contract: Optional[InputContract] = getattr(facts, "input", None) if facts is not None else None
     wanted = (kind,) if isinstance(kind, str) else tuple(kind or ())
     if contract is None:
         raise ModelError("the model's sidecar records no input contract (how frames become its input), so %s "

@@ -1,30 +1,46 @@
 """The sidecar of a built engine: ``model.engine`` -> ``model.engine.json``.
 
 It records what produced the plan (jetforge and TensorRT versions, target, precision, DLA
-core, INT8 source, build time), the I/O tensors as TensorRT built them, the preprocessing
-and task copied from the ONNX sidecar, and the source ONNX's hash, so that a session can
-refuse an engine built for another TensorRT, board or model with a message naming the fix.
-The tensor and preprocessing pieces are those of :mod:`jetforge.runtime.sidecar`.
+core, INT8 source, build time), the I/O tensors as TensorRT built them, the source ONNX's hash,
+and -- format 2 -- the source model's whole sidecar (``model``: task, labels, the input contract
+of every kind, ``extra`` such as the SSD anchors, the model's own tensors and hash), so that an
+engine opens in every app its ONNX opens in, and a session can refuse an engine built for another
+TensorRT, board or model with a message naming the fix.
+
+Format 1 (read, upgraded in :meth:`EngineSidecar.from_dict`) copied only the task, labels and an
+image ``preprocess``; its clip and pyramid contracts and ``extra`` were lost.  The upgrade builds
+the model block from what format 1 kept and says so in ``model.produced_by``; a consumer that needs
+more (the SSD block, a clip) then fails with its usual message, and rebuilding writes format 2.
+
+Consumers read model facts through :func:`jetforge.runtime.model_facts.model_facts`, never from
+these fields directly.  The tensor and contract pieces are those of :mod:`jetforge.runtime.sidecar`.
 """
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from jetforge.errors import InputFileError, ModelError
+from jetforge.errors import ConfigError, InputFileError, ModelError
 from jetforge.fileio import PathLike, sha256_file, write_json_atomic
 from jetforge.jsonfile import read_json
 from jetforge.runtime.inputs import Preprocess
 from jetforge.runtime.tensorrt.version import TensorRTVersion
-from jetforge.runtime.sidecar import (ModelSidecar, TensorSpec, list_field, mapping_field, produced_by,
+from jetforge.runtime.sidecar import (TASKS, ModelSidecar, TensorSpec, list_field, mapping_field, produced_by,
                                       read_sidecar, sidecar_path)
 
-ENGINE_SIDECAR_FORMAT = 1
+ENGINE_SIDECAR_FORMAT = 2
+READABLE_ENGINE_FORMATS = (1, 2)
+UPGRADED_FROM_FORMAT1 = "engine sidecar format 1 (task, labels and image preprocessing only)"
 
 
 @dataclass
 class EngineSidecar:
-    """What an engine file is, how it was built and how to feed it."""
+    """What an engine file is, how it was built and how to feed it.
+
+    ``model`` is the source model's sidecar (its facts: task, labels, input contract, ``extra``);
+    ``task``, ``labels`` and ``preprocess`` mirror it (given without ``model``, they make one, as
+    format 1 recorded them).  ``inputs``/``outputs`` are the engine's tensors as TensorRT built them.
+    """
 
     tensorrt_version: str
     target: str
@@ -46,15 +62,37 @@ class EngineSidecar:
     content_sha256: str = ""
     produced_by: Dict[str, Any] = field(default_factory=dict)
     format: int = ENGINE_SIDECAR_FORMAT
+    model: Optional[ModelSidecar] = None
+
+    def __post_init__(self) -> None:
+        if self.model is None:
+            if self.task not in TASKS:
+                raise ModelError("engine sidecar task %r is not one of %s" % (self.task, ", ".join(TASKS)))
+            self.model = ModelSidecar(
+                task=self.task, model_name="", inputs=list(self.inputs), outputs=list(self.outputs),
+                preprocess=self.preprocess, labels=list(self.labels),
+                content_sha256=str(self.source_onnx.get("sha256", "")),
+                produced_by={"upgraded_from": UPGRADED_FROM_FORMAT1})
+        else:
+            given = {"task": self.task != "other" and self.task != self.model.task,
+                     "labels": bool(self.labels) and list(self.labels) != list(self.model.labels),
+                     "preprocess": self.preprocess is not None and self.preprocess != self.model.input}
+            clash = [k for k, v in given.items() if v]
+            if clash:
+                raise ModelError("engine sidecar gives %s twice (top level and model), differently" % clash[0],
+                                 hint="give the model's facts once, in its model block")
+        self.task, self.labels, self.preprocess = self.model.task, list(self.model.labels), self.model.preprocess
+        self.format = ENGINE_SIDECAR_FORMAT
 
     def to_dict(self) -> Dict[str, Any]:
+        assert self.model is not None  # __post_init__ made it
         return {
             "format": self.format, "kind": "tensorrt-engine", "backend": self.backend,
             "tensorrt_version": self.tensorrt_version, "target": self.target, "precision": self.precision,
             "device": self.device, "dla_core": self.dla_core, "gpu_fallback": self.gpu_fallback,
-            "int8_source": self.int8_source, "task": self.task, "labels": list(self.labels),
+            "int8_source": self.int8_source,
             "inputs": [t.to_dict() for t in self.inputs], "outputs": [t.to_dict() for t in self.outputs],
-            "preprocess": self.preprocess.to_dict() if self.preprocess else None,
+            "model": self.model.to_dict(),
             "source_onnx": dict(self.source_onnx), "build_seconds": self.build_seconds,
             "plan": dict(self.plan), "notes": list(self.notes), "content_sha256": self.content_sha256,
             "produced_by": dict(self.produced_by),
@@ -64,11 +102,24 @@ class EngineSidecar:
     def from_dict(cls, data: Dict[str, Any], where: str = "engine sidecar") -> "EngineSidecar":
         try:
             fmt = int(data.get("format", 0))
-            if fmt != ENGINE_SIDECAR_FORMAT or data.get("kind") != "tensorrt-engine":
-                raise ModelError("%s is not an engine sidecar of format %d" % (where, ENGINE_SIDECAR_FORMAT),
-                                 hint="rebuild the engine with `jetforge build`")
-            pre = data.get("preprocess")
-            return cls(
+            if fmt not in READABLE_ENGINE_FORMATS or data.get("kind") != "tensorrt-engine":
+                raise ModelError("%s is not an engine sidecar of format %s" % (
+                    where, " or ".join(str(f) for f in READABLE_ENGINE_FORMATS)),
+                    hint="rebuild the engine with `jetforge build`")
+            model = None
+            if fmt >= 2:
+                block = data["model"]
+                if not isinstance(block, dict):
+                    raise TypeError("model must be a JSON object")
+                stray = [k for k in ("task", "labels", "preprocess") if k in data]
+                if stray:
+                    raise TypeError("%s belongs in the model block in format 2" % stray[0])
+                try:
+                    model = ModelSidecar.from_dict(block, where="%s (its model block)" % where)
+                except ConfigError as err:  # an unknown input kind or contract field: name the file it is in
+                    raise ModelError("%s (its model block): %s" % (where, err.message), hint=err.hint) from err
+            pre = data.get("preprocess") if fmt == 1 else None
+            return cls(model=model,
                 tensorrt_version=str(data["tensorrt_version"]), target=str(data["target"]),
                 precision=str(data["precision"]), device=str(data["device"]),
                 dla_core=None if data.get("dla_core") is None else int(data["dla_core"]),
@@ -76,8 +127,9 @@ class EngineSidecar:
                 outputs=[TensorSpec.from_dict(t) for t in data["outputs"]],
                 source_onnx=_strings(mapping_field(data, "source_onnx"), "source_onnx"),
                 gpu_fallback=bool(data.get("gpu_fallback", False)),
-                int8_source=_optional(data, "int8_source", str), task=str(data.get("task", "other")),
-                labels=[str(x) for x in list_field(data, "labels")],
+                int8_source=_optional(data, "int8_source", str),
+                task=str(data.get("task", "other")) if fmt == 1 else "other",
+                labels=[str(x) for x in list_field(data, "labels")] if fmt == 1 else [],
                 preprocess=Preprocess.from_dict(pre) if pre else None,
                 build_seconds=_optional(data, "build_seconds", (int, float)),
                 backend=str(data.get("backend", "tensorrt")),
@@ -104,23 +156,58 @@ def _strings(mapping: Dict[str, Any], key: str) -> Dict[str, str]:
 
 def engine_sidecar_from_plan(plan: Any, inputs: List[TensorSpec], outputs: List[TensorSpec],
                              tensorrt_version: str, build_seconds: Optional[float] = None,
-                             backend: str = "tensorrt", notes: Optional[List[str]] = None) -> EngineSidecar:
-    """An engine sidecar for ``plan`` (a BuildPlan), copying task/labels/preprocessing from the ONNX sidecar."""
-    task, labels, pre = "other", [], None
+                             backend: str = "tensorrt", notes: Optional[List[str]] = None,
+                             model: Optional[ModelSidecar] = None) -> EngineSidecar:
+    """An engine sidecar for ``plan`` (a BuildPlan) that embeds the source model's whole sidecar.
+
+    ``model`` defaults to :func:`source_model_sidecar` of the plan's ONNX.  Without any sidecar the
+    engine records the task "other" and no input contract, and a note says why.
+    """
     extra_notes = list(notes or [])
-    onnx_sidecar = sidecar_path(plan.onnx_path)
-    if onnx_sidecar.is_file():
-        model: ModelSidecar = read_sidecar(plan.onnx_path, verify_hash=False)
-        task, labels, pre = model.task, list(model.labels), model.preprocess
-    else:
-        extra_notes.append("no ONNX sidecar %s: task, labels and preprocessing not recorded" % onnx_sidecar.name)
+    if model is None:
+        model, how = source_model_sidecar(plan.onnx_path, inputs, outputs)
+        if how:
+            extra_notes.append(how)
+    if model is None:
+        model = ModelSidecar(task="other", model_name=Path(plan.onnx_path).stem, inputs=list(inputs),
+                             outputs=list(outputs), content_sha256=plan.onnx_sha256,
+                             produced_by={"stage": "build", "note": "the source model had no usable sidecar"})
     return EngineSidecar(
         tensorrt_version=tensorrt_version, target=plan.target, precision=plan.precision, device=plan.device,
         dla_core=plan.dla_core, inputs=inputs, outputs=outputs,
         source_onnx={"path": plan.onnx_path, "sha256": plan.onnx_sha256}, gpu_fallback=plan.gpu_fallback,
-        int8_source=plan.int8_source, task=task, labels=labels, preprocess=pre, build_seconds=build_seconds,
+        int8_source=plan.int8_source, build_seconds=build_seconds, model=model,
         backend=backend, plan=plan.to_dict(), notes=list(plan.notes) + extra_notes,
         produced_by=produced_by("build", tensorrt=tensorrt_version, backend=backend))
+
+
+def source_model_sidecar(onnx_path: PathLike, inputs: List[TensorSpec],
+                         outputs: List[TensorSpec]) -> Tuple[Optional[ModelSidecar], str]:
+    """(the sidecar whose facts an engine built from ``onnx_path`` carries, a note or "").
+
+    The ONNX's own sidecar; for ``X.qdq.onnx`` without one, ``X.onnx.json`` (the Q/DQ model of
+    ``jetforge calibrate`` and of a bundle is the same network with Q/DQ nodes: same tensors, same
+    input contract).  A sidecar whose tensor names are not the engine's is not embedded (it describes
+    another network).  None when no sidecar fits: the engine then records no model facts.
+    """
+    onnx = Path(onnx_path)
+    candidates = [onnx]
+    if onnx.name.endswith(".qdq.onnx"):
+        candidates.append(onnx.with_name(onnx.name[:-len(".qdq.onnx")] + ".onnx"))
+    for candidate in candidates:
+        if not sidecar_path(candidate).is_file():
+            continue
+        # the hash is not checked against the built file: the Q/DQ variant's facts are its plain model's
+        model = read_sidecar(candidate, verify_hash=False)
+        names = ([t.name for t in model.inputs], [t.name for t in model.outputs])
+        if names != ([t.name for t in inputs], [t.name for t in outputs]):
+            return None, ("sidecar %s names tensors %s, the engine %s: not embedded, the engine carries no model "
+                          "facts" % (sidecar_path(candidate).name, names,
+                                     ([t.name for t in inputs], [t.name for t in outputs])))
+        how = "" if candidate == onnx else "model facts from %s (the plain model of this Q/DQ model)" % (
+            sidecar_path(candidate).name)
+        return model, how
+    return None, "no ONNX sidecar %s: task, labels and input contract not recorded" % sidecar_path(onnx).name
 
 
 def write_engine_sidecar(engine_path: PathLike, sidecar: EngineSidecar) -> Path:

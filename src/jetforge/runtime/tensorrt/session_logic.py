@@ -16,7 +16,7 @@ import numpy as np
 
 from jetforge.errors import BackendError, ConfigError, ModelError
 from jetforge.jsonfile import read_json
-from jetforge.runtime.sidecar import TensorSpec, sidecar_path
+from jetforge.runtime.sidecar import ModelSidecar, TensorSpec, sidecar_path
 from jetforge.runtime.tensorrt.compat import DTYPE_NAMES, enum_name
 from jetforge.runtime.tensorrt.engine_sidecar import read_engine_sidecar
 from jetforge.runtime.tensorrt.version import major_of
@@ -239,11 +239,14 @@ class PlainEngineSidecar:
             self.outputs = [TensorSpec.from_dict(t) for t in data.get("outputs", [])]
         except (KeyError, TypeError) as err:
             raise ModelError("engine sidecar is malformed: %s" % err, hint="rebuild the engine") from err
-        self.preprocess = data.get("preprocess")
         self.dla_core = data.get("dla_core")
         self.device = data.get("device")
-        self.labels = list(data.get("labels", []))
-        self.task = data.get("task", "other")
+        # its model facts, read like a model sidecar of format 1 (``preprocess``, ``extra.clip``) or 2 (``input``)
+        facts = {"format": 1, "task": data.get("task", "other"), "inputs": data.get("inputs", []),
+                 "outputs": data.get("outputs", []), "labels": data.get("labels", []), "extra": data.get("extra", {}),
+                 "preprocess": data.get("preprocess"), "input": data.get("input")}
+        self.model = ModelSidecar.from_dict(facts, where="engine sidecar")
+        self.preprocess, self.labels, self.task = self.model.preprocess, list(self.model.labels), self.model.task
 
 
 def initial_graph_state(requested: bool, dla_core: Optional[int], tensorrt_version: str) -> Tuple[bool, str]:
