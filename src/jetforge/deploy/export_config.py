@@ -90,10 +90,10 @@ def _check_replaceable(out_dir: Path) -> None:
 
 def _bundle(path: PathLike) -> Any:
     from jetforge.deploy.bundle import open_bundle
-    from jetforge.runtime.sidecar import read_sidecar
+    from jetforge.runtime.model_facts import model_facts
 
     bundle = open_bundle(path)
-    return bundle, read_sidecar(bundle.onnx)
+    return bundle, model_facts(bundle)
 
 
 def _precision(requested: Optional[str], bundle: Any) -> str:

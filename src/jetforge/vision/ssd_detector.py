@@ -30,6 +30,7 @@ import numpy as np
 
 from jetforge.errors import ModelError
 from jetforge.runtime.inputs import input_contract
+from jetforge.runtime.model_facts import model_facts
 from jetforge.vision.detections import Detections
 from jetforge.vision.ssd import SsdOutput, postprocess, spec_from_sidecar
 
@@ -48,7 +49,7 @@ class SSDDetector:
         from jetforge.runtime.session import open_session
 
         self.session = open_session(model_path, backend=backend, **session_options)
-        sidecar = self.session.sidecar
+        sidecar = model_facts(self.session)  # an ONNX model's or an engine's (embedded) model facts
         try:
             if sidecar is None:
                 raise ModelError("%s has no sidecar with its input contract and SSD parameters" % model_path,

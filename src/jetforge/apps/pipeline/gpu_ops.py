@@ -66,12 +66,14 @@ def _split_per_frame(outputs: Outputs, frames: List[Any]) -> List[Any]:
 def _ssd_model(task: Any, detector: Any) -> GpuModel:
     """The people app's SSD person detector: raw outputs -> person Detections in each frame's pixels."""
     from jetforge.runtime.inputs import input_contract
+    from jetforge.runtime.model_facts import model_facts
     from jetforge.vision.ssd import spec_from_sidecar
     from jetforge.vision.ssd_batch import postprocess_batch
 
     session = detector.session
-    contract = input_contract(session.sidecar, "image", purpose="the people app's GPU path")
-    spec = spec_from_sidecar(session.sidecar)
+    facts = model_facts(session)  # an ONNX model's or an engine's (embedded) model facts
+    contract = input_contract(facts, "image", purpose="the people app's GPU path")
+    spec = spec_from_sidecar(facts)
     anchors = spec.anchors()
     names = [t.name for t in session.outputs[:2]]
     threshold = float(getattr(detector, "score_threshold", 0.5))
