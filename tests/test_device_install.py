@@ -155,3 +155,25 @@ def test_device_install_plans_a_qdq_bundle_without_onnx(device_site, tmp_path):
     result, out, err = _on_device(device_site, argv, board)
     assert result["exit"] == 0 and result["leaked"] == [], err
     assert json.loads(out)["int8_source"] == "qdq"
+
+
+def test_device_install_runs_the_bundles_model_in_the_app_without_onnx(device_site, tmp_path):
+    """The app half of the board path without onnx: the bundle's model on ONNX Runtime (the fallback `build` names
+    where TensorRT is missing), its facts read from the bundle's sidecar, events written."""
+    import cv2
+    import numpy as np
+
+    bundle, _ = _workstation_bundle(tmp_path)
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(3):
+        assert cv2.imwrite(str(frames / ("f%d.png" % i)), rng.integers(0, 255, (48, 64, 3), dtype=np.uint8))
+    board = tmp_path / "board"
+    board.mkdir()
+    argv = ["app", "classify", "--model", str(bundle / "model.onnx"), "--source", str(frames), "--out",
+            str(board / "run"), "--max-frames", "3", "--no-plots", "--no-video", "--threads", "1"]
+    result, _, err = _on_device(device_site, argv, board)
+    assert result["exit"] == 0 and result["leaked"] == [], err
+    events = [json.loads(line) for line in (board / "run" / "events.jsonl").read_text().splitlines() if line.strip()]
+    assert events and json.loads((board / "run" / "metrics.json").read_text())["model"]["model"] == "tiny"
