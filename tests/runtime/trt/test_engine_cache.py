@@ -162,6 +162,24 @@ def test_stale_tampered_and_foreign_entries_are_refused_and_rebuilt(tmp_path):
     assert _key().digest == key.digest and _key(build_options={"precision": "int8"}).digest != key.digest
 
 
+def test_an_entry_built_by_an_older_jetforge_is_rebuilt_to_carry_the_model(tmp_path):
+    """A format-1 engine sidecar (task, labels, image preprocessing only) behind a matching key: rebuilt, so the
+    engine the board gets carries its model's whole sidecar (issue 24: the SSD block and clip inputs were lost)."""
+    cache = EngineCache(tmp_path)
+    fake = FakeEngineBuilder()
+    key = _key()
+    build = lambda path: fake(_plan_like(key), path)  # noqa: E731
+    assert cache.get_or_build(key, build).built and cache.lookup(key).hit
+    sidecar = cache.entry(key) / (ENGINE + ".json")
+    data = json.loads(sidecar.read_text())
+    model = data.pop("model")
+    data.update(format=1, task=model["task"], labels=model["labels"], preprocess=None)
+    sidecar.write_text(json.dumps(data))
+    found = cache.lookup(key)
+    assert not found.hit and "format 1" in found.reason
+    assert cache.get_or_build(key, build).built and fake.calls == 2 and cache.lookup(key).hit
+
+
 def test_an_interrupted_build_leaves_no_entry(tmp_path):
     cache = EngineCache(tmp_path)
     key = _key()

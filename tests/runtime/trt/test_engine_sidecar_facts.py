@@ -119,7 +119,7 @@ def test_format2_round_trip_keeps_every_fact_of_each_input_kind(kind, tmp_path):
     assert model_facts(SimpleNamespace(sidecar=back)) == reference  # what a TrtSession hands its consumers
     contract = input_contract(back, purpose="test")
     assert contract == reference.input and contract.kind == ("image" if kind == "ssd" else kind)
-    assert back.task == reference.task and back.labels == reference.labels
+    assert back.task == reference.task and back.labels == reference.labels and not back.upgraded_from_format1
 
 
 def test_the_consumers_that_could_not_open_a_jetforge_engine_now_read_it(tmp_path):
@@ -186,7 +186,7 @@ def test_a_format1_engine_sidecar_is_read_and_upgraded(tmp_path):
     sidecar_path(engine).write_text(json.dumps(FORMAT1))
     old = read_engine_sidecar(engine)
     facts = model_facts(engine)
-    assert old.format == 2 and facts == old.model
+    assert old.format == 2 and facts == old.model and old.upgraded_from_format1
     assert facts.task == "classify" and facts.labels == ["cat", "dog", "eel"]
     assert facts.input == Preprocess(height=32, width=32, crop_fraction=0.75) == old.preprocess
     assert [t.name for t in facts.inputs] == ["x"] and facts.content_sha256 == "ab" * 32

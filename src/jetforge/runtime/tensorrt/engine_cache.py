@@ -124,6 +124,8 @@ class EngineCache:
             return Lookup(key, None, "stale entry: %s" % err.message)
         if not sidecar.content_sha256:
             return Lookup(key, None, "stale entry: the sidecar records no engine hash")
+        if sidecar.upgraded_from_format1:  # built by an older jetforge: no input contract of other kinds, no extra
+            return Lookup(key, None, "stale entry: its engine sidecar is format 1, without the model's facts")
         if key.target and sidecar.target != key.target:
             return Lookup(key, None, "foreign entry: built for target %s, not %s" % (sidecar.target, key.target))
         if sidecar.dla_core != key.dla_core:

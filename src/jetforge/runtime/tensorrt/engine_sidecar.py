@@ -72,7 +72,7 @@ class EngineSidecar:
                 task=self.task, model_name="", inputs=list(self.inputs), outputs=list(self.outputs),
                 preprocess=self.preprocess, labels=list(self.labels),
                 content_sha256=str(self.source_onnx.get("sha256", "")),
-                produced_by={"upgraded_from": UPGRADED_FROM_FORMAT1})
+                produced_by={"note": "given as task, labels and preprocess only"})
         else:
             given = {"task": self.task != "other" and self.task != self.model.task,
                      "labels": bool(self.labels) and list(self.labels) != list(self.model.labels),
@@ -83,6 +83,11 @@ class EngineSidecar:
                                  hint="give the model's facts once, in its model block")
         self.task, self.labels, self.preprocess = self.model.task, list(self.model.labels), self.model.preprocess
         self.format = ENGINE_SIDECAR_FORMAT
+
+    @property
+    def upgraded_from_format1(self) -> bool:
+        """Whether the model facts are a format-1 file's (task, labels, image preprocessing only)."""
+        return self.model is not None and self.model.produced_by.get("upgraded_from") == UPGRADED_FROM_FORMAT1
 
     def to_dict(self) -> Dict[str, Any]:
         assert self.model is not None  # __post_init__ made it
@@ -106,7 +111,6 @@ class EngineSidecar:
                 raise ModelError("%s is not an engine sidecar of format %s" % (
                     where, " or ".join(str(f) for f in READABLE_ENGINE_FORMATS)),
                     hint="rebuild the engine with `jetforge build`")
-            model = None
             if fmt >= 2:
                 block = data["model"]
                 if not isinstance(block, dict):
@@ -118,7 +122,16 @@ class EngineSidecar:
                     model = ModelSidecar.from_dict(block, where="%s (its model block)" % where)
                 except ConfigError as err:  # an unknown input kind or contract field: name the file it is in
                     raise ModelError("%s (its model block): %s" % (where, err.message), hint=err.hint) from err
-            pre = data.get("preprocess") if fmt == 1 else None
+            else:  # format 1: its task, labels and image preprocess become the model block, marked as upgraded
+                pre = data.get("preprocess")
+                model = ModelSidecar(
+                    task=str(data.get("task", "other")), model_name="",
+                    inputs=[TensorSpec.from_dict(t) for t in data["inputs"]],
+                    outputs=[TensorSpec.from_dict(t) for t in data["outputs"]],
+                    preprocess=Preprocess.from_dict(pre) if pre else None,
+                    labels=[str(x) for x in list_field(data, "labels")],
+                    content_sha256=str(mapping_field(data, "source_onnx").get("sha256", "")),
+                    produced_by={"upgraded_from": UPGRADED_FROM_FORMAT1})
             return cls(model=model,
                 tensorrt_version=str(data["tensorrt_version"]), target=str(data["target"]),
                 precision=str(data["precision"]), device=str(data["device"]),
@@ -128,9 +141,6 @@ class EngineSidecar:
                 source_onnx=_strings(mapping_field(data, "source_onnx"), "source_onnx"),
                 gpu_fallback=bool(data.get("gpu_fallback", False)),
                 int8_source=_optional(data, "int8_source", str),
-                task=str(data.get("task", "other")) if fmt == 1 else "other",
-                labels=[str(x) for x in list_field(data, "labels")] if fmt == 1 else [],
-                preprocess=Preprocess.from_dict(pre) if pre else None,
                 build_seconds=_optional(data, "build_seconds", (int, float)),
                 backend=str(data.get("backend", "tensorrt")),
                 plan=mapping_field(data, "plan"), notes=[str(n) for n in list_field(data, "notes")],
