@@ -20,23 +20,34 @@ def active_cuda_device() -> Any:
 
 
 @contextlib.contextmanager
-def standin_tensorrt() -> Iterator[Any]:
-    """``import tensorrt`` gives the stand-in and CUDA calls go to host memory; yields the stand-in CUDA device."""
+def standin_tensorrt(real_cuda: bool = False) -> Iterator[Any]:
+    """``import tensorrt`` gives the stand-in and CUDA calls go to host memory; yields the stand-in CUDA device.
+
+    ``real_cuda``: keep cuda-python (a GPU machine): real buffers, streams and graphs, only TensorRT stood in for
+    (:mod:`.cuda_bridge_standin`); yields the bridge."""
     global _DEVICE
     from jetforge.runtime.cuda import bindings
 
     from tests.standins import cuda_runtime_standin, tensorrt_standin
 
-    api = cuda_runtime_standin.make_module()
     saved_module = sys.modules.get("tensorrt")
     sys.modules["tensorrt"] = tensorrt_standin
-    previous = bindings.use_runtime_api(api)
-    _DEVICE = api.device
+    if real_cuda:
+        from tests.standins.cuda_bridge_standin import RealCudaBridge
+
+        device, previous = RealCudaBridge(), None
+    else:
+        api = cuda_runtime_standin.make_module()
+        device, previous = api.device, bindings.use_runtime_api(api)
+    _DEVICE = device
     try:
-        yield api.device
+        yield device
     finally:
         _DEVICE = None
-        bindings.use_runtime_api(previous)
+        if real_cuda:
+            device.close()
+        else:
+            bindings.use_runtime_api(previous)
         if saved_module is None:
             sys.modules.pop("tensorrt", None)
         else:
