@@ -18,12 +18,12 @@ Torch-free; ``onnx`` is imported only inside the functions (a Jetson may not hav
 """
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from jetforge.errors import ModelError
 from jetforge.fileio import PathLike, require_file
 
-REEXPORT_HINT = "export the model again (jetforge export), or copy it again and compare its size with the original"
+from jetforge.runtime.onnx_checks import REEXPORT_HINT, model_error
 _SNIFF_BYTES = 512
 
 
@@ -68,39 +68,65 @@ def check_onnx_file(path: PathLike, what: str = "ONNX model", parse: bool = True
 
 
 def check_model_structure(model: Any, where: str) -> None:
-    """Refuse a parsed ``ModelProto`` that is not a whole model (``where`` names it in the message)."""
-    problem = _structure_problem(model)
-    if problem:
-        raise ModelError("%s is not a complete ONNX model: %s" % (where, problem), hint=REEXPORT_HINT)
+    """Refuse a parsed ``ModelProto`` that :func:`jetforge.runtime.onnx_checks.model_error` refuses (the wire
+    reader's rules: not whole, or not usable); ``where`` names it in the message."""
+    error = model_error(model_view(model), where)
+    if error is not None:
+        raise error
 
 
-def _structure_problem(model: Any) -> Optional[str]:
-    if not model.HasField("graph"):
-        return "it has no graph"
-    if not list(model.opset_import):
-        return "it declares no opset (a file cut short loses it: it is stored after the graph)"
+def model_view(model: Any) -> Any:
+    """The :class:`~jetforge.runtime.onnx_checks.ModelView` of a parsed ``ModelProto``."""
+    from jetforge.runtime.onnx_checks import ModelView, NodeView
+
+    view = ModelView(has_graph=model.HasField("graph"), ir_version=int(model.ir_version))
+    for opset in model.opset_import:
+        view.add_opset(opset.domain, opset.version)
+    if not view.has_graph:
+        return view
     graph = model.graph
-    if not graph.node:
-        return "its graph has no nodes"
-    defined = {i.name for i in graph.initializer}
-    defined.update(i.values.name for i in graph.sparse_initializer)
-    inputs = [i.name for i in graph.input if i.name not in defined]
-    if not inputs:
-        return "its graph has no inputs"
-    if not graph.output:
-        return "its graph has no outputs"
-    defined.update(i.name for i in graph.input)
     for node in graph.node:
-        defined.update(o for o in node.output if o)
-    for index, node in enumerate(graph.node):
-        for name in node.input:
-            if name and name not in defined:
-                return "node %s (%s) reads tensor %r, which no input, initializer or node defines" % (
-                    node.name or "#%d" % index, node.op_type, name)
-    missing = [o.name for o in graph.output if o.name not in defined]
-    if missing:
-        return "graph output %r is produced by no node" % missing[0]
-    return None
+        view.nodes.append(NodeView(node.name, node.op_type, node.domain, list(node.input), list(node.output)))
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                view.tensors.append(_tensor_view(attr.t, "tensor of node %s (%s)" % (node.name or "?", node.op_type)))
+            for t in attr.tensors:
+                view.tensors.append(_tensor_view(t, "tensor of node %s (%s)" % (node.name or "?", node.op_type)))
+    view.tensors.extend(_tensor_view(t, "initializer") for t in graph.initializer)
+    view.sparse.extend(t.values.name for t in graph.sparse_initializer)
+    view.inputs.extend(_value_view(v) for v in graph.input)
+    view.outputs.extend(_value_view(v) for v in graph.output)
+    return view
+
+
+def _tensor_view(t: Any, where: str) -> Any:
+    from jetforge.runtime.onnx_checks import TensorView
+
+    typed = (len(t.float_data) + len(t.int32_data) + len(t.string_data) + len(t.int64_data) + len(t.double_data)
+             + len(t.uint64_data))
+    return TensorView(t.name, [int(d) for d in t.dims], int(t.data_type),
+                      raw_bytes=len(t.raw_data) if t.HasField("raw_data") else None, typed_values=typed,
+                      external=int(t.data_location) == 1, where=where)
+
+
+def _value_view(value: Any) -> Any:
+    from jetforge.runtime.onnx_checks import ValueView
+
+    view = ValueView(value.name)
+    if not value.HasField("type"):
+        return view
+    kind = value.type.WhichOneof("value")
+    if kind is None:  # a TypeProto with nothing in it: no type given
+        return view
+    if kind != "tensor_type":
+        view.kind = {"sequence_type": "sequence", "map_type": "map", "optional_type": "optional",
+                     "sparse_tensor_type": "sparse tensor"}.get(kind, kind)
+        return view
+    tt = value.type.tensor_type
+    view.kind, view.elem = "tensor", int(tt.elem_type)
+    if tt.HasField("shape"):
+        view.dims = [int(d.dim_value) if d.HasField("dim_value") else None for d in tt.shape.dim]
+    return view
 
 
 def _check_bytes(path: PathLike, what: str) -> Path:

@@ -21,9 +21,13 @@ SparseTensorProto ``values`` 1.  Everything else (weights included) is skipped b
 The file is memory-mapped, so a model with inline weights costs no more than its graph to read.
 
 A file the wire format does not describe (a length past the end, a varint longer than 10 bytes, a deprecated
-group, a field of the wrong wire type) and a model that is not whole (no graph, opset, nodes, inputs or outputs,
-a node reading a tensor nothing defines: the checks of :func:`jetforge.runtime.onnx_file.check_model_structure`)
-is one :class:`~jetforge.errors.ModelError` naming the file.  Torch-free, onnx-free, Python 3.8.
+group, a field of the wrong wire type) is one :class:`~jetforge.errors.ModelError` naming the file; so is a model
+:func:`jetforge.runtime.onnx_checks.model_problem` refuses (not whole, versions out of range, unknown operators,
+tensors written twice, cycles, non-numeric inputs, weights without their data, ...): the reader builds the same
+:class:`~jetforge.runtime.onnx_checks.ModelView` the ``onnx`` package's reader builds, so both refuse alike.  For
+that it also reads ``ir_version`` 1, NodeProto ``domain`` 7 and ``attribute`` 5 (its tensors ``t`` 5 and
+``tensors`` 10), TensorProto ``dims`` 1, ``data_type`` 2, ``raw_data`` 9 (its length only), ``data_location`` 14
+and the typed data fields' value counts.  Torch-free, onnx-free, Python 3.8.
 """
 
 import mmap
@@ -33,6 +37,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from jetforge.errors import ModelError
 from jetforge.fileio import PathLike
+from jetforge.runtime.onnx_checks import REEXPORT_HINT, ModelView, NodeView, TensorView, ValueView, model_error
 
 # TensorProto.DataType -> numpy-style names (as onnx.helper.tensor_dtype_to_np_dtype names them)
 ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
@@ -119,26 +124,39 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _tensor_spec(buf: Buffer, start: int, end: int) -> Dict[str, Any]:
-    """A ValueInfoProto -> ``{"name", "shape", "dtype"}`` (a dim without a positive size: its name, else -1)."""
+def _tensor_spec(buf: Buffer, start: int, end: int) -> Tuple[Dict[str, Any], ValueView]:
+    """A ValueInfoProto -> (``{"name", "shape", "dtype"}`` (a dim without a positive size: its name, else -1),
+    the checks' view of it)."""
     name, elem, shape = "", 0, []  # type: str, int, List[Union[int, str]]
+    view = ValueView("")
     for number, wire, a, b in _fields(buf, start, end):
         if number == 1:
             _expect(wire, _LEN, "ValueInfoProto.name")
             name = _text(buf, a, b)
         elif number == 2 and wire == _LEN:
             for tn, tw, ta, tb in _fields(buf, a, b):
-                if tn != 1 or tw != _LEN:
+                if tw != _LEN or tn not in _TYPE_KINDS:
+                    continue
+                view.kind = _TYPE_KINDS[tn]
+                if tn != 1:
                     continue  # a sequence, map or optional type: no tensor shape to report
                 for fn, fw, fa, fb in _fields(buf, ta, tb):
                     if fn == 1 and fw == _VARINT:
                         elem = fa
                     elif fn == 2 and fw == _LEN:
-                        shape = [_dim(buf, da, db) for dn, dw, da, db in _fields(buf, fa, fb) if dn == 1 and dw == _LEN]
-    return {"name": name, "shape": shape, "dtype": ONNX_DTYPES.get(elem, str(elem))}
+                        dims = [_dim(buf, da, db) for dn, dw, da, db in _fields(buf, fa, fb) if dn == 1 and dw == _LEN]
+                        shape = [d for d, _ in dims]
+                        view.dims = [v for _, v in dims]
+    view.name, view.elem = name, int(elem)
+    return {"name": name, "shape": shape, "dtype": ONNX_DTYPES.get(elem, str(elem))}, view
 
 
-def _dim(buf: Buffer, start: int, end: int) -> Union[int, str]:
+# TypeProto's value fields -> the kind the checks name
+_TYPE_KINDS = {1: "tensor", 4: "sequence", 5: "map", 8: "sparse tensor", 9: "optional"}
+
+
+def _dim(buf: Buffer, start: int, end: int) -> Tuple[Union[int, str], Optional[int]]:
+    """(the dim as the facts give it, its dim_value as written or None)."""
     value: Optional[int] = None
     param = ""
     for number, wire, a, b in _fields(buf, start, end):
@@ -147,8 +165,8 @@ def _dim(buf: Buffer, start: int, end: int) -> Union[int, str]:
         elif number == 2 and wire == _LEN:
             param = _text(buf, a, b)
     if value is not None and value > 0:
-        return int(value)
-    return param or -1
+        return int(value), value
+    return param or -1, value
 
 
 def _name_field(buf: Buffer, start: int, end: int, number_wanted: int) -> str:
@@ -158,104 +176,130 @@ def _name_field(buf: Buffer, start: int, end: int, number_wanted: int) -> str:
     return ""
 
 
-def _graph(buf: Buffer, start: int, end: int) -> Tuple[OnnxGraphFacts, Optional[str]]:
-    """The graph's facts and the first structural problem (None when whole)."""
+_HIGH_BYTES = bytes(range(0x80, 0x100))
+
+
+def _varint_count(buf: Buffer, start: int, end: int) -> int:
+    """How many varints a packed field holds: each ends in the one byte below 0x80."""
+    return len(bytes(buf[start:end]).translate(None, _HIGH_BYTES))
+
+
+def _tensor(buf: Buffer, start: int, end: int, where: str) -> TensorView:
+    """A TensorProto -> its view: name 8, dims 1, data_type 2, raw_data 9, data_location 14 and the typed fields'
+    value counts (float_data 4, int32_data 5, string_data 6, int64_data 7, double_data 10, uint64_data 11)."""
+    tensor = TensorView("", [], 0, where=where)
+    for number, wire, a, b in _fields(buf, start, end):
+        if number == 8 and wire == _LEN:
+            tensor.name = _text(buf, a, b)
+        elif number == 1:
+            if wire == _LEN:
+                pos = a
+                while pos < b:
+                    value, pos = _varint(buf, pos, b)
+                    tensor.dims.append(_signed(value))
+            elif wire == _VARINT:
+                tensor.dims.append(_signed(a))
+        elif number == 2 and wire == _VARINT:
+            tensor.elem = a
+        elif number == 9 and wire == _LEN:
+            tensor.raw_bytes = b - a
+        elif number == 14 and wire == _VARINT:
+            tensor.external = a == 1
+        elif number in (4, 10):  # packed fixed32 / fixed64, or one value per field
+            tensor.typed_values += (b - a) // (4 if number == 4 else 8) if wire == _LEN else 1
+        elif number in (5, 7, 11):  # packed varints, or one per field
+            tensor.typed_values += _varint_count(buf, a, b) if wire == _LEN else 1
+        elif number == 6 and wire == _LEN:
+            tensor.typed_values += 1
+    return tensor
+
+
+def _node(buf: Buffer, start: int, end: int, view: ModelView) -> NodeView:
+    """A NodeProto -> its view (input 1, output 2, name 3, op_type 4, domain 7); the tensors of its attributes
+    (AttributeProto ``t`` 5, ``tensors`` 10) join ``view.tensors``."""
+    node = NodeView("", "", "", [], [])
+    attributes = []
+    for nn, nw, na, nb in _fields(buf, start, end):
+        if nw != _LEN:
+            continue
+        if nn == 1:
+            node.inputs.append(_text(buf, na, nb))
+        elif nn == 2:
+            node.outputs.append(_text(buf, na, nb))
+        elif nn == 3:
+            node.name = _text(buf, na, nb)
+        elif nn == 4:
+            node.op = _text(buf, na, nb)
+        elif nn == 7:
+            node.domain = _text(buf, na, nb)
+        elif nn == 5:
+            attributes.append((na, nb))
+    where = "tensor of node %s (%s)" % (node.name or "?", node.op)
+    for na, nb in attributes:
+        for an, aw, aa, ab in _fields(buf, na, nb):
+            if an in (5, 10) and aw == _LEN:
+                view.tensors.append(_tensor(buf, aa, ab, where))
+    return node
+
+
+def _graph(buf: Buffer, start: int, end: int, view: ModelView) -> OnnxGraphFacts:
+    """The graph's facts; what the checks judge goes into ``view``."""
     inputs: List[Dict[str, Any]] = []
     outputs: List[Dict[str, Any]] = []
-    nodes: List[Tuple[str, str, List[str], List[str]]] = []
-    defined = set()
+    view.has_graph = True
     for number, wire, a, b in _fields(buf, start, end):
         if number == 1:
             _expect(wire, _LEN, "GraphProto.node")
-            name = op = ""
-            ins: List[str] = []
-            outs: List[str] = []
-            for nn, nw, na, nb in _fields(buf, a, b):
-                if nw != _LEN:
-                    continue
-                if nn == 1:
-                    ins.append(_text(buf, na, nb))
-                elif nn == 2:
-                    outs.append(_text(buf, na, nb))
-                elif nn == 3:
-                    name = _text(buf, na, nb)
-                elif nn == 4:
-                    op = _text(buf, na, nb)
-            nodes.append((name, op, ins, outs))
+            view.nodes.append(_node(buf, a, b, view))
         elif number == 5:
             _expect(wire, _LEN, "GraphProto.initializer")
-            defined.add(_name_field(buf, a, b, 8))
+            view.tensors.append(_tensor(buf, a, b, "initializer"))
         elif number == 15 and wire == _LEN:
             for sn, sw, sa, sb in _fields(buf, a, b):
                 if sn == 1 and sw == _LEN:
-                    defined.add(_name_field(buf, sa, sb, 8))
+                    view.sparse.append(_name_field(buf, sa, sb, 8))
         elif number in (11, 12):
             _expect(wire, _LEN, "GraphProto.input/output")
-            (inputs if number == 11 else outputs).append(_tensor_spec(buf, a, b))
+            spec, value = _tensor_spec(buf, a, b)
+            (inputs if number == 11 else outputs).append(spec)
+            (view.inputs if number == 11 else view.outputs).append(value)
+    defined = {t.name for t in view.tensors if t.where == "initializer"} | set(view.sparse)
     real_inputs = [i for i in inputs if i["name"] not in defined]
-    facts = OnnxGraphFacts(real_inputs, outputs, [(n, op) for n, op, _, _ in nodes])
-    return facts, _structure_problem(nodes, inputs, real_inputs, outputs, defined)
-
-
-def _structure_problem(nodes: List[Tuple[str, str, List[str], List[str]]], inputs: List[Dict[str, Any]],
-                       real_inputs: List[Dict[str, Any]], outputs: List[Dict[str, Any]], defined: set) -> Optional[str]:
-    """The problems :func:`jetforge.runtime.onnx_file.check_model_structure` names, in the same words."""
-    if not nodes:
-        return "its graph has no nodes"
-    if not real_inputs:
-        return "its graph has no inputs"
-    if not outputs:
-        return "its graph has no outputs"
-    known = set(defined) | {i["name"] for i in inputs}
-    for _, _, _, outs in nodes:
-        known.update(o for o in outs if o)
-    for index, (name, op, ins, _) in enumerate(nodes):
-        for tensor in ins:
-            if tensor and tensor not in known:
-                return "node %s (%s) reads tensor %r, which no input, initializer or node defines" % (
-                    name or "#%d" % index, op, tensor)
-    missing = [o["name"] for o in outputs if o["name"] not in known]
-    if missing:
-        return "graph output %r is produced by no node" % missing[0]
-    return None
+    return OnnxGraphFacts(real_inputs, outputs, [(n.name, n.op) for n in view.nodes])
 
 
 def parse_model_bytes(buf: Buffer, where: str = "ONNX model") -> OnnxGraphFacts:
-    """The facts of a serialised ModelProto; a damaged or partial model is a ModelError naming ``where``."""
-    from jetforge.runtime.onnx_file import REEXPORT_HINT
+    """The facts of a serialised ModelProto; a damaged, partial or unusable model is a ModelError naming ``where``.
 
-    graph: Optional[Tuple[int, int]] = None
-    opset: Optional[int] = None
-    has_opset = False
+    What is judged is :func:`jetforge.runtime.onnx_checks.model_problem`'s, as for the ``onnx`` package's reader.
+    """
+    view = ModelView()
+    facts: Optional[OnnxGraphFacts] = None
     try:
         for number, wire, a, b in _fields(buf, 0, len(buf)):
-            if number == 7:
+            if number == 1 and wire == _VARINT:
+                view.ir_version = _signed(a)
+            elif number == 7:
                 _expect(wire, _LEN, "ModelProto.graph")
-                graph = (a, b)
+                view.nodes, view.inputs, view.outputs, view.tensors, view.sparse = [], [], [], [], []
+                facts = _graph(buf, a, b, view)  # a second graph field: the last one (as before)
             elif number == 8:
                 _expect(wire, _LEN, "ModelProto.opset_import")
-                has_opset = True
-                domain, version = "", None
+                domain, version = "", 0  # protobuf's defaults, as the onnx package reads an absent field
                 for on, ow, oa, ob in _fields(buf, a, b):
                     if on == 1 and ow == _LEN:
                         domain = _text(buf, oa, ob)
                     elif on == 2 and ow == _VARINT:
                         version = _signed(oa)
-                if opset is None and domain in ("", "ai.onnx") and version is not None:
-                    opset = int(version)
-        if graph is None:
-            problem: Optional[str] = "it has no graph"
-            facts = None
-        else:
-            facts, problem = _graph(buf, graph[0], graph[1])
-            if problem is None and not has_opset:
-                problem = "it declares no opset (a file cut short loses it: it is stored after the graph)"
+                view.add_opset(domain, version)
     except WireError as err:
         raise ModelError("%s is not a readable ONNX model: protobuf cannot parse it (%s; the file is truncated, "
                          "damaged, or not an ONNX model)" % (where, err), hint=REEXPORT_HINT) from err
-    if problem is not None or facts is None:
-        raise ModelError("%s is not a complete ONNX model: %s" % (where, problem), hint=REEXPORT_HINT)
-    facts.opset = opset
+    error = model_error(view, where)
+    if error is not None:
+        raise error
+    assert facts is not None  # model_error refuses a model without a graph
+    facts.opset = view.opsets.get("")
     return facts
 
 
