@@ -218,8 +218,22 @@ def test_tensorrt_version_must_ship_for_the_target(static_onnx):
     _fails(static_onnx, "desktop-ampere", "tensorrt_version")     # any TensorRT, none named
 
 
+def test_a_dynamic_batch_alone_is_planned_at_batch_1_as_dla_check_and_bundle_do(dynamic_onnx, tmp_path):
+    """Issue 25: the README's `jetforge build model.onnx ... --dla-core 0` needed --shape for an exported model
+    whose only dynamic axis is the batch, although dla-check and bundle create assume batch 1.  Any other dynamic
+    axis is a real choice and still asks for --shape."""
+    for opts in ({}, {"dla_core": 0, "precision": "fp16"}):
+        plan = make_plan(dynamic_onnx, get_target(ORIN), BuildOptions(**opts))
+        assert plan.profiles == [{"x": {"min": [1, 3, 32, 32], "opt": [1, 3, 32, 32], "max": [1, 3, 32, 32]}}]
+        assert any(n.startswith("assumed x=1x3x32x32 (the dynamic batch axis set to 1") for n in plan.notes)
+    free_height = _save(tmp_path / "free_h.onnx", batch="N")
+    model = onnx.load(str(free_height))
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "H"
+    onnx.save(model, str(free_height))
+    _fails(free_height, ORIN, "--shape x=1x3x1x32")
+
+
 def test_dynamic_shapes(dynamic_onnx):
-    _fails(dynamic_onnx, ORIN, "--shape x=1x3x32x32")
     gpu = make_plan(dynamic_onnx, get_target(ORIN), BuildOptions(
         profiles=[{"x": ShapeRange([1, 3, 32, 32], [4, 3, 32, 32], [8, 3, 32, 32])}]))
     assert gpu.profiles == [{"x": {"min": [1, 3, 32, 32], "opt": [4, 3, 32, 32], "max": [8, 3, 32, 32]}}]

@@ -20,6 +20,8 @@ appends what the user should know to ``notes``.
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from jetforge.runtime.tensorrt.calib_cache import parse_calibration_cache, read_calibration_cache_file
 from jetforge.runtime.tensorrt.model_info import ModelInfo, is_dynamic
 from jetforge.runtime.tensorrt.profile import ShapeRange, check_inputs, fail
@@ -203,6 +205,12 @@ def memory_pools(options: Any, target: Any, use_dla: bool, notes: List[str]) -> 
     if options.workspace_mib is not None:
         if options.workspace_mib <= 0:
             fail("workspace_mib must be positive, got %d" % options.workspace_mib, "use e.g. --workspace-mib 1024")
+        memory = target_memory_bytes(target)
+        if memory is not None and options.workspace_mib << 20 > memory:
+            fail("workspace_mib %d is more than the %d MiB of memory %s has" % (options.workspace_mib, memory >> 20,
+                                                                               target.name),
+                 "use --workspace-mib %d or less (the engine, its inputs and the OS share that memory)"
+                 % (memory >> 20))
         pools["workspace"] = int(options.workspace_mib) << 20
     values = (options.dla_sram_bytes, options.dla_local_dram_bytes, options.dla_global_dram_bytes)
     for pool, value in zip(DLA_POOLS, values):
@@ -223,17 +231,68 @@ def memory_pools(options: Any, target: Any, use_dla: bool, notes: List[str]) -> 
     return pools
 
 
+def target_memory_bytes(target: Any) -> Optional[int]:
+    """The target's memory in bytes (its profile's ``memory_gb``, decimal GB), None where the profile has none."""
+    gb = getattr(target, "memory_gb", None)
+    return int(gb * 1e9) if gb else None
+
+
+def check_tensor_memory(profiles: List[Dict[str, ShapeRange]], info: Optional[ModelInfo], target: Any) -> None:
+    """Each input at its largest profile shape must fit in the target's memory: a tensor larger than the board's
+    memory can never be bound (``--shape`` with a batch of 2^40 was accepted and planned)."""
+    memory = target_memory_bytes(target)
+    if memory is None:
+        return
+    dtypes = {i["name"]: i.get("dtype") for i in (info.inputs if info else [])}
+    for profile in profiles:
+        for name, rng in profile.items():
+            try:
+                itemsize = np.dtype(dtypes.get(name) or "float32").itemsize
+            except TypeError:
+                itemsize = 4
+            nbytes = itemsize
+            for d in rng.max:
+                nbytes *= int(d)
+            if nbytes > memory:
+                fail("input %s at %s takes %.3g GB, more than the %.3g GB of memory %s has"
+                     % (name, "x".join(str(d) for d in rng.max), nbytes / 1e9, memory / 1e9, target.name),
+                     "give a smaller --shape (batch)")
+
+
 def shape_profiles(options: Any, info: Optional[ModelInfo], use_dla: bool,
-                   notes: List[str]) -> List[Dict[str, ShapeRange]]:
-    """Optimization profiles from static ``input_shapes`` or ``profiles``, checked against the model."""
+                   notes: List[str], target: Any = None) -> List[Dict[str, ShapeRange]]:
+    """Optimization profiles from static ``input_shapes`` or ``profiles``, checked against the model (and, with
+    ``target``, against its memory)."""
     if options.input_shapes and options.profiles:
         fail("both input_shapes and profiles were given", "give static input_shapes or profiles, not both")
+    inputs = info.inputs if info else None
     if options.input_shapes:
         profiles = [{n: ShapeRange(list(s), list(s), list(s)) for n, s in options.input_shapes.items()}]
-    else:
+    elif options.profiles:
         profiles = [dict(p) for p in options.profiles]
-    inputs = info.inputs if info else None
+    else:
+        profiles = _batch_one_profile(inputs, notes)
     check_inputs(inputs, profiles, use_dla)
+    if target is not None:
+        check_tensor_memory(profiles, info, target)
     if inputs is not None and not any(is_dynamic(i["shape"]) for i in inputs) and not profiles:
         notes.append("all inputs are static: no optimization profile needed")
     return profiles
+
+
+def _batch_one_profile(inputs: Optional[List[Dict[str, Any]]], notes: List[str]) -> List[Dict[str, ShapeRange]]:
+    """No shapes given: inputs whose only dynamic axis is the batch (axis 0) are planned at batch 1.
+
+    Exported models keep a dynamic batch axis, and ``dla-check`` and ``bundle create`` already assume batch 1
+    for them; refusing the build until ``--shape`` repeats the model's own dims was a step with no choice in it.
+    Any other dynamic axis is a real choice: such an input is left out, and :func:`check_inputs` asks for it.
+    """
+    assumed: Dict[str, ShapeRange] = {}
+    for spec in inputs or []:
+        shape = list(spec["shape"])
+        if shape and is_dynamic(shape[:1]) and not is_dynamic(shape[1:]) and all(d > 0 for d in shape[1:]):
+            dims = [1] + [int(d) for d in shape[1:]]
+            assumed[spec["name"]] = ShapeRange(list(dims), list(dims), list(dims))
+            notes.append("assumed %s=%s (the dynamic batch axis set to 1, as dla-check and bundle create do; "
+                         "pass --shape or a profile to choose)" % (spec["name"], "x".join(map(str, dims))))
+    return [assumed] if assumed else []
