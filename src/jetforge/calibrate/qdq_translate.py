@@ -36,6 +36,7 @@ from jetforge.calibrate.cache import DEFAULT_TOKEN, INT8_BOUND, CalibrationCache
 from jetforge.errors import CalibrationError, JetforgeError, ModelError
 from jetforge.fileio import PathLike, atomic_output, check_not_input, write_json_atomic, write_text_atomic
 from jetforge.optional import require
+from jetforge.runtime.qdq_scales import scale_problem, zero_point_problem
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ SHRINKING = ("GlobalAveragePool", "AveragePool")
 ZERO_FLOOR = ("Relu", "Clip")
 BACKWARD = ("MaxPool",)  # q(max(x)) == max(q(x)) at one scale: a MaxPool output's range holds for its input
 WEIGHT_RTOL = 1e-3
+QDQ_HINT = "re-export the Q/DQ model with INT8 zero points of 0 and calibrated, positive scales (jetforge qat does)"
 
 
 @dataclass
@@ -137,16 +139,11 @@ def _checked_scale(q, consts: Dict[str, np.ndarray], users: Dict[str, List[Any]]
     if len(q.input) < 2 or q.input[1] not in consts:
         raise CalibrationError("QuantizeLinear %r has a scale that is not a constant" % q.name,
                                hint="export the Q/DQ model with constant scales (jetforge qat does)")
-    scale = consts[q.input[1]].astype(np.float32)
     zp = consts.get(q.input[2]) if len(q.input) > 2 and q.input[2] else None
-    if zp is not None and zp.any():
-        raise CalibrationError("QuantizeLinear %r has a non-zero zero point; TensorRT and the cache are symmetric"
-                               % q.name, hint="quantize symmetrically (zero point 0)")
-    if zp is not None and zp.dtype == np.uint8:
-        raise CalibrationError("QuantizeLinear %r is UINT8; TensorRT takes INT8 only" % q.name,
-                               hint="re-export with int8 zero points")
-    if not (np.all(np.isfinite(scale)) and np.all(scale > 0)):
-        raise CalibrationError("QuantizeLinear %r has a scale that is not positive and finite" % q.name)
+    problem = scale_problem(consts[q.input[1]]) or zero_point_problem(zp)  # bundle create --qdq judges alike
+    if problem:
+        raise CalibrationError("QuantizeLinear %r %s" % (q.name, problem), hint=QDQ_HINT)
+    scale = consts[q.input[1]].astype(np.float32)
     dqs = users.get(q.output[0], [])
     if not dqs or any(d.op_type != "DequantizeLinear" for d in dqs):
         raise CalibrationError("QuantizeLinear %r is not followed by DequantizeLinear only; cannot translate"

@@ -26,6 +26,7 @@ from jetforge.calibrate.ortrun import INT8_KERNELS  # noqa: F401  (re-exported)
 from jetforge.errors import ModelError
 from jetforge.fileio import PathLike, atomic_output
 from jetforge.optional import require
+from jetforge.runtime.qdq_scales import scale_problem
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +107,10 @@ def normalize_qdq(model) -> Tuple[int, int, int]:
             raise ModelError("%s %s has a non-constant scale" % (node.op_type, node.name),
                              hint="export the QAT model with frozen ranges (export_qdq_onnx does)")
         scale = numpy_helper.to_array(inits[node.input[1]])
-        if scale.dtype != np.float32 or not np.all(np.isfinite(scale)) or not np.all(scale > 0):
-            raise ModelError("%s %s has a scale that is not positive finite float32" % (node.op_type, node.name),
+        problem = scale_problem(scale) or (None if scale.dtype == np.float32 else "has a %s scale, not float32"
+                                           % scale.dtype)  # the rules bundle create and qat --translate apply
+        if problem:
+            raise ModelError("%s %s %s" % (node.op_type, node.name, problem),
                              hint="recalibrate: an activation range is 0 or not finite")
         if len(node.input) < 3 or not node.input[2]:
             zp_name = node.input[1] + "_zero_point"

@@ -31,7 +31,8 @@ from jetforge.deploy.safety import sanitise_bundle_name
 from jetforge.errors import ModelError
 from jetforge.fileio import PathLike, check_not_input, require_file, sha256_file, staging_dir, write_json_atomic
 from jetforge.optional import is_available
-from jetforge.runtime.onnx_file import check_onnx_file
+from jetforge.runtime.onnx_file import check_onnx_file, read_onnx
+from jetforge.runtime.qdq_scales import qdq_model_problem
 from jetforge.runtime.sidecar import read_sidecar, sidecar_path, static_shape
 from jetforge.runtime.tensorrt.plan import BuildOptions
 from jetforge.targets import get_target
@@ -161,6 +162,22 @@ def _stage_model_files(stage: Staging, model_path: Path, qdq_path: Optional[Path
     return onnx_dst, qdq_dst
 
 
+def _check_qdq_model(qdq_path: Path) -> bool:
+    """Refuse a Q/DQ model whose scales or zero points TensorRT cannot take, by the rules ``qat --translate`` applies
+    (:mod:`jetforge.runtime.qdq_scales`); False when the ``onnx`` package is missing and only its bytes were checked.
+    Checked here, so a broken one is named as the user's file, not the bundle's copy."""
+    if not is_available("onnx"):
+        check_onnx_file(qdq_path, "Q/DQ model")
+        return False
+    model = read_onnx(qdq_path, "Q/DQ model", purpose="checking a Q/DQ model's scales")
+    problem = qdq_model_problem(model)
+    if problem:
+        raise ModelError("Q/DQ model %s: %s" % (qdq_path, problem),
+                         hint="re-export it with INT8 zero points of 0 and calibrated, positive scales "
+                              "(jetforge calibrate and jetforge qat write such models)")
+    return True
+
+
 def _stage_external_data(stage: Staging, model_path: Path, what: str, role: str, warnings: List[str]) -> None:
     """Copy the files ``model_path`` keeps its weights in, under the names the model gives them, beside the bundle's
     ONNX; a name that is already a file of the bundle with other content is refused (the model would read it)."""
@@ -218,8 +235,7 @@ def create_bundle(model: PathLike, out: PathLike, targets: Sequence[str], *, cal
     resolved = _resolve_targets(targets)
     sidecar = read_sidecar(model_path)  # refuses a missing or stale sidecar with the fix
     qdq_path = Path(qdq) if qdq is not None else None
-    if qdq_path is not None:
-        check_onnx_file(qdq_path, "Q/DQ model")  # checked here, so a broken one is named as the user's file
+    qdq_unchecked = qdq_path is not None and not _check_qdq_model(qdq_path)
     inputs: List[PathLike] = [model_path, sidecar_path(model_path)] + list(calib)
     inputs += [p for p in (qdq_path, precisions, app_config) if p is not None]
     tar_path = Path(tar) if tar is not None else None
@@ -228,6 +244,8 @@ def create_bundle(model: PathLike, out: PathLike, targets: Sequence[str], *, cal
 
     warnings: List[str] = []
     notes: List[str] = []
+    if qdq_unchecked:
+        warnings.append("the onnx package is not installed: the Q/DQ model's scales and zero points are not checked")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Staging(staging_dir(out_dir))  # hidden, named after this process; a killed run's is removed
     try:
