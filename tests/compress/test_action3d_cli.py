@@ -158,3 +158,24 @@ def test_bad_qat_action3d_call_is_one_error_line_before_any_work(tmp_path, capsy
         ok = load_config(Action3DRecipe, "recipes/action_mobilenet3d.yaml",
                          ["out_dir=%s/../run" % out, "int8.qat_steps=2", "threads=1", "tracks_dir=%s" % tmp_path])
         assert trained_run(ok)["files"] == {}
+
+
+def test_qat_after_a_shrunk_distill_takes_the_runs_training_settings(int8_reached, tmp_path, caplog):
+    """Issue 25: the README's chain `distill --config R --set crop=32 ...` then `qat --config R --set
+    int8.qat_steps=16` was refused unless every training --set was repeated.  The INT8 stage now takes the settings
+    that decided the trained models from the run's report.json (logged); the int8 settings stay the caller's."""
+    import logging
+
+    from jetforge.cli.main import main
+    from jetforge.compress.action.action3d import Action3DRecipe
+    from jetforge.config import load_config
+
+    out = tmp_path / "run"
+    shrunk = ["out_dir=%s" % out, "teacher.epochs=1", "student.epochs=1", "max_clips=4", "crop=32"]
+    _placeholder_run(out, load_config(Action3DRecipe, "recipes/action_mobilenet3d.yaml", shrunk))
+    with caplog.at_level(logging.INFO), pytest.raises(RunnerReached):
+        main(QAT + ["--set", "int8.qat_steps=16", "--set", "out_dir=%s" % out])
+    recipe, _ = int8_reached[0]
+    assert (recipe.crop, recipe.max_clips, recipe.teacher.epochs, recipe.student.epochs) == (32, 4, 1, 1)
+    assert recipe.int8.qat_steps == 16 and recipe.out_dir == str(out)
+    assert "crop, max_clips, student, teacher taken from that run" in caplog.text

@@ -146,3 +146,27 @@ def test_a_registered_recipe_kind_runs_from_both_entries_and_is_listed(tmp_path,
         assert "echo" in distill.format_help()  # --data's help lists the kinds from the registry
     finally:
         RECIPES.remove("echo")
+
+
+@pytest.mark.parametrize("command, recipe", [("distill", "recipes/distill_fashion_mnist.yaml"),
+                                             ("qat", "recipes/qat_fashion_mnist.yaml")])
+def test_a_missing_starting_checkpoint_names_the_recipe_that_makes_it(command, recipe, tmp_path, monkeypatch, capsys):
+    """Issue 25: from a clean clone `jetforge distill --config recipes/distill_fashion_mnist.yaml` stopped at the
+    teacher's missing checkpoint with "check the path"; the error now names the recipe that writes it (the block's
+    made_by), before any data is read."""
+    from jetforge.config import load_config
+    from jetforge.compress.distill import DistillConfig
+
+    monkeypatch.chdir(tmp_path)  # a clean clone has no runs/
+    assert main([command, "--config", str(base_dir() / recipe), "--data", str(tmp_path / "no-data")]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["jetforge: error: model checkpoint runs/fashion_cnn/best.pt does not exist (fix: make it first: "
+                     "jetforge distill --config recipes/train_fashion_mnist.yaml)"]
+    teacher = load_config(DistillConfig, base_dir() / "recipes/train_fashion_mnist.yaml")
+    assert teacher.out_dir == "runs/fashion_cnn" and teacher.teacher is None and teacher.model.checkpoint is None
+
+
+def base_dir():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[2]

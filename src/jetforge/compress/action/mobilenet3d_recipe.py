@@ -14,9 +14,10 @@ epoch), or run the same steps on a GPU with ``benchmarks/action3d/action_mobilen
 and export its checkpoints with :func:`export_action_model`.
 """
 
+import json
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -125,6 +126,39 @@ def save_weights(out: Path, teacher: torch.nn.Module, student: torch.nn.Module) 
 # may be named another way): everything else (labels, clip shape, rule, split, training settings) decides what the
 # saved models are.
 INT8_STAGE_FREE_KEYS = ("int8", "threads", "tracks_dir", "out_dir")
+
+
+def with_trained_settings(recipe: Action3DRecipe, overrides: Sequence[str] = ()) -> Action3DRecipe:
+    """``recipe`` with the settings that decided the models in its ``out_dir`` taken from that run's report.json.
+
+    The INT8 stage works on models already trained: their clip shape, labels, split and training settings are
+    facts of that run, not choices.  ``jetforge distill --config R --set crop=32`` followed by ``jetforge qat
+    --config R --set int8.qat_steps=16`` (the README's chain) was refused unless every training ``--set`` was
+    repeated; the recipe file's differing values are now replaced by the run's, and the replacement is logged.
+    A ``--set`` in ``overrides`` that asks for another value of such a setting is still refused, by
+    :func:`trained_run` (a trained model cannot take it).  Without a readable report the recipe is returned as it
+    is, and :func:`trained_run` says what is missing.
+    """
+    import logging
+
+    from jetforge.config import load_config, parse_override
+    from jetforge.jsonfile import read_json
+
+    report_path = Path(recipe.out_dir) / "report.json"
+    if not report_path.is_file():
+        return recipe
+    then = read_json(report_path, "the training run's report").get("recipe")
+    if not isinstance(then, dict):
+        return recipe
+    now = json.loads(json.dumps(recipe_dict(recipe)))
+    changed = sorted(k for k in set(now) | set(then) if k not in INT8_STAGE_FREE_KEYS and now.get(k) != then.get(k))
+    asked = {parse_override(text)[0][0] for text in overrides}
+    if not changed or asked & set(changed):
+        return recipe
+    merged = dict(then, **{k: now[k] for k in INT8_STAGE_FREE_KEYS if k in now})
+    logging.getLogger(__name__).info("the models in %s were trained with other settings than the recipe file's: "
+                                     "%s taken from that run (%s)", recipe.out_dir, ", ".join(changed), report_path)
+    return load_config(Action3DRecipe, None, [], base=merged)
 
 
 def trained_run(recipe: Action3DRecipe) -> Dict[str, Any]:

@@ -25,6 +25,19 @@ def _train(cfg: Any, data: Optional[str], progress: bool) -> Tuple[Any, bool]:
     return runner.run_recipe(cfg, runner.recipe_video(data), progress=progress), True
 
 
+def _int8_load(path: Optional[str], overrides: List[str], data: Optional[str], resolve: bool) -> Any:
+    """The INT8 stage's recipe: the file and ``--set``s, with the settings that decided the trained models taken
+    from the run in ``out_dir`` (:func:`~jetforge.compress.action.mobilenet3d_recipe.with_trained_settings`)."""
+    from jetforge.config import load_config
+
+    cfg = load_config(_config(), path, overrides)
+    if not resolve:
+        return cfg
+    from jetforge.compress.action.mobilenet3d_recipe import with_trained_settings
+
+    return with_trained_settings(cfg, overrides)
+
+
 def _int8(cfg: Any, data: Optional[str], progress: bool) -> Tuple[Any, bool]:
     from jetforge.compress.action import mobilenet3d_recipe as runner
 
@@ -48,5 +61,5 @@ RECIPE = Recipe(
     summary="the 3D MobileNetV2 action model from person tracks; INT8 stage: PTQ from clips + QAT steps",
     data="the video the clips are cut from (default: the vtest.avi asset)",
     train=Stage(config=_config, run=_train, lines=_lines, json=_keys(TRAIN_KEYS)),
-    int8=Stage(config=_config, run=_int8, lines=_lines, json=_keys(INT8_KEYS)),
+    int8=Stage(config=_config, run=_int8, lines=_lines, json=_keys(INT8_KEYS), load=_int8_load),
 )

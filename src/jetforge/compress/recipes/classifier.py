@@ -15,12 +15,21 @@ from jetforge.compress.recipes.base import Recipe, Stage, load_without_kind
 
 
 def _loader(config: Any) -> Any:
-    """The stage's ``load``: the data folder is ``--data``, else the recipe's ``data.root``, else the asset cache."""
+    """The stage's ``load``: the data folder is ``--data``, else the recipe's ``data.root``, else the asset cache.
+
+    Resolving also checks that the checkpoints the recipe starts from exist (a missing one names the command that
+    makes it, the block's ``made_by``), before data or models are read."""
     def load(path: Optional[str], overrides: Sequence[str], data: Optional[str], resolve: bool) -> Any:
         cls = config()
         if data:
-            return load_without_kind(cls, path, overrides, ["data.root=%s" % data])
-        cfg = load_without_kind(cls, path, overrides)
+            cfg = load_without_kind(cls, path, overrides, ["data.root=%s" % data])
+        else:
+            cfg = load_without_kind(cls, path, overrides)
+        if resolve:
+            from jetforge.compress.train.recipe import require_checkpoint
+
+            require_checkpoint(cfg.model, "model")
+            require_checkpoint(cfg.teacher, "teacher")
         if not resolve or cfg.data.root is not None:
             return cfg
         from jetforge.assets import asset_path

@@ -52,6 +52,7 @@ class ModelConfig:
     prune_plan: Optional[str] = None
     prune_ratio: Optional[float] = None
     trust_pickle: bool = False  # unpickle a checkpoint that holds more than weights (runs code stored in it)
+    made_by: Optional[str] = None  # the command that writes ``checkpoint``: named when the file does not exist yet
 
     def __post_init__(self) -> None:
         if self.prune_ratio is not None and not 0 <= self.prune_ratio < 1:
@@ -76,8 +77,25 @@ def calibration_batches(cfg: DataConfig, batch_size: int = 128, seed: int = 0):
     return [ds.__getitems__(list(range(i, min(i + batch_size, len(ds)))))[0] for i in range(0, len(ds), batch_size)]
 
 
+def require_checkpoint(cfg: Optional[ModelConfig], what: str = "model") -> None:
+    """A block's ``checkpoint`` that does not exist is one line naming how to make it (``made_by``), before any work.
+
+    A recipe that starts from a trained model (the distillation teacher, the QAT model) names a file that another
+    recipe's run writes; from a clean clone it is missing, and "check the path" did not say what to run first.
+    """
+    if cfg is None or not cfg.checkpoint or Path(cfg.checkpoint).exists():
+        return
+    from jetforge.errors import InputFileError
+
+    hint = ("make it first: %s" % cfg.made_by if cfg.made_by else
+            "train that model first (a recipe's run writes best.pt into its out_dir), or set %s.checkpoint to the "
+            "weights file" % what)
+    raise InputFileError("%s checkpoint %s does not exist" % (what, cfg.checkpoint), hint=hint)
+
+
 def build_from_config(cfg: ModelConfig, what: str = "model") -> Tuple[nn.Module, Dict[str, Any]]:
     """The model a recipe block describes (eval mode) and notes (pruning) for the run record."""
+    require_checkpoint(cfg, what)
     try:
         model = build_model(cfg.arch, cfg.width, cfg.num_classes)
     except UnknownNameError as err:
@@ -123,5 +141,5 @@ def check_data(cfg: DataConfig) -> None:
 
 
 __all__ = ["CLASSES", "DataConfig", "INPUT_SHAPE", "ModelConfig", "build_from_config", "calibration_batches",
-           "check_data", "load_data", "write_resolved_config"]
+           "check_data", "load_data", "require_checkpoint", "write_resolved_config"]
 
