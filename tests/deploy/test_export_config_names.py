@@ -344,6 +344,12 @@ def test_deepstream_source_uris_with_control_characters_are_refused(uri, tmp_pat
 @pytest.mark.parametrize("label", ["a\tb", "a\x00b", "a\x1b[2Jb", "a\u2028b", "\ud800", "a\x7fb", "a\x85b"])
 @pytest.mark.parametrize("kind", ["deepstream", "triton"])
 def test_labels_with_control_characters_or_lone_surrogates_are_refused(kind, label, tmp_path, capsys):
+    if label == "\ud800":  # the strict JSON reader refuses a lone surrogate in any sidecar, before a bundle is made
+        from jetforge.errors import ModelError
+
+        with pytest.raises(ModelError, match="sidecar .* lone UTF-16 surrogate"):
+            classifier_bundle(tmp_path, labels=[label] + ["c%d" % i for i in range(7)])
+        return
     bundle = classifier_bundle(tmp_path, labels=[label] + ["c%d" % i for i in range(7)])
     rc, _, line = run_cli(capsys, "export-config", kind, bundle, "--out", tmp_path / "o", "--precision", "fp16")
     assert rc == 1 and "label" in line and "sidecar" in line and not (tmp_path / "o").exists()

@@ -192,9 +192,10 @@ def _tampered(tmp_path, edit):
 
 
 def test_manifest_path_with_a_lone_surrogate_is_reported_not_crashed(manifest_target, tmp_path):
-    # os.lstat('\ud800') raised UnicodeEncodeError out of `bundle verify`
+    # os.lstat('\ud800') raised UnicodeEncodeError out of `bundle verify`; the strict JSON reader now refuses a lone
+    # surrogate anywhere in a file before any field is looked at
     report, manifest = manifest_target.parse(_tampered(tmp_path, lambda d: d["files"][0].update(path="\ud800x")))
-    assert not report.ok and any("not UTF-8" in p for p in report.problems())
+    assert not report.ok and any("lone UTF-16 surrogate" in p for p in report.problems())
 
 
 @pytest.mark.parametrize("edit", [lambda d: d["files"][0].update(bytes=float("inf")),       # OverflowError
