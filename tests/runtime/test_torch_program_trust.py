@@ -51,3 +51,34 @@ def test_bench_refuses_a_program_file_in_one_line(scripted):
     assert proc.returncode == 1, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--trust-pickle" in lines[0] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("trust", [[], ["--trust-pickle"]])
+def test_bench_names_a_state_dict_and_a_pickled_module_and_what_to_pass_instead(tmp_path, capsys, trust):
+    """Issue 25: `bench prune/pruned.pt` called a state dict "a TorchScript program", and with --trust-pickle
+    printed torch's "checkpoint corrupted".  The file's kind is read from its bytes (nothing in it runs)."""
+    from jetforge.cli.main import main
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    prune = tmp_path / "prune"
+    prune.mkdir()
+    torch.save(net.state_dict(), str(prune / "pruned.pt"))
+    (prune / "model.prune.json").write_text("{}")  # jetforge prune writes the plan beside its state dict
+    legacy = tmp_path / "legacy.pth"
+    torch.save(net.state_dict(), str(legacy), _use_new_zipfile_serialization=False)
+    module = tmp_path / "module.pt"
+    torch.save(net, str(module))
+    expected = {
+        prune / "pruned.pt": ["pruned.pt is a state dict (weights only, no architecture)",
+                              "jetforge export --model ARCH --prune-plan %s --weights %s --out model.onnx"
+                              % (prune / "model.prune.json", prune / "pruned.pt")],
+        legacy: ["legacy.pth is a state dict", "jetforge export --model ARCH --weights %s" % legacy],
+        module: ["module.pt is a pickled module (torch.save(model); it names torch.nn.modules.",
+                 "not a TorchScript program", "jetforge export --model %s --trust-pickle" % module],
+    }
+    for path, parts in expected.items():
+        assert main(["bench", str(path), "--iterations", "2"] + trust) == 1
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("jetforge: error: "), lines
+        assert all(p in lines[0] for p in parts), lines[0]
+        assert "is a TorchScript program" not in lines[0] and "corrupted" not in lines[0]

@@ -158,9 +158,16 @@ class TorchSession(Session):
         TorchScript archives as code.  Opening one therefore needs ``trust_code=True`` (the CLI's
         ``--trust-pickle``), which a user gives only for files they made themselves.
         """
+        from jetforge.runtime.session.torch_files import (EXPORT_ARCHIVE, PICKLED_MODULE, STATE_DICT, not_a_program,
+                                                         torch_file_kind)
+
+        found, classes = torch_file_kind(Path(path))
+        if found in (STATE_DICT, PICKLED_MODULE):  # not a program, trusted or not: say what it is and what to pass
+            message, fix = not_a_program(Path(path), found, classes)
+            raise ModelError(message, hint=fix)
         torch = require("torch", "the PyTorch backend")
         if not trust_code:
-            kind = "a torch.export archive" if path.suffix.lower() == ".pt2" else "a TorchScript program"
+            kind = EXPORT_ARCHIVE if path.suffix.lower() == ".pt2" or found == EXPORT_ARCHIVE else "a TorchScript program"
             raise ModelError("%s is %s: opening it runs code stored in the file" % (path.name, kind),
                              hint="benchmark the exported .onnx instead, or, for a file you made yourself, "
                                   "pass --trust-pickle (trust_code=True)")
