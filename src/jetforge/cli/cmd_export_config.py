@@ -7,7 +7,7 @@ from typing import Any, Dict, List
 from jetforge.cli.arguments import (add_dla_core_flag, add_json_flag, add_out_flag, add_precision_flag,
                                     add_tensorrt_flag)
 from jetforge.cli.base import Command, print_json
-from jetforge.fileio import opencv_path
+from jetforge.runtime.image_files import read_image
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 MAX_CHECK_IMAGES = 32
@@ -123,8 +123,6 @@ def _check_positive(values: Dict[str, int]) -> None:
 
 def read_images(folder: str) -> List[Any]:
     """Up to :data:`MAX_CHECK_IMAGES` readable images of ``folder`` (sorted), decoded by OpenCV as BGR uint8."""
-    import cv2
-
     from jetforge.errors import InputFileError
     from jetforge.fileio import require_dir
 
@@ -132,7 +130,7 @@ def read_images(folder: str) -> List[Any]:
     paths = sorted(p for p in root.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     images = []
     for path in paths[:MAX_CHECK_IMAGES]:
-        image = cv2.imread(opencv_path(path, "image"), cv2.IMREAD_COLOR)
+        image = read_image(path, "--check-images image")  # one too large to decode is refused from its header
         if image is not None:
             images.append(image)
     if not images:

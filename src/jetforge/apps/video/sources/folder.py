@@ -4,14 +4,15 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from jetforge.apps.video.sources.base import Frame, FrameDecodeError, VideoSource
 from jetforge.errors import InputFileError, StreamError
-from jetforge.fileio import opencv_path, require_dir
+from jetforge.fileio import require_dir
 from jetforge.optional import require
+from jetforge.runtime.image_files import MAX_IMAGE_PIXELS, ImageTooLarge, read_image
 
 log = logging.getLogger(__name__)
 
@@ -42,45 +43,53 @@ class ImageFolderSource(VideoSource):
         self._index = 0
         # Find the first readable image (its size is the folder's); the unreadable ones before it are
         # remembered, not decoded again, and reported in frame order by read() like any other.
-        self._unreadable: Set[int] = set()
+        self._unreadable: Dict[int, str] = {}  # index -> why it cannot be decoded
         self._first: Optional[Tuple[int, np.ndarray]] = None
         for index, path in enumerate(self.files):
-            image = self._decode(path)
+            image, why = self._decode(path)
             if image is not None:
                 self._first = (index, image)
                 break
-            self._unreadable.add(index)
+            self._unreadable[index] = why
         if self._first is None:
-            raise StreamError("none of the %d images in %s can be decoded (%s, ...)"
-                              % (len(self.files), self.path, ", ".join(p.name for p in self.files[:3])),
+            reasons = sorted(set(self._unreadable.values()))
+            raise StreamError("none of the %d images in %s can be decoded (%s, ...)%s"
+                              % (len(self.files), self.path, ", ".join(p.name for p in self.files[:3]),
+                                 ": " + reasons[0] if len(reasons) == 1 and reasons[0] else ""),
                               hint="check the files (e.g. open one in an image viewer); give a folder of "
-                                   "JPEG/PNG/BMP/TIFF/WebP images")
+                                   "JPEG/PNG/BMP/TIFF/WebP images of at most %d megapixels"
+                                   % (MAX_IMAGE_PIXELS // 10 ** 6))
         self.height, self.width = self._first[1].shape[:2]
 
-    def _decode(self, path: Path) -> Optional[np.ndarray]:
+    def _decode(self, path: Path) -> Tuple[Optional[np.ndarray], str]:
+        """(the image, "") or (None, why): an image declaring too many pixels is never decoded."""
         try:
-            return self._cv2.imread(opencv_path(path, "image"), self._cv2.IMREAD_COLOR)
-        except Exception as err:  # cv2.error on some malformed headers instead of None
-            log.debug("cannot decode %s: %s", path, err)
-            return None
+            image = read_image(path, "image")
+        except ImageTooLarge as err:
+            return None, err.message
+        except InputFileError as err:  # a name OpenCV cannot take
+            return None, err.message
+        return image, ""
 
     def read(self) -> Optional[Frame]:
         if self._index >= len(self.files):
             return None
         index, path = self._index, self.files[self._index]
         self._index += 1
+        why = ""
         if self._first is not None and self._first[0] == index:
             image: Optional[np.ndarray] = self._first[1]
             self._first = None
         elif index in self._unreadable:
-            image = None
+            image, why = None, self._unreadable[index]
         else:
-            image = self._decode(path)
+            image, why = self._decode(path)
         if image is None:
             self.skipped.append(path.name)
-            raise FrameDecodeError("image %s (frame %d) cannot be decoded" % (path.name, index),
-                                   hint="the file is damaged or not an image; it is skipped", index=index,
-                                   name=path.name)
+            raise FrameDecodeError(why + "; it is skipped" if why else
+                                   "image %s (frame %d) cannot be decoded" % (path.name, index),
+                                   hint=None if why else "the file is damaged or not an image; it is skipped",
+                                   index=index, name=path.name)
         timestamp = index / self.fps if self.fps else float(index)
         return Frame(index=index, timestamp=timestamp, image=image, captured=time.perf_counter(), name=path.name)
 
