@@ -68,3 +68,50 @@ def test_export_failure_is_one_line_naming_the_operator_not_an_ir_dump(tmp_path,
     assert "cannot translate operator aten::histc (opset 17)" in errors[0] and "(fix:" in errors[0]
     assert "graph(" not in captured.out + captured.err
     assert not out.exists() and not (tmp_path / "histogram.onnx.json").exists()
+
+
+def _export_without_torch(tmp_path, *argv):
+    """`jetforge export ARGV` in a process where importing torch or torchvision fails: what it refuses there, it
+    refuses before the 8-13 s import (issue 25)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"  # torchvision imports torch first: it fails too
+            "from jetforge.cli.main import main\nsys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, "export", "--out", str(tmp_path / "m.onnx")] + list(argv),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("jetforge: error: "), proc.stderr
+    assert not (tmp_path / "m.onnx").exists()
+    return lines[0]
+
+
+def test_a_mistyped_model_name_fails_before_torch_is_imported(tmp_path):
+    line = _export_without_torch(tmp_path, "--model", "mobilenet_v3_smal")
+    assert "unknown model 'mobilenet_v3_smal'; did you mean 'mobilenet_v3_small'" in line
+    assert "a torchvision architecture" in line
+
+
+def test_an_opset_outside_the_supported_range_names_the_range_before_torch_is_imported(tmp_path):
+    for opset in ("9", "21"):
+        line = _export_without_torch(tmp_path, "--model", "mobilenet_v2", "--opset", opset)
+        assert "opset %s is outside the supported range 13 to 20" % opset in line and "(fix: --opset 17" in line
+
+
+def test_the_fast_checks_agree_with_torch_and_torchvision():
+    """The names and the opset range read without importing torch are the ones the real builders take."""
+    import torch
+    import torchvision
+    from torch.onnx import _constants
+
+    from jetforge.compress.export import MAX_OPSET, MIN_OPSET
+    from jetforge.compress.models import RECIPE_ARCHS, torchvision_model_names
+    from jetforge.compress.train.models import ARCHS
+    from jetforge.cli.main import build_parser
+
+    assert torchvision_model_names() == sorted(torchvision.models.list_models())
+    assert tuple(ARCHS) == RECIPE_ARCHS
+    assert MAX_OPSET == _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET and MIN_OPSET == 13, torch.__version__
+    opset = [a for a in build_parser("export")._subparsers._group_actions[0].choices["export"]._actions
+             if "--opset" in a.option_strings][0]
+    assert opset.help == "ONNX opset, %d to %d (default 17)" % (MIN_OPSET, MAX_OPSET)

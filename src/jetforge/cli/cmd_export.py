@@ -64,7 +64,7 @@ class ExportCommand(Command):
         parser.add_argument("--labels", help="'imagenet' or a text file with one class name per line")
         parser.add_argument("--task", default=None, choices=SIDECAR_TASKS,
                             help="what the model does (default: classify for pretrained models, else other)")
-        parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17; at least 13)")
+        parser.add_argument("--opset", type=int, default=17, help="ONNX opset, 13 to 20 (default 17)")
         parser.add_argument("--static-batch", action="store_true", help="keep the batch axis fixed (DLA needs static shapes)")
         parser.add_argument("--check-trt", action="store_true",
                             help="also parse and build the ONNX with TensorRT, or TensorRT-RTX where that is all there is")
@@ -74,13 +74,17 @@ class ExportCommand(Command):
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from jetforge.compress.export import compare_with_torch, export_onnx
-        from jetforge.compress.models import PRETRAINED
+        from jetforge.compress.export import check_opset, compare_with_torch, export_onnx
+        from jetforge.compress.models import PRETRAINED, check_architecture_name
+        from jetforge.workflow.model_refs import names_a_file
 
         out = Path(args.out)
         if out.suffix != ".onnx":
             raise ConfigError("--out must name an .onnx file, got %s" % out, hint="e.g. --out work/model.onnx")
         check_not_input(out, model_input_paths(args))
+        check_opset(args.opset)  # both before torch is imported: a typo fails in a second, not after 8-13 s
+        if not names_a_file(args.model):
+            check_architecture_name(args.model)
         if args.model in PRETRAINED and PRETRAINED[args.model].task == "detect":  # body only; NMS in the sidecar
             return run_detector_export(args, out)
         model, meta = load_model_from_args(args)

@@ -30,6 +30,23 @@ log = logging.getLogger(__name__)
 DEFAULT_OPSET = 17
 
 
+# The opsets an export may use.  13: the oldest whose ops TensorRT 8.5 (JetPack 5) and jetforge's Q/DQ handling
+# take (per-axis QuantizeLinear); 20: the newest torch's TorchScript-based exporter writes (torch.onnx's
+# ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET; tests/compress/test_export.py checks it against the installed torch).
+MIN_OPSET = 13
+MAX_OPSET = 20
+
+
+def check_opset(opset: int) -> None:
+    """An opset outside :data:`MIN_OPSET`..:data:`MAX_OPSET` is one line naming the range, before torch is
+    imported (``jetforge export --opset 9`` said only "too old", after the import)."""
+    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise CompressError("opset %r is outside the supported range %d to %d (%d: the oldest TensorRT 8.5+ and "
+                            "ONNX Runtime take; %d: the newest torch's ONNX exporter writes)"
+                            % (opset, MIN_OPSET, MAX_OPSET, MIN_OPSET, MAX_OPSET),
+                            hint="--opset 17 (the default; TensorRT 8.5 in JetPack 5 parses up to 17)")
+
+
 def export_onnx(model: Any, path: PathLike, input_shape: Sequence[int], *, task: str = "classify",
                 model_name: str = "", labels: Sequence[str] = (), preprocess: Optional[Preprocess] = None,
                 input_name: str = "input", output_name: Union[str, Sequence[str]] = "logits",
@@ -51,8 +68,7 @@ def export_onnx(model: Any, path: PathLike, input_shape: Sequence[int], *, task:
     shape = tuple(int(d) for d in input_shape)
     if len(shape) < 2 or any(d < 1 for d in shape):
         raise CompressError("input_shape must include the batch axis and be positive, got %s" % (shape,))
-    if opset < 13:
-        raise CompressError("opset %d is too old; TensorRT 8.5+ and ONNX Runtime need 13 or newer" % opset)
+    check_opset(opset)
     path = Path(path)
     was_training = bool(getattr(model, "training", False))
     model.eval()

@@ -199,6 +199,12 @@ TRUST_FLAG = "--trust-pickle"
 MODEL_FILE_SUFFIXES = (".pt", ".pth", ".pt2", ".ckpt")
 
 
+def names_a_file(spec: str) -> bool:
+    """Whether ``--model SPEC`` names a model file (by its suffix, or an existing file) rather than an architecture."""
+    path = Path(spec)
+    return path.suffix.lower() in MODEL_FILE_SUFFIXES or path.is_file()
+
+
 def load_torch_model(spec: str, weights: Optional[str] = None, prune_plan: Optional[str] = None,
                      trust_pickle: bool = False) -> Tuple[Any, dict]:
     """The torch model ``spec`` names (eval mode) and what is known about it (task, labels, preprocess).
@@ -211,7 +217,7 @@ def load_torch_model(spec: str, weights: Optional[str] = None, prune_plan: Optio
     :mod:`jetforge.compress.checkpoint`.  Shared by ``prune`` and ``export``.
     """
     path = Path(spec)
-    if path.suffix.lower() in MODEL_FILE_SUFFIXES or path.is_file():
+    if names_a_file(spec):
         if weights or prune_plan:
             raise ConfigError("--weights and --prune-plan go with an architecture name, and --model names a file "
                               "(%s)" % spec, hint="--model ARCH --weights %s" % (weights or spec))
@@ -268,4 +274,4 @@ def _fit_labels(meta: Dict[str, Any], model: Any) -> Dict[str, Any]:
 
 
 __all__ = ["PERSON_DETECTOR", "TRUST_FLAG", "ensure_default_model", "ensure_mtcnn_models", "ensure_person_detector",
-           "load_torch_model", "mtcnn_dir", "mtcnn_is_current", "prepare_app_models"]
+           "load_torch_model", "mtcnn_dir", "names_a_file", "mtcnn_is_current", "prepare_app_models"]

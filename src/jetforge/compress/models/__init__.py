@@ -117,6 +117,64 @@ def load_pretrained(name: str, weights: PathLike, verify_hash: bool = True) -> A
     return model.eval()
 
 
+#: The recipes' own architectures (:data:`jetforge.compress.train.models.ARCHS`), named here without torch.
+RECIPE_ARCHS = ("fashion_cnn", "fashion_mobilenet_v2")
+
+
+def _unknown_model(name: str, known: List[str]) -> UnknownNameError:
+    return UnknownNameError("model", name, known,
+                            hint="name %s, a torchvision architecture (torchvision.models.list_models()), or a "
+                                 "model file" % " or ".join(PRETRAINED))
+
+
+def torchvision_model_names() -> Optional[List[str]]:
+    """torchvision's registered model names, read from its source without importing it (None: cannot tell).
+
+    ``torchvision.models.list_models()`` needs ``import torchvision``, which imports torch: 5-13 s on a 2-core
+    machine before a mistyped ``--model`` could be refused.  Every builder in ``torchvision/models`` is a function
+    decorated with ``@register_model()`` (``name=`` where it differs); the decorators are read with :mod:`ast`
+    (nothing in torchvision runs).  Where the scan finds none (torchvision absent, or registering another way)
+    the caller falls back to the import.
+    """
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    try:
+        spec = importlib.util.find_spec("torchvision")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    names: List[str] = []
+    for source in sorted((Path(list(spec.submodule_search_locations)[0]) / "models").rglob("*.py")):
+        try:
+            text = source.read_text(encoding="utf-8")
+            tree = ast.parse(text) if "register_model" in text else None
+        except (OSError, SyntaxError, ValueError):
+            return None
+        for node in ast.walk(tree) if tree is not None else ():
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for deco in node.decorator_list:
+                func = getattr(deco, "func", None)
+                if getattr(func, "id", getattr(func, "attr", None)) == "register_model":
+                    given = [k.value.value for k in deco.keywords
+                             if k.arg == "name" and isinstance(k.value, ast.Constant)]
+                    names.append(str(given[0]) if given else node.name)
+    return sorted(set(names)) or None
+
+
+def check_architecture_name(name: str) -> None:
+    """Refuse a ``--model`` name no builder knows before torch is imported (:func:`build_architecture` decides
+    for real; this only fails fast, with the same message)."""
+    if name in PRETRAINED or name in RECIPE_ARCHS:
+        return
+    known = torchvision_model_names()
+    if known is not None and name not in known:
+        raise _unknown_model(name, list(PRETRAINED) + list(RECIPE_ARCHS) + known)
+
+
 def architecture_names() -> List[str]:
     """Every name :func:`build_architecture` accepts: jetforge's models, then torchvision's (if installed)."""
     from jetforge.compress.train.models import ARCHS
@@ -148,9 +206,7 @@ def build_architecture(name: str, num_classes: Optional[int] = None) -> Any:
     try:
         builder = torchvision.models.get_model_builder(name)
     except ValueError:
-        raise UnknownNameError("model", name, architecture_names(),
-                               hint="name %s, a torchvision architecture (torchvision.models.list_models()), or a "
-                                    "model file" % " or ".join(PRETRAINED)) from None
+        raise _unknown_model(name, architecture_names()) from None
     if "weights_backbone" in inspect.signature(builder).parameters:
         kwargs["weights_backbone"] = None
     return builder(weights=None, **kwargs)
@@ -206,5 +262,6 @@ def apply_prune_plan(model: Any, prune_plan: PathLike) -> Any:
     return apply_plan(model, PrunePlan.load(prune_plan))
 
 
-__all__ = ["PRETRAINED", "PretrainedSpec", "apply_prune_plan", "architecture_names", "build", "build_architecture",
-           "classes_in", "get_pretrained_spec", "load_pretrained", "model_from_weights"]
+__all__ = ["PRETRAINED", "PretrainedSpec", "RECIPE_ARCHS", "apply_prune_plan", "architecture_names", "build",
+           "build_architecture", "check_architecture_name", "classes_in", "get_pretrained_spec", "load_pretrained",
+           "model_from_weights", "torchvision_model_names"]
