@@ -9,6 +9,7 @@ from typing import Dict, List
 
 from jetforge.errors import InputFileError, UnknownNameError
 from jetforge.fileio import PathLike
+from jetforge.jsonfile import read_text
 
 DATA_DIR = Path(__file__).with_name("data")
 
@@ -22,11 +23,7 @@ _CACHE: Dict[str, List[str]] = {}
 
 def read_label_file(path: PathLike) -> List[str]:
     """Labels from a text file: one per line, ``#`` comment lines and blank lines skipped."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputFileError("cannot read label file %s: %s" % (p, err.strerror or err)) from err
+    text = read_text(path, "label file", hint="give a text file with one class name per line")  # binary: one line
     labels = [line.strip() for line in text.splitlines()]
     return [x for x in labels if x and not x.startswith("#")]
 

@@ -28,6 +28,7 @@ Per-layer sensitivity lives in :mod:`jetforge.calibrate.sensitivity`, the Q/DQ g
 """
 
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -41,6 +42,7 @@ from jetforge.calibrate.metrics import (CONFIDENCE, METRICS, ClassificationMetri
 from jetforge.calibrate.qdq_surgery import (QuantizedLayer, dequantize_layers, load, only_layers,
                                             quantized_layers)
 from jetforge.errors import CalibrationError, InputFileError, UnknownNameError
+from jetforge.jsonfile import read_text
 
 log = logging.getLogger(__name__)
 
@@ -209,11 +211,7 @@ def read_labels(path: Union[str, Path], names: Sequence[str], class_names: Seque
     Samples without a line get -1 (not counted in accuracy).
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputFileError("cannot read label file %s: %s" % (p, err.strerror or err),
-                             hint="give a text file with one `image label` per line") from err
+    text = read_text(p, "label file", hint="give a text file with one `image label` per line")  # binary: one line
     index = {str(c): i for i, c in enumerate(class_names)}
     table: Dict[str, int] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -231,7 +229,7 @@ def read_labels(path: Union[str, Path], names: Sequence[str], class_names: Seque
             # The line itself is never quoted: a file named by mistake (or by someone else) may hold a secret.
             raise InputFileError("%s line %d is not `sample label`" % (p, number),
                                  hint="one `image_path<TAB>class` per line; class = index or name")
-        if value.lstrip("-").isdigit():
+        if re.fullmatch(r"-?[0-9]{1,9}", value):  # ASCII digits only: "\u00b2".isdigit() is True, int() refuses it
             label = int(value)
         elif value in index:
             label = index[value]

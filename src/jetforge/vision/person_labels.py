@@ -20,7 +20,6 @@ the repository's ``datasets/people/`` (``README.md``, ``label_people.py``).
 """
 
 import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from jetforge.errors import InputFileError
+from jetforge.jsonfile import ValueRefused, expect, expect_number, expect_text, read_json
 from jetforge.optional import require
 
 log = logging.getLogger(__name__)
@@ -109,27 +109,30 @@ def frame_sha256(image: np.ndarray) -> str:
 
 
 def read_person_labels(path: Optional[PathLike] = None) -> PersonLabels:
-    """Read and check the label file (no video is decoded)."""
+    """Read and check the label file (no video is decoded).
+
+    Read with the strict JSON reader (duplicate keys, NaN, infinities, deep nesting and lone surrogates refused)
+    and checked with its shared value checks: no value is coerced (``"5"`` is no frame number, ``5.7`` is not
+    frame 5), frame numbers and ``guard_frames`` are integers from 0 to :data:`MAX_FRAME`, a box is 4 numbers.
+    No message quotes the file's text (a file named by mistake may hold a secret).
+    """
     p = Path(path) if path is not None else DEFAULT_LABELS
     hint = "jetforge's own set is %s (the default); pass the path of a file in its format" % DEFAULT_LABELS
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputFileError("cannot read person labels %s: %s" % (p, err.strerror or err), hint=hint) from None
-    except ValueError as err:
-        where = ("%s at line %d column %d" % (err.msg, err.lineno, err.colno) if isinstance(err, json.JSONDecodeError)
-                 else "not UTF-8 text")  # the parser's own words and a position, never the file's text
-        raise InputFileError("person labels %s are not valid JSON: %s" % (p, where), hint=hint) from None
+    data = read_json(p, "person labels", InputFileError, hint=hint)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InputFileError("%s is not a %s file" % (p, FORMAT), hint=hint)
     try:
-        guard = int(data["guard_frames"])
-        clips = dict(data["clips"])
-        segments = [Segment(str(c), str(s["split"]), int(s["start"]), int(s["stop"]))
-                     for c, spec in clips.items() for s in spec["segments"]]
-        frames = [_frame(f) for f in data["frames"]]
+        guard = _index(data["guard_frames"], "guard_frames")
+        clips = expect(data["clips"], dict, "clips")
+        segments = [Segment(expect_text(c, "a clip name", 200), expect_text(s["split"], "a segment's split", 20),
+                            _index(s["start"], "a segment's start"), _index(s["stop"], "a segment's stop"))
+                    for c, spec in clips.items()
+                    for s in expect(expect(spec, dict, "a clip")["segments"], list, "a clip's segments")]
+        frames = [_frame(expect(f, dict, "a frame")) for f in expect(data["frames"], list, "frames")]
     except KeyError as err:  # the key is one this code asked for, never text from the file
         raise InputFileError("person labels %s: missing field %s" % (p, err), hint=hint) from None
+    except ValueRefused as err:  # names the field and the type or range found, never a string from the file
+        raise InputFileError("person labels %s: %s" % (p, err), hint=hint) from None
     except (TypeError, ValueError, OverflowError) as err:  # messages would quote the file's values: not shown
         raise InputFileError("person labels %s: a field has a value of the wrong type or range (%s)"
                              % (p, type(err).__name__), hint=hint) from None
@@ -138,12 +141,29 @@ def read_person_labels(path: Optional[PathLike] = None) -> PersonLabels:
     return labels
 
 
+MAX_FRAME = 10 ** 9  # frame numbers and guard lengths: a billion frames is 1.1 years of 30 FPS video
+
+
+def _index(value: Any, what: str) -> int:
+    return int(expect_number(value, what, 0, MAX_FRAME, integer=True))
+
+
 def _frame(entry: Dict[str, Any]) -> LabelledFrame:
-    boxes = [b["box"] for b in entry["boxes"]]
-    return LabelledFrame(clip=str(entry["clip"]), asset=str(entry["asset"]), file=str(entry["file"]),
-                         index=int(entry["frame"]), split=str(entry["split"]), sha256=str(entry["sha256"]),
+    boxes = []
+    for b in expect(entry["boxes"], list, "a frame's boxes"):
+        box = expect(expect(b, dict, "a box")["box"], list, "a box")
+        if len(box) != 4:
+            raise ValueRefused("a box has %d numbers; it needs 4 (x1, y1, x2, y2)" % len(box))
+        boxes.append([expect_number(v, "a box coordinate", -1e6, 1e6) for v in box])
+    return LabelledFrame(clip=expect_text(entry["clip"], "a frame's clip", 200),
+                         asset=expect_text(entry["asset"], "a frame's asset", 200),
+                         file=expect_text(entry["file"], "a frame's file", 1000),
+                         index=_index(entry["frame"], "a frame number"),
+                         split=expect_text(entry["split"], "a frame's split", 20),
+                         sha256=expect_text(entry["sha256"], "a frame's sha256", 64),
                          boxes=np.asarray(boxes, dtype=np.float32).reshape(-1, 4),
-                         difficult=np.asarray([bool(b["difficult"]) for b in entry["boxes"]], dtype=bool))
+                         difficult=np.asarray([expect(b["difficult"], bool, "a box's difficult flag")
+                                               for b in entry["boxes"]], dtype=bool))
 
 
 def _check_split_layout(labels: PersonLabels) -> None:

@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.errors import ModelError
+from jetforge.jsonfile import ValueRefused, expect, expect_number, expect_text, expect_texts
 from jetforge.runtime.inputs import ResizePlan
 from jetforge.runtime.model_facts import model_facts
 from jetforge.vision.boxes import nms
@@ -57,13 +58,13 @@ class AnchorLayer:
     aspect_ratios: Tuple[float, ...]
 
     def __post_init__(self) -> None:
-        if self.rows < 1 or self.cols < 1:
-            raise ModelError("anchor grid %dx%d must be at least 1x1" % (self.rows, self.cols))
+        if not (1 <= self.rows <= MAX_GRID and 1 <= self.cols <= MAX_GRID):  # 20000x20000 exhausted memory
+            raise ModelError("anchor grid %dx%d must be from 1x1 to %dx%d" % (self.rows, self.cols, MAX_GRID, MAX_GRID))
         if not self.scales or len(self.scales) != len(self.aspect_ratios):
             raise ModelError("an anchor layer needs one aspect ratio per scale, got %d scales and %d ratios"
                              % (len(self.scales), len(self.aspect_ratios)))
-        if any(not (s > 0) for s in self.scales) or any(not (a > 0) for a in self.aspect_ratios):
-            raise ModelError("anchor scales and aspect ratios must be positive")
+        if any(not (0 < s <= 1e6) for s in self.scales) or any(not (0 < a <= 1e6) for a in self.aspect_ratios):
+            raise ModelError("anchor scales and aspect ratios must be positive finite numbers")
 
     @property
     def count(self) -> int:
@@ -129,6 +130,8 @@ class SSDSpec:
             raise ModelError("max_per_class and max_total must be at least 1")
         if not self.labels:
             raise ModelError("an SSD detector needs at least one label")
+        if self.num_anchors > MAX_ANCHORS:  # checked before anchors() allocates them
+            raise ModelError("the SSD block lays out %d anchors; at most %d are read" % (self.num_anchors, MAX_ANCHORS))
 
     @property
     def num_anchors(self) -> int:
@@ -162,23 +165,52 @@ class SSDSpec:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "SSDSpec":
-        """Read ``extra["ssd"]`` of a sidecar; a malformed block or anchors that do not regenerate is an error."""
+        """Read ``extra["ssd"]`` of a sidecar; a malformed block or anchors that do not regenerate is an error.
+
+        Read with jetforge's shared value checks (:mod:`jetforge.jsonfile`): nothing is coerced (a grid of
+        ``"19"`` or ``19.5`` is refused), numbers are in range, labels are strings."""
         try:
             spec = cls(
-                layers=tuple(AnchorLayer(int(l["grid"][0]), int(l["grid"][1]), tuple(float(s) for s in l["scales"]),
-                                         tuple(float(a) for a in l["aspect_ratios"])) for l in data["layers"]),
-                image_size=(int(data["image_size"][0]), int(data["image_size"][1])),
-                base_anchor_size=(float(data["base_anchor_size"][0]), float(data["base_anchor_size"][1])),
-                scale_factors=tuple(float(s) for s in data["scale_factors"]),  # type: ignore[arg-type]
-                score_converter=str(data["score_converter"]), logit_scale=float(data["logit_scale"]),
-                iou_threshold=float(data["iou_threshold"]), score_threshold=float(data["score_threshold"]),
-                max_per_class=int(data["max_per_class"]), max_total=int(data["max_total"]),
-                labels=tuple(str(x) for x in data["labels"]), source=dict(data.get("source", {})))
+                layers=tuple(_layer(expect(l, dict, "layers[%d]" % i), i)
+                             for i, l in enumerate(expect(data["layers"], list, "layers"))),
+                image_size=_pair(data["image_size"], "image_size", 1, 8192, integer=True),
+                base_anchor_size=_pair(data["base_anchor_size"], "base_anchor_size", 0.0, 1e6),
+                scale_factors=tuple(expect_number(v, "scale_factors", 0.0, 1e6)
+                                    for v in expect(data["scale_factors"], list, "scale_factors")),  # type: ignore
+                score_converter=expect_text(data["score_converter"], "score_converter", 20),
+                logit_scale=expect_number(data["logit_scale"], "logit_scale", 0.0, 1e6, low_open=True),
+                iou_threshold=expect_number(data["iou_threshold"], "iou_threshold", 0.0, 1.0),
+                score_threshold=expect_number(data["score_threshold"], "score_threshold", 0.0, 1.0),
+                max_per_class=expect_number(data["max_per_class"], "max_per_class", 1, MAX_ANCHORS, integer=True),
+                max_total=expect_number(data["max_total"], "max_total", 1, MAX_ANCHORS, integer=True),
+                labels=tuple(expect_texts(data["labels"], "labels", 1000)),
+                source=expect(data.get("source", {}), dict, "source"))
             _check_anchors(spec, data)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
-            raise ModelError("the sidecar's SSD block is malformed: %r" % err,
+            detail = str(err) if isinstance(err, ValueRefused) else repr(err)
+            raise ModelError("the sidecar's SSD block is malformed: %s" % detail,
                              hint="re-export the detector with `jetforge export`") from None
         return spec
+
+
+MAX_GRID = 1024  # cells along one side of an anchor grid (SSD300's largest is 19x19)
+MAX_ANCHORS = 2_000_000  # anchors over all layers (SSD300 has 1,917; 2 million float32 boxes are 32 MB)
+
+
+def _pair(value: Any, what: str, low: float, high: float, integer: bool = False) -> Tuple[Any, Any]:
+    values = expect(value, list, what)
+    if len(values) != 2:
+        raise ValueRefused("%s must be 2 numbers, not %d" % (what, len(values)))
+    return (expect_number(values[0], what, low, high, integer=integer),
+            expect_number(values[1], what, low, high, integer=integer))
+
+
+def _layer(layer: Dict[str, Any], i: int) -> AnchorLayer:
+    rows, cols = _pair(layer["grid"], "layers[%d].grid" % i, 1, MAX_GRID, integer=True)
+    scales = expect(layer["scales"], list, "layers[%d].scales" % i)
+    ratios = expect(layer["aspect_ratios"], list, "layers[%d].aspect_ratios" % i)
+    return AnchorLayer(rows, cols, tuple(expect_number(v, "an anchor scale", 0.0, 1e6, low_open=True) for v in scales),
+                       tuple(expect_number(v, "an aspect ratio", 0.0, 1e6, low_open=True) for v in ratios))
 
 
 def spec_from_sidecar(sidecar: Any) -> SSDSpec:
@@ -207,7 +239,7 @@ def _anchor_check(anchors: np.ndarray) -> Dict[str, Any]:
 def _check_anchors(spec: SSDSpec, data: Dict[str, Any]) -> None:
     check = data.get("anchors_check")
     anchors = spec.anchors()
-    if int(data.get("num_anchors", len(anchors))) != len(anchors):
+    if expect_number(data.get("num_anchors", len(anchors)), "num_anchors", 0, MAX_ANCHORS, integer=True) != len(anchors):
         raise ModelError("the sidecar says %s anchors but its generator parameters give %d"
                          % (data.get("num_anchors"), len(anchors)), hint="re-export the detector")
     if check:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -24,7 +24,7 @@ from torch import nn
 import jetforge
 from jetforge.errors import CompressError, InputFileError
 from jetforge.fileio import PathLike, require_file, write_json_atomic
-from jetforge.jsonfile import read_json
+from jetforge.jsonfile import ValueRefused, expect, expect_number, expect_text, read_json
 
 FORMAT = "jetforge.prune-plan/1"
 
@@ -59,17 +59,27 @@ class PrunePlan:
         return write_json_atomic(path, self.to_dict())
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "PrunePlan":
-        if data.get("format") != FORMAT:
-            raise CompressError("not a jetforge pruning plan (format %r, expected %r)" % (data.get("format"), FORMAT),
+    def from_dict(cls, data: Any) -> "PrunePlan":
+        """A plan read from a file: its types and ranges checked with jetforge's shared value checks (issue 25: a
+        top-level list, a string ``meta`` and an index of ``1e999`` were internal errors), nothing coerced."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise CompressError("not a jetforge pruning plan (its format field is not %r)" % FORMAT,
                                 hint="pass the .prune.json written by jetforge prune")
         try:
-            entries = [PlanEntry(str(e["module"]), str(e["tensor"]), int(e["dim"]), int(e["size"]),
-                                 [int(i) for i in e["removed"]]) for e in data["entries"]]
-        except (KeyError, TypeError, ValueError) as err:
-            raise CompressError("malformed pruning plan: %s" % err, hint="re-run the pruning") from err
-        return cls(str(data.get("architecture", "")), entries, dict(data.get("meta", {})),
-                   dict(data.get("layers", {})))
+            entries = [_entry(expect(e, dict, "entries[%d]" % i), i)
+                       for i, e in enumerate(expect(data["entries"], list, "entries"))]
+            architecture = expect_text(data.get("architecture", ""), "architecture", 1000)
+            meta = expect(data.get("meta", {}), dict, "meta")
+            layers = expect(data.get("layers", {}), dict, "layers")
+            for name, layer in layers.items():
+                for key, sizes in expect(layer, dict, "layers.%s" % name[:60]).items():
+                    for k, size in enumerate(expect(sizes, list, "layers.%s.%s" % (name[:60], key[:20]))):
+                        expect_number(size, "layers.%s.%s[%d]" % (name[:60], key[:20], k), 0, MAX_SIZE, integer=True)
+        except KeyError as err:
+            raise CompressError("malformed pruning plan: missing field %s" % err, hint="re-run the pruning") from None
+        except ValueRefused as err:
+            raise CompressError("malformed pruning plan: %s" % err, hint="re-run the pruning") from None
+        return cls(architecture, entries, dict(meta), dict(layers))
 
     @classmethod
     def load(cls, path: PathLike) -> "PrunePlan":
@@ -82,17 +92,32 @@ class PrunePlan:
         return not self.entries
 
 
+MAX_SIZE = 2 ** 31 - 1  # an axis of a tensor torch can index
+MAX_RANK = 8  # an axis number of a parameter (conv3d weights are rank 5)
+
+
+def _entry(e: Dict[str, Any], i: int) -> PlanEntry:
+    where = "entries[%d]" % i
+    size = int(expect_number(e["size"], where + ".size", 1, MAX_SIZE, integer=True))
+    return PlanEntry(expect_text(e["module"], where + ".module", 1000), expect_text(e["tensor"], where + ".tensor", 200),
+                     int(expect_number(e["dim"], where + ".dim", 0, MAX_RANK, integer=True)), size,
+                     [int(expect_number(r, where + ".removed", 0, size - 1, integer=True))
+                      for r in expect(e["removed"], list, where + ".removed")])
+
+
 def _module_attrs(m: nn.Module) -> Dict[str, Any]:
     return {k: getattr(m, k) for k in ("in_channels", "out_channels", "groups", "num_groups", "num_channels")
             if hasattr(m, k)}
 
 
-def apply_plan(model: nn.Module, plan: PrunePlan) -> nn.Module:
+def apply_plan(model: nn.Module, plan: PrunePlan, undo_to: Optional[List[Callable[[], None]]] = None) -> nn.Module:
     """Slice ``model``'s tensors as ``plan`` says (in place) and fix module attributes; returns ``model``.
 
     Every entry is checked against the model first (module exists, tensor exists,
     axis has the recorded size), so a plan for another architecture or an already
-    pruned model is refused before anything changes.
+    pruned model is refused before anything changes; a failure half-way puts everything back.
+    ``undo_to``: a list that receives a function undoing this application (``prune()`` calls it when the
+    pruned model fails its checks, so the caller's model is left exactly as it was).
     """
     resolved: List[Tuple[PlanEntry, nn.Module, torch.Tensor]] = []
     for e in plan.entries:
@@ -113,18 +138,49 @@ def apply_plan(model: nn.Module, plan: PrunePlan) -> nn.Module:
             raise CompressError("the pruning plan removes invalid indices from %s.%s" % (e.module, e.tensor))
         resolved.append((e, m, t))
     before = {id(m): (m, _module_attrs(m)) for _, m, _ in resolved}
-    for e, m, _ in resolved:
-        t = getattr(m, e.tensor)
-        gone = set(e.removed)
-        keep = torch.tensor([i for i in range(e.size) if i not in gone], dtype=torch.long, device=t.device)
-        new = t.detach().index_select(e.dim, keep).clone()
-        if e.tensor in m._parameters:
-            m._parameters[e.tensor] = nn.Parameter(new, requires_grad=t.requires_grad)
-        else:
-            m._buffers[e.tensor] = new
-    for m, attrs in before.values():
-        _update_attributes(m, attrs)
+    undo = _Undo([m for m, _ in before.values()], [(m, e.tensor) for e, m, _ in resolved])
+    try:
+        for e, m, _ in resolved:
+            t = getattr(m, e.tensor)
+            gone = set(e.removed)
+            keep = torch.tensor([i for i in range(e.size) if i not in gone], dtype=torch.long, device=t.device)
+            new = t.detach().index_select(e.dim, keep).clone()
+            if e.tensor in m._parameters:
+                m._parameters[e.tensor] = nn.Parameter(new, requires_grad=t.requires_grad)
+            else:
+                m._buffers[e.tensor] = new
+        for m, attrs in before.values():
+            _update_attributes(m, attrs)
+    except BaseException:
+        undo()  # a plan half applied leaves a model that runs nowhere: give it back whole
+        raise
+    if undo_to is not None:
+        undo_to.append(undo)
     return model
+
+
+# every attribute _update_attributes may change
+_ATTRS = ("in_channels", "out_channels", "groups", "in_features", "out_features", "num_features", "num_groups",
+          "num_channels", "normalized_shape", "num_parameters")
+
+
+class _Undo:
+    """Puts back the very tensor objects and attributes a plan replaced (a Parameter the caller or an optimizer
+    holds is the one restored), so a model whose pruning failed is exactly the model it was."""
+
+    def __init__(self, modules: List[nn.Module], tensors: List[Tuple[nn.Module, str]]) -> None:
+        self.attrs = [(m, {k: m.__dict__[k] for k in _ATTRS if k in m.__dict__}) for m in modules]
+        self.tensors = [(m, name, m._parameters.get(name), m._buffers.get(name), name in m._parameters)
+                        for m, name in tensors]
+
+    def __call__(self) -> None:
+        for m, name, param, buffer, is_param in self.tensors:
+            if is_param:
+                m._parameters[name] = param
+            else:
+                m._buffers[name] = buffer
+        for m, attrs in self.attrs:
+            m.__dict__.update(attrs)
 
 
 def _update_attributes(m: nn.Module, old: Dict[str, Any]) -> None:

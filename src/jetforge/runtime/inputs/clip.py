@@ -21,7 +21,9 @@ from typing import Any, Dict, Sequence, Tuple
 import numpy as np
 
 from jetforge.errors import ModelError
+from jetforge.jsonfile import expect_number
 from jetforge.runtime.inputs.base import INPUT_KINDS, InputContract
+from jetforge.runtime.inputs.image import MAX_INPUT_SIDE, check_pixel_arithmetic
 
 CLIP_FIELDS = ("window", "crop_height", "crop_width", "margin", "gray_mean", "gray_std", "fps_trained",
                "stride_trained", "color", "channel_mean", "channel_std")
@@ -30,6 +32,7 @@ COLORS = ("gray", "rgb")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 _RGB_ONLY = ("channel_mean", "channel_std")
+MAX_WINDOW = 1024  # frames in one clip (the shipped model takes 8; 1024 crops of 8192^2 would already be 200 GB)
 
 
 @INPUT_KINDS.register("clip", summary="a window of T frames of one track -> (T, H, W) grey or (3, T, H, W) RGB "
@@ -57,10 +60,11 @@ class ClipContract(InputContract):
     kind = "clip"
 
     def __post_init__(self) -> None:
-        if self.window < 1 or self.crop_height < 1 or self.crop_width < 1:
-            raise ValueError("window, crop_height and crop_width must be positive")
-        if self.margin <= 0 or self.gray_std == 0:
-            raise ValueError("margin must be positive and gray_std non-zero")
+        expect_number(self.window, "window", 1, MAX_WINDOW, integer=True)
+        expect_number(self.crop_height, "crop_height", 1, MAX_INPUT_SIDE, integer=True)
+        expect_number(self.crop_width, "crop_width", 1, MAX_INPUT_SIDE, integer=True)
+        expect_number(self.margin, "margin", 0.0, 100.0, low_open=True)  # times the box: 100 is a frame 100x wider
+        expect_number(self.stride_trained, "stride_trained", 0, MAX_WINDOW, integer=True)
         if self.color not in COLORS:
             raise ValueError("clip color must be one of %s, got %r" % (", ".join(COLORS), self.color))
         for name in _RGB_ONLY:  # JSON gives lists
@@ -68,10 +72,12 @@ class ClipContract(InputContract):
             if len(value) != 3:
                 raise ValueError("%s must have 3 values (R, G, B), got %r" % (name, getattr(self, name)))
             object.__setattr__(self, name, value)
-        if any(v == 0 for v in self.channel_std):
-            raise ValueError("channel_std must be non-zero")
+        # the same finite-float32 rule as the image kinds' (x * scale - mean) / std, for both normalisations
+        check_pixel_arithmetic(1.0 / 255.0, (self.gray_mean,), (self.gray_std,), "scale gray_mean gray_std")
+        check_pixel_arithmetic(1.0 / 255.0, self.channel_mean, self.channel_std, "scale channel_mean channel_std")
         if not self.fps_trained:  # 0 / None in old sidecars: the rate the first model was trained at
             object.__setattr__(self, "fps_trained", 10.0)
+        expect_number(self.fps_trained, "fps_trained", 0.0, 1000.0, low_open=True)
 
     # the names the app and the training code have always used
     @property

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.errors import ConfigError, InputFileError
+from jetforge.jsonfile import expect_number
 from jetforge.runtime.inputs.base import INPUT_KINDS, InputContract
 
 RESIZE_MODES = ("short_side_crop", "stretch", "letterbox")
@@ -52,16 +53,19 @@ class Preprocess(InputContract):
     kind = "image"
 
     def __post_init__(self) -> None:
-        if self.height <= 0 or self.width <= 0:
-            raise ValueError("height and width must be positive, got %dx%d" % (self.height, self.width))
+        expect_number(self.height, "height", 1, MAX_INPUT_SIDE, integer=True)  # 10^9 allocated until OpenCV failed
+        expect_number(self.width, "width", 1, MAX_INPUT_SIDE, integer=True)
         if self.resize not in RESIZE_MODES:
             raise ValueError("resize must be one of %s, got %r" % (", ".join(RESIZE_MODES), self.resize))
         if self.color not in COLORS:
             raise ValueError("color must be one of %s, got %r" % (", ".join(COLORS), self.color))
         if self.layout not in LAYOUTS:
             raise ValueError("layout must be one of %s, got %r" % (", ".join(LAYOUTS), self.layout))
-        if not 0.0 < self.crop_fraction <= 1.0:
-            raise ValueError("crop_fraction must be in (0, 1], got %r" % self.crop_fraction)
+        expect_number(self.crop_fraction, "crop_fraction", 0.0, 1.0, low_open=True)
+        if min(self.height, self.width) / self.crop_fraction > MAX_RESIZE_SIDE:  # 1e-300 resized to 2e302 pixels
+            raise ValueError("crop_fraction %g resizes the short side to %.3g pixels for a %dx%d input; at most %d"
+                             % (self.crop_fraction, min(self.height, self.width) / self.crop_fraction, self.width,
+                                self.height, MAX_RESIZE_SIDE))
         if self.dtype not in ("float32", "float16"):
             raise ValueError("dtype must be float32 or float16, got %r" % self.dtype)
         if self.interpolation not in ("linear", "area", "nearest", "cubic"):
@@ -70,8 +74,7 @@ class Preprocess(InputContract):
         for name, values in (("mean", self.mean), ("std", self.std)):
             if len(values) not in (1, channels):
                 raise ValueError("%s needs 1 or %d values for color=%s, got %d" % (name, channels, self.color, len(values)))
-        if any(s == 0 for s in self.std):
-            raise ValueError("std must not contain zeros")
+        check_pixel_arithmetic(self.scale, self.mean, self.std)
 
     @property
     def channels(self) -> int:
@@ -190,6 +193,27 @@ class ResizePlan:
     def to_image(self, x: float, y: float) -> Tuple[float, float]:
         """Map a point from network-input pixels back to original-image pixels."""
         return (x - self.offset_x) / self.scale_x, (y - self.offset_y) / self.scale_y
+
+
+MAX_INPUT_SIDE = 8192  # pixels along a model input's side: the largest image jetforge decodes (runtime/image_files.py)
+MAX_RESIZE_SIDE = 2 * MAX_INPUT_SIDE  # the short side a frame is resized to before a centre crop
+_F32 = np.finfo(np.float32)
+
+
+def check_pixel_arithmetic(scale: float, mean: Sequence[float], std: Sequence[float], names: str = "scale mean std"
+                           ) -> None:
+    """Refuse (ValueError naming the field) numbers that make ``(x * scale - mean) / std`` no finite float32 for a
+    uint8 ``x``: a scale or std that is not a positive normal float32 (zero, negative, denormal, infinite: a
+    sidecar's ``scale: 1e999`` gave events ``"p": NaN``), or a mean past float32 (a NaN mean made calibrate write
+    an empty cache).  The image and image_pyramid kinds and the clip kind's channel statistics share it."""
+    scale_name, mean_name, std_name = names.split()
+    expect_number(scale, scale_name, float(_F32.tiny), float(_F32.max))
+    for value in mean:
+        expect_number(value, mean_name, -float(_F32.max), float(_F32.max))
+    for value in std:
+        expect_number(value, std_name, float(_F32.tiny), float(_F32.max))
+    if 255.0 * scale / min(std) > _F32.max or max(abs(m) for m in mean) / min(std) > _F32.max:
+        raise ValueError("%s / %s or %s / %s is beyond float32" % (scale_name, std_name, mean_name, std_name))
 
 
 def normalize_pixels(pixels: np.ndarray, scale: float, mean: Sequence[float], std: Sequence[float], channels: int,

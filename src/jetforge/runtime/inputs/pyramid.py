@@ -26,7 +26,8 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from jetforge.runtime.inputs.base import INPUT_KINDS, InputContract
-from jetforge.runtime.inputs.image import COLORS, LAYOUTS, normalize_pixels
+from jetforge.jsonfile import expect_number
+from jetforge.runtime.inputs.image import COLORS, LAYOUTS, MAX_INPUT_SIDE, check_pixel_arithmetic, normalize_pixels
 
 RESAMPLERS = ("area",)
 
@@ -98,16 +99,17 @@ class ImagePyramid(InputContract):
             raise ValueError("window must be a positive number of pixels, got %r" % self.window)
         if self.min_size < self.window:
             raise ValueError("min_size must be at least the window (%d pixels), got %r" % (self.window, self.min_size))
-        if not 0.0 < self.factor < 1.0:
-            raise ValueError("the pyramid factor must be between 0 and 1, got %r" % self.factor)
+        # MTCNN's 0.709 halves the area per level; 0.95 is ~90 levels for a 1080p frame, 0.999999 was millions
+        expect_number(self.factor, "the pyramid factor", 0.05, 0.95)
         if self.color not in COLORS or self.layout not in LAYOUTS or self.resample not in RESAMPLERS:
             raise ValueError("color must be one of %s, layout one of %s, resample one of %s"
                              % (", ".join(COLORS), ", ".join(LAYOUTS), ", ".join(RESAMPLERS)))
         for name, values in (("mean", self.mean), ("std", self.std)):
             if len(values) not in (1, self.channels):
                 raise ValueError("%s needs 1 or %d values, got %d" % (name, self.channels, len(values)))
-        if any(s == 0 for s in self.std):
-            raise ValueError("std must not contain zeros")
+        check_pixel_arithmetic(self.scale, self.mean, self.std)
+        expect_number(self.window, "window", 1, MAX_INPUT_SIDE, integer=True)
+        expect_number(self.min_size, "min_size", self.window, MAX_INPUT_SIDE)
 
     @property
     def channels(self) -> int:
