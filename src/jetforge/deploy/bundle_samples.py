@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.errors import JetforgeError
-from jetforge.jsonfile import read_json
+from jetforge.jsonfile import ValueRefused, expect, expect_text, expect_texts, read_json
 
 SAMPLES_NPZ = "samples/samples.npz"
 SAMPLES_JSON = "samples/samples.json"
@@ -82,19 +82,19 @@ def read_samples(bundle_dir: Any, sidecar: Any = None) -> Optional[BundleSamples
     npz, meta_path = root / SAMPLES_NPZ, root / SAMPLES_JSON
     if not npz.is_file() and not meta_path.is_file():
         return None
-    try:
-        meta = read_json(meta_path, "the bundle's samples metadata", SamplesError,
-                         hint="re-create the bundle with `jetforge bundle create --samples`")
-        with np.load(str(npz), allow_pickle=False) as data:
-            arrays = {k: np.asarray(data[k]) for k in data.files}
-    except (OSError, ValueError, KeyError) as err:
-        raise SamplesError("the bundle's samples are unreadable: %s" % err,
-                           hint="re-create the bundle with `jetforge bundle create --samples`") from None
+    meta = read_json(meta_path, "the bundle's samples metadata", SamplesError,
+                     hint="re-create the bundle with `jetforge bundle create --samples`")
+    arrays = _load_npz(npz)
     if not isinstance(meta, dict) or "crops" not in arrays or "inputs" not in arrays:
         raise SamplesError("the bundle's samples lack crops or inputs", hint="re-create the bundle with --samples")
     crops, inputs = arrays["crops"], arrays["inputs"]
     n = len(inputs)
-    names = [str(x) for x in meta.get("names", [])]
+    try:
+        names = expect_texts(meta.get("names", []), "names", 1000)
+        how = {k: expect_text(v, "how.%s" % k[:40], 1000) for k, v in expect(meta.get("how", {}), dict, "how").items()}
+    except ValueRefused as err:
+        raise SamplesError("the bundle's samples metadata: %s" % err, hint="re-create the bundle with --samples") \
+            from None
     if crops.dtype != np.uint8 or crops.ndim != 4 or len(crops) != n or len(names) != n or n < 1:
         raise SamplesError("the bundle's samples are inconsistent (%d crops, %d inputs, %d names)"
                            % (len(crops), n, len(names)), hint="re-create the bundle with --samples")
@@ -108,7 +108,48 @@ def read_samples(bundle_dir: Any, sidecar: Any = None) -> Optional[BundleSamples
     if sidecar is not None:
         _check_fit(inputs, refs, sidecar)
     return BundleSamples(names=names, crops=crops, inputs=inputs, references=refs,
-                         how={str(k): str(v) for k, v in dict(meta.get("how", {})).items()}, meta=meta)
+                         how=how, meta=meta)
+
+
+MAX_NPZ_BYTES = 1 << 30  # 64 samples of 8192x8192x3 crops would be 12 GiB; a bundle's real samples are megabytes
+
+
+def _load_npz(npz: Path) -> Dict[str, np.ndarray]:
+    """The arrays of ``samples.npz``, each member's declared shape checked against its stored size first.
+
+    The file may have been edited and the bundle re-hashed: any damage (a flipped byte gives zipfile's BadZipFile,
+    NotImplementedError, RuntimeError "encrypted", EOFError) is one :class:`SamplesError`, and a member header
+    declaring more data than it stores is refused before NumPy allocates for it.  Messages never quote the file.
+    """
+    import zipfile
+
+    fmt = np.lib.format
+    try:
+        with zipfile.ZipFile(str(npz)) as archive:
+            total = 0
+            for index, info in enumerate(archive.infolist()):
+                total += info.file_size
+                if total > MAX_NPZ_BYTES:
+                    raise SamplesError("the bundle's samples hold more than %d MiB" % (MAX_NPZ_BYTES >> 20),
+                                       hint="re-create the bundle with fewer --samples-count")
+                with archive.open(info) as member:
+                    version = fmt.read_magic(member)
+                    header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+                    shape, _, dtype = header(member)
+                    count = 1
+                    for d in shape:
+                        count *= int(d)
+                    if dtype.hasobject or count * dtype.itemsize != info.file_size - member.tell():
+                        raise SamplesError("array %d of the bundle's samples does not hold the data its header "
+                                           "declares" % index,
+                                           hint="re-create the bundle with `jetforge bundle create --samples`")
+        with np.load(str(npz), allow_pickle=False) as data:
+            return {k: np.asarray(data[k]) for k in data.files}
+    except SamplesError:
+        raise
+    except Exception as err:  # zipfile, zlib and numpy raise a dozen kinds for a damaged file; none is ours
+        raise SamplesError("the bundle's samples %s are damaged (%s)" % (SAMPLES_NPZ, type(err).__name__),
+                           hint="re-create the bundle with `jetforge bundle create --samples`") from None
 
 
 def _check_fit(inputs: np.ndarray, refs: Dict[str, Dict[str, np.ndarray]], sidecar: Any) -> None:
