@@ -48,6 +48,21 @@ RECORD_VERSION = 1
 _PART_MARK = ".part"  # atomic_output's temporary names: never a member of a set
 
 
+def check_output_folder(path: PathLike, what: str = "output folder", hint: str = "") -> Path:
+    """Refuse, before any work is done, an output folder that cannot be one: an existing file (or a link to one),
+    or a path below a file.  The folder counterpart of :func:`jetforge.fileio.check_output_path`: ``board-check
+    --out``, ``deploy --results`` and ``distill``'s ``out_dir`` each failed only after their whole run."""
+    target = Path(path)
+    if os.path.lexists(str(target)) and not target.is_dir():
+        raise InputFileError("%s %s is a file, not a folder" % (what, target),
+                             hint=hint or "give a folder (it is made where missing)")
+    blocker = next((p for p in target.parents if os.path.lexists(str(p)) and not p.is_dir()), None)
+    if blocker is not None:
+        raise InputFileError("%s %s lies below %s, which is a file" % (what, target, blocker),
+                             hint=hint or "give a folder (it is made where missing)")
+    return target
+
+
 def record_path(folder: PathLike, name: str) -> Path:
     """The record of set ``name`` in ``folder``: ``.NAME.set.json`` (hidden, beside the files it names)."""
     return Path(folder) / (".%s.set.json" % name)

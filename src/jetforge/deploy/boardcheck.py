@@ -131,8 +131,10 @@ def run_board_check(bundle_path: PathLike, out: PathLike, *, target: Optional[st
     from jetforge.deploy.bundle import open_bundle
     from jetforge.deploy.bundle_samples import read_samples
     from jetforge.deploy.onboard import detect_board
+    from jetforge.output_set import check_output_folder
     from jetforge.runtime.sidecar import read_sidecar
 
+    check_output_folder(out, "board-check --out")  # a file there failed only after every engine was built and timed
     bundle = open_bundle(bundle_path)
     sidecar = read_sidecar(bundle.onnx)
     board = board or detect_board(target, tensorrt)

@@ -120,12 +120,17 @@ def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
     from jetforge.compress.models.ssdlite_mobilenet_v2 import load_from_graphdef
     from jetforge.compress.models.tf_graphdef import load_graphdef
     from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess, read_spec
+    from jetforge.output_set import check_output_folder
 
     if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):
         raise ConfigError("device must be auto, cpu or cuda[:N], got %r" % cfg.device)
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("device %s: this torch sees no CUDA GPU" % cfg.device,
                           hint="use device: auto (CUDA when present) or device: cpu")
+    check_output_folder(cfg.out_dir, "out_dir", hint="set out_dir to a folder, e.g. --set out_dir=runs/%s" % cfg.name)
+    if cfg.student.init is not None and Path(cfg.student.init).resolve().parent == Path(cfg.out_dir).resolve():
+        raise ConfigError("out_dir %s holds student.init %s: this run would overwrite its own starting weights"
+                          % (cfg.out_dir, cfg.student.init), hint="set out_dir to a new folder")
     if cfg.student.init is not None and not Path(cfg.student.init).is_file():
         raise ConfigError("student.init %s is not a file" % cfg.student.init,
                           hint="give the student.pt of an earlier run, or null to prune the teacher")

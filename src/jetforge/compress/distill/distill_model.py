@@ -81,8 +81,27 @@ def distill(cfg: DistillConfig, student: Optional[torch.nn.Module] = None, teach
         return _distill(cfg, student, teacher, train_set, val_set, run_ctx)
 
 
+def check_run_folder(cfg: DistillConfig) -> Path:
+    """``cfg.out_dir``, refused before any data is loaded when it cannot hold this run.
+
+    A file (or a path below one) failed only at the first write, after the data and the teacher were loaded.  The
+    folder of the teacher's or the student's starting checkpoint holds another run's ``last.pt``/``best.pt``:
+    ``resume`` would continue that run as this student (the wrong checkpoint), and this run would overwrite them.
+    """
+    from jetforge.output_set import check_output_folder
+
+    out = check_output_folder(cfg.out_dir, "out_dir", hint="set out_dir to a folder, e.g. --set out_dir=runs/distill")
+    for role, model in (("teacher", cfg.teacher), ("student", cfg.model)):
+        checkpoint = getattr(model, "checkpoint", None)
+        if checkpoint and Path(checkpoint).resolve().parent == out.resolve():
+            raise CompressError("out_dir %s is the folder of the %s's checkpoint %s: this run would resume from "
+                                "and overwrite that run's checkpoints" % (out, role, checkpoint),
+                                hint="set out_dir to a new folder, e.g. --set out_dir=runs/%s" % cfg.name)
+    return out
+
+
 def _distill(cfg, student, teacher, train_set, val_set, ctx) -> DistillResult:
-    out = Path(cfg.out_dir)
+    out = check_run_folder(cfg)
     train_set, val_set = load_data(cfg.data, seed=cfg.train.seed, train=train_set, val=val_set)
     notes: Dict[str, Any] = {}
     if student is None:
