@@ -95,13 +95,8 @@ class StreamingHistogram:
             self.counts += np.bincount(idx, minlength=n)[:n]
 
     def _update_f32(self, a: np.ndarray) -> None:
-        """float32 data, exactly the bins of ``np.histogram(|x|, edges())``.
-
-        ``q = |x| * inv`` with ``inv`` rounded down far enough that ``q < |x|/w`` always, so
-        ``floor(q)`` is the right bin or the one below; one comparison with the next edge (as the
-        smallest float32 >= that float64 edge) fixes the latter.  A value on the last edge goes into
-        the last bin (closed, as numpy's).
-        """
+        """float32 data, exactly the bins of ``np.histogram(|x|, edges())`` (see :class:`_ChunkBinner`).
+        A value on the last edge goes into the last bin (closed, as numpy's)."""
         n = len(self.counts)
         binner = _ChunkBinner(*self._f32_grid(n), n, min(a.size, _FAST_CHUNK))
         for start in range(0, a.size, _FAST_CHUNK):
@@ -144,6 +139,12 @@ class StreamingHistogram:
         self._sumsq += binner.total_sq
 
     def _f32_grid(self, n: int):
+        """(``inv``, upper edges as float32, doorstep threshold) of the current grid, cached per (width, bins).
+
+        ``inv`` is ``1/w`` rounded down far enough that ``q = |x| * inv`` (float32) is below ``|x|/w``, so
+        ``floor(q)`` is the right bin or the one below; ``up[i]`` is the smallest float32 >= the float64
+        upper edge of bin ``i`` (``x >= up[i]`` exactly when ``x >= (i+1)*w`` in float64).
+        """
         key = (self.width, n)
         if self._grid_key != key:
             v = (1.0 / self.width) * (1.0 - 2.0 ** -22)
@@ -154,7 +155,7 @@ class StreamingHistogram:
             up = edges.astype(np.float32)
             below = up.astype(np.float64) < edges
             up[below] = np.nextafter(up[below], np.float32(np.inf))
-            self._grid = (inv, up)
+            self._grid = (inv, up, _doorstep(n))
             self._grid_key = key
         return self._grid
 
@@ -232,26 +233,41 @@ class StreamingHistogram:
         return int(self.counts.nbytes)
 
 
-class _ChunkBinner:
-    """Bin counts of ``|x|`` for cache-sized float32 chunks on a fixed grid (see ``_update_f32``).
+def _doorstep(n: int) -> Optional[np.float32]:
+    """The fraction of ``q`` from which ``floor(q)`` may be one bin short, on a grid of ``n`` bins (None: too
+    many bins for the shortcut; every value is checked against its edge).
 
-    Buffers are reused across chunks; the float32 -> int conversion goes through int32 (a vector
-    instruction on x86 and ARM) before widening to the index type ``np.take`` and ``np.bincount`` use.
+    For a value in bin ``k`` (``k <= n``), ``q`` lies in ``[k - k*2**-21, k + 1)`` (``inv`` is ``1/w`` lowered
+    by ``2**-22`` and by float32 rounding, the product by one more rounding), so ``floor(q) == k - 1`` only
+    when ``q - floor(q) >= 1 - k*2**-21``; twice that margin, ``(n + 1) * 2**-20``, catches every such value.
+    """
+    margin = (n + 1) * 2.0 ** -20
+    return None if margin >= 0.25 else np.float32(1.0 - margin)
+
+
+class _ChunkBinner:
+    """Bin counts of ``|x|`` for cache-sized float32 chunks on a fixed grid, exactly ``np.histogram``'s.
+
+    ``q = |x| * inv``: ``floor(q)`` is the bin or the one below (:meth:`StreamingHistogram._f32_grid`).
+    Only a value whose ``q`` sits within :func:`_doorstep` of the next integer can be one short; those few
+    (about ``n * 2**-20`` of the values) are compared with the float32 upper edge of their bin and moved
+    up where they reach it, so the other values need no look-up (gathering every value's edge and
+    comparing it cost as much as the rest of the pass).  Buffers are reused across chunks.
     """
 
-    def __init__(self, inv, upper: np.ndarray, n: int, size: int) -> None:
-        self.inv, self.upper, self.n = inv, upper, n
+    def __init__(self, inv, upper: np.ndarray, doorstep: Optional[np.float32], n: int, size: int) -> None:
+        self.inv, self.upper, self.doorstep, self.n = inv, upper, doorstep, n
         self.counts = np.zeros(n + 1, dtype=np.int64)
         self.total, self.total_sq = 0.0, 0.0
         self._abs = np.empty(size, dtype=np.float32)
         self._q = np.empty(size, dtype=np.float32)
-        self._i32 = np.empty(size, dtype=np.int32)
+        self._floor = np.empty(size, dtype=np.float32)
         self._idx = np.empty(size, dtype=np.intp)
         self._mask = np.empty(size, dtype=bool)
 
     def add(self, part: np.ndarray, nonnegative: bool) -> None:
         k = part.size
-        qv, i32, iv, mv = self._q[:k], self._i32[:k], self._idx[:k], self._mask[:k]
+        qv, fv, iv, mv = self._q[:k], self._floor[:k], self._idx[:k], self._mask[:k]
         self.total += float(part.sum())                    # float32 pairwise within a chunk
         if nonnegative:
             av = part
@@ -260,11 +276,17 @@ class _ChunkBinner:
             np.abs(part, out=av)
         self.total_sq += float(np.dot(av, av))
         np.multiply(av, self.inv, out=qv)
-        np.copyto(i32, qv, casting="unsafe")               # floor: q >= 0
-        np.copyto(iv, i32)
-        np.take(self.upper, iv, out=qv, mode="clip")      # upper edge of the bin found (float32, rounded up)
-        np.greater_equal(av, qv, out=mv)
-        np.add(iv, mv, out=iv)
+        np.floor(qv, out=fv)
+        np.copyto(iv, fv, casting="unsafe")                # floor(q): the bin or the one below
+        if self.doorstep is None:
+            near = np.arange(k)
+        else:
+            np.subtract(qv, fv, out=qv)                    # q - floor(q), exact in float32
+            np.greater_equal(qv, self.doorstep, out=mv)
+            near = np.flatnonzero(mv) if mv.any() else None
+        if near is not None:                               # the few that may be one short: their own edge
+            low = iv[near]
+            iv[near] = low + (av[near] >= self.upper[low])
         c = np.bincount(iv, minlength=self.n + 1)
         if len(c) > self.n + 1:  # pragma: no cover - only past the last edge, which batch_max rules out
             c[self.n] += c[self.n + 1:].sum()
