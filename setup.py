@@ -9,6 +9,6 @@ from setuptools import find_packages, setup
 setup(
     packages=find_packages("src"),
     package_dir={"": "src"},
-    package_data={"": ["*.yaml", "*.txt", "*.json", "data/*", "profiles/*.yaml", "py.typed"]},
+    package_data={"": ["*.yaml", "*.txt", "*.json", "data/*", "profiles/*.yaml", "shipped/*/*", "py.typed"]},
     include_package_data=False,
 )

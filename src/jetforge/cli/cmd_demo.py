@@ -38,11 +38,17 @@ class DemoCommand(Command):
   jetforge demo --detector hog                   # the same with OpenCV's HOG detector
   jetforge demo --max-frames 100 --no-video      # a quick measurement
   jetforge demo --app classify                   # MobileNetV2 on bikes.mp4
-  jetforge demo --app classify --model my_classifier.onnx --threads 4 --json"""
+  jetforge demo --app classify --model my_classifier.onnx --threads 4 --json
+  jetforge demo --compare                        # the port beside the shipped 192 px student: AP and FPS"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--app", choices=("people", "classify"), default="people",
                             help="which demo (default: people)")
+        parser.add_argument("--compare", action="store_true",
+                            help="what compression bought: the person detector port and every shipped person "
+                                 "detector (`jetforge models list`) side by side on the held-out labelled frames - "
+                                 "person AP@0.5 with 95 %% intervals, the difference to the port, ms per frame and "
+                                 "FPS on this machine; writes compare.json into --out")
         parser.add_argument("--video", metavar="PATH", action="append", default=None,
                             help="same as --source (kept from earlier versions)")
         load_app("people").add_arguments(parser)
@@ -50,6 +56,10 @@ class DemoCommand(Command):
         add_pipeline_arguments(parser, DEFAULT_OUT)
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.compare:
+            from jetforge.workflow.demo_compare import run_compare
+
+            return run_compare(args)
         if args.video:
             args.source = list(args.source or []) + list(args.video)
         app = load_app(args.app)

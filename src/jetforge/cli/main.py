@@ -40,6 +40,8 @@ COMMANDS.add_lazy("demo", "jetforge.cli.cmd_demo:DemoCommand",
                   "run the bundled video-analytics demo on real data (the main job)")
 COMMANDS.add_lazy("app", "jetforge.cli.cmd_app:AppCommand",
                   "run a video app (people counting, classification, ...) on a file, camera or stream")
+COMMANDS.add_lazy("models", "jetforge.cli.cmd_models:ModelsCommand",
+                  "the models jetforge ships (made by its recipes, measured): list them, show a card")
 COMMANDS.add_lazy("targets", "jetforge.cli.cmd_targets:TargetsCommand", "list or show Jetson / GPU target profiles")
 COMMANDS.add_lazy("assets", "jetforge.cli.cmd_assets:AssetsCommand",
                   "fetch and verify pretrained weights and sample media")
@@ -165,6 +167,7 @@ def _main(argv: Optional[List[str]] = None) -> int:
         if args.command not in COMMANDS:  # pragma: no cover - argparse rejects it first
             return 2
         _configure_logging(args)
+        _resolve_shipped_names(args)
         code = int(args._command.run(args) or 0)
         sys.stdout.flush()  # a reader that left (`| head`) shows up here, inside the handler below
         return code
@@ -195,6 +198,14 @@ def _main(argv: Optional[List[str]] = None) -> int:
             print("jetforge: internal error: %s: %s (rerun with --debug for the traceback, and please report it)"
                   % (type(err).__name__, err), file=sys.stderr)
         return EXIT_BUG
+
+
+def _resolve_shipped_names(args: argparse.Namespace) -> None:
+    """A shipped model's name where a command takes a model file (``--detector-model ssdlite-person-192``)."""
+    from jetforge.workflow.shipped_models import resolve_model_names
+
+    for note in resolve_model_names(args.command, args):
+        logging.getLogger("jetforge").info(note)
 
 
 def _silence_stdout() -> None:

@@ -126,6 +126,12 @@ class SsdPeopleDetector:
     def session(self) -> Any:
         return self._ssd.session
 
+    @property
+    def image_size(self) -> Tuple[int, int]:
+        """(height, width) the model reads: its sidecar's SSD contract (a 192 px student says 192x192)."""
+        h, w = self._ssd.spec.image_size
+        return int(h), int(w)
+
     def __call__(self, image: np.ndarray) -> Detections:
         return self.detect_batch([image])[0]
 

@@ -1,0 +1,238 @@
+"""Turn the models a GPU call made with the recipes into shipped models: files, measurements, card.
+
+``make_on_gpu.py`` ran the recipe entry on the GPU and timed the results; this script, here on the CPU, takes the
+returned folder and for each model:
+
+1. copies the recipe's own ``student.onnx`` and sidecar into ``src/jetforge/workflow/shipped/NAME/`` unchanged
+   (``model.onnx``; the bytes the recipe exported, hash checked);
+2. calibrates it with the user's command, ``jetforge calibrate model.onnx --data FRAMES ...`` (``model.calib`` for
+   TensorRT <= 10 and DLA, ``model.qdq.onnx`` for TensorRT >= 10 GPU), evaluated as TensorRT computes INT8;
+3. measures accuracy against the teacher on held-out data with paired 95 % bootstrap intervals, and CPU latency
+   at batch 1 (ONNX Runtime, 2 threads, models alternating);
+4. asks ``jetforge estimate`` for Orin Nano / NX / AGX (GPU FP16 and INT8, DLA INT8 where the board has one);
+5. writes the result JSON (``results/<device>_<date>_<name>.json``), ``card.json`` from it and
+   ``docs/models/NAME.md`` (the card's rendering).
+
+    .venv/bin/python benchmarks/shipped_models/finish.py --device-out FILES_AT [--models ssdlite-person-192 ...]
+"""
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.common.paths import result_path, use_checkout  # noqa: E402
+
+use_checkout()
+from jetforge.fileio import sha256_file  # noqa: E402
+from jetforge.workflow.shipped_models import CARD, CARD_FORMAT, SHIPPED_DIR, ShippedModel, render_card  # noqa: E402
+
+DOCS = ROOT / "docs" / "models"
+WORK = ROOT / "build" / "shipped_finish"
+ESTIMATE_TARGETS = ("orin-nano-8gb", "orin-nx-16gb", "agx-orin-64gb")
+NOT_EXECUTED_TRT = ("TensorRT engines (FP16, INT8) and their latency: no TensorRT runs on the GPU here (TensorRT-RTX "
+                    "builds on the CPU only); the board path ran in CI on a TensorRT stand-in executing the ONNX",
+                    "DLA: no Jetson here; the DLA rows are jetforge estimate's predictions",
+                    "INT8 arithmetic on a GPU: the INT8 accuracy is the simulated arithmetic (ONNX Runtime, "
+                    "TensorRT's rounding), not an INT8 engine")
+
+
+def log(*parts: Any) -> None:
+    print(*parts, flush=True)
+
+
+def jetforge_cli(args: List[str]) -> Tuple[int, str]:
+    """Run the user's command (a subprocess of this checkout's jetforge); exit code and stdout."""
+    proc = subprocess.run([sys.executable, "-m", "jetforge"] + args, cwd=str(ROOT), stdout=subprocess.PIPE,
+                          universal_newlines=True)
+    return proc.returncode, proc.stdout
+
+
+def copy_model(src_onnx: Path, folder: Path) -> Dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    dst = folder / "model.onnx"
+    shutil.copyfile(str(src_onnx), str(dst))
+    shutil.copyfile(str(src_onnx) + ".json", str(dst) + ".json")
+    assert sha256_file(dst) == sha256_file(src_onnx)
+    return {"onnx": dst, "sidecar": Path(str(dst) + ".json")}
+
+
+def calibrate(model: Path, data: Path, extra: List[str]) -> Dict[str, Any]:
+    """``jetforge calibrate`` as a user runs it; the report it writes."""
+    args = ["calibrate", str(model.relative_to(ROOT)), "--data", str(data), "--no-plots"] + extra
+    t0 = time.perf_counter()
+    code, _ = jetforge_cli(args)
+    if code:
+        raise SystemExit("jetforge %s failed (exit %d)" % (" ".join(args), code))
+    report = json.loads(Path(str(model)[:-len(".onnx")] + ".calib.json").read_text())
+    return {"command": "jetforge " + " ".join(args), "seconds": round(time.perf_counter() - t0, 1),
+            "report": report}
+
+
+def estimates(model: Path, batch_shape: List[str]) -> Dict[str, Any]:
+    rows = []
+    for target in ESTIMATE_TARGETS:
+        for where, precision, dla in (("GPU", "fp16", None), ("GPU", "int8", None), ("DLA 0", "int8", "0")):
+            args = ["estimate", str(model.relative_to(ROOT)), "--target", target, "--precision", precision,
+                    "--json"] + batch_shape + (["--dla-core", dla] if dla else [])
+            code, out = jetforge_cli(args)
+            if code:
+                rows.append({"target": target, "where": where, "precision": precision, "ms": None,
+                             "note": "refused (exit %d): e.g. no DLA on this board" % code})
+                continue
+            data = json.loads(out)
+            ms = first_latency_ms(data)
+            rows.append({"target": target, "where": where, "precision": precision, "ms": ms})
+    return {"command": "jetforge estimate MODEL --target T --precision P [--dla-core 0] --json", "rows": rows}
+
+
+def first_latency_ms(data: Dict[str, Any]) -> Any:
+    for key in ("per_batch", "batches"):
+        if key in data and data[key]:
+            first = data[key][0] if isinstance(data[key], list) else next(iter(data[key].values()))
+            for k in ("latency_ms", "ms", "total_ms"):
+                if k in first:
+                    return float(first[k])
+    for k in ("latency_ms", "total_ms"):
+        if k in data:
+            return float(data[k])
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ detector
+def finish_detector(device_out: Path, name: str, run: str, teacher_name: str) -> Dict[str, Any]:
+    from benchmarks.detector_students.detector_student import ap_rows, calibration_frames, detections, \
+        heldout_frames, latency, sessions
+    from jetforge.calibrate.metrics import DetectionAPMetric
+    from jetforge.runtime.sidecar import read_sidecar
+    from jetforge.workflow.model_refs import ensure_person_detector
+
+    run_dir = device_out / "runs" / run
+    folder = SHIPPED_DIR / name
+    files = copy_model(run_dir / "student.onnx", folder)
+    teacher, _ = ensure_person_detector()
+    paths = {"teacher": Path(teacher), name: files["onnx"]}
+    sess = sessions(paths)
+    frames, groups = heldout_frames()
+    metrics = {n: DetectionAPMetric(sidecar=read_sidecar(p)) for n, p in paths.items()}
+    dets = {n: detections(s, metrics[n], frames, metrics[n].preprocess) for n, s in sess.items()}
+    ap = ap_rows(dets, frames, groups, resamples=10000)
+    inputs = {n: metrics[n].preprocess.apply(frames[0].image)[None] for n in sess}
+    cpu = latency(sess, inputs, rounds=15, per_round=4)
+    calib = calibrate(files["onnx"], calibration_frames(WORK / "calibration_frames", step=4),
+                      ["--samples", "140", "--eval-samples", "94"])
+    train = json.loads((device_out / "shipped" / ("%s.json" % stage_of(run))).read_text())
+    timing = json.loads((device_out / "shipped" / "time.json").read_text())
+    size = int(read_sidecar(files["onnx"]).inputs[0].shape[-1])
+    est = estimates(files["onnx"], [])
+    return {"name": name, "kind": "detector", "teacher": teacher_name, "train": train, "gpu_timing": timing,
+            "ap": ap, "cpu_latency": cpu, "int8": calib, "estimates": est, "input_size": size,
+            "heldout_frames": len(frames)}
+
+
+def stage_of(run: str) -> str:
+    return {"ssdlite_person_student": "detector300", "ssdlite_person_student_192": "lowres",
+            "action_mobilenet3d": "action"}[run]
+
+
+def detector_card(result: Dict[str, Any], result_file: str) -> Dict[str, Any]:
+    name, ap = result["name"], result["ap"]
+    student, teacher = ap[name], ap["teacher"]
+    det_int8 = result["int8"]["report"]["evaluation"]["int8"]["metrics"]["detection_ap"]
+    rr = result["train"]["recipe_result"]
+    timing = result["gpu_timing"]["models"]
+    gpu = {"device": result["gpu_timing"]["environment"].get("gpu"), "batches": [1, 32]}
+    for b in (1, 32):
+        gpu["batch%d" % b] = {"ms": timing[rr["name"]]["batch%d" % b]["median_ms"],
+                              "teacher_ms": timing["ssdlite_person_port"]["batch%d" % b]["median_ms"]}
+    gpu["speedup_batch32"] = gpu["batch32"]["teacher_ms"] / gpu["batch32"]["ms"]
+    cpu_lat = result["cpu_latency"]
+    cpu = {"device": result["machine"]["cpu"], "batches": [1],
+           "batch1": {"ms": cpu_lat[name]["median_ms"], "teacher_ms": cpu_lat["teacher"]["median_ms"]},
+           "speedup_batch1": cpu_lat["teacher"]["median_ms"] / cpu_lat[name]["median_ms"]}
+    return {
+        "format": CARD_FORMAT, "name": name, "task": "detect (person)",
+        "summary": "The SSDLite-MobileNetV2 person detector pruned to 1/2.5 of its MACs at 300 px, distilled from "
+                   "the port, then distilled again at 192 px from a tiled teacher (cross-grid targets).",
+        "input": "1x3x%dx%d" % (result["input_size"], result["input_size"]),
+        "macs": rr["macs"]["student"], "teacher_macs": rr["macs"]["teacher"], "teacher": result["teacher"],
+        "made_by": {"recipe": "recipes/distill_ssdlite_person.yaml, then recipes/distill_ssdlite_person_lowres.yaml",
+                    "command": " ".join(result["train"]["command"][1:]).replace(" -m ", "python -m ", 1)
+                    if False else "python -m jetforge.compress.recipes recipes/distill_ssdlite_person_lowres.yaml",
+                    "commit": result["commit"], "device": result["gpu_timing"]["environment"].get("gpu"),
+                    "date": result["train"]["utc"][:10], "steps": rr.get("steps_done"),
+                    "seconds": rr.get("seconds")},
+        "training_data": "the training segments of jetforge's labelled person set (vtest.avi, bikes.mp4, carphone; "
+                         "%d frames); the teacher's boxes are the only supervision" % rr["frames"],
+        "accuracy": {"metric": "person AP@0.5", "metric_short": "AP@0.5",
+                     "evaluated_on": "the %d held-out labelled frames (paired bootstrap over frames)"
+                                     % result["heldout_frames"],
+                     "value": student["ap50"], "value_ci95": list(student["ap50_ci"]),
+                     "teacher": teacher["ap50"], "teacher_ci95": list(teacher["ap50_ci"]),
+                     "minus_teacher": student["minus_teacher"]["ap50"],
+                     "minus_teacher_ci95": list(student["minus_teacher"]["ap50_ci"]),
+                     "int8": det_int8["ap50_int8"],
+                     "int8_ci95": None},
+        "speed": {"gpu": gpu, "cpu": cpu},
+        "estimated": result["estimates"],
+        "not_executed": list(NOT_EXECUTED_TRT),
+        "results": [result_file],
+        "files": {},
+    }
+
+
+def attach_files(card: Dict[str, Any], folder: Path) -> Dict[str, Any]:
+    roles = {"onnx": "model.onnx", "sidecar": "model.onnx.json", "calib": "model.calib", "qdq": "model.qdq.onnx",
+             "qdq_sidecar": "model.qdq.onnx.json"}
+    card["files"] = {role: {"path": f, "sha256": sha256_file(folder / f)} for role, f in roles.items()
+                     if (folder / f).is_file()}
+    for extra in folder.iterdir():
+        if extra.name not in roles.values() and extra.name != CARD:
+            if extra.is_dir():
+                shutil.rmtree(str(extra))
+            else:
+                extra.unlink()  # the calibration report stays in the result JSON; the folder ships model files
+    return card
+
+
+def write_card(card: Dict[str, Any], folder: Path) -> None:
+    (folder / CARD).write_text(json.dumps(card, indent=1, sort_keys=True) + "\n")
+    DOCS.mkdir(parents=True, exist_ok=True)
+    (DOCS / ("%s.md" % card["name"])).write_text(render_card(ShippedModel(card["name"], folder, card)))
+
+
+def main(argv: Any = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device-out", required=True, help="the device call's files (runs/, shipped/)")
+    p.add_argument("--commit", required=True, help="the commit the device call ran (prepare.json)")
+    args = p.parse_args(argv)
+    device_out = Path(args.device_out)
+    result = finish_detector(device_out, "ssdlite-person-192", "ssdlite_person_student_192",
+                             "ssdlite-person (the port of the TF Object Detection API's ssdlite_mobilenet_v2 person "
+                             "detector, 300 px)")
+    result["commit"] = args.commit
+    result["machine"] = {"cpu": platform.processor() or platform.machine(), "host": platform.node(),
+                         "note": "2-core CPU shared with other jobs; CPU ratios measured side by side in one run"}
+    out = result_path(__file__, "ssdlite-person-192").with_suffix(".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, sort_keys=True, default=float) + "\n")
+    folder = SHIPPED_DIR / result["name"]
+    card = attach_files(detector_card(result, str(out.relative_to(ROOT))), folder)
+    write_card(card, folder)
+    log(render_card(ShippedModel(card["name"], folder, card)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
