@@ -291,15 +291,3 @@ class _ChunkBinner:
         if len(c) > self.n + 1:  # pragma: no cover - only past the last edge, which batch_max rules out
             c[self.n] += c[self.n + 1:].sum()
         self.counts += c[:self.n + 1]
-
-
-def histogram_of(values: np.ndarray, num_bins: int = DEFAULT_BINS, width: Optional[float] = None) -> StreamingHistogram:
-    """One-pass histogram (optionally with a fixed bin width), mainly for tests and reports."""
-    h = StreamingHistogram(num_bins=num_bins, max_bins=max(DEFAULT_MAX_BINS, num_bins))
-    if width is not None:
-        a = np.abs(np.asarray(values, dtype=np.float64).reshape(-1))
-        h.width = float(width)
-        h.counts = np.zeros(max(num_bins, int(math.ceil(a.max() / width)) if a.size else num_bins), dtype=np.int64)
-        h.max_bins = max(h.max_bins, len(h.counts))
-    h.update(values)
-    return h

@@ -15,7 +15,7 @@ defines what a valid profile looks like and the read-only :class:`Target` view.
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from jetforge.errors import UnknownNameError
 
@@ -386,7 +386,3 @@ def parse_compute_capability(value: Any) -> Tuple[int, int]:
     if not 1 <= major <= 20:
         raise ValueError("compute capability %r has an impossible major version %d" % (value, major))
     return major, minor
-
-
-def sorted_versions(versions: Sequence[str]) -> List[str]:
-    return sorted(set(versions), key=version_key)

@@ -111,9 +111,3 @@ def device_count() -> int:
 
 def synchronize_device() -> None:
     check(runtime_api().cudaDeviceSynchronize(), "cudaDeviceSynchronize")
-
-
-def mem_get_info() -> "tuple[int, int]":
-    """(free, total) bytes of the current device."""
-    free, total = check(runtime_api().cudaMemGetInfo(), "cudaMemGetInfo")
-    return int(free), int(total)
