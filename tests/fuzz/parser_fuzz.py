@@ -59,6 +59,10 @@ PUBLIC = {
     "tf_graphdef": "jetforge.compress.models.tf_graphdef:load_graphdef",
     "video_source": "jetforge.apps.video:parse_source_uri",
     "video_source_kinds": "jetforge.apps.video.sources:SOURCES",
+    "prune_plan_class": "jetforge.compress.prune.plan:PrunePlan",
+    "person_labels": "jetforge.vision.person_labels:read_person_labels",
+    "qdq_model_problem": "jetforge.runtime.qdq_scales:qdq_model_problem",
+    "onnx_wire": "jetforge.runtime.onnx_wire:parse_model_bytes",
 }
 
 #: Seconds one input may take before it counts as a hang (generous: the machine may be shared).
@@ -330,6 +334,18 @@ def json_round_trip(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
+def assert_writable(value: Any) -> None:
+    """What a reader accepted can be written back as strict JSON in UTF-8 (issue 25: a NaN mean reached the events
+    as "p": NaN, a lone surrogate could not be written); numbers of the input contract are finite float32."""
+    text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    text.encode("utf-8")  # a lone surrogate raises here
+    block = value.get("input") or (value.get("model") or {}).get("input") if isinstance(value, dict) else None
+    for key, v in (block or {}).items():
+        for number in (v if isinstance(v, list) else [v]):
+            if isinstance(number, float):
+                assert abs(number) <= 3.4028234663852886e38, (key, number)
+
+
 # ------------------------------------------------------------------------------------------------
 # seeds
 # ------------------------------------------------------------------------------------------------
@@ -569,6 +585,7 @@ def _model_sidecar(work: Path) -> ParserTarget:
         assert isinstance(sidecar, cls)
         assert_types(sidecar, "sidecar")
         assert cls.from_dict(json_round_trip(sidecar.to_dict())) == sidecar
+        assert_writable(sidecar.to_dict())
 
     valid = [json.dumps(s).encode() for s in seeds]
     return ParserTarget("model_sidecar", parse, check, document_inputs(valid, json_mutated(seeds)))
@@ -596,6 +613,7 @@ def _engine_sidecar(work: Path) -> ParserTarget:
         assert isinstance(sidecar, cls)
         assert_types(sidecar, "engine sidecar")
         assert cls.from_dict(json_round_trip(sidecar.to_dict())) == sidecar
+        assert_writable(sidecar.to_dict())
 
     return ParserTarget("engine_sidecar", parse, check,
                         document_inputs([json.dumps(seed).encode()], json_mutated([seed])))
@@ -813,6 +831,254 @@ def _video_source(work: Path) -> ParserTarget:
     return ParserTarget("video_source", parse, check, inputs)
 
 
+# ---- issue 25: the readers of files from others that the fuzz run did not cover --------------------------------
+PRUNE_PLAN_SEED = {"format": "jetforge.prune-plan/1", "jetforge": "0.1.0", "architecture": "Net",
+                   "meta": {"model": "net", "round_to": 8}, "layers": {"conv1": {"in": [3, 3], "out": [16, 8]}},
+                   "entries": [{"module": "conv1", "tensor": "weight", "dim": 0, "size": 16, "removed": [1, 5, 9]},
+                               {"module": "bn1", "tensor": "running_mean", "dim": 0, "size": 16, "removed": [1, 5, 9]},
+                               {"module": "conv2", "tensor": "weight", "dim": 1, "size": 16, "removed": [1, 5, 9]}]}
+
+
+def _prune_plan(work: Path) -> ParserTarget:
+    cls = public("prune_plan_class")
+    path = work / "model.prune.json"
+
+    def parse(data: bytes) -> Any:
+        path.write_bytes(data)
+        return cls.load(path)
+
+    def check(data: bytes, plan: Any) -> None:
+        assert isinstance(plan.architecture, str) and isinstance(plan.meta, dict) and isinstance(plan.layers, dict)
+        for e in plan.entries:
+            assert isinstance(e.module, str) and isinstance(e.tensor, str), e
+            assert all(type(v) is int for v in (e.dim, e.size)) and 0 <= e.dim and 1 <= e.size, e
+            assert all(type(i) is int and 0 <= i < e.size for i in e.removed), e
+        for layer in plan.layers.values():
+            assert all(isinstance(v, list) and all(type(x) is int and x >= 0 for x in v) for v in layer.values())
+        again = cls.from_dict(json_round_trip(plan.to_dict()))  # what save() writes loads back the same
+        assert again.entries == plan.entries and again.meta == plan.meta and again.layers == plan.layers
+
+    seeds = [PRUNE_PLAN_SEED, dict(PRUNE_PLAN_SEED, entries=[], layers={}, meta={})]
+    return ParserTarget("prune_plan", parse, check,
+                        document_inputs([json.dumps(s).encode() for s in seeds], json_mutated(seeds)))
+
+
+def person_label_seed() -> Dict[str, Any]:
+    """jetforge's person-box set cut to its first clip's first six labelled frames (a whole, valid file)."""
+    read = public("person_labels")
+    data = json.loads(Path(importlib.import_module(read.__module__).DEFAULT_LABELS).read_text())
+    clip = data["frames"][0]["clip"]
+    data["clips"] = {clip: data["clips"][clip]}
+    data["frames"] = [f for f in data["frames"] if f["clip"] == clip][:6]
+    for frame in data["frames"]:
+        frame["boxes"] = frame["boxes"][:3]
+    return data
+
+
+def _person_labels(work: Path) -> ParserTarget:
+    import numpy as np
+
+    read = public("person_labels")
+    path = work / "people.json"
+    seed = person_label_seed()
+
+    def parse(data: bytes) -> Any:
+        path.write_bytes(data)
+        return read(path)
+
+    def check(data: bytes, labels: Any) -> None:
+        assert type(labels.guard_frames) is int and labels.guard_frames >= 0
+        for s in labels.segments:
+            assert type(s.start) is int and type(s.stop) is int and isinstance(s.split, str), s
+        for f in labels.frames:
+            assert type(f.index) is int and f.index >= 0 and labels.split_of(f.clip, f.index) == f.split, f
+            assert f.boxes.dtype == np.float32 and f.boxes.ndim == 2 and f.boxes.shape[1] == 4
+            assert np.all(np.isfinite(f.boxes)) and f.difficult.dtype == bool and len(f.difficult) == len(f.boxes)
+            assert all(isinstance(v, str) for v in (f.clip, f.asset, f.file, f.sha256))
+
+    return ParserTarget("person_labels", parse, check,
+                        document_inputs([json.dumps(seed).encode()], json_mutated([seed])))
+
+
+def _qdq_scales(work: Path) -> ParserTarget:
+    """Q/DQ models whose scale and zero point are drawn: the rule bundle create and qat --translate share, against
+    an independent statement of what TensorRT takes."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    judge = public("qdq_model_problem")
+    tiny, big = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
+
+    @st.composite
+    def models(draw: Any) -> Any:
+        dtype = draw(st.sampled_from([np.float32, np.float32, np.float16, np.float64, np.int8]))
+        values = draw(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32),
+                                         st.sampled_from([0.0, -0.0, 1e-40, tiny, tiny / 2, big / 127, big, 1e-3])),
+                               min_size=1, max_size=4))
+        with np.errstate(all="ignore"):
+            scale = np.asarray(values if len(values) > 1 else values[0]).astype(dtype)
+        zp_kind = draw(st.sampled_from(["none", "none", "int8", "uint8", "int32"]))
+        inits = [numpy_helper.from_array(scale, "s")]
+        q_in = ["x", "s"]
+        if zp_kind != "none":
+            zp = np.asarray(draw(st.lists(st.integers(-3, 3), min_size=scale.size, max_size=scale.size))
+                            if scale.ndim else draw(st.integers(-3, 3)))
+            inits.append(numpy_helper.from_array(np.clip(zp, 0, 255).astype(np.uint8) if zp_kind == "uint8"
+                                                 else zp.astype(zp_kind), "z"))
+            q_in.append("z")
+        nodes = [helper.make_node("QuantizeLinear", q_in, ["q"], name="q", axis=1),
+                 helper.make_node("DequantizeLinear", ["q"] + q_in[1:], ["y"], name="dq", axis=1)]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+    def parse(model: Any) -> Any:
+        return judge(model)
+
+    def check(model: Any, problem: Optional[str]) -> None:
+        inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        scale = inits["s"]
+        with np.errstate(all="ignore"):
+            as64 = scale.astype(np.float64)
+            fine = (scale.dtype.kind == "f" and np.all(np.isfinite(as64)) and np.all(as64 >= tiny)
+                    and np.all(as64 * 127 <= big))
+        zp = inits.get("z")
+        if zp is not None:
+            fine = fine and zp.dtype != np.uint8 and not np.any(zp)
+        assert (problem is None) == bool(fine), (scale, zp, problem)
+        assert problem is None or (problem.strip() and "\n" not in problem)
+
+    return ParserTarget("qdq_scales", parse, check, models())
+
+
+def onnx_seeds() -> List[bytes]:
+    """Small real models, each exercising part of what the wire reader reads: raw and typed weights, a Constant,
+    dynamic axes by name and unknown, Q/DQ, a sparse initializer, another domain's opset first, int64/bool I/O."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    typed = helper.make_tensor("b", TensorProto.FLOAT, [4], [0.5, -1.0, 2.0, 0.0])
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, -1])
+    s = numpy_helper.from_array(np.asarray(0.02, np.float32), "s")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s"], ["q"], name="quant"),
+             helper.make_node("DequantizeLinear", ["q", "s"], ["d"], name="dequant"),
+             helper.make_node("Conv", ["d", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Constant", [], ["k"], name="k", value=numpy_helper.from_array(np.float32(2.0))),
+             helper.make_node("Mul", ["c", "k"], ["m"], name="mul"),
+             helper.make_node("Reshape", ["m", "shape"], ["y"], name="flat"),
+             helper.make_node("Shape", ["y"], ["n"], name="shape_of")]
+    graph = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 256]),
+                               helper.make_tensor_value_info("n", TensorProto.INT64, [2])], [w, typed, shape, s])
+    qdq = helper.make_model(graph, opset_imports=[helper.make_opsetid("com.microsoft", 1), helper.make_opsetid("", 17)])
+    sparse = helper.make_sparse_tensor(numpy_helper.from_array(np.ones(2, np.float32), "sp"),
+                                       numpy_helper.from_array(np.asarray([0, 3], np.int64), "sp_idx"), [4])
+    graph = helper.make_graph([helper.make_node("Cast", ["img"], ["f"], to=TensorProto.FLOAT),
+                               helper.make_node("Add", ["f", "sp"], ["out"]), helper.make_node("Not", ["flag"], ["nf"])],
+                              "sparse", [helper.make_tensor_value_info("img", TensorProto.UINT8, [4]),
+                                         helper.make_tensor_value_info("flag", TensorProto.BOOL, [1])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [4]),
+                               helper.make_tensor_value_info("nf", TensorProto.BOOL, [1])], sparse_initializer=[sparse])
+    plain = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    for m in (qdq, plain):
+        m.ir_version = 8
+    return [qdq.SerializeToString(), plain.SerializeToString()]
+
+
+def onnx_reference(data: bytes) -> Any:
+    """(inputs, outputs, has_qdq, opset) as the ``onnx`` package gives them, or None when it refuses the bytes
+    (protobuf cannot parse them, or the checked reader's model checks refuse the model)."""
+    import onnx
+
+    from jetforge.errors import JetforgeError
+    from jetforge.runtime.onnx_file import check_model_structure
+
+    names = importlib.import_module(public("onnx_wire").__module__).ONNX_DTYPES
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+        check_model_structure(model, "reference")
+    except JetforgeError:
+        return None
+    except Exception:  # DecodeError and friends: protobuf refuses the bytes
+        return "unparsed"
+    inits = {i.name for i in model.graph.initializer} | {i.values.name for i in model.graph.sparse_initializer}
+
+    def spec(vi: Any) -> Dict[str, Any]:
+        tt = vi.type.tensor_type
+        shape = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or -1)
+                 for d in tt.shape.dim]
+        return {"name": vi.name, "shape": shape, "dtype": names.get(tt.elem_type, str(tt.elem_type))}
+
+    return ([spec(v) for v in model.graph.input if v.name not in inits], [spec(v) for v in model.graph.output],
+            any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node),
+            next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), None))
+
+
+def _onnx_wire(work: Path) -> ParserTarget:
+    """The board's onnx-free ONNX reader, differentially against the onnx package plus the shared model checks:
+    whatever the wire reader accepts, the onnx package parses, the checked reader accepts, and the facts agree."""
+    import onnx
+
+    parse = public("onnx_wire")
+    seeds = onnx_seeds()
+
+    @st.composite
+    def edited(draw: Any) -> bytes:
+        model = onnx.ModelProto()
+        model.ParseFromString(draw(st.sampled_from(seeds)))
+        g = model.graph
+        for _ in range(draw(st.integers(1, 3))):
+            op = draw(st.sampled_from(("opset", "ir", "dim", "elem", "op", "rename", "dup_node", "raw", "dims",
+                                       "domain", "drop_node")))
+            node = g.node[draw(st.integers(0, len(g.node) - 1))] if len(g.node) else None
+            if op == "opset":
+                model.opset_import[-1].version = draw(st.sampled_from([0, 1, 6, 7, 13, 28, 29, 99, -1]))
+            elif op == "ir":
+                model.ir_version = draw(st.sampled_from([0, 2, 3, 8, 14, 15, 99]))
+            elif op == "dim" and g.input[0].type.tensor_type.shape.dim:
+                dim = g.input[0].type.tensor_type.shape.dim[0]
+                dim.dim_value = draw(st.sampled_from([0, 1, -1, 2 ** 40, 2 ** 62]))
+            elif op == "elem":
+                g.input[0].type.tensor_type.elem_type = draw(st.integers(0, 30))
+            elif op == "op" and node is not None:
+                node.op_type = draw(st.one_of(st.sampled_from(["Relu", "FooBar", "ImageScaler", ""]), ANY_TEXT))
+            elif op == "rename" and node is not None and node.output:
+                node.output[0] = draw(st.sampled_from([v.name for v in g.input] + [i.name for i in g.initializer]
+                                                      + [o for n in g.node for o in n.output] + ["z"]))
+            elif op == "dup_node" and node is not None:
+                g.node.append(node)
+            elif op == "raw" and g.initializer:
+                t = g.initializer[draw(st.integers(0, len(g.initializer) - 1))]
+                t.raw_data = t.raw_data[:draw(st.integers(0, len(t.raw_data)))]
+            elif op == "dims" and g.initializer:
+                t = g.initializer[draw(st.integers(0, len(g.initializer) - 1))]
+                t.dims.append(draw(st.sampled_from([0, 2, -1, 2 ** 20])))
+            elif op == "domain" and node is not None:
+                node.domain = draw(st.sampled_from(["", "ai.onnx", "com.microsoft", "x.y"]))
+            elif op == "drop_node" and node is not None:
+                g.node.remove(node)
+        return model.SerializeToString()
+
+    def check(data: bytes, facts: Any) -> None:
+        from jetforge.runtime.onnx_checks import MAX_OPSET, MIN_OPSET
+
+        for spec in facts.inputs + facts.outputs:
+            assert isinstance(spec["name"], str) and isinstance(spec["dtype"], str), spec
+            assert all((isinstance(d, str) and d) or (type(d) is int and (d > 0 or d == -1)) for d in spec["shape"])
+        assert facts.opset is None or MIN_OPSET <= facts.opset <= MAX_OPSET, facts.opset
+        reference = onnx_reference(data)
+        assert reference is not None, "the wire reader accepted a model the checked reader refuses"
+        if reference != "unparsed":  # the wire reader skips, unread, what it does not need (value_info, docs)
+            assert (facts.inputs, facts.outputs, facts.has_qdq, facts.opset) == reference
+
+    return ParserTarget("onnx_wire", lambda data: parse(data, "fuzzed.onnx"), check,
+                        st.one_of(st.sampled_from(seeds), edited(), mutated(seeds), edited().flatmap(
+                            lambda d: mutated([d])), st.binary(max_size=MAX_BYTES)))
+
+
 BUILDERS: Dict[str, Callable[[Path], ParserTarget]] = {
     "calibration_cache": _calibration_cache,
     "tegrastats_line": _tegrastats,
@@ -826,7 +1092,14 @@ BUILDERS: Dict[str, Callable[[Path], ParserTarget]] = {
     "inspector_json": _inspector,
     "tf_graphdef": _graphdef,
     "video_source": _video_source,
+    "prune_plan": _prune_plan,
+    "person_labels": _person_labels,
+    "qdq_scales": _qdq_scales,
+    "onnx_wire": _onnx_wire,
 }
+
+#: targets whose code needs an optional package: the CI test skips them without it
+NEEDS = {"distill_recipe": "torch", "prune_plan": "torch", "qdq_scales": "onnx", "onnx_wire": "onnx"}
 
 
 def make_target(name: str, work: Optional[Path] = None) -> ParserTarget:

@@ -28,7 +28,7 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 def scale_problem(scale: Any) -> Optional[str]:
     """Why ``scale`` (an array) cannot be a TensorRT Q/DQ scale; None when every value can."""
     values = np.asarray(scale)
-    if values.dtype.kind not in "fiu" or values.size == 0:
+    if values.dtype.kind != "f" or values.size == 0:  # ONNX's Q/DQ scales are floats; an int8 1 is no scale
         return "has a scale of %s values (%d of them); scales are floating-point numbers" % (values.dtype, values.size)
     flat = values.astype(np.float64).reshape(-1)
     if not np.all(np.isfinite(flat)):
