@@ -87,3 +87,19 @@ def test_a_card_cannot_point_outside_its_folder(shipped_root: Path, path: str) -
     card_file.write_text(json.dumps(card))
     with pytest.raises(ModelError, match="plain file name"):
         sm.shipped_models(shipped_root)
+
+
+def test_bundle_create_takes_a_shipped_models_cache_unless_given_another(shipped_root: Path, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = shipped_root / "tiny-net"
+    (folder / "model.calib").write_text("TRT-100300-EntropyCalibration2\n")
+    card = json.loads((folder / sm.CARD).read_text())
+    card["files"]["calib"] = {"path": "model.calib", "sha256": sha256_file(folder / "model.calib")}
+    (folder / sm.CARD).write_text(json.dumps(card))
+    args = argparse.Namespace(model="tiny-net", calib=None)
+    sm.resolve_model_names("bundle", args, root=shipped_root)
+    assert Path(args.calib) == folder / "model.calib"
+    mine = argparse.Namespace(model="tiny-net", calib="mine.calib")
+    sm.resolve_model_names("bundle", mine, root=shipped_root)
+    assert mine.calib == "mine.calib"

@@ -121,6 +121,11 @@ def resolve_model_names(command: str, args: Any, root: Path = SHIPPED_DIR) -> Li
                                  hint="reinstall jetforge (pip install --force-reinstall jetforge)")
             setattr(args, attr, str(model.onnx))
             notes.append("model %s: %s" % (value, model.onnx))
+            calib = model.file("calib")
+            if command == "bundle" and attr == "model" and calib is not None and hasattr(args, "calib") \
+                    and not args.calib:
+                args.calib = str(calib)  # a shipped model's cache goes with it unless the user gives another
+                notes.append("calibration cache of %s: %s" % (value, calib))
     return notes
 
 
