@@ -221,3 +221,66 @@ def test_the_ssd_block_is_checked_before_anchors_are_made(name):
     with pytest.raises(JetforgeError) as err:
         SSDSpec.from_dict(block)
     assert words in err.value.one_line() and "\n" not in err.value.one_line()
+
+
+# ---- model and engine sidecars: the fields around the contract ----------------------------------------------------
+SIDECAR_EDITS = {
+    "format true (was format 1)": (lambda d: d.update(format=True), "format"),
+    "labels holding null, a list and an object (became \"None\", \"['a']\")": (
+        lambda d: d.update(labels=[None, ["a"], {"b": 1}]), "labels[0] must be a string, not null"),
+    "a model name that is an object": (lambda d: d.update(model_name={"a": 1}), "model_name must be a string"),
+    "a task that is a number": (lambda d: d.update(task=5), "task must be a string"),
+    "an axis of 10^12": (lambda d: d["inputs"][0].update(shape=[1, 3, 10 ** 12, 8]), "integer from -1 to"),
+    "an axis of -7": (lambda d: d["inputs"][0].update(shape=[-7, 3, 8, 8]), "integer from -1 to"),
+    "a dtype that is a list": (lambda d: d["inputs"][0].update(dtype=["float32"]), "dtype must be a string"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIDECAR_EDITS))
+def test_model_sidecar_fields_are_not_coerced(tmp_path, name):
+    from jetforge.runtime.sidecar import read_sidecar
+
+    edit, words = SIDECAR_EDITS[name]
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"\x08\x07")
+    data = {"format": 2, "task": "classify", "model_name": "m", "inputs": [{"name": "x", "shape": [1, 3, 8, 8]}],
+            "outputs": [{"name": "y", "shape": [1, 4]}], "input": {"kind": "image", "height": 8, "width": 8},
+            "labels": ["a", "b", "c", "d"]}
+    (tmp_path / "m.onnx.json").write_text(json.dumps(data))
+    assert read_sidecar(model).labels == ["a", "b", "c", "d"]
+    edit(data)
+    (tmp_path / "m.onnx.json").write_text(json.dumps(data))
+    with pytest.raises(JetforgeError) as err:
+        read_sidecar(model)
+    assert words in err.value.one_line() and "m.onnx.json" in err.value.one_line()
+
+
+ENGINE_EDITS = {
+    "gpu_fallback 1 (was true)": (lambda d: d.update(gpu_fallback=1), "gpu_fallback must be true or false"),
+    "dla_core \"0\" (was 0)": (lambda d: d.update(dla_core="0"), "dla_core must be an integer"),
+    "dla_core 99": (lambda d: d.update(dla_core=99), "dla_core is 99"),
+    "a note that is null (became \"None\")": (lambda d: d.update(notes=[None]), "notes[0] must be a string"),
+    "a TensorRT version that is a list": (lambda d: d.update(tensorrt_version=["10.3"]), "tensorrt_version"),
+    "negative build seconds": (lambda d: d.update(build_seconds=-5), "build_seconds is -5"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENGINE_EDITS))
+def test_engine_sidecar_fields_are_not_coerced(tmp_path, name):
+    from jetforge.runtime.sidecar import TensorSpec
+    from jetforge.runtime.tensorrt.engine_sidecar import EngineSidecar, read_engine_sidecar
+
+    edit, words = ENGINE_EDITS[name]
+    engine = tmp_path / "m.engine"
+    engine.write_bytes(b"plan")
+    data = EngineSidecar(tensorrt_version="10.3.0", target="orin-nx-16gb", precision="int8", device="dla",
+                         dla_core=0, inputs=[TensorSpec("x", [1, 3, 8, 8])], outputs=[TensorSpec("y", [1, 4])],
+                         source_onnx={"path": "m.onnx", "sha256": "0" * 64}, task="classify",
+                         labels=["a", "b", "c", "d"], build_seconds=1.5, notes=["n"]).to_dict()
+    (tmp_path / "m.engine.json").write_text(json.dumps(data))
+    assert read_engine_sidecar(engine).dla_core == 0
+    edit(data)
+    (tmp_path / "m.engine.json").write_text(json.dumps(data))
+    with pytest.raises(JetforgeError) as err:
+        read_engine_sidecar(engine)
+    assert words in err.value.one_line() and "m.engine.json" in err.value.one_line()

@@ -21,13 +21,14 @@ from typing import Any, Dict, List, Optional, Union
 
 from jetforge.errors import InputFileError, ModelError
 from jetforge.fileio import PathLike, sha256_file, write_json_atomic
-from jetforge.jsonfile import read_json
+from jetforge.jsonfile import expect, expect_text, expect_texts, read_json
 from jetforge.runtime.inputs.base import InputContract, contract_from_dict, contract_to_dict
 from jetforge.runtime.inputs.image import Preprocess
 
 SIDECAR_FORMAT = 2
 READABLE_FORMATS = (1, 2)
 TASKS = ("classify", "detect", "action", "embed", "other")
+MAX_DIM = 2 ** 31 - 1  # an axis TensorRT and ONNX Runtime can hold (int32 volumes in TensorRT 8)
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,15 @@ class TensorSpec:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "TensorSpec":
+        name = expect_text(expect(data, dict, "a tensor")["name"], "a tensor's name", 1000)
         shape = data["shape"]
-        # each axis is a size or a name; anything else (a list, a float, true) would reach the builder as a shape
-        if not isinstance(shape, list) or not all(isinstance(d, (int, str)) and not isinstance(d, bool) for d in shape):
-            raise ValueError("tensor %r has shape %s: each axis must be an integer or a name"
-                             % (str(data["name"])[:80], str(shape)[:80]))
-        return cls(name=str(data["name"]), shape=list(shape), dtype=str(data.get("dtype", "float32")))
+        # each axis is a size (-1: dynamic) or a name; anything else (a list, a float, true, 10^12) would reach the
+        # builder or an allocation as a shape
+        if not isinstance(shape, list) or len(shape) > 16 or not all(
+                (type(d) is int and -1 <= d <= MAX_DIM) or (isinstance(d, str) and 0 < len(d) <= 100) for d in shape):
+            raise ValueError("tensor %r has shape %s: each axis must be an integer from -1 to %d or a name (at most "
+                             "16 axes)" % (name[:80], str(shape)[:80], MAX_DIM))
+        return cls(name=name, shape=list(shape), dtype=expect_text(data.get("dtype", "float32"), "a tensor's dtype", 32))
 
 
 @dataclass
@@ -106,21 +110,21 @@ class ModelSidecar:
     @classmethod
     def from_dict(cls, data: Dict[str, Any], where: str = "sidecar") -> "ModelSidecar":
         try:
-            fmt = int(data.get("format", 0))
+            fmt = expect(data.get("format", 0), int, "format")  # `true` is no format 1
             if fmt not in READABLE_FORMATS:
                 raise ModelError("%s has format %s; this jetforge reads formats %s"
                                  % (where, fmt, ", ".join(str(f) for f in READABLE_FORMATS)),
                                  hint="re-export the model with this jetforge version")
             pre = data.get("preprocess")  # format 1 (format 2 writes "input"; a hand-written preprocess still reads)
             block = data.get("input")
-            return cls(
-                task=str(data["task"]),
-                model_name=str(data.get("model_name", "")),
-                inputs=[TensorSpec.from_dict(t) for t in data["inputs"]],
-                outputs=[TensorSpec.from_dict(t) for t in data["outputs"]],
+            return cls(  # nothing coerced: a list is no label (it became "['a']"), a number no task
+                task=expect_text(data["task"], "task", 60),
+                model_name=expect_text(data.get("model_name", ""), "model_name", 1000),
+                inputs=[TensorSpec.from_dict(t) for t in expect(data["inputs"], list, "inputs")],
+                outputs=[TensorSpec.from_dict(t) for t in expect(data["outputs"], list, "outputs")],
                 preprocess=Preprocess.from_dict(pre) if pre else None,
-                labels=[str(x) for x in list_field(data, "labels")],
-                content_sha256=str(data.get("content_sha256", "")),
+                labels=expect_texts(list_field(data, "labels"), "labels", 1000),
+                content_sha256=expect_text(data.get("content_sha256", ""), "content_sha256", 128),
                 produced_by=mapping_field(data, "produced_by"),
                 extra=mapping_field(data, "extra"),
                 input=contract_from_dict(block) if block is not None else None,

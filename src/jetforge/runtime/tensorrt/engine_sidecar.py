@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from jetforge.errors import ConfigError, InputFileError, ModelError
 from jetforge.fileio import PathLike, sha256_file, write_json_atomic
-from jetforge.jsonfile import read_json
+from jetforge.jsonfile import expect, expect_number, expect_text, expect_texts, read_json
 from jetforge.runtime.inputs import Preprocess
 from jetforge.runtime.tensorrt.version import TensorRTVersion
 from jetforge.runtime.sidecar import (TASKS, ModelSidecar, TensorSpec, list_field, mapping_field, produced_by,
@@ -106,7 +106,7 @@ class EngineSidecar:
     @classmethod
     def from_dict(cls, data: Dict[str, Any], where: str = "engine sidecar") -> "EngineSidecar":
         try:
-            fmt = int(data.get("format", 0))
+            fmt = expect(data.get("format", 0), int, "format")  # `true` is no format 1
             if fmt not in READABLE_ENGINE_FORMATS or data.get("kind") != "tensorrt-engine":
                 raise ModelError("%s is not an engine sidecar of format %s" % (
                     where, " or ".join(str(f) for f in READABLE_ENGINE_FORMATS)),
@@ -125,26 +125,31 @@ class EngineSidecar:
             else:  # format 1: its task, labels and image preprocess become the model block, marked as upgraded
                 pre = data.get("preprocess")
                 model = ModelSidecar(
-                    task=str(data.get("task", "other")), model_name="",
-                    inputs=[TensorSpec.from_dict(t) for t in data["inputs"]],
-                    outputs=[TensorSpec.from_dict(t) for t in data["outputs"]],
+                    task=expect_text(data.get("task", "other"), "task", 60), model_name="",
+                    inputs=[TensorSpec.from_dict(t) for t in expect(data["inputs"], list, "inputs")],
+                    outputs=[TensorSpec.from_dict(t) for t in expect(data["outputs"], list, "outputs")],
                     preprocess=Preprocess.from_dict(pre) if pre else None,
-                    labels=[str(x) for x in list_field(data, "labels")],
+                    labels=expect_texts(list_field(data, "labels"), "labels", 1000),
                     content_sha256=str(mapping_field(data, "source_onnx").get("sha256", "")),
                     produced_by={"upgraded_from": UPGRADED_FROM_FORMAT1})
-            return cls(model=model,
-                tensorrt_version=str(data["tensorrt_version"]), target=str(data["target"]),
-                precision=str(data["precision"]), device=str(data["device"]),
-                dla_core=None if data.get("dla_core") is None else int(data["dla_core"]),
-                inputs=[TensorSpec.from_dict(t) for t in data["inputs"]],
-                outputs=[TensorSpec.from_dict(t) for t in data["outputs"]],
+            return cls(model=model,  # nothing coerced: a list is no version, 1 is no gpu_fallback
+                tensorrt_version=expect_text(data["tensorrt_version"], "tensorrt_version", 40),
+                target=expect_text(data["target"], "target", 100),
+                precision=expect_text(data["precision"], "precision", 20),
+                device=expect_text(data["device"], "device", 20),
+                dla_core=None if data.get("dla_core") is None else int(expect_number(data["dla_core"], "dla_core",
+                                                                                     0, 15, integer=True)),
+                inputs=[TensorSpec.from_dict(t) for t in expect(data["inputs"], list, "inputs")],
+                outputs=[TensorSpec.from_dict(t) for t in expect(data["outputs"], list, "outputs")],
                 source_onnx=_strings(mapping_field(data, "source_onnx"), "source_onnx"),
-                gpu_fallback=bool(data.get("gpu_fallback", False)),
+                gpu_fallback=expect(data.get("gpu_fallback", False), bool, "gpu_fallback"),
                 int8_source=_optional(data, "int8_source", str),
-                build_seconds=_optional(data, "build_seconds", (int, float)),
-                backend=str(data.get("backend", "tensorrt")),
-                plan=mapping_field(data, "plan"), notes=[str(n) for n in list_field(data, "notes")],
-                content_sha256=str(data.get("content_sha256", "")), produced_by=mapping_field(data, "produced_by"),
+                build_seconds=None if data.get("build_seconds") is None else expect_number(
+                    data["build_seconds"], "build_seconds", 0.0),
+                backend=expect_text(data.get("backend", "tensorrt"), "backend", 40),
+                plan=mapping_field(data, "plan"), notes=expect_texts(list_field(data, "notes"), "notes", 10000),
+                content_sha256=expect_text(data.get("content_sha256", ""), "content_sha256", 128),
+                produced_by=mapping_field(data, "produced_by"),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as err:  # OverflowError: "format": Infinity
             raise ModelError("%s is malformed: %s" % (where, err), hint="rebuild the engine") from err
