@@ -326,3 +326,52 @@ def test_retarget_without_out_never_overwrites_the_input(tmp_path, capsys):
     code, out, err = _run(capsys, ["calibrate", "--check-cache", str(path), "--trt", "8.5.2", "--retarget",
                                    "--out", str(path)])
     assert code == 1 and "also an input" in err and path.read_bytes() == before
+
+
+# ----------------------------------------------------------------- few confident samples (issue 25)
+def _max_calibrated(m, evaluator):
+    st = stats.collect_from_batches(m, evaluator.batches, tensors="qdq")
+    return insert_qdq(m, algorithms.compute_all(st.histograms, "max"))
+
+
+def test_too_few_confident_samples_report_the_metric_the_bound_was_applied_to(setup):
+    """With fewer confident samples than ``min_confident`` the bound is applied to top-1 agreement over all
+    samples: the result, its JSON and the printed lines name ``agreement`` and why, never
+    ``agreement_confident`` with agreement's numbers."""
+    from jetforge.calibrate.calibrate_model import evaluation_summary
+
+    m, q, evaluator = setup
+    int8 = evaluator.evaluate(q)
+    assert int8.agreement_confident < 0.5 and 0 < int8.confident_samples  # all INT8 misses 0.5 on both metrics
+    res = mixed.search(m, q, evaluator, 0.5, "agreement_confident", min_confident=int8.confident_samples + 1)
+    assert res.metric == "agreement_confident" and res.metric_used == "agreement"
+    d = res.to_dict()
+    assert d["metric_used"] == "agreement" and "%d confident" % int8.confident_samples in d["metric_note"]
+    assert d["selection"]["value"] == round(res.result.agreement, 4)
+    assert d["selection"]["meets_bound"] == (res.result.agreement >= 0.5)
+    assert all(r["selection"] == round(evaluator.evaluate(
+        ev.dequantize_layers(q, _order(res)[:r["fp16_layers"]]) if r["fp16_layers"] else q).agreement, 4)
+        for r in res.curve[:2])
+    block = {k: v for k, v in d.items() if k not in ("sensitivity", "format")}
+    text = "\n".join(evaluation_summary({"mixed_precision": block}))
+    assert "agreement >= 0.5" in text and "agreement_confident >=" not in text
+    assert "%d confident" % int8.confident_samples in text
+
+
+def test_all_int8_meeting_the_requested_bound_keeps_every_layer_int8(setup):
+    """All INT8 at 1.000 on the confident samples meets an agreement_confident bound of 0.98: no FP16 layer is
+    added because there are too few confident samples for the usual rule (the reported run kept 60 of 63)."""
+    m, _, evaluator = setup
+    q = _max_calibrated(m, evaluator)
+    int8 = evaluator.evaluate(q)
+    assert int8.agreement_confident == 1.0 and int8.agreement < 0.98  # plain agreement would need FP16 layers
+    few = int8.confident_samples + 1
+    res = mixed.search(m, q, evaluator, 0.98, "agreement_confident", min_confident=few)
+    assert res.met and res.fp16_layers == [] and res.metric_used == "agreement_confident"
+    assert "%d confident" % int8.confident_samples in res.metric_note
+    d = res.to_dict()
+    assert d["selection"]["value"] == 1.0 and d["selection"]["meets_bound"]
+    assert d["curve"][0] == {"fp16_layers": 0, "selection": 1.0, "selection_met": True, "used_to_choose": True}
+    # with enough confident samples nothing changes: the same bound, the usual rule, the same answer
+    usual = mixed.search(m, q, evaluator, 0.98, "agreement_confident", sensitivity=res.sensitivity)
+    assert usual.fp16_layers == [] and usual.metric_used == "agreement_confident" and usual.metric_note == ""

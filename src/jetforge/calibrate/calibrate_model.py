@@ -277,14 +277,16 @@ def _mixed_precision(model, qdq_model, evaluator, data, result: CalibrationResul
     line = phash.describe(split.near_duplicates, "report-split", "selection-split")
     if line:
         log.info("mixed precision: %s", line)
+    used = mp.metric_used  # the metric the bound was applied to (agreement when too few samples were confident)
+    if mp.metric_note:
+        result.warnings.append("mixed precision: " + mp.metric_note)
     if not mp.met:
         result.warnings.append("mixed precision: the %s bound %.4g was not met on the selection split (best %.4f "
-                               "with %d FP16 layers)" % (metric, bound, mixed.metric_value(mp.result, metric),
-                                                         len(mp.fp16_layers)))
+                               "with %d FP16 layers)" % (used, bound, mp.value(mp.result), len(mp.fp16_layers)))
     elif mp.report_met is False:
         result.warnings.append("mixed precision: %d FP16 layers meet %s >= %.4g on the selection split but give "
                                "%.4f on the report split (not used to choose)"
-                               % (len(mp.fp16_layers), metric, bound, mixed.metric_value(mp.report_result, metric)))
+                               % (len(mp.fp16_layers), used, bound, mp.value(mp.report_result)))
     return {"mixed_precision": block, "sensitivity": [s.to_dict() for s in mp.sensitivity]}
 
 
@@ -347,16 +349,21 @@ def _mixed_lines(mp: Dict[str, object]) -> List[str]:
     """Mixed-precision lines that say which split every number is on."""
     sel, rep_ = mp.get("selection") or {}, mp.get("report")
     fp16 = mp["fp16_layers"]
-    verb = "<=" if mp["metric"] == "accuracy_drop" else ">="
+    metric = mp.get("metric_used") or mp["metric"]  # the one the bound was applied to (format 2 files: metric)
+    verb = "<=" if metric == "accuracy_drop" else ">="
     lines = ["mixed precision: %d FP16 layers (%s %s %s %s on the selection split)%s"
-             % (len(fp16), mp["metric"], verb, mp["bound"], "met" if mp["met"] else "NOT met",
+             % (len(fp16), metric, verb, mp["bound"], "met" if mp["met"] else "NOT met",
                 (": " + ", ".join(fp16[:6]) + (" ..." if len(fp16) > 6 else "")) if fp16 else "")]
+    if mp.get("metric_note"):
+        lines.append("  " + mp["metric_note"])
+    # agreement_confident on the few confident samples there are when it decided with fewer than usual
+    few = 1 if metric == "agreement_confident" and mp.get("metric_note") else None
     if sel:
         lines.append("  selection split (%d samples, chose the layers): %s %.4f (all INT8 %.4f)"
-                     % (sel["samples"], mp["metric"], sel["value"], _metric_of(sel["all_int8"], mp["metric"])))
+                     % (sel["samples"], metric, sel["value"], _metric_of(sel["all_int8"], metric, few)))
     if rep_:
         lines.append("  report split (%d other samples, not used to choose): %s %.4f (all INT8 %.4f)%s"
-                     % (rep_["samples"], mp["metric"], rep_["value"], _metric_of(rep_["all_int8"], mp["metric"]),
+                     % (rep_["samples"], metric, rep_["value"], _metric_of(rep_["all_int8"], metric, few),
                         "" if rep_["meets_bound"] else ", below the bound"))
         lines.extend("  " + line for line in _eval_lines("mixed, report split", _from_dict(rep_["chosen"])))
     plot = (mp.get("outputs") or {}).get("plot")
@@ -365,10 +372,10 @@ def _mixed_lines(mp: Dict[str, object]) -> List[str]:
     return lines
 
 
-def _metric_of(d: Dict[str, object], metric: str) -> float:
-    from jetforge.calibrate.mixed import metric_value
+def _metric_of(d: Dict[str, object], metric: str, min_confident: Optional[int] = None) -> float:
+    from jetforge.calibrate.mixed import MIN_CONFIDENT, metric_value
 
-    return metric_value(_from_dict(d), metric)
+    return metric_value(_from_dict(d), metric, MIN_CONFIDENT if min_confident is None else min_confident)
 
 
 def _from_dict(d: Dict[str, object]):

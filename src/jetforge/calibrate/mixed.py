@@ -24,8 +24,12 @@ is returned and ``met`` is false.
 
 The bound is on one metric of :class:`~jetforge.calibrate.evaluate.EvalResult`:
 
-* ``agreement_confident`` (default) -- top-1 agreement with FP32 on samples where FP32 is confident
-  (falls back to ``agreement`` when fewer than ``min_confident`` are);
+* ``agreement_confident`` (default) -- top-1 agreement with FP32 on samples where FP32 is confident.
+  With fewer than ``min_confident`` confident samples on the selection split the bound is applied to
+  ``agreement`` (over all samples) instead -- unless all INT8 already meets it on the confident samples
+  there are, in which case no layer is kept in FP16 (the stricter metric must not add FP16 layers to a
+  model that meets the goal asked for).  ``metric_used`` and ``metric_note`` of the result say which
+  metric decided and why; every value reported (curve, splits) is of that metric;
 * ``agreement`` -- top-1 agreement with FP32 over all samples;
 * ``accuracy_drop`` -- labelled top-1 accuracy drop (FP32 - INT8) at most the bound (a fraction:
   0.002 is 0.2 points).
@@ -156,6 +160,16 @@ class MixedPrecisionResult:
     report_result: Optional[EvalResult] = None   # report split, chosen k (the number to quote)
     report_int8_result: Optional[EvalResult] = None
     split: Optional[Split] = None
+    metric_used: str = ""                  # the metric the bound was applied to ("" = metric)
+    metric_note: str = ""                  # why it differs from metric, or on how few samples it was measured
+    min_confident: int = MIN_CONFIDENT     # the confident-sample threshold the values were computed with
+
+    def __post_init__(self) -> None:
+        self.metric_used = self.metric_used or self.metric
+
+    def value(self, res: EvalResult) -> float:
+        """``res``'s value of :attr:`metric_used`, as the search computed it."""
+        return metric_value(res, self.metric_used, self.min_confident)
 
     @property
     def trials(self) -> List[Dict[str, object]]:
@@ -167,7 +181,7 @@ class MixedPrecisionResult:
         """Whether the bound also holds on the report split (None without one)."""
         if self.report_result is None:
             return None
-        return satisfied(self.report_result, self.metric, self.bound)
+        return satisfied(self.report_result, self.metric_used, self.bound, self.min_confident)
 
     @property
     def layer_precisions(self) -> str:
@@ -178,11 +192,12 @@ class MixedPrecisionResult:
         def block(res: Optional[EvalResult], int8: Optional[EvalResult], note: str) -> Optional[Dict[str, object]]:
             if res is None:
                 return None
-            return {"samples": res.samples, "note": note, "value": round(metric_value(res, self.metric), 4),
-                    "meets_bound": satisfied(res, self.metric, self.bound), "chosen": res.to_dict(),
-                    "all_int8": int8.to_dict() if int8 is not None else None}
+            return {"samples": res.samples, "note": note, "value": round(self.value(res), 4),
+                    "meets_bound": satisfied(res, self.metric_used, self.bound, self.min_confident),
+                    "chosen": res.to_dict(), "all_int8": int8.to_dict() if int8 is not None else None}
 
-        return {"format": FORMAT, "bound": self.bound, "metric": self.metric, "met": self.met,
+        return {"format": FORMAT, "bound": self.bound, "metric": self.metric, "metric_used": self.metric_used,
+                "metric_note": self.metric_note, "met": self.met,
                 "rule": "smallest k (most sensitive layers in FP16) whose selection-split value meets the bound; "
                         "k = 0, 1, 2, ... evaluated in order",
                 "sensitivity_method": self.method, "fp16_layers": list(self.fp16_layers),
@@ -235,8 +250,13 @@ def search(fp32_model, qdq_model, evaluator: Evaluator, bound: float, metric: st
     order = forced + [s.name for s in sens if s.name not in forced]
     order += [n for n in layers if n not in order]  # layers the ranking could not measure go last
     limit = len(order) if max_fp16 is None else min(len(order), len(forced) + int(max_fp16))
-    curve = _Curve(qdq_model, order, evaluator, report_evaluator, metric, bound, min_confident, progress)
     start = len(forced)
+    int8 = evaluator.evaluate(qdq_model)
+    used, note, min_confident = _metric_used(int8, metric, bound, min_confident, forced=bool(forced))
+    if note:
+        log.info("mixed precision: %s", note)
+    curve = _Curve(qdq_model, order, evaluator, report_evaluator, used, bound, min_confident, progress)
+    curve.selection[0] = int8
     best: Optional[int] = None
     for k in range(start, limit + 1):
         if curve.point(k, chooses=True):
@@ -246,10 +266,9 @@ def search(fp32_model, qdq_model, evaluator: Evaluator, bound: float, metric: st
     if best is None:
         # the bound cannot be met within the limit: the best selection value measured, fewest layers on ties
         sign = -1.0 if metric == "accuracy_drop" else 1.0
-        best = max(curve.selection, key=lambda k: (sign * metric_value(curve.selection[k], metric, min_confident), -k))
+        best = max(curve.selection, key=lambda k: (sign * curve.value(curve.selection[k]), -k))
         log.warning("mixed precision: %s bound %.4g not met on the selection split with up to %d FP16 layers; best "
-                    "%s = %.4f with %d", metric, bound, limit, metric,
-                    metric_value(curve.selection[best], metric, min_confident), best)
+                    "%s = %.4f with %d", used, bound, limit, used, curve.value(curve.selection[best]), best)
     for k in list(range(best + 1, min(limit, best + beyond) + 1)) + [len(order)]:
         curve.point(k, chooses=False)
     all_int8 = curve.evaluate(0, evaluator, curve.selection)  # measured already unless layers were forced
@@ -259,7 +278,30 @@ def search(fp32_model, qdq_model, evaluator: Evaluator, bound: float, metric: st
         bound=bound, metric=metric, met=met, fp16_layers=fp16, int8_layers=[n for n in layers if n not in fp16],
         result=curve.selection[best], int8_result=all_int8, sensitivity=sens, method=method, curve=curve.rows(),
         model=dequantize_layers(qdq_model, fp16) if fp16 else qdq_model, report_result=curve.report.get(best),
-        report_int8_result=report_all_int8)
+        report_int8_result=report_all_int8, metric_used=used, metric_note=note, min_confident=min_confident)
+
+
+def _metric_used(int8: EvalResult, metric: str, bound: float, min_confident: int,
+                 forced: bool) -> Tuple[str, str, int]:
+    """(metric the bound is applied to, why, confident-sample threshold for :func:`metric_value`).
+
+    ``agreement_confident`` on fewer than ``min_confident`` confident samples of the selection split is too
+    noisy to decide by, so plain ``agreement`` decides -- except when all INT8 (``int8``, the selection
+    split's result with no FP16 layer) already meets the bound on the confident samples there are and no
+    layer is forced into FP16: then the bound asked for holds as it is, and ``agreement_confident`` (on
+    those samples) decides, which keeps every layer INT8.  (The confident samples are FP32's, the same for
+    every ``k``.)
+    """
+    n = int8.confident_samples
+    if metric != "agreement_confident" or n >= min_confident:
+        return metric, "", min_confident
+    if not forced and n > 0 and int8.agreement_confident is not None and int8.agreement_confident >= bound - 1e-12:
+        return metric, ("all INT8 already meets agreement_confident >= %.4g on the %d confident samples of the "
+                        "selection split (fewer than %d, so a noisy measure): no layer needs FP16"
+                        % (bound, n, min_confident)), 1
+    return "agreement", ("only %d confident samples on the selection split (fewer than %d): the bound is applied to "
+                         "top-1 agreement over all its %d samples instead of agreement_confident"
+                         % (n, min_confident, int8.samples)), min_confident
 
 
 class _Curve:
@@ -343,8 +385,8 @@ def plot_curve(result: MixedPrecisionResult, target: PathLike) -> Path:
     ax.axvline(len(result.fp16_layers), color="tab:gray", lw=1, ls=":",
                label="chosen k = %d%s" % (len(result.fp16_layers), "" if result.met else " (bound not met)"))
     ax.set_xlabel("FP16 layers k (most sensitive first, the rest INT8); lines join neighbouring k only", fontsize=9)
-    ax.set_ylabel(result.metric)
-    ax.set_title("mixed precision: %s against FP16 layers" % result.metric, fontsize=10)
+    ax.set_ylabel(result.metric_used)
+    ax.set_title("mixed precision: %s against FP16 layers" % result.metric_used, fontsize=10)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
