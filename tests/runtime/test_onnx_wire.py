@@ -157,3 +157,41 @@ def test_without_the_onnx_package_a_qdq_model_still_plans_as_int8(zoo, monkeypat
     plain = make_plan(zoo["dynamic"], get_target("orin-nx-16gb"), BuildOptions(precision="fp16",
                                                                               input_shapes={"x": [1, 3, 16, 16]}))
     assert plain.int8_source is None and plain.inputs[0]["shape"] == ["N", 3, -1, 16]
+
+
+def _field(number, payload):
+    """A length-delimited protobuf field (the bytes protobuf appends when a message sets it again)."""
+    length, out = len(payload), bytearray()
+    while True:
+        byte, length = length & 0x7F, length >> 7
+        out.append(byte | (0x80 if length else 0))
+        if not length:
+            break
+    return bytes([number << 3 | 2]) + bytes(out) + payload
+
+
+def test_fields_written_twice_are_read_as_protobuf_merges_them(zoo, tmp_path):
+    """A crafted file may set a message twice: protobuf merges the two (repeated parts joined, scalars and oneofs
+    last-wins); the wire reader took the last graph only and so refused or misread what the onnx package reads."""
+    base = Path(zoo["qdq"]).read_bytes()
+    extra = onnx.ModelProto()
+    node = extra.graph.node.add()
+    node.op_type, node.input[:], node.output[:] = "Relu", ["x"], ["r2"]
+    extra.graph.output.add().CopyFrom(helper.make_tensor_value_info("r2", TensorProto.FLOAT, [1, 3, 8, 8]))
+    # the graph field again, holding one more node and output: protobuf joins the two graphs
+    cases = {"graph twice": base + extra.SerializeToString()}
+    # an output's ValueInfo with its type field again (appended to the message's bytes): the two shapes' dims join
+    model = onnx.ModelProto()
+    model.ParseFromString(base)
+    output = model.graph.output[0]
+    raw_output = output.SerializeToString() + _field(2, output.type.SerializeToString())
+    marker = helper.make_tensor_value_info("MARKER", TensorProto.FLOAT, None).SerializeToString()
+    model.graph.output.add().ParseFromString(marker)
+    data = model.SerializeToString()
+    graph = model.graph.SerializeToString()
+    patched_graph = graph.replace(_field(12, marker), _field(12, raw_output)).replace(_field(12, output.SerializeToString()), b"", 1)
+    cases["an output's type twice"] = data.replace(_field(7, graph), _field(7, patched_graph))
+    for name, data in cases.items():
+        path = tmp_path / "twice.onnx"
+        path.write_bytes(data)
+        assert facts_tuple(path) == reference(path), name

@@ -126,7 +126,8 @@ def _signed(value: int) -> int:
 
 def _tensor_spec(buf: Buffer, start: int, end: int) -> Tuple[Dict[str, Any], ValueView]:
     """A ValueInfoProto -> (``{"name", "shape", "dtype"}`` (a dim without a positive size: its name, else -1),
-    the checks' view of it)."""
+    the checks' view of it), read as protobuf merges repeated parts: a second ``type`` of the same kind adds its
+    dims, one of another kind replaces it (a oneof), scalars take the last value."""
     name, elem, shape = "", 0, []  # type: str, int, List[Union[int, str]]
     view = ValueView("")
     for number, wire, a, b in _fields(buf, start, end):
@@ -137,7 +138,8 @@ def _tensor_spec(buf: Buffer, start: int, end: int) -> Tuple[Dict[str, Any], Val
             for tn, tw, ta, tb in _fields(buf, a, b):
                 if tw != _LEN or tn not in _TYPE_KINDS:
                     continue
-                view.kind = _TYPE_KINDS[tn]
+                if view.kind != _TYPE_KINDS[tn]:  # another case of the oneof: the earlier one is gone
+                    view.kind, elem, shape, view.dims = _TYPE_KINDS[tn], 0, [], None
                 if tn != 1:
                     continue  # a sequence, map or optional type: no tensor shape to report
                 for fn, fw, fa, fb in _fields(buf, ta, tb):
@@ -145,8 +147,8 @@ def _tensor_spec(buf: Buffer, start: int, end: int) -> Tuple[Dict[str, Any], Val
                         elem = fa
                     elif fn == 2 and fw == _LEN:
                         dims = [_dim(buf, da, db) for dn, dw, da, db in _fields(buf, fa, fb) if dn == 1 and dw == _LEN]
-                        shape = [d for d, _ in dims]
-                        view.dims = [v for _, v in dims]
+                        shape = shape + [d for d, _ in dims]
+                        view.dims = (view.dims or []) + [v for _, v in dims]
     view.name, view.elem = name, int(elem)
     return {"name": name, "shape": shape, "dtype": ONNX_DTYPES.get(elem, str(elem))}, view
 
@@ -156,24 +158,27 @@ _TYPE_KINDS = {1: "tensor", 4: "sequence", 5: "map", 8: "sparse tensor", 9: "opt
 
 
 def _dim(buf: Buffer, start: int, end: int) -> Tuple[Union[int, str], Optional[int]]:
-    """(the dim as the facts give it, its dim_value as written or None)."""
+    """(the dim as the facts give it, its dim_value as written or None); dim_value and dim_param are a oneof:
+    the last one written is the dim."""
     value: Optional[int] = None
     param = ""
     for number, wire, a, b in _fields(buf, start, end):
         if number == 1 and wire == _VARINT:
-            value = _signed(a)
+            value, param = _signed(a), ""
         elif number == 2 and wire == _LEN:
-            param = _text(buf, a, b)
+            value, param = None, _text(buf, a, b)
     if value is not None and value > 0:
         return int(value), value
     return param or -1, value
 
 
 def _name_field(buf: Buffer, start: int, end: int, number_wanted: int) -> str:
+    """The string field ``number_wanted`` (the last one written, as protobuf reads a repeated scalar)."""
+    text = ""
     for number, wire, a, b in _fields(buf, start, end):
         if number == number_wanted and wire == _LEN:
-            return _text(buf, a, b)
-    return ""
+            text = _text(buf, a, b)
+    return text
 
 
 _HIGH_BYTES = bytes(range(0x80, 0x100))
@@ -242,10 +247,10 @@ def _node(buf: Buffer, start: int, end: int, view: ModelView) -> NodeView:
     return node
 
 
-def _graph(buf: Buffer, start: int, end: int, view: ModelView) -> OnnxGraphFacts:
-    """The graph's facts; what the checks judge goes into ``view``."""
-    inputs: List[Dict[str, Any]] = []
-    outputs: List[Dict[str, Any]] = []
+def _graph(buf: Buffer, start: int, end: int, view: ModelView, inputs: List[Dict[str, Any]],
+           outputs: List[Dict[str, Any]]) -> None:
+    """Add one GraphProto's parts to ``view`` and the I/O facts to ``inputs``/``outputs``.  A model whose graph
+    field appears twice is read as protobuf reads it: the second merged into the first (repeated fields joined)."""
     view.has_graph = True
     for number, wire, a, b in _fields(buf, start, end):
         if number == 1:
@@ -255,17 +260,15 @@ def _graph(buf: Buffer, start: int, end: int, view: ModelView) -> OnnxGraphFacts
             _expect(wire, _LEN, "GraphProto.initializer")
             view.tensors.append(_tensor(buf, a, b, "initializer"))
         elif number == 15 and wire == _LEN:
-            for sn, sw, sa, sb in _fields(buf, a, b):
-                if sn == 1 and sw == _LEN:
-                    view.sparse.append(_name_field(buf, sa, sb, 8))
+            values = [(sa, sb) for sn, sw, sa, sb in _fields(buf, a, b) if sn == 1 and sw == _LEN]
+            if values:  # a repeated message field merges: the last values' name is the name
+                view.sparse.append(next((n for n in (_name_field(buf, sa, sb, 8) for sa, sb in reversed(values)) if n),
+                                        ""))
         elif number in (11, 12):
             _expect(wire, _LEN, "GraphProto.input/output")
             spec, value = _tensor_spec(buf, a, b)
             (inputs if number == 11 else outputs).append(spec)
             (view.inputs if number == 11 else view.outputs).append(value)
-    defined = {t.name for t in view.tensors if t.where == "initializer"} | set(view.sparse)
-    real_inputs = [i for i in inputs if i["name"] not in defined]
-    return OnnxGraphFacts(real_inputs, outputs, [(n.name, n.op) for n in view.nodes])
 
 
 def parse_model_bytes(buf: Buffer, where: str = "ONNX model") -> OnnxGraphFacts:
@@ -274,15 +277,15 @@ def parse_model_bytes(buf: Buffer, where: str = "ONNX model") -> OnnxGraphFacts:
     What is judged is :func:`jetforge.runtime.onnx_checks.model_problem`'s, as for the ``onnx`` package's reader.
     """
     view = ModelView()
-    facts: Optional[OnnxGraphFacts] = None
+    inputs: List[Dict[str, Any]] = []
+    outputs: List[Dict[str, Any]] = []
     try:
         for number, wire, a, b in _fields(buf, 0, len(buf)):
             if number == 1 and wire == _VARINT:
                 view.ir_version = _signed(a)
             elif number == 7:
                 _expect(wire, _LEN, "ModelProto.graph")
-                view.nodes, view.inputs, view.outputs, view.tensors, view.sparse = [], [], [], [], []
-                facts = _graph(buf, a, b, view)  # a second graph field: the last one (as before)
+                _graph(buf, a, b, view, inputs, outputs)
             elif number == 8:
                 _expect(wire, _LEN, "ModelProto.opset_import")
                 domain, version = "", 0  # protobuf's defaults, as the onnx package reads an absent field
@@ -298,9 +301,9 @@ def parse_model_bytes(buf: Buffer, where: str = "ONNX model") -> OnnxGraphFacts:
     error = model_error(view, where)
     if error is not None:
         raise error
-    assert facts is not None  # model_error refuses a model without a graph
-    facts.opset = view.opsets.get("")
-    return facts
+    defined = {t.name for t in view.tensors if t.where == "initializer"} | set(view.sparse)
+    return OnnxGraphFacts([i for i in inputs if i["name"] not in defined], outputs,
+                          [(n.name, n.op) for n in view.nodes], view.opsets.get(""))
 
 
 def read_graph_facts(path: PathLike, what: str = "ONNX model") -> OnnxGraphFacts:
