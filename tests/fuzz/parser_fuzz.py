@@ -1060,7 +1060,14 @@ def _onnx_wire(work: Path) -> ParserTarget:
                 node.domain = draw(st.sampled_from(["", "ai.onnx", "com.microsoft", "x.y"]))
             elif op == "drop_node" and node is not None:
                 g.node.remove(node)
-        return model.SerializeToString()
+        data = model.SerializeToString()
+        if g.node and draw(st.integers(0, 3)) == 0:  # the graph field again: protobuf merges it into the first
+            extra = onnx.GraphProto()
+            extra.node.add().CopyFrom(g.node[draw(st.integers(0, len(g.node) - 1))])
+            if draw(st.booleans()):
+                extra.output.add().CopyFrom(g.output[0])
+            data += _ld(7, extra.SerializeToString())
+        return data
 
     def check(data: bytes, facts: Any) -> None:
         from jetforge.runtime.onnx_checks import MAX_OPSET, MIN_OPSET
