@@ -93,3 +93,19 @@ def test_a_huge_png_among_photos_is_skipped_with_its_reason_and_counted(tmp_path
     events = [json.loads(line) for line in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
     assert metrics["frames"] == 2 and metrics["skipped"]["total"] == 1
     assert sorted({e.get("image") for e in events if e.get("type") != "skipped"}) == ["a.jpg", "c.jpg"]
+
+
+def test_calibration_images_declaring_too_many_pixels_are_skipped_by_their_header(tmp_path):
+    """calibrate --data and bundle create --samples ended in OpenCV's assertion (an internal error)."""
+    from jetforge.calibrate.sources import open_source
+    from jetforge.errors import CalibrationError
+
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    declared_png(folder / "a.png", 60000, 60000)
+    (source,) = open_source(folder)
+    with pytest.raises(CalibrationError, match="none of the 1 image files"):
+        list(source.iterate(4))
+    cv2.imwrite(str(folder / "b.png"), np.full((32, 48, 3), 7, np.uint8))
+    (source,) = open_source(folder)
+    assert [(name.endswith("b.png"), image.shape) for name, image in source.iterate(4)] == [(True, (32, 48, 3))]

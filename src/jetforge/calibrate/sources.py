@@ -26,6 +26,7 @@ import numpy as np
 from jetforge.errors import CalibrationError, InputFileError
 from jetforge.fileio import opencv_path
 from jetforge.optional import require
+from jetforge.runtime.image_files import ImageTooLarge, read_image
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +81,16 @@ class ImageFiles(Source):
         return len(self.paths)
 
     def iterate(self, n: int) -> Iterator[Tuple[str, np.ndarray]]:
-        cv2 = _cv2()
+        _cv2()  # a missing OpenCV is named before the first image
         chosen = [self.paths[i] for i in evenly_spaced(len(self.paths), n)]
         unreadable = 0
         for p in chosen:
-            image = cv2.imread(opencv_path(p, "image"), cv2.IMREAD_COLOR)
+            try:  # an image declaring too many pixels is skipped from its header, never decoded
+                image = read_image(p, "calibration image")
+            except ImageTooLarge as err:
+                unreadable += 1
+                log.warning("skipping: %s", err.message)
+                continue
             if image is None:
                 unreadable += 1
                 log.warning("skipping %s: OpenCV cannot decode it as an image", p)
