@@ -69,10 +69,11 @@ def test_person_labels_are_read_by_the_strict_json_reader(tmp_path):
 def test_binary_label_files_are_one_line(tmp_path, data):
     from jetforge.apps.labels import read_label_file
     from jetforge.calibrate.evaluate import read_labels
+    from jetforge.cli.cmd_export import _labels  # export --labels FILE
 
     path = tmp_path / "labels.txt"
     path.write_bytes(data)
-    for read in (read_label_file, lambda p: read_labels(p, ["a.jpg"], ["cat", "dog"])):
+    for read in (read_label_file, lambda p: read_labels(p, ["a.jpg"], ["cat", "dog"]), lambda p: _labels(str(p), {})):
         with pytest.raises(JetforgeError) as err:
             read(path)
         assert str(path) in err.value.one_line() and "\n" not in err.value.one_line()

@@ -20,6 +20,7 @@ from jetforge.cli.base import Command, parse_input_shape, print_json
 from jetforge.config import load_config
 from jetforge.errors import ConfigError
 from jetforge.fileio import check_not_input, require_file
+from jetforge.jsonfile import read_text
 from jetforge.runtime import inputs as pre
 from jetforge.runtime.sidecar import TASKS as SIDECAR_TASKS
 from jetforge.runtime.tensorrt.onnx_check import check_onnx_builds
@@ -149,7 +150,8 @@ def _labels(spec: Optional[str], meta: Dict[str, Any]) -> List[str]:
         return list(meta.get("labels") or [])
     if spec == "imagenet":
         return list(load_labels("imagenet"))
-    lines = require_file(spec, "labels file").read_text(encoding="utf-8").splitlines()
+    lines = read_text(require_file(spec, "labels file"), "labels file", ConfigError,  # a binary file: one line
+                      hint="write one class name per line").splitlines()
     labels = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
     if not labels:
         raise ConfigError("labels file %s has no class names" % spec, hint="write one class name per line")
