@@ -100,3 +100,16 @@ def test_cache_of_another_model_is_refused(tiny_model, tmp_path, capsys):
     path = other.write(tmp_path / "other.calib")
     code, out, err = _run(capsys, ["calibrate", "--check-cache", str(path), "--model", str(tiny_model)])
     assert code == 1 and "not in tiny.onnx" in err
+
+
+def test_algorithm_help_says_entropy_is_the_weakest_with_its_numbers(capsys):
+    """Issue 25: --algorithm entropy is the worst calibrator on both benchmark models; the help says so, with the
+    measured agreements and where they come from, so that nobody picks it from the example alone."""
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    entropy = out[out.index("entropy = "):out.index("percentile = ")]
+    assert "weakest" in entropy and "benchmarks/int8" in entropy
+    for number in ("0.566", "0.760", "0.819", "0.892"):  # results/epyc-2core_2026-12-01_accuracy*.json
+        assert number in entropy
+    assert "--algorithm entropy" not in out  # no example recommends it

@@ -27,7 +27,7 @@ class CalibrateCommand(Command):
         "given on the command line wins over both, --set over the file.")
     examples = """examples:
   jetforge calibrate model.onnx --data calib_images/ --tensorrt 10.3
-  jetforge calibrate model.onnx --data street.mp4 --data extra/ --samples 800 --algorithm entropy
+  jetforge calibrate model.onnx --data street.mp4 --data extra/ --samples 800 --algorithm mse
   jetforge calibrate model.onnx --data clip.mp4 --video-sampling scene --tensorrt 8.6.2 --out build/model.calib
   jetforge calibrate --check-cache model.calib --model model.onnx --tensorrt 10.3
   jetforge calibrate model.onnx --data calib/ --eval heldout/ --labels heldout/labels.txt
