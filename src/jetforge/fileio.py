@@ -330,6 +330,19 @@ def opencv_path(path: PathLike, what: str = "file") -> str:
     return text
 
 
+def expand_user(path: PathLike, what: str = "path") -> Path:
+    """``~/x`` and ``~user/x`` as the shell expands them, refused in one line where it cannot: Python's
+    ``expanduser`` raises RuntimeError (an internal error) for ``~nosuchuser/x`` and when no home folder is known."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        first = os.fspath(path)
+        first = (first if isinstance(first, str) else os.fsdecode(first)).split("/", 1)[0]
+        raise InputFileError("%s %s starts with %s, and there is no such user or home folder to expand it to"
+                             % (what, os.fspath(path), first),
+                             hint="write the folder out in full (no ~), or check the user name") from None
+
+
 def require_dir(path: PathLike, what: str = "folder", hint: str = "") -> Path:
     """Return ``path`` as a Path if it is an existing folder, else raise a clear InputFileError."""
     p = Path(path)

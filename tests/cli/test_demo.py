@@ -171,7 +171,7 @@ def test_stale_sidecar_is_refused(capsys, tmp_path, mobilenet_onnx, bikes_clip):
 
 def test_bad_options_are_one_line(capsys, tmp_path, bikes_clip):
     code, _, err = run_demo(capsys, "--video", bikes_clip, "--max-frames", 0, "--out", tmp_path)
-    assert code == 1 and "--max-frames must be at least 1" in one_error_line(err)
+    assert code == 1 and "argument --max-frames: 0 is out of range (allowed: 1 or more)" in one_error_line(err)
 
 
 def test_cached_export_is_reused_and_redone_when_stale(tmp_path, mobilenet_onnx):

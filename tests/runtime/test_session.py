@@ -8,7 +8,7 @@ import pytest
 
 from jetforge.errors import BackendError, InputFileError, ModelError, UnknownNameError
 from jetforge.runtime.inputs import IMAGENET_TORCHVISION
-from jetforge.runtime.session import BACKENDS, Session, backend_for_path, open_session
+from jetforge.runtime.session import BACKENDS, Session, backend_for_path, default_threads, open_session
 from jetforge.runtime.sidecar import TensorSpec, sidecar_path
 
 BICYCLES = {"mountain bike", "bicycle-built-for-two"}
@@ -178,8 +178,9 @@ def test_selected_outputs_and_ort_options(mobilenet_onnx, bikes_frames):
             s.infer({"input": x}, outputs=["logit"])
     import onnxruntime
 
-    opts, threads = session_options(onnxruntime, 3, "basic", False, None)
-    assert threads == 3 and opts.intra_op_num_threads == 3
+    cpus = default_threads()  # the most a session takes (thread_bound): more only take turns on the CPUs
+    opts, threads = session_options(onnxruntime, cpus, "basic", False, None)
+    assert threads == cpus and opts.intra_op_num_threads == cpus
     assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert opts.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
     opts, _ = session_options(onnxruntime, 0, "all", None, None)

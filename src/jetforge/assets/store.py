@@ -22,7 +22,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from jetforge.assets.catalog import AssetSpec, get_spec, list_specs
 from jetforge.errors import AssetError
-from jetforge.fileio import sha256_file
+from jetforge.fileio import expand_user, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +33,9 @@ def cache_root() -> Path:
     """``$JETFORGE_CACHE``, else ``$XDG_CACHE_HOME/jetforge``, else ``~/.cache/jetforge``."""
     env = os.environ.get("JETFORGE_CACHE")
     if env:
-        return Path(env).expanduser()
+        return expand_user(env, "$JETFORGE_CACHE")
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "jetforge"
+    return (expand_user(xdg, "$XDG_CACHE_HOME") if xdg else Path.home() / ".cache") / "jetforge"
 
 
 def asset_dir(name: str) -> Path:

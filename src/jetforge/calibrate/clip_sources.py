@@ -39,6 +39,7 @@ import numpy as np
 from jetforge.calibrate.quality import QualityTracker
 from jetforge.calibrate.sources import Samples, VideoFile, allocate, evenly_spaced, open_source
 from jetforge.errors import CalibrationError
+from jetforge.fileio import expand_user
 from jetforge.optional import require
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def clip_name(clip: ClipSample) -> str:
 def parse_video_range(item: Union[str, Path]) -> Tuple[Path, int, Optional[int]]:
     """``video.mp4@START:STOP`` -> (path, start, stop or None); a plain path (or one that exists) -> (path, 0, None)."""
     text = str(item)
-    path = Path(text).expanduser()
+    path = expand_user(text, "calibration data")
     match = None if path.exists() else _RANGE.match(text)
     if match is None:
         return path, 0, None
@@ -91,7 +92,7 @@ def parse_video_range(item: Union[str, Path]) -> Tuple[Path, int, Optional[int]]
     if stop is not None and stop <= start:
         raise CalibrationError("frame range %s is empty (STOP must be after START)" % text,
                                hint="write VIDEO@START:STOP with START < STOP, e.g. vtest.avi@0:400")
-    return Path(match.group("path")).expanduser(), start, stop
+    return expand_user(match.group("path"), "calibration data"), start, stop
 
 
 def frame_step(fps: float, contract: Any) -> int:

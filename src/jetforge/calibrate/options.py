@@ -44,10 +44,12 @@ from jetforge.calibrate.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
 from jetforge.calibrate.cache import ALGORITHM_TOKENS, DEFAULT_TOKEN, stamp_version
 from jetforge.calibrate.quality import RECOMMENDED_SAMPLES
 from jetforge.calibrate.sources import SAMPLINGS
-from jetforge.config import load_config
+from jetforge.config import Bound, check_bounds, load_config
 from jetforge.errors import ConfigError, UnknownNameError
 
 DEFAULT_TENSORRT = "10.3"
+#: ``percentile``: the share of |x| kept inside the range; 100 keeps the largest |x|, 0 keeps nothing.
+PERCENTILE = Bound(float, 0.0, 100.0, low_open=True, why="a percentile of |x|; 100 is the largest |x|")
 
 
 @dataclass
@@ -134,7 +136,7 @@ class CalibrateOptions:
 
     tensorrt_version: str = DEFAULT_TENSORRT
     algorithm: str = DEFAULT_ALGORITHM
-    percentile: float = 99.99
+    percentile: float = PERCENTILE.field(99.99)
     samples: int = RECOMMENDED_SAMPLES
     min_samples: int = 16
     batch_size: int = 8
@@ -154,9 +156,7 @@ class CalibrateOptions:
     def __post_init__(self) -> None:
         stamp_version(self.tensorrt_version)  # a release of the JetPack table, else no TensorRT reads the cache
         ALGORITHMS.get(self.algorithm)
-        if not (isinstance(self.percentile, (int, float)) and 0.0 < self.percentile <= 100.0):
-            raise ConfigError("percentile must be in (0, 100], got %r" % (self.percentile,),
-                              hint="e.g. --percentile 99.99 (100 is the largest |x|)")
+        check_bounds(self)  # percentile (the loader checked it too, naming the key)
         for name in ("samples", "min_samples", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError("%s must be at least 1, got %d" % (name, getattr(self, name)),

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 import numpy as np
 
 from jetforge.errors import CalibrationError, InputFileError
-from jetforge.fileio import opencv_path
+from jetforge.fileio import expand_user, opencv_path
 from jetforge.optional import require
 from jetforge.runtime.image_files import ImageTooLarge, read_image
 
@@ -214,7 +214,7 @@ def _files_under(folder: Path) -> List[Path]:
 
 def open_source(item: Union[str, Path], sampling: str = "uniform", scene_threshold: float = 12.0) -> List[Source]:
     """The source(s) one ``--data`` argument names."""
-    path = Path(item).expanduser()
+    path = expand_user(item, "calibration data")
     if not path.exists():
         raise InputFileError("calibration data %s does not exist" % path,
                              hint="give a folder of images, a video file or a .txt list of paths")
@@ -250,7 +250,7 @@ def _from_list(path: Path, sampling: str, scene_threshold: float) -> List[Source
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        p = Path(line).expanduser()
+        p = expand_user(line, "a path in %s" % path)
         if not p.is_absolute():
             p = path.parent / p
         if not p.is_file():

@@ -19,17 +19,31 @@ options by hand.
 * **output**: ``-o``/``--out PATH``.
 * ``--json``, and the model-loading flags of ``export`` and ``prune`` (``--weights``, ``--prune-plan``,
   ``--trust-pickle``).
+* **numbers**: a numeric flag's ``type=`` is a :class:`~jetforge.config.Bound`'s ``argtype`` (the same object that
+  checks the option's YAML key and Python argument), so a value out of range, NaN or infinite is one line naming
+  the flag, the value, the allowed range and why - argparse's usage error, exit 1 - before anything is read.
+  :data:`~jetforge.config.COUNT` (1 or more), :data:`~jetforge.config.NON_NEGATIVE` and
+  :data:`~jetforge.config.PROBABILITY` are the common ones; ``--threads`` is :func:`add_threads_flag`.
 """
 
 import argparse
 from typing import Any, List, Optional, Sequence, Tuple
 
+from jetforge.runtime.session.base import threads_argtype
 from jetforge.runtime.tensorrt.plan import PRECISIONS
 from jetforge.workflow.model_refs import TRUST_FLAG, load_torch_model
 
 #: The attribute every action made here carries: the name of the shared option it is.
 SHARED = "jetforge_shared"
 TENSORRT_FLAGS = ("--tensorrt", "--trt")
+
+
+def add_threads_flag(parser: Any, help: str) -> None:
+    """``--threads N``: intra-op threads, 0 (ONNX Runtime's choice) up to this process's CPUs
+    (:func:`~jetforge.runtime.session.base.thread_bound`); None unless given (the apps' ``--threads``, defined in
+    ``apps/tasks``, take the same type from 1)."""
+    _mark(parser.add_argument("--threads", type=threads_argtype(), default=None, metavar="N",
+                              help=help), "threads")
 
 
 def _mark(action: argparse.Action, name: str) -> argparse.Action:
@@ -145,5 +159,5 @@ def shared_actions(parser: argparse.ArgumentParser) -> List[Tuple[str, argparse.
 
 
 __all__ = ["SHARED", "TENSORRT_FLAGS", "add_config_flags", "add_dla_core_flag", "add_json_flag", "add_model_flags",
-           "add_out_flag", "add_precision_flag", "add_target_flag", "add_tensorrt_flag", "dla_core",
-           "load_model_from_args", "model_input_paths", "shared_actions"]
+           "add_out_flag", "add_precision_flag", "add_target_flag", "add_tensorrt_flag", "add_threads_flag",
+           "dla_core", "load_model_from_args", "model_input_paths", "shared_actions"]

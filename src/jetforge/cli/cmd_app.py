@@ -21,6 +21,8 @@ from jetforge.apps.video import SourceOptions, open_source, sink_usage, source_u
 from jetforge.apps.video.sources.gpu import uri_for_decode
 from jetforge.assets import asset_path
 from jetforge.cli.arguments import add_json_flag, add_out_flag
+from jetforge.config import COUNT, NON_NEGATIVE, POSITIVE_NUMBER
+from jetforge.runtime.session.base import threads_argtype
 from jetforge.cli.base import Command, print_json
 from jetforge.workflow.model_refs import prepare_app_models
 from jetforge.errors import ConfigError, JetforgeError, StreamError
@@ -45,7 +47,7 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, default_out: str) ->
                    help="video file, image folder, v4l2:///dev/video0 or camera index, csi://0, rtsp://..., "
                         "http(s)://...; repeat for several streams batched into one model (default: the app's clip)")
     add_out_flag(g, "DIR", "output folder (default: ./%s/)" % default_out, default=default_out)
-    g.add_argument("--max-frames", metavar="N", type=int, default=None, help="stop after N frames per stream")
+    g.add_argument("--max-frames", metavar="N", type=COUNT.argtype, default=None, help="stop after N frames per stream")
     g.add_argument("--loop", action="store_true",
                    help="play a video file again from the start when it ends (soak tests, demos; stop with "
                         "--max-frames, Ctrl-C or SIGTERM)")
@@ -60,22 +62,23 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, default_out: str) ->
     g.add_argument("--stream-to", metavar="URI", default=None,
                    help="also stream the annotated video: rtsp://server:8554/live or rtp://host:5000 (GStreamer)")
     p = parser.add_argument_group("pipeline")
-    p.add_argument("--batch", metavar="N", type=int, default=None,
+    p.add_argument("--batch", metavar="N", type=COUNT.argtype, default=None,
                    help="frames per model call across streams (default: the number of sources)")
-    p.add_argument("--queue-size", metavar="N", type=int, default=2, help="frames between two stages (default: 2)")
+    p.add_argument("--queue-size", metavar="N", type=COUNT.argtype, default=2,
+                   help="frames between two stages (default: 2)")
     p.add_argument("--sequential", action="store_true", help="one frame at a time, stages not overlapped")
-    p.add_argument("--infer-workers", metavar="N", type=int, default=1,
+    p.add_argument("--infer-workers", metavar="N", type=threads_argtype(1), default=1,
                    help="inference threads sharing the model, results kept in frame order (default: 1); "
                         "on a CPU try 2 with --threads 1")
     p.add_argument("--on-error", choices=("skip", "stop"), default="skip",
                    help="a stage failing on one frame: skip the frame (default) or stop the run")
-    p.add_argument("--max-consecutive-errors", metavar="N", type=int, default=10,
+    p.add_argument("--max-consecutive-errors", metavar="N", type=NON_NEGATIVE.argtype, default=10,
                    help="stop after N failures in a row of one stage (default: 10)")
     p.add_argument("--drop", choices=("never", "oldest"), default="never",
                    help="files: never drop frames (default) or drop the oldest when behind, as live sources do")
-    p.add_argument("--max-reconnects", metavar="N", type=int, default=5,
+    p.add_argument("--max-reconnects", metavar="N", type=NON_NEGATIVE.argtype, default=5,
                    help="live sources: reconnect attempts with back-off before giving up (default: 5)")
-    p.add_argument("--stall-timeout", metavar="S", type=float, default=30.0,
+    p.add_argument("--stall-timeout", metavar="S", type=POSITIVE_NUMBER.argtype, default=30.0,
                    help="live sources: seconds without a frame before the source counts as lost (default: 30)")
     add_json_flag(parser)
 

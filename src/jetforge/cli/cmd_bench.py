@@ -4,11 +4,13 @@ import argparse
 from pathlib import Path
 from typing import Any, Dict, List
 
-from jetforge.cli.arguments import add_dla_core_flag, add_json_flag, add_out_flag
+from jetforge.cli.arguments import add_dla_core_flag, add_json_flag, add_out_flag, add_threads_flag
 from jetforge.cli.base import Command, print_json
+from jetforge.config import COUNT, NON_NEGATIVE
 from jetforge.table import format_table
 from jetforge.errors import ConfigError
 from jetforge.fileio import check_not_input, check_output_path, write_json_atomic
+from jetforge.runtime.bench import SEED
 from jetforge.runtime.session import BACKENDS, backend_suffixes
 
 
@@ -32,19 +34,25 @@ class BenchCommand(Command):
                             help="auto (default: by the file suffix) or one of: %s" % "; ".join(
                                 "%s (%s) = %s" % (name, " ".join(backend_suffixes(name)), summary)
                                 for name, summary in BACKENDS.summaries()))
-        parser.add_argument("--batch", type=int, default=1, help="batch size (dynamic batch axis; default 1)")
-        parser.add_argument("--iterations", type=int, default=200, help="timed steady-state calls (default 200)")
-        parser.add_argument("--warmup", type=int, default=20, help="untimed warm-up calls (default 20)")
+        parser.add_argument("--batch", type=COUNT.argtype, default=1,
+                            help="batch size (dynamic batch axis; default 1); at most what fits in free memory "
+                                 "(checked against the model's input size)")
+        parser.add_argument("--iterations", type=COUNT.argtype, default=200,
+                            help="timed steady-state calls (default 200)")
+        parser.add_argument("--warmup", type=NON_NEGATIVE.argtype, default=20,
+                            help="untimed warm-up calls (default 20)")
         graph = parser.add_mutually_exclusive_group()
         graph.add_argument("--cuda-graph", dest="cuda_graph", action="store_true", default=None,
                            help="capture and replay a CUDA graph (default where the backend has them)")
         graph.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false",
                            help="plain enqueue, no CUDA graph")
         add_dla_core_flag(parser, "DLA core for a TensorRT engine")
-        parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime intra-op threads")
+        add_threads_flag(parser, "ONNX Runtime intra-op threads: 0 (its choice) up to this machine's CPUs "
+                                 "(default: the CPUs)")
         parser.add_argument("--plot", metavar="FILE.png", help="write a latency histogram")
         add_out_flag(parser, "DIR", "write DIR/bench.json (and DIR/latency.png)")
-        parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+        parser.add_argument("--seed", type=SEED.argtype, default=0, help="seed of the random inputs, 0 or more "
+                                                                           "(default 0)")
         parser.add_argument("--trust-pickle", action="store_true",
                             help="allow a TorchScript (.pt/.ts) or torch.export (.pt2) MODEL: both run code stored "
                                  "in the file when opened, so give this only for files you made yourself")

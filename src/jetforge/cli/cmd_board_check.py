@@ -4,6 +4,7 @@ import argparse
 
 from jetforge.cli.arguments import add_json_flag, add_out_flag, add_target_flag, add_tensorrt_flag
 from jetforge.cli.base import Command, print_json
+from jetforge.config import COUNT
 
 
 class BoardCheckCommand(Command):
@@ -26,7 +27,7 @@ class BoardCheckCommand(Command):
         add_target_flag(parser, default="auto", help="target profile (default: detect)")
         add_tensorrt_flag(parser, "TensorRT version when it is not installed")
         parser.add_argument("--power-mode", metavar="NAME", help="power mode to record (default: nvpmodel -q)")
-        parser.add_argument("--iterations", type=int, default=200, metavar="N", help="timed runs per engine")
+        parser.add_argument("--iterations", type=COUNT.argtype, default=200, metavar="N", help="timed runs per engine")
         parser.add_argument("--no-tegrastats", action="store_true", help="do not record tegrastats")
         add_json_flag(parser)
 

@@ -16,7 +16,7 @@ from jetforge.errors import ConfigError, DependencyError
 from jetforge.fileio import check_not_input
 from jetforge.runtime.tensorrt.builder import build_engine
 from jetforge.runtime.tensorrt.library import installed_version
-from jetforge.runtime.tensorrt.plan import JETPACK_HINT, load_build_options, make_plan, parse_shape
+from jetforge.runtime.tensorrt.plan import JETPACK_HINT, WORKSPACE_MIB, load_build_options, make_plan, parse_shape
 from jetforge.targets import get_target
 
 
@@ -45,7 +45,8 @@ class BuildCommand(Command):
         add_tensorrt_flag(parser, "TensorRT version (default: the target's newest)")
         parser.add_argument("--shape", metavar="NAME=DIMS", action="append", default=[],
                             help="static input shape, e.g. input=1x3x224x224 (repeatable)")
-        parser.add_argument("--workspace-mib", type=int, metavar="MIB", help="workspace memory pool limit")
+        parser.add_argument("--workspace-mib", type=WORKSPACE_MIB.argtype, metavar="MIB",
+                            help="workspace memory pool limit (at most the target's memory)")
         parser.add_argument("--timing-cache", metavar="FILE", help="read and update a TensorRT timing cache")
         add_out_flag(parser, "ENGINE", "engine path (default: MODEL.engine)", aliases=("--output",))
         parser.add_argument("--plan-only", action="store_true", help="write the plan JSON, do not build")

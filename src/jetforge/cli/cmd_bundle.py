@@ -13,7 +13,7 @@ from jetforge.cli.base import Command, print_json
 from jetforge.cli.cmd_build import build_flag_options
 from jetforge.deploy.bundle import BundleError, create_bundle, safe_extract, single_top, verify_bundle
 from jetforge.deploy.bundle.tar import expansion_limit
-from jetforge.runtime.tensorrt.plan import load_build_options
+from jetforge.runtime.tensorrt.plan import WORKSPACE_MIB, load_build_options
 from jetforge.table import format_table
 from jetforge.workflow.bundle_references import reference_samples
 
@@ -61,7 +61,8 @@ class BundleCommand(Command):
         add_dla_core_flag(c, "build for DLA core N on the board")
         c.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
                        help="static input shape (default: the sidecar's, dynamic batch = 1)")
-        c.add_argument("--workspace-mib", type=int, metavar="MIB", help="workspace memory pool limit")
+        c.add_argument("--workspace-mib", type=WORKSPACE_MIB.argtype, metavar="MIB",
+                       help="workspace memory pool limit (at most the target's memory)")
         c.add_argument("--build-config", metavar="YAML", help="build options file (as for `jetforge build --config`)")
         c.add_argument("--tar", nargs="?", const="auto", metavar="FILE",
                        help="also write one tar file (default: DIR.tar; .tar.gz compresses)")

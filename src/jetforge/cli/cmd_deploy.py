@@ -5,6 +5,8 @@ from typing import Any, Dict, List
 
 from jetforge.cli.arguments import add_json_flag, add_target_flag
 from jetforge.cli.base import Command, print_json
+from jetforge.config import COUNT
+from jetforge.deploy.remote.target import CONNECT_TIMEOUT, PORT
 from jetforge.deploy.workflow import STEPS
 
 
@@ -29,14 +31,15 @@ class DeployCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("bundle", metavar="BUNDLE", help="bundle folder or tar (from `jetforge bundle create`)")
         parser.add_argument("destination", metavar="USER@HOST", help="the board, e.g. nvidia@192.168.55.1")
-        parser.add_argument("--port", type=int, help="SSH port (default 22, or HOST:PORT)")
+        parser.add_argument("--port", type=PORT.argtype, help="SSH port, 1..65535 (default 22, or HOST:PORT)")
         parser.add_argument("--key", metavar="FILE", help="private key (default: ssh's own choice)")
         parser.add_argument("--jump", metavar="USER@HOST[:PORT]", help="reach the board through this jump host")
         parser.add_argument("--known-hosts", metavar="FILE",
                             help="known-hosts file (default ~/.config/jetforge/known_hosts)")
         parser.add_argument("--ssh-option", action="append", default=[], metavar="OPT=VALUE",
                             help="extra `ssh -o` option (repeatable)")
-        parser.add_argument("--connect-timeout", type=int, default=10, metavar="S", help="SSH connect timeout")
+        parser.add_argument("--connect-timeout", type=CONNECT_TIMEOUT.argtype, default=10, metavar="S",
+                            help="SSH connect timeout, whole seconds (default 10)")
         parser.add_argument("--remote-dir", metavar="DIR", help="bundle folder on the board "
                                                                 "(default ~/jetforge/bundles/NAME)")
         parser.add_argument("--remote-jetforge", default="jetforge", metavar="PATH",
@@ -57,7 +60,8 @@ class DeployCommand(Command):
         parser.add_argument("--results", default="results", metavar="DIR", help="local results folder (default results)")
         parser.add_argument("--transfer", choices=["auto", "rsync", "ssh"], default="auto",
                             help="copy with rsync (default where both sides have it) or a chunked copy over ssh")
-        parser.add_argument("--bwlimit", type=int, metavar="KIB_S", help="limit rsync's bandwidth (KiB/s)")
+        parser.add_argument("--bwlimit", type=COUNT.argtype, metavar="KIB_S",
+                            help="limit rsync's bandwidth (KiB/s, 1 or more; leave it out for no limit)")
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:

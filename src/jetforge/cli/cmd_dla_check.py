@@ -5,6 +5,7 @@ from typing import List, Tuple
 
 from jetforge.cli.arguments import add_json_flag, add_precision_flag, add_target_flag, add_tensorrt_flag
 from jetforge.cli.base import Command, print_json
+from jetforge.config import COUNT, NON_NEGATIVE
 from jetforge.errors import ConfigError, JetforgeError
 
 
@@ -36,7 +37,7 @@ class DlaCheckCommand(Command):
         parser.add_argument("--shape", metavar="NAME=DIMS", action="append", default=[],
                             help="fix a dynamic input, e.g. input=1x3x224x224 (repeatable)")
         parser.add_argument("--calib", metavar="CACHE", help="calibration cache: enables INT8 range-equality checks")
-        parser.add_argument("--loadables-per-core", type=int, metavar="N",
+        parser.add_argument("--loadables-per-core", type=COUNT.argtype, metavar="N",
                             help="DLA loadables per core (default: the target's setting; 16 in recent docs, 4 in 8.4)")
         parser.add_argument("--strict", action="store_true",
                             help="exit 1 if any layer would fall back to the GPU or the loadable limit is exceeded")
@@ -45,7 +46,7 @@ class DlaCheckCommand(Command):
                             help="clip models: write the exact rewrite that folds time into the batch around every "
                                  "1xkxk convolution/pool ((N,C,T,H,W) -> (N*T,C,H,W)), keeping as many folded "
                                  "regions as fit the loadables per core, and check that model instead")
-        parser.add_argument("--fold-regions", type=int, metavar="N",
+        parser.add_argument("--fold-regions", type=NON_NEGATIVE.argtype, metavar="N",
                             help="with --fold-time: fold at most N regions (the biggest; default: as many as fit)")
         add_json_flag(parser)
 

@@ -88,8 +88,9 @@ class ExportCommand(Command):
             check_architecture_name(args.model)
         if args.model in PRETRAINED and PRETRAINED[args.model].task == "detect":  # body only; NMS in the sidecar
             return run_detector_export(args, out)
+        given_shape = parse_input_shape(args.input_shape) if args.input_shape else None  # before the model loads
         model, meta = load_model_from_args(args)
-        shape = parse_input_shape(args.input_shape) if args.input_shape else tuple(meta.get("input_shape") or (1, 3, 224, 224))
+        shape = given_shape or tuple(meta.get("input_shape") or (1, 3, 224, 224))
         preprocess = _preprocess(args.preprocess, meta)
         labels = _labels(args.labels, meta)
         task = args.task or meta.get("task") or "other"
@@ -97,14 +98,20 @@ class ExportCommand(Command):
         if dynamic_batch and meta.get("dynamic_batch") is False:  # a .pt2: traced at one batch size
             log.warning("%s is a torch.export program: its ONNX has a fixed batch of %d", args.model, shape[0])
             dynamic_batch = False
-        sidecar = export_onnx(model, out, shape, task=task, model_name=str(meta.get("name", out.stem)), labels=labels,
-                              preprocess=preprocess, dynamic_batch=dynamic_batch, opset=args.opset,
-                              provenance={"source_model": args.model})
-        result: Dict[str, Any] = {"onnx": str(out), "sidecar": str(out) + ".json", "task": sidecar.task,
-                                  "inputs": [t.to_dict() for t in sidecar.inputs],
-                                  "outputs": [t.to_dict() for t in sidecar.outputs],
-                                  "labels": len(sidecar.labels), "sha256": sidecar.content_sha256}
-        result["onnxruntime_vs_torch"] = compare_with_torch(model, out, shape)
+        try:
+            sidecar = export_onnx(model, out, shape, task=task, model_name=str(meta.get("name", out.stem)),
+                                  labels=labels, preprocess=preprocess, dynamic_batch=dynamic_batch, opset=args.opset,
+                                  provenance={"source_model": args.model})
+            result: Dict[str, Any] = {"onnx": str(out), "sidecar": str(out) + ".json", "task": sidecar.task,
+                                      "inputs": [t.to_dict() for t in sidecar.inputs],
+                                      "outputs": [t.to_dict() for t in sidecar.outputs],
+                                      "labels": len(sidecar.labels), "sha256": sidecar.content_sha256}
+            result["onnxruntime_vs_torch"] = compare_with_torch(model, out, shape)
+        except (MemoryError, RuntimeError) as err:  # the input fitted, the model's activations at that shape did not
+            if not isinstance(err, MemoryError) and "allocate" not in str(err):
+                raise
+            raise ConfigError("tracing %s at input shape %s ran out of memory"
+                              % (args.model, "x".join(map(str, shape))), hint="give a smaller --input-shape") from None
         if args.check_trt:
             check = check_onnx_builds(out)
             result["tensorrt_check"] = {"library": check.library, "version": check.version, "layers": check.num_layers}

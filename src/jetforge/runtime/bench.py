@@ -28,10 +28,12 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from jetforge.config import Bound
 from jetforge.errors import ConfigError
 from jetforge.fileio import PathLike, write_png_atomic
 from jetforge.optional import require
-from jetforge.runtime.measure import latency_stats, memory_info, reset_peak_rss
+from jetforge.runtime.measure import (available_memory, latency_stats, memory_info, memory_shortfall,
+                                      reset_peak_rss)
 from jetforge.runtime.nvml import NvmlDevice
 from jetforge.runtime.sidecar import static_shape
 
@@ -42,15 +44,29 @@ def make_inputs(session: Any, batch: int = 1, seed: int = 0) -> Dict[str, np.nda
     """Random inputs fitting ``session.inputs``: axis 0 = ``batch`` where dynamic; floats uniform in [0, 1)."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ConfigError("batch must be a positive integer, got %r" % (batch,))
-    rng = np.random.default_rng(seed)
-    feeds = {}
+    SEED.check(seed, "--seed")
+    shapes = {}
     for spec in session.inputs:
         fixed = spec.shape[0] if spec.shape else None
         if isinstance(fixed, int) and fixed > 0 and fixed != batch:
             raise ConfigError("input %r of %s has a fixed batch of %d; --batch %d does not fit"
                               % (spec.name, session.path.name, fixed, batch),
                               hint="use --batch %d, or export/build the model with a dynamic batch" % fixed)
-        shape = static_shape(spec, batch, "the benchmark")
+        shapes[spec.name] = static_shape(spec, batch, "the benchmark")
+    # The batch's upper bound is memory: every input at that batch, plus the float64 draw a float input is made
+    # from, must fit in what the machine has free, or NumPy's MemoryError (an internal error) or the OOM killer
+    # ends the run (`--batch 1000000000` asked for 22 TiB).
+    total = sum(_bytes_made(spec, shapes[spec.name]) for spec in session.inputs)
+    short = memory_shortfall(total)
+    if short:
+        fits = int(available_memory() or 0) * batch // max(1, total)
+        raise ConfigError("--batch %d: the random inputs of %s take %s" % (batch, session.path.name, short),
+                          hint="use --batch %d or less" % fits if fits >= 1 else "free memory, or bench a smaller "
+                               "input")
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for spec in session.inputs:
+        shape = shapes[spec.name]
         dtype = np.dtype(spec.dtype)
         if dtype.kind == "f":
             feeds[spec.name] = rng.random(shape, dtype=np.float64).astype(dtype)
@@ -59,6 +75,21 @@ def make_inputs(session: Any, batch: int = 1, seed: int = 0) -> Dict[str, np.nda
         else:
             feeds[spec.name] = rng.integers(0, 2, size=shape).astype(dtype)
     return feeds
+
+
+#: ``--seed``: NumPy's generators take any non-negative integer, so 0 is the only limit (no upper one is needed:
+#: the seed only picks the random input values, whatever its size).
+SEED = Bound(int, 0, why="NumPy's random generators take no negative seed")
+
+
+def _bytes_made(spec: Any, shape: Any) -> int:
+    """Bytes input ``spec`` of ``shape`` takes while made: its own, plus 8 a value for a float's float64 draw
+    (Python ints: a product of huge dims must not wrap around as NumPy's int64 would)."""
+    dtype = np.dtype(spec.dtype)
+    elements = 1
+    for d in shape:
+        elements *= int(d)
+    return elements * (dtype.itemsize + (8 if dtype.kind == "f" else 0))
 
 
 class BenchResult:

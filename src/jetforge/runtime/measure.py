@@ -207,6 +207,55 @@ def memory_info() -> MemoryInfo:
     return MemoryInfo(rss=rss, peak_rss=max(peak, rss), peak_source=source)
 
 
+def available_memory() -> Optional[int]:
+    """Bytes a new allocation can have now without swapping: the OS's available memory (psutil, else
+    /proc/meminfo's MemAvailable), lowered to a cgroup v2 limit's headroom in a container; None if unknown."""
+    found: Optional[int] = None
+    try:
+        import psutil
+
+        found = int(psutil.virtual_memory().available)
+    except (ImportError, OSError):  # pragma: no cover - psutil is a core dependency
+        try:
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        found = int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as f:
+            used = int(f.read().strip())
+        if limit != "max":
+            headroom = max(0, int(limit) - used)
+            found = headroom if found is None else min(found, headroom)
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+def format_bytes(n: float) -> str:
+    """``1536`` -> ``1.5 KiB``; binary units up to EiB, for messages."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024.0:
+            return ("%d %s" if unit == "B" else "%.1f %s") % (n, unit)
+        n /= 1024.0
+    return "%.1f EiB" % n
+
+
+def memory_shortfall(nbytes: float) -> str:
+    """"" when ``nbytes`` fit in :func:`available_memory` (or it is unknown), else the comparison for a message:
+    ``"22.4 TiB, more than the 20.1 GiB of memory available"``.  Refusing up front is the only safe answer: an
+    allocation past it swaps the machine to a halt or is killed by the OOM killer, and a C library (OpenCV, ONNX
+    Runtime) allocating it ignores Ctrl-C and SIGTERM while it does."""
+    free = available_memory()
+    if free is None or nbytes <= free:
+        return ""
+    return "%s, more than the %s of memory available" % (format_bytes(nbytes), format_bytes(free))
+
+
 def fps(frames: int, seconds: float) -> float:
     """Frames per second over a wall-clock interval (0 frames or 0 s gives 0.0)."""
     return frames / seconds if frames > 0 and seconds > 0 else 0.0

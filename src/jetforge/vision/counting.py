@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Sequence, Set
 
 import numpy as np
 
+from jetforge.config import Bound
 from jetforge.errors import ConfigError
 from jetforge.vision.tracking import Point, Track
 
@@ -233,11 +234,19 @@ def parse_zone(text: str, name: str = "zone") -> Zone:
     return Zone([(values[i], values[i + 1]) for i in range(0, len(values), 2)], name=name.strip() or "zone")
 
 
+#: A --line/--zone coordinate, in pixels: OpenCV draws with 32-bit integer coordinates (2^31 is refused by
+#: ``cv2.line``), and NaN made the writer fail on every frame while the run still exited 0.
+COORDINATE = Bound(float, -(2 ** 31 - 1), 2 ** 31 - 1, why="pixels; OpenCV draws with 32-bit coordinates")
+
+
 def _numbers(text: str, flag: str) -> List[float]:
     try:
-        return [float(v) for v in text.replace(" ", "").split(",") if v != ""]
+        values = [float(v) for v in text.replace(" ", "").split(",") if v != ""]
     except ValueError:
         raise ConfigError("%s takes comma-separated numbers, got %r" % (flag, text)) from None
+    for v in values:
+        COORDINATE.check(v, "%s %s" % (flag, text))
+    return values
 
 
 __all__ = ["LineCounter", "Zone", "match_crossings", "parse_line", "parse_zone"]

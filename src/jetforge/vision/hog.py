@@ -14,12 +14,32 @@ from typing import Optional
 
 import numpy as np
 
+from jetforge.config import Bound
 from jetforge.errors import ConfigError
 from jetforge.optional import require
+from jetforge.runtime.measure import memory_shortfall
 from jetforge.vision.boxes import nms
 from jetforge.vision.detections import Detections
 
 HOG_LABEL = "OpenCV HOG people detector (classical, CPU; not a CNN)"
+
+#: HOG's detection window (width, height) in pixels: a frame smaller than it (after ``upscale``) has no window.
+WINDOW = (64, 128)
+#: ``--upscale``: HOG describes 8x8-pixel cells, so at 8x one source pixel fills a whole cell; a larger factor adds
+#: only interpolated pixels (no detail a cell could use) while memory grows with its square (``--upscale 50`` asked
+#: 26 GB for one 768x576 frame and ignored SIGTERM inside OpenCV).
+UPSCALE = Bound(float, 0.0, 8.0, low_open=True,
+                why="HOG's cells are 8 px: past 8x a source pixel covers a whole cell and a larger factor adds "
+                    "no detail, only memory")
+#: ``--hog-scale``: two pyramid levels closer than 1 + 1/128 put the 128-px window less than one pixel apart on the
+#: person (no new size found) while the level count, and time, grows as 1/log(scale); NaN turned detection off.
+#: No upper limit: a larger step only has fewer levels (the frame at its own size is always one).
+PYRAMID_SCALE = Bound(float, 1.0 + 1.0 / 128, why="levels closer than 1 + 1/128 move HOG's 128-px window by "
+                                                  "less than a pixel")
+#: Bytes a HOG run needs per pixel of the (upscaled) frame: OpenCV's gradients, histograms and pyramid measured at
+#: 17.4-20.4 B/px peak (2, 12 and 36 megapixel frames, scale 1.05, OpenCV 4.x), plus 3 B/px for the upscaled BGR
+#: frame itself; rounded up to 24.
+BYTES_PER_PIXEL = 24
 
 
 def score_to_unit(scores: np.ndarray, scale: float = 1.0) -> np.ndarray:
@@ -46,10 +66,8 @@ class HogPeopleDetector:
         if not hasattr(cv2, "HOGDescriptor"):
             raise ConfigError("this OpenCV (%s) has no HOGDescriptor" % cv2.__version__,
                               hint="pip install 'opencv-python-headless<5' (5.x dropped the HOG detector)")
-        if scale <= 1.0:
-            raise ConfigError("HOG pyramid scale must be above 1.0, got %r" % scale)
-        if upscale <= 0:
-            raise ConfigError("upscale must be positive, got %r" % upscale)
+        PYRAMID_SCALE.check(scale, "HOG pyramid scale (--hog-scale)")
+        UPSCALE.check(upscale, "HOG upscale (--upscale)")
         self._cv2 = cv2
         self.hog = cv2.HOGDescriptor()
         self.hog.setSVMDetector(cv2.HOGDescriptor_getDefaultPeopleDetector())
@@ -61,8 +79,29 @@ class HogPeopleDetector:
         self.nms_iou = None if nms_iou is None else float(nms_iou)
         self.tighten = tighten
 
+    def frame_problem(self, width: int, height: int) -> str:
+        """Why a ``width`` x ``height`` frame cannot be searched at this ``upscale`` ("" when it can): smaller than
+        HOG's window once scaled (nothing could be found), or larger than the memory free for HOG's work on it."""
+        w, h = int(round(width * self.upscale)), int(round(height * self.upscale))
+        if w < WINDOW[0] or h < WINDOW[1]:
+            return ("a %dx%d frame at --upscale %g is %dx%d, smaller than HOG's %dx%d window: no person can be found"
+                    % (width, height, self.upscale, w, h, WINDOW[0], WINDOW[1]))
+        short = memory_shortfall(w * h * BYTES_PER_PIXEL)
+        if short:
+            return ("a %dx%d frame at --upscale %g is %dx%d; HOG's work on it (%d B a pixel) takes %s"
+                    % (width, height, self.upscale, w, h, BYTES_PER_PIXEL, short))
+        return ""
+
+    def check_frame(self, width: int, height: int) -> None:
+        """:meth:`frame_problem` as a ConfigError (the apps call it once per source before the run)."""
+        problem = self.frame_problem(width, height)
+        if problem:
+            raise ConfigError(problem, hint="choose an --upscale that fits (1 = the frame as it is)")
+
     def __call__(self, image: np.ndarray) -> Detections:
         cv2 = self._cv2
+        if self.upscale != 1.0:  # a frame of another size than the source's first (an image folder)
+            self.check_frame(image.shape[1], image.shape[0])
         work = image
         if self.upscale != 1.0:
             work = cv2.resize(image, None, fx=self.upscale, fy=self.upscale, interpolation=cv2.INTER_LINEAR)
@@ -90,4 +129,4 @@ class HogPeopleDetector:
         return Detections(boxes.astype(np.float32), scores.astype(np.float32))
 
 
-__all__ = ["HOG_LABEL", "HogPeopleDetector", "score_to_unit"]
+__all__ = ["BYTES_PER_PIXEL", "HOG_LABEL", "HogPeopleDetector", "PYRAMID_SCALE", "UPSCALE", "WINDOW", "score_to_unit"]

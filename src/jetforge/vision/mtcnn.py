@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from jetforge.config import Bound
 from jetforge.errors import ConfigError, ModelError
 from jetforge.runtime.inputs import AreaSampler, ImagePyramid, Preprocess, input_contract
 from jetforge.vision.boxes import nms
@@ -145,9 +146,9 @@ class FaceDetector:
                 raise ModelError("%s does not look like MTCNN %s: outputs %s, expected %s"
                                  % (getattr(s, "path", name), name, got, OUTPUTS[name]), hint=EXPORT_HINT)
         pyramid, self.crop_inputs = _contracts(self.sessions)
-        if min_face_size is not None and min_face_size < pyramid.window:
-            raise ConfigError("min_face_size must be at least %d pixels (PNet's window), got %r"
-                              % (pyramid.window, min_face_size))
+        if min_face_size is not None:  # a face smaller than PNet's window has no pyramid level; NaN, none at all
+            Bound(float, pyramid.window, why="PNet's %d-pixel window is the smallest face it sees"
+                  % pyramid.window).check(min_face_size, "min_face_size (--min-face)")
         if factor is not None and not 0.0 < factor < 1.0:
             raise ConfigError("the pyramid factor must be between 0 and 1, got %r" % factor)
         import dataclasses

@@ -31,9 +31,11 @@ import numpy as np
 from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, draw_status
 from jetforge.apps.tasks.base import App
 from jetforge.apps.tasks.people import add_detector_arguments, make_person_detector
+from jetforge.config import COUNT
 from jetforge.errors import ConfigError, ModelError
 from jetforge.runtime.inputs import ClipContract, input_contract
 from jetforge.runtime.model_facts import model_facts
+from jetforge.runtime.session.base import threads_argtype
 from jetforge.vision.hog import HogPeopleDetector, score_to_unit
 from jetforge.vision.tracking import Tracker, TrackerOptions, tracker_options as tracker_preset
 
@@ -297,26 +299,26 @@ class ActionApp(App):
         g.add_argument("--model", metavar="FILE", default=None,
                        help="action model (.onnx + sidecar with a clip input; default: the bundled 3D MobileNetV2, "
                             "apps/data/action_mobilenet3d.onnx)")
-        g.add_argument("--stride", metavar="N", type=int, default=2,
+        g.add_argument("--stride", metavar="N", type=COUNT.argtype, default=2,
                        help="classify each track every N sampled frames (default 2)")
-        g.add_argument("--smooth", metavar="N", type=int, default=4,
+        g.add_argument("--smooth", metavar="N", type=COUNT.argtype, default=4,
                        help="average the last N windows of a track for its current action (default 4)")
-        g.add_argument("--top-k", metavar="K", type=int, default=3, help="classes listed per track (default 3)")
+        g.add_argument("--top-k", metavar="K", type=COUNT.argtype, default=3,
+                       help="classes listed per track (default 3)")
         # The CNN is the default: the bundled 3D model was trained on its tracks (the clip region is built from the
         # track's boxes).
         add_detector_arguments(g, default="ssd")
-        g.add_argument("--threads", metavar="N", type=int, default=None,
+        g.add_argument("--threads", metavar="N", type=threads_argtype(1), default=None,
                        help="ONNX Runtime intra-op threads (default: every usable core)")
 
     def build(self, args: Any, sources: Sequence[Any]) -> Tuple[Any, List[Any], List[str]]:
         from jetforge.runtime.session import open_session
 
-        if args.threads is not None and args.threads < 1:
-            raise ConfigError("--threads must be at least 1, got %d" % args.threads)
         model = Path(args.model) if args.model else DEFAULT_MODEL
         opts = {"threads": args.threads} if args.threads else {}
         self._session = open_session(model, **opts)
-        self._detector, detector_files = make_person_detector(args, hog_min_score=0.3, hog_tighten=False)
+        self._detector, detector_files = make_person_detector(args, hog_min_score=0.3, hog_tighten=False,
+                                                              sources=sources)
         task = ActionTask(self._session, self._detector,
                           streams=len(sources), fps=[s.fps for s in sources], stride=args.stride,
                           smooth=args.smooth, top_k=args.top_k)

@@ -22,6 +22,7 @@ from jetforge.fileio import sha256_file
 from jetforge.runtime.inputs import IMAGENET_TORCHVISION, Preprocess, input_contract
 from jetforge.runtime.model_facts import model_facts
 from jetforge.runtime.session import Session, open_session
+from jetforge.runtime.session.base import threads_argtype
 from jetforge.apps.tasks.base import App
 from jetforge.apps.pipeline.stages import Item, SessionModel, Status, Task, draw_status
 
@@ -219,12 +220,10 @@ class ClassifyApp(App):
         g.add_argument("--model", metavar="FILE",
                        help="classification model (.onnx with its .onnx.json sidecar, or another backend's file; "
                             "default: MobileNetV2 ImageNet, exported into the cache on first use)")
-        g.add_argument("--threads", metavar="N", type=int, default=None,
+        g.add_argument("--threads", metavar="N", type=threads_argtype(1), default=None,
                        help="ONNX Runtime intra-op threads (default: every usable core)")
 
     def build(self, args: Any, sources: Sequence[Any]) -> Tuple[Any, List[Any], List[str]]:
-        if args.threads is not None and args.threads < 1:
-            raise ConfigError("--threads must be at least 1, got %d" % args.threads)
         if not args.model:  # `jetforge app classify` fills it in (exporting MobileNetV2 once needs torch)
             raise ConfigError("the classify app needs a model file",
                               hint="pass --model FILE, or run `jetforge app classify`, which exports MobileNetV2")

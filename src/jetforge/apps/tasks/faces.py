@@ -14,7 +14,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, track_colour, draw_status
+from jetforge.config import POSITIVE_NUMBER
 from jetforge.errors import ConfigError
+from jetforge.runtime.session.base import threads_argtype
 from jetforge.vision.boxes import iou_matrix
 from jetforge.vision.mtcnn import MODEL_FILES, THRESHOLDS, FaceDetector, Faces
 from jetforge.vision.tracking import Tracker, TrackerOptions, tracker_options as tracker_preset
@@ -187,14 +189,14 @@ class FacesApp:
         g.add_argument("--models", metavar="DIR", default=None,
                        help="folder with pnet.onnx, rnet.onnx, onet.onnx (+ sidecars); default: exported into "
                             "the cache from the mtcnn asset on first use")
-        g.add_argument("--min-face", metavar="PX", type=float, default=None,
+        g.add_argument("--min-face", metavar="PX", type=POSITIVE_NUMBER.argtype, default=None,
                        help="smallest face size searched, pixels (default: PNet's sidecar, 20 for the MTCNN export; "
                             "larger is faster)")
         g.add_argument("--thresholds", metavar="P,R,O", default=",".join(str(t) for t in THRESHOLDS),
                        help="PNet, RNet, ONet face-probability thresholds (default %s)"
                             % ",".join(str(t) for t in THRESHOLDS))
         g.add_argument("--blur", action="store_true", help="privacy: Gaussian-blur every face in the output video")
-        g.add_argument("--threads", metavar="N", type=int, default=None,
+        g.add_argument("--threads", metavar="N", type=threads_argtype(1), default=None,
                        help="ONNX Runtime intra-op threads per net (default: every usable core)")
 
     def build(self, args: Any, sources: Sequence[Any]) -> Tuple[Any, List[Any], List[str]]:
@@ -203,8 +205,6 @@ class FacesApp:
             thresholds = [float(v) for v in str(args.thresholds).split(",")]
         except ValueError:
             raise ConfigError("--thresholds takes three numbers P,R,O, got %r" % args.thresholds) from None
-        if args.threads is not None and args.threads < 1:
-            raise ConfigError("--threads must be at least 1, got %d" % args.threads)
         if not args.models:  # `jetforge app faces` fills it in (exporting the nets once, which needs torch)
             raise ConfigError("the faces app needs the folder of the MTCNN ONNX nets (pnet/rnet/onet.onnx)",
                               hint="pass --models DIR, or run `jetforge app faces`, which exports them into the cache")

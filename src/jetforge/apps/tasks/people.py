@@ -22,13 +22,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from jetforge.config import COUNT, NON_NEGATIVE, NON_NEGATIVE_NUMBER, PROBABILITY
 from jetforge.errors import ConfigError
 from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, track_colour, draw_status
 from jetforge.apps.tasks.base import App
 from jetforge.apps.video.sources.base import Frame
 from jetforge.vision.counting import LineCounter, Zone, parse_line, parse_zone
 from jetforge.vision.detections import Detections
-from jetforge.vision.hog import HogPeopleDetector, score_to_unit
+from jetforge.vision.hog import PYRAMID_SCALE, UPSCALE, HogPeopleDetector, score_to_unit
 from jetforge.vision.ssd_detector import DEFAULT_SCORE_THRESHOLD, SsdPeopleDetector
 from jetforge.vision.tiles import MAX_TILE_GRID, TiledPeopleDetector
 from jetforge.vision.tracking import Tracker, TrackerOptions, tracker_options as tracker_preset
@@ -226,14 +227,14 @@ class PeopleApp(App):
         g.add_argument("--zone", metavar="[NAME=]X1,Y1,X2,Y2,X3,Y3,...", action="append", default=None,
                        help="an occupancy zone polygon in pixels (repeatable; default on vtest.avi: %s)"
                             % VTEST_ZONE)
-        g.add_argument("--line-margin", metavar="PX", type=float, default=10.0,
+        g.add_argument("--line-margin", metavar="PX", type=NON_NEGATIVE_NUMBER.argtype, default=10.0,
                        help="a crossing counts once the feet are this many pixels past the line (default 10; "
                             "stops jitter on the line from counting again and again)")
         add_detector_arguments(g)
-        g.add_argument("--detect-every", metavar="N", type=int, default=1,
+        g.add_argument("--detect-every", metavar="N", type=COUNT.argtype, default=1,
                        help="run the detector on every N-th frame only, the tracker predicts in between "
                             "(default 1: every frame)")
-        g.add_argument("--max-age", metavar="FRAMES", type=int, default=20,
+        g.add_argument("--max-age", metavar="FRAMES", type=NON_NEGATIVE.argtype, default=20,
                        help="frames a lost track is kept to re-identify it after an occlusion (default 20)")
 
     def build(self, args: Any, sources: Sequence[Any]) -> Tuple[Any, List[Any], List[str]]:
@@ -249,7 +250,7 @@ class PeopleApp(App):
         if args.max_age < 0:
             raise ConfigError("--max-age must be 0 or more, got %d" % args.max_age)
         tracker = tracker_preset("people", max_age=args.max_age)
-        self._detector, inputs = make_person_detector(args)
+        self._detector, inputs = make_person_detector(args, sources=sources)
         task = PeopleTask(self._detector, counters, areas, tracker, streams=len(sources),
                           detect_every=args.detect_every)
         notes.append("detector: %s" % task.model_label)
@@ -271,7 +272,7 @@ def add_detector_arguments(group: Any, default: str = DETECTORS[0]) -> None:
                        help="the exported person detector for --detector ssd (with its sidecar; default: exported "
                             "into the cache on first use, which needs torch: elsewhere export it on a workstation "
                             "with `jetforge export --model ssdlite_mobilenet_v2_person --out DET.onnx`)")
-    group.add_argument("--detector-threshold", metavar="P", type=float, default=DEFAULT_SCORE_THRESHOLD,
+    group.add_argument("--detector-threshold", metavar="P", type=PROBABILITY.argtype, default=DEFAULT_SCORE_THRESHOLD,
                        help="--detector ssd: scores at or below P never reach NMS (default %g, the tracker's "
                             "lowest)" % DEFAULT_SCORE_THRESHOLD)
     group.add_argument("--detector-tiles", metavar="N", type=int, default=0,
@@ -279,16 +280,18 @@ def add_detector_arguments(group: Any, default: str = DETECTORS[0]) -> None:
                             "frame (each 1.2/N of its side: with 2, people 1.67x larger) and merge; finds far-away "
                             "people (held-out AP@0.5 0.66 -> 0.81 as the app runs it, measured with 2), costs 1+N^2 "
                             "inferences a frame (default 0: off)")
-    group.add_argument("--hog-scale", metavar="S", type=float, default=1.05,
-                       help="--detector hog: pyramid step (default 1.05; 1.1 is about twice as fast, finds fewer "
-                            "people)")
-    group.add_argument("--upscale", metavar="F", type=float, default=1.0,
-                       help="--detector hog: enlarge frames before detection (finds smaller people; cost grows "
-                            "with F^2)")
+    group.add_argument("--hog-scale", metavar="S", type=PYRAMID_SCALE.argtype, default=1.05,
+                       help="--detector hog: pyramid step, %s (default 1.05; 1.1 is about twice as fast, finds fewer "
+                            "people)" % PYRAMID_SCALE.describe())
+    group.add_argument("--upscale", metavar="F", type=UPSCALE.argtype, default=1.0,
+                       help="--detector hog: enlarge frames before detection, %s (finds smaller people; time and "
+                            "memory grow with F^2; past 8 HOG's 8-px cells see no more detail)" % UPSCALE.describe())
 
 
-def make_person_detector(args: Any, hog_min_score: float = 0.2, hog_tighten: bool = True) -> Tuple[Any, List[Any]]:
-    """The detector ``args`` ask for, and the model files it reads (never overwritten by an output)."""
+def make_person_detector(args: Any, hog_min_score: float = 0.2, hog_tighten: bool = True,
+                         sources: Sequence[Any] = ()) -> Tuple[Any, List[Any]]:
+    """The detector ``args`` ask for, and the model files it reads (never overwritten by an output); HOG's
+    ``--upscale`` is checked against each of ``sources``' frame size (window and memory) before the run."""
     tiles = int(getattr(args, "detector_tiles", 0) or 0)
     if tiles == 1 or not 0 <= tiles <= MAX_TILE_GRID:
         raise ConfigError("--detector-tiles must be 0 (off) or 2..%d, got %d" % (MAX_TILE_GRID, tiles),
@@ -299,8 +302,12 @@ def make_person_detector(args: Any, hog_min_score: float = 0.2, hog_tighten: boo
         if tiles:
             raise ConfigError("--detector-tiles goes with --detector ssd, not hog",
                               hint="drop --detector-tiles, or use --upscale for HOG")
-        return HogPeopleDetector(scale=args.hog_scale, upscale=args.upscale, min_score=hog_min_score,
-                                 tighten=hog_tighten), []
+        hog = HogPeopleDetector(scale=args.hog_scale, upscale=args.upscale, min_score=hog_min_score,
+                                tighten=hog_tighten)
+        for source in sources:
+            if getattr(source, "width", 0) and getattr(source, "height", 0):
+                hog.check_frame(source.width, source.height)
+        return hog, []
     if not args.detector_model:  # `jetforge app people` fills it in (exporting once, which needs torch)
         raise ConfigError("--detector ssd needs the exported person detector (ONNX + sidecar)",
                           hint="pass --detector-model DET.onnx, or run `jetforge app people`, which exports it "

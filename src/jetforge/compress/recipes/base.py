@@ -76,6 +76,9 @@ def recipe_kind(path: Optional[str], overrides: Sequence[str], command: str = "j
             kind = value
     if kind is None:
         return "classifier"
+    if not isinstance(kind, str):  # `kind: [detector]` is a list: unhashable, it was an internal error
+        raise ConfigError("recipe kind must be a name, got %r" % (kind,),
+                          hint="write kind: %s (one name, no brackets)" % " or kind: ".join(RECIPES.names()))
     if kind not in RECIPES:
         known = RECIPES.names()
         raise ConfigError("recipe kind %r is not one %s knows" % (kind, command),

@@ -41,8 +41,11 @@ from torch import nn
 from jetforge.compress.checkpoint import TRAINING_FORMAT, check_weights_only_loadable, load_state_dict, read_weights
 from jetforge.compress.data import make_loader, shard_indices
 from jetforge.compress.train.dist import DistContext, all_reduce_sums, barrier, init_distributed
+from jetforge.config import (COUNT, NON_NEGATIVE, NON_NEGATIVE_NUMBER, POSITIVE_NUMBER, Bound,
+                             check_bounds)
 from jetforge.errors import CompressError, ModelError
 from jetforge.fileio import PathLike, atomic_output, write_text_atomic
+from jetforge.runtime.session.base import thread_bound
 
 log = logging.getLogger(__name__)
 
@@ -55,25 +58,27 @@ AMP_MODES = ("auto", "off", "fp16", "bf16")
 class TrainConfig:
     """The schedule and the loop's options (the ``train:`` block of a recipe)."""
 
-    epochs: int = 5
-    batch_size: int = 128
-    eval_batch_size: int = 512
+    epochs: int = COUNT.field(5)
+    batch_size: int = COUNT.field(128)
+    eval_batch_size: int = COUNT.field(512)
     optimizer: str = "sgd"
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    warmup_epochs: float = 0.5
-    min_lr_ratio: float = 0.01
-    grad_clip: float = 5.0  # max gradient L2 norm; 0 disables clipping
+    lr: float = POSITIVE_NUMBER.field(0.05)
+    momentum: float = NON_NEGATIVE_NUMBER.field(0.9)
+    weight_decay: float = NON_NEGATIVE_NUMBER.field(5e-4)
+    warmup_epochs: float = NON_NEGATIVE_NUMBER.field(0.5)
+    min_lr_ratio: float = Bound(float, 0.0, 1.0, why="a fraction of train.lr").field(0.01)
+    grad_clip: float = NON_NEGATIVE_NUMBER.field(5.0)  # max gradient L2 norm; 0 disables clipping (NaN did too)
     amp: str = "auto"
     device: str = "auto"
-    seed: int = 0
-    workers: int = 0
-    threads: int = 0  # torch CPU threads; 0 leaves torch's default
-    max_steps_per_epoch: Optional[int] = None  # cut epochs short (smoke tests)
+    seed: int = NON_NEGATIVE.field(0)
+    workers: int = NON_NEGATIVE.field(0)
+    threads: int = 0  # torch CPU threads; 0 leaves torch's default; at most this process's CPUs
+    max_steps_per_epoch: Optional[int] = COUNT.field(None)  # cut epochs short (smoke tests)
     progress: bool = True
 
     def __post_init__(self) -> None:
+        check_bounds(self, "train")  # what the loader checked, for a TrainConfig made in Python
+        thread_bound().check(self.threads, "train.threads")
         if self.epochs < 1:
             raise ValueError("train.epochs must be >= 1, got %r" % self.epochs)
         if self.batch_size < 1 or self.eval_batch_size < 1:

@@ -17,14 +17,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
+from jetforge.config import Bound
 from jetforge.deploy.remote.errors import DeployError
+from jetforge.fileio import expand_user
 from jetforge.deploy.safety import check_remote_path, check_ssh_host, check_ssh_user
 
 
 def default_known_hosts() -> Path:
     """``$XDG_CONFIG_HOME/jetforge/known_hosts`` (default ``~/.config/jetforge/known_hosts``)."""
     base = os.environ.get("XDG_CONFIG_HOME")
-    return (Path(base).expanduser() if base else Path.home() / ".config") / "jetforge" / "known_hosts"
+    return (expand_user(base, "$XDG_CONFIG_HOME") if base else Path.home() / ".config") / "jetforge" / "known_hosts"
+
+
+#: ``--port`` and ``HOST:PORT``: a TCP port is a 16-bit number, and 0 is no port a server listens on.
+PORT = Bound(int, 1, 65535, why="a TCP port is 16 bits")
+#: ``--connect-timeout``: ssh's ConnectTimeout, whole seconds that ssh reads into a 32-bit int.
+CONNECT_TIMEOUT = Bound(int, 1, 2 ** 31 - 1, why="seconds; ssh reads ConnectTimeout into a 32-bit int")
 
 
 def split_destination(spec: str, flag: str = "destination") -> Tuple[Optional[str], str, Optional[int]]:
@@ -49,6 +57,8 @@ def split_destination(spec: str, flag: str = "destination") -> Tuple[Optional[st
         raise DeployError("%r names no host" % spec, hint="write user@host (e.g. nvidia@192.168.55.1)")
     if user:
         check_ssh_user(user, spec, flag)
+    if port is not None:
+        PORT.check(port, "the port of %s %s" % (flag, spec))
     return user or None, check_ssh_host(host, spec, flag), port
 
 
@@ -102,7 +112,7 @@ class SshTarget:
                  "-o", "UserKnownHostsFile=%s" % self._known_hosts(), "-o", "ConnectTimeout=%d" % self.connect_timeout,
                  "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4", "-p", str(port)]
         if self.key:
-            args += ["-i", str(Path(self.key).expanduser()), "-o", "IdentitiesOnly=yes"]
+            args += ["-i", str(expand_user(self.key, "--key")), "-o", "IdentitiesOnly=yes"]
         return args
 
     def ssh_options(self) -> List[str]:

@@ -19,7 +19,7 @@ PyTorch backend is for development and GPU comparison only.  Adding a backend: o
 
 from jetforge.runtime.session.base import (BACKENDS, InferRequest, Session, backend_for_path, backend_suffixes,
                                            check_tensor, default_threads, is_in_memory_model, open_session,
-                                           register_backend)
+                                           register_backend, thread_bound)
 
 register_backend("onnxruntime", "jetforge.runtime.session.ort:OrtSession", (".onnx",),
                  "ONNX Runtime: .onnx files or in-memory models (CPU; CUDA with onnxruntime-gpu)")
@@ -31,4 +31,5 @@ register_backend("pytorch", "jetforge.runtime.session.torch_backend:TorchSession
 open = open_session  # noqa: A001  (jetforge.runtime.session.open(path, ...), like gzip.open)
 
 __all__ = ["BACKENDS", "InferRequest", "Session", "backend_for_path", "backend_suffixes", "check_tensor",
-           "default_threads", "is_in_memory_model", "open", "open_session", "register_backend"]
+           "default_threads", "is_in_memory_model", "open", "open_session", "register_backend",
+           "thread_bound"]

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from jetforge.config import Bound
 from jetforge.errors import BackendError, ConfigError, ModelError, UnknownNameError
 from jetforge.fileio import PathLike, require_file
 from jetforge.registry import Registry
@@ -404,6 +405,23 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def thread_bound(minimum: int = 0) -> Bound:
+    """The intra-op thread counts a session takes (``--threads``): ``minimum`` (0: ONNX Runtime's own choice) up to
+    the CPUs this process may run on.  More threads than CPUs cannot run at once, they only take turns, and each
+    costs a stack and scratch memory: ``--threads 100000`` exhausted the memory and ignored SIGTERM while ONNX
+    Runtime made them."""
+    cpus = default_threads()
+    return Bound(int, minimum, cpus, why="%sat most the %d CPU%s this process may run on"
+                 % ("0 = the runtime's own choice; " if minimum == 0 else "", cpus, "" if cpus == 1 else "s"))
+
+
+def threads_argtype(minimum: int = 0) -> Callable[[str], Any]:
+    """argparse's ``type=`` for ``--threads``: :func:`thread_bound`, evaluated when the command line is read."""
+    def threads(text: str) -> Any:
+        return thread_bound(minimum).parse(text)
+    return threads
+
+
 def check_positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError("%s must be a positive integer, got %r" % (name, value))
@@ -411,4 +429,5 @@ def check_positive_int(name: str, value: Any) -> int:
 
 
 __all__ = ["Session", "InferRequest", "BACKENDS", "open_session", "backend_for_path", "backend_suffixes",
-           "check_tensor", "default_threads", "is_in_memory_model", "load_sidecar_if_present", "register_backend"]
+           "check_tensor", "default_threads", "is_in_memory_model", "load_sidecar_if_present", "register_backend",
+           "thread_bound", "threads_argtype"]

@@ -29,7 +29,7 @@ import numpy as np
 from jetforge.errors import BackendError, ConfigError, ModelError, UnknownNameError
 from jetforge.optional import require
 from jetforge.runtime.onnx_file import REEXPORT_HINT, check_onnx_file
-from jetforge.runtime.session.base import Session, check_positive_int, default_threads, load_sidecar_if_present
+from jetforge.runtime.session.base import Session, default_threads, load_sidecar_if_present, thread_bound
 from jetforge.runtime.sidecar import TensorSpec
 
 log = logging.getLogger(__name__)
@@ -176,8 +176,8 @@ def session_options(ort: Any, threads: Optional[int], optimization: str, spinnin
     """``onnxruntime.SessionOptions`` for the backend's options, and the intra-op thread count (0: ORT's default)."""
     if threads is None:
         threads = default_threads()
-    elif threads != 0:
-        threads = check_positive_int("threads", threads)
+    else:
+        threads = thread_bound().check(threads, "threads")
     if optimization not in OPTIMIZATION_LEVELS:
         raise UnknownNameError("ONNX Runtime optimization level", str(optimization), OPTIMIZATION_LEVELS)
     if spinning not in (None, True, False):

@@ -17,16 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from jetforge.config import Bound, check_bounds
 from jetforge.errors import EngineBuildError, InputFileError
 from jetforge.fileio import PathLike, sha256_file, write_json_atomic
 from jetforge.runtime.tensorrt import plan_steps as steps
 from jetforge.runtime.tensorrt.model_info import ModelInfo, read_model_info
-from jetforge.runtime.tensorrt.profile import ShapeRange, check_inputs, parse_shape  # noqa: F401  (public here)
+from jetforge.runtime.tensorrt.profile import DIM, ShapeRange, check_inputs, parse_shape  # noqa: F401  (public here)
 from jetforge.runtime.tensorrt.version import TensorRTVersion
 
 PRECISIONS = ("fp32", "fp16", "int8", "best")
 LAYER_PRECISIONS = ("fp32", "fp16", "int8")
 PLAN_FORMAT = 1
+#: ``workspace_mib``: TensorRT takes a memory pool's limit as a 64-bit byte count (MiB << 20 must fit); the plan
+#: then holds it to the target's memory, the bound that matters (``workspace_mib: 10^30`` was written as given).
+WORKSPACE_MIB = Bound(int, 1, (1 << 44) - 1, why="TensorRT takes the pool limit as a 64-bit byte count")
 JETPACK_HINT = ("build on the Jetson itself: JetPack ships TensorRT (sudo apt install python3-libnvinfer); "
                 "`jetforge build --plan-only` writes the plan without it")
 
@@ -43,10 +47,10 @@ class BuildOptions:
     gpu_fallback: bool = True
     calibration_cache: Optional[str] = None
     tensorrt_version: Optional[str] = None
-    input_shapes: Dict[str, List[int]] = field(default_factory=dict)
+    input_shapes: Dict[str, List[int]] = DIM.field(default_factory=dict)
     profiles: List[Dict[str, ShapeRange]] = field(default_factory=list)
     layer_precisions: Dict[str, str] = field(default_factory=dict)
-    workspace_mib: Optional[int] = None
+    workspace_mib: Optional[int] = WORKSPACE_MIB.field(None)  # at most the target's memory (make_plan checks)
     dla_sram_bytes: Optional[int] = None
     dla_local_dram_bytes: Optional[int] = None
     dla_global_dram_bytes: Optional[int] = None
@@ -55,6 +59,7 @@ class BuildOptions:
     sparsity: bool = False
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         if self.precision not in PRECISIONS:
             raise ValueError("precision must be one of %s, got %r" % (", ".join(PRECISIONS), self.precision))
         for name, value in self.layer_precisions.items():
@@ -159,7 +164,7 @@ def make_plan(onnx_path: PathLike, target: Any, options: Optional[BuildOptions] 
     int8 = steps.choose_int8(info, opts.calibration_cache, opts.precision, use_dla, version, trt, cache_bytes, notes)
     flags = steps.builder_flags(opts, int8.precision, int8.source, version, strongly_typed, use_dla, notes)
     pools = steps.memory_pools(opts, target, use_dla, notes)
-    profiles = steps.shape_profiles(opts, info, use_dla, notes)
+    profiles = steps.shape_profiles(opts, info, use_dla, notes, target)
     return BuildPlan(
         onnx_path=str(onnx_file), onnx_sha256=sha256_file(onnx_file), target=target.name,
         target_kind=getattr(target, "kind", ""), tensorrt_version=version, precision=int8.precision, flags=flags,

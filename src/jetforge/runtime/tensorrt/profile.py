@@ -9,20 +9,24 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from jetforge.config import Bound
 from jetforge.errors import EngineBuildError
 from jetforge.runtime.tensorrt.model_info import is_dynamic
 
 DLA_MAX_BATCH = 4096
 _SHAPE_HINT = "write e.g. --shape input=1x3x224x224"
+#: One dim of a shape a user gives (``--shape``, ``input_shapes``, a profile, ``--input-shape``): TensorRT 8
+#: (JetPack 5) holds dims as 32-bit integers; whether the tensor fits the board is checked against its memory.
+DIM = Bound(int, 1, 2 ** 31 - 1, why="TensorRT 8 holds a dim in 32 bits")
 
 
 @dataclass
 class ShapeRange:
     """One input's optimization-profile shapes."""
 
-    min: List[int]
-    opt: List[int]
-    max: List[int]
+    min: List[int] = DIM.field()
+    opt: List[int] = DIM.field()
+    max: List[int] = DIM.field()
 
     @property
     def is_static(self) -> bool:
@@ -48,6 +52,8 @@ def parse_shape(text: str) -> Tuple[str, List[int]]:
         raise EngineBuildError("--shape %r has a non-integer dim" % text, hint=_SHAPE_HINT) from None
     if not values:
         raise EngineBuildError("--shape %r has no dims" % text, hint=_SHAPE_HINT)
+    for d in values:
+        DIM.check(d, "--shape %s" % text)
     return name.strip(), values
 
 
@@ -66,6 +72,8 @@ def _check_range(where: str, name: str, rng: ShapeRange) -> None:
              % (where, name, rng.min, rng.opt, rng.max), "reorder the shapes")
     if any(d <= 0 for d in rng.min):
         fail("%s: input %s has a non-positive dim %s" % (where, name, rng.min), "use positive dims")
+    for d in rng.max:
+        DIM.check(d, "%s: input %s" % (where, name))
 
 
 def _check_against_model(where: str, name: str, rng: ShapeRange, model_shape: Sequence[Any]) -> None:
