@@ -24,10 +24,14 @@ constant sizes, an index that selects some channels, an untraceable submodule --
 every label reaching it is **frozen** (never removed), and the op is reported by name
 with the reason.  Model inputs and outputs are frozen, so output shapes never change.
 
-Where the parts live: :mod:`.tracing` (fx tracing, whole model or submodules), :mod:`.interpreter` and
-:mod:`.module_rules` (the label rules of functions and modules), :mod:`.label_tensors` (helpers over label
-tensors), :mod:`.records` (slots, layers, groups, the union-find); this module builds the graph and turns the
-merged labels into groups.
+Sizes read from shapes (``B, C, H, W = x.shape``) are tracked too: a channel count used to shape another
+tensor ties the two (:mod:`.widths`).  Train mode is analysed as well as eval mode, on a copy, when it runs
+other code (an auxiliary classifier): fine-tuning, the normal next step, runs it.
+
+Where the parts live: :mod:`.tracing` (fx tracing, whole model or submodules, both modes), :mod:`.interpreter`
+and :mod:`.module_rules` (the label rules of functions and modules), :mod:`.widths` (ties carried by sizes),
+:mod:`.label_tensors` (helpers over label tensors), :mod:`.records` (slots, layers, groups, the union-find);
+this module builds the graph and turns the merged labels into groups.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from torch import nn
 
 from jetforge.compress.prune.label_tensors import varying_dims
 from jetforge.compress.prune.records import FROZEN, Group, GraphBuilder, LayerRecord, Slot, SlotKey, Unsupported
-from jetforge.compress.prune.tracing import trace_units
+from jetforge.compress.prune.tracing import trace_train_mode, trace_units
+from jetforge.errors import UnknownNameError
 
 
 class DependencyGraph:
@@ -60,18 +65,22 @@ class DependencyGraph:
         self.groups: List[Group] = []
         self.num_classes = 0
         self.frozen_channels = 0
+        self.modes: Dict[str, str] = {"eval": "traced"}  # mode -> "traced", "same graph as eval", "not traced: ..."
 
     # ------------------------------------------------------------------------------------------------------------
     @classmethod
     def build(cls, model: nn.Module, example_inputs: Any, protect: Iterable[str] = (),
-              protect_stem: bool = True) -> "DependencyGraph":
+              protect_stem: bool = True, train_mode: bool = True) -> "DependencyGraph":
         """Trace ``model`` on ``example_inputs`` (a tensor or tuple of tensors) and find its channel classes.
 
         ``protect`` names modules (or module prefixes) whose output channels are kept;
         ``protect_stem`` also keeps the first convolution's outputs (the stem is cheap and
-        its channels feed everything).  Model outputs are always kept.
+        its channels feed everything).  Model outputs are always kept.  ``train_mode``: analyse train mode too
+        (on a copy; see :func:`~jetforge.compress.prune.tracing.trace_train_mode`); ``modes`` says what was done.
+        A name in ``protect`` that matches no module is refused, with the closest real names.
         """
         inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+        check_module_names(model, protect, "module to protect")
         builder = GraphBuilder(model)
         modes = {m: m.training for m in model.modules()}
         model.eval()  # no BatchNorm statistics are updated while tracing
@@ -80,7 +89,9 @@ class DependencyGraph:
         finally:
             for m, mode in modes.items():
                 m.training = mode
+        train = trace_train_mode(builder, model, inputs) if train_mode else "not traced: train_mode=False"
         graph = cls(builder)
+        graph.modes = {"eval": "traced", "train": train}
         graph._finalize(builder, list(protect), protect_stem)
         return graph
 
@@ -100,7 +111,24 @@ class DependencyGraph:
     def summary(self) -> Dict[str, Any]:
         return {"groups": len(self.groups), "prunable_classes": self.num_classes,
                 "slots": len(self.slots), "layers": len(self.layers), "traced_units": list(self.traced_units),
+                "modes": dict(self.modes),
                 "protected": self.protected_report()}
+
+
+def check_module_names(model: nn.Module, names: Iterable[str], kind: str) -> None:
+    """Refuse a name (``protect``, ``overrides``) that is neither a module of ``model`` nor a prefix of one: it
+    would silently protect nothing.  The error names the closest real module names."""
+    known = [n for n, _ in model.named_modules() if n]
+    prefixes = set(known)
+    for n in known:
+        parts = n.split(".")
+        prefixes.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    for name in names:
+        if name not in prefixes:
+            raise UnknownNameError(kind, str(name), known,
+                                   hint="give a module name of %s as print(model) or prune_report.txt's layer "
+                                        "column shows it (a prefix covers the modules under it)"
+                                        % type(model).__name__)
 
 
 # --- finalising: from merged labels to groups of channel classes ----------------------------------------------------

@@ -7,7 +7,7 @@ Anything without a rule freezes the channels reaching it and is reported (see :m
 from __future__ import annotations
 
 import operator
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx as fx
@@ -16,6 +16,7 @@ from jetforge.compress.prune.label_tensors import (expand_channel_vector, frozen
                                                    varying_dims)
 from jetforge.compress.prune.module_rules import ModuleRules
 from jetforge.compress.prune.records import GraphBuilder, Unsupported
+from jetforge.compress.prune.widths import WidthRules
 
 # --- op vocabularies (names of torch functions, Tensor methods and operator functions) --------------------------
 _UNARY = {
@@ -47,7 +48,9 @@ def _followed(node: fx.Node) -> bool:
     """Whether the interpreter has a rule for ``node`` (else it protects whatever reaches it)."""
     if node.op == "call_module":
         return True
-    if node.op == "call_function" and node.target is operator.getitem:
+    if node.op == "call_function" and node.target in (operator.getitem, getattr):
+        return True  # getattr: x.shape, whose sizes are tracked as widths (see widths.py)
+    if node.op == "call_method" and node.target in ("size", "numel"):
         return True
     return node.op in ("call_function", "call_method") and _op_name(node) in _FOLLOWED
 
@@ -61,7 +64,7 @@ def _op_name(node: fx.Node) -> str:
     return name
 
 
-class LabelInterpreter(ModuleRules):
+class LabelInterpreter(ModuleRules, WidthRules):
     """Runs one traced graph on real tensors and label tensors side by side (see the module docstring)."""
 
     def __init__(self, builder: "GraphBuilder", gm: fx.GraphModule, prefix: str) -> None:
@@ -70,6 +73,8 @@ class LabelInterpreter(ModuleRules):
         self.gm = gm
         self.prefix = prefix
         self.modules = dict(gm.named_modules())
+        self.widths: Dict[fx.Node, Any] = {}  # ints and sizes read from labelled shapes (widths.py)
+        self.current: Optional[fx.Node] = None  # the node being run, named when it fails
 
     def qual(self, name: str) -> str:
         return self.prefix + "." + name if self.prefix and name else (self.prefix or name)
@@ -92,6 +97,7 @@ class LabelInterpreter(ModuleRules):
             for node in self.gm.graph.nodes:
                 if node.op == "placeholder":
                     continue
+                self.current = node
                 if node.op == "output":
                     out_labels = fx.node.map_arg(node.args[0], lambda n: lab[n])
                     for t in tree_tensors(out_labels):
@@ -123,8 +129,11 @@ class LabelInterpreter(ModuleRules):
                 real[node] = out
                 if not tree_tensors(out):
                     lab[node] = None
+                    self.track_width(node, la, out)
                     continue
                 lab[node] = self._labels(node, a, k, la, lk, out)
+                self.tie_widths(node, _op_name(node), la[0] if la else None, lab[node])
+            self.current = None
 
     # --- get_attr: parameters and buffers used directly in forward (e.g. FrozenBatchNorm2d) ---------------------
     def _fetch_attr(self, target: str) -> Any:

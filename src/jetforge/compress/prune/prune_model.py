@@ -33,15 +33,17 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 import torch
 from torch import nn
 
-from jetforge.errors import CompressError, ConfigError
+from jetforge.errors import CompressError, ConfigError, JetforgeError
 from jetforge.compress.prune import flops as _flops
-from jetforge.compress.prune.graph import DependencyGraph
+from jetforge.compress.prune.graph import DependencyGraph, check_module_names
 from jetforge.compress.prune.groups import removed_indices, select
 from jetforge.compress.prune.importance import class_importance
 from jetforge.compress.prune.latency import Allocator, LatencyTable, measure_table
 from jetforge.compress.prune.options import PruneOptions, resolve_options
 from jetforge.compress.prune.plan import PlanEntry, PrunePlan, apply_plan
+from jetforge.compress.prune.refine import GOAL_TOLERANCE, refine
 from jetforge.compress.prune.report import PruneReport, layer_snapshot, ort_latency
+from jetforge.compress.prune.verify import check_pruned
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +103,19 @@ def prune(model: nn.Module, example_inputs: Any, options: Optional[PruneOptions]
     result with the same model, importance and rounding) to reuse it instead of measuring.
     ``data`` and ``loss_fn``: the batches and loss of a criterion that needs gradients (``taylor``).
     A ``latency_reduction`` the search ends short of keeps the fastest model found, with a
-    warning and ``goal_met=False``; ``strict=True`` raises :class:`CompressError` instead.
+    warning and ``goal_met=False``; ``strict=True`` raises :class:`CompressError` instead.  A FLOPs or
+    parameter goal is landed within ``GOAL_TOLERANCE`` where the channel groups allow it (see :mod:`.refine`);
+    an overshoot beyond it is warned about and recorded (``report.extra["goal"]``).
+
+    Both eval and train mode are analysed (see :mod:`.tracing`), and the pruned model must run in both (see
+    :mod:`.verify`); when it does not, the plan is undone -- the model given is left exactly as it was, the
+    same tensor objects included -- and a :class:`CompressError` names the module that failed.
     """
     o = resolve_options(options, keywords)
     goal = o.goal()
     round_to = int(o.round_to) if o.round_to else default_round_to(o.target)
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    check_module_names(model, (o.overrides or {}).keys(), "module in overrides")
     if not o.inplace:
         model = copy.deepcopy(model)
 
@@ -127,8 +136,8 @@ def prune(model: nn.Module, example_inputs: Any, options: Optional[PruneOptions]
         removed, chosen, extra = _latency_aware(model, graph, scores, before, latency_fn, o, round_to, latency_table)
         latency_before = extra["latency_table"]["base_ms"]
     else:
-        chosen, latency_before = _uniform_ratio(model, graph, before, choose, o, latency_fn, extra)
-        removed = choose(chosen)
+        chosen, latency_before, removed = _uniform_ratio(model, graph, scores, before, choose, o, round_to,
+                                                         latency_fn, extra)
     table_obj = extra.pop("_table", None)
     settings = {"goal": goal, "goal_value": getattr(o, goal), "ratio": chosen, "importance": o.importance,
                 "global_ranking": o.global_ranking, "round_to": round_to, "target": o.target,
@@ -143,17 +152,20 @@ def prune(model: nn.Module, example_inputs: Any, options: Optional[PruneOptions]
     return PruneResult(model, plan, graph, report, chosen, table_obj, goal_met)
 
 
-def _uniform_ratio(model: nn.Module, graph: DependencyGraph, before: _flops.OpCount,
-                   choose: Callable[[float], torch.Tensor], o: PruneOptions,
-                   latency_fn: Callable[[nn.Module], float], extra: Dict[str, Any]) -> Tuple[float, Optional[float]]:
-    """The ratio that meets the goal with one ratio for every group; (ratio, latency before in ms or None).
+def _uniform_ratio(model: nn.Module, graph: DependencyGraph, scores: torch.Tensor, before: _flops.OpCount,
+                   choose: Callable[[float], torch.Tensor], o: PruneOptions, round_to: int,
+                   latency_fn: Callable[[nn.Module], float],
+                   extra: Dict[str, Any]) -> Tuple[float, Optional[float], torch.Tensor]:
+    """The ratio that meets the goal with one ratio for every group; (ratio, latency before in ms or None,
+    the removed mask).
 
-    A FLOPs/params goal is bisected on counted-then-scaled MACs; a latency goal is measured on pruned
-    copies (the search is recorded in ``extra["latency_search"]``).
+    A FLOPs/params goal is bisected on counted-then-scaled MACs, then refined between the last ratio that
+    missed and the one that met it (:mod:`.refine`); a latency goal is measured on pruned copies (the search
+    is recorded in ``extra["latency_search"]``).
     """
     ratio, latency_reduction = o.ratio, o.latency_reduction
     if ratio is not None:
-        return float(ratio), None
+        return float(ratio), None, choose(float(ratio))
     if latency_reduction is not None:
         latency_before = latency_fn(model)
         measured: Dict[float, float] = {}
@@ -166,12 +178,21 @@ def _uniform_ratio(model: nn.Module, graph: DependencyGraph, before: _flops.OpCo
         if chosen in measured:
             extra["latency_search"] = {"speedup": round(measured[chosen], 4), "measured": {
                 "%.4f" % r: round(v, 4) for r, v in sorted(measured.items())}}
-        return chosen, latency_before
+        return chosen, latency_before, choose(chosen)
     metric = "macs" if o.flops_reduction is not None else "params"
     goal = float((o.flops_reduction if metric == "macs" else o.params_reduction) or 0.0)  # one is given
     base = getattr(before, metric)
-    return _search(lambda r: base / max(1, getattr(_flops.estimate(graph, model, before, choose(r)), metric)),
-                   goal, steps=14, what=metric), None
+
+    def gain_of(removed: torch.Tensor) -> float:
+        return base / max(1, getattr(_flops.estimate(graph, model, before, removed), metric))
+
+    lo, hi = _search_bounds(lambda r: gain_of(choose(r)), goal, steps=14, what=metric)
+    if hi == 0.0:
+        return 0.0, None, choose(0.0)
+    removed, taken, between = refine(graph, scores, choose(lo), choose(hi), round_to, gain_of, goal)
+    extra["search"] = {"ratio_missing": round(lo, 6), "ratio_meeting": round(hi, 6), "units_between": between,
+                       "units_taken": taken}
+    return hi, None, removed
 
 
 def _apply_and_report(model: nn.Module, plan: PrunePlan, graph: DependencyGraph, inputs: Tuple[Any, ...],
@@ -185,22 +206,51 @@ def _apply_and_report(model: nn.Module, plan: PrunePlan, graph: DependencyGraph,
     layers_before = layer_snapshot(model, names)
     if o.measure_latency and latency_before is None:
         latency_before = latency_fn(model)
-    apply_plan(model, plan)
-    after = _flops.count_ops(model, inputs)
-    layers_after = layer_snapshot(model, names)
+    undo: List[Callable[[], None]] = []
+    apply_plan(model, plan, undo_to=undo)
+    try:
+        check_pruned(model, inputs, train_checked=graph.modes.get("train", "").startswith(("traced", "same")))
+        after = _flops.count_ops(model, inputs)
+        layers_after = layer_snapshot(model, names)
+        latency_after = latency_fn(model) if measure_after else None
+    except BaseException as err:
+        undo[0]()  # the model given is left exactly as it was
+        if isinstance(err, JetforgeError) or not isinstance(err, Exception):
+            raise
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise CompressError("the pruned %s failed after pruning (%s: %s); the model was left as it was"
+                            % (type(model).__name__, type(err).__name__, first),
+                            hint="please report the architecture; protect layers to work around it") from err
     for name, entry in plan.layers.items():
         entry["in"].append(layers_after[name]["in"])
         entry["out"].append(layers_after[name]["out"])
-    latency_after = latency_fn(model) if measure_after else None
+    extra["traced_modes"] = dict(graph.modes)
     if latency_reduction is not None:
         extra["goal"] = _latency_goal(float(latency_reduction), extra.get("latency_search", {}),
                                       latency_before, latency_after)
+    elif o.flops_reduction is not None or o.params_reduction is not None:
+        extra["goal"] = _reduction_goal(o, before, after)
     report = PruneReport(type(model).__name__, settings, before, after, layers_before, layers_after,
                          graph.protected_report(), latency_before, latency_after,
                          backend if latency_after is not None else "", extra)
     log.info("pruned %s: MACs %d -> %d, params %d -> %d", type(model).__name__, before.macs, after.macs,
              before.params, after.params)
     return report
+
+
+def _reduction_goal(o: PruneOptions, before: _flops.OpCount, after: _flops.OpCount) -> Dict[str, Any]:
+    """A FLOPs/params goal, what was achieved, and whether it is within GOAL_TOLERANCE above it (warned if not)."""
+    name = "flops_reduction" if o.flops_reduction is not None else "params_reduction"
+    metric = "macs" if name == "flops_reduction" else "params"
+    value = float(getattr(o, name))
+    achieved = getattr(before, metric) / max(1, getattr(after, metric))
+    within = achieved <= value * (1.0 + GOAL_TOLERANCE)
+    if not within:
+        log.warning("the %s goal of %.2fx is overshot: %.2fx achieved, more than %d%% over (channels go in whole "
+                    "groups here: grouped convolutions lose whole groups, counts stay multiples of round_to)",
+                    name, value, achieved, round(GOAL_TOLERANCE * 100))
+    return {"name": name, "value": value, "met": bool(achieved >= value * (1.0 - 1e-9)),
+            "achieved": round(achieved, 4), "tolerance": GOAL_TOLERANCE, "within_tolerance": bool(within)}
 
 
 def _latency_goal(goal: float, search: Dict[str, Any], before_ms: Optional[float],
@@ -317,15 +367,21 @@ def _search(gain: Callable[[float], float], goal: float, steps: int, what: str, 
 
     ``best_effort``: a goal out of reach returns MAX_RATIO (the largest gain) with a warning instead of raising.
     """
+    return _search_bounds(gain, goal, steps, what, best_effort)[1]
+
+
+def _search_bounds(gain: Callable[[float], float], goal: float, steps: int, what: str,
+                   best_effort: bool = False) -> Tuple[float, float]:
+    """:func:`_search`'s last ratio that misses ``goal`` and the ratio it returns (which meets it)."""
     if goal <= 1.0:
-        return 0.0
+        return 0.0, 0.0
     hi_gain = gain(MAX_RATIO)
     if hi_gain < goal:
         message = ("a %.2fx %s reduction is out of reach: removing %d%% of the prunable channels gives %.2fx"
                    % (goal, what, int(MAX_RATIO * 100), hi_gain))
         if best_effort:
             log.warning("%s; keeping that model", message)
-            return MAX_RATIO
+            return MAX_RATIO, MAX_RATIO
         raise CompressError(message, hint="ask for less, or protect fewer layers")
     lo, hi = 0.0, MAX_RATIO
     for _ in range(steps):
@@ -334,7 +390,7 @@ def _search(gain: Callable[[float], float], goal: float, steps: int, what: str, 
             hi = mid
         else:
             lo = mid
-    return hi
+    return lo, hi
 
 
 def load_pruned(model: nn.Module, plan: PrunePlan, state_dict: Optional[Mapping[str, Any]] = None) -> nn.Module:

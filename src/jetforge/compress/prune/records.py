@@ -160,6 +160,8 @@ class GraphBuilder:
         self.unsupported: List[Unsupported] = []
         self.untraced: List[Unsupported] = []
         self.traced_units: List[str] = []
+        self.signature: Optional[list] = None  # the whole-model eval graph's ops (tracing.graph_signature)
+        self.second_pass = False  # analysing train mode after eval: layers are known, their positions counted
 
     def add_slot(self, module: str, tensor: str, dim: int, labels: torch.Tensor, module_type: str, role: str) -> None:
         key = (module, tensor, dim)
@@ -173,6 +175,7 @@ class GraphBuilder:
 
     def add_layer(self, record: LayerRecord) -> None:
         if record.name in self.layers:
-            self.layers[record.name].positions += record.positions
+            if not self.second_pass:
+                self.layers[record.name].positions += record.positions
         else:
             self.layers[record.name] = record

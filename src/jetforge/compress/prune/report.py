@@ -110,9 +110,32 @@ class PruneReport:
             lines.append("latency    %.2f ms -> %.2f ms (%.2fx faster, %s)" % (
                 self.latency_ms_before, self.latency_ms_after, self.latency_ms_before / self.latency_ms_after,
                 self.latency_backend))
+        lines.extend(self._checks())
         for p in self.protected:
             lines.append("protected  %s (%s): %s" % (p["where"], p["op"], p["reason"]))
         return "\n".join(lines)
+
+    def _checks(self) -> List[str]:
+        """The goal reached, the modes analysed and the agreement with the original, as table lines."""
+        lines = []
+        goal = self.extra.get("goal")
+        if goal and "within_tolerance" in goal:
+            lines.append("goal       %s %.2fx: %.2fx achieved (%s)" % (
+                goal["name"], goal["value"], goal["achieved"],
+                "within %d%%" % round(100 * goal["tolerance"]) if goal["within_tolerance"] else
+                "OVERSHOT by more than %d%%: channels go in whole groups here" % round(100 * goal["tolerance"])))
+        modes = self.extra.get("traced_modes")
+        if modes:
+            lines.append("analysed   eval mode: %s; train mode: %s" % (modes.get("eval"), modes.get("train")))
+        agreement = self.extra.get("agreement")
+        if agreement and agreement.get("measured"):
+            lines.append("agreement  top-1 %.2f with the original on %d real images (%s); most common answer %r "
+                         "on %.0f%%%s" % (agreement["top1_agreement"], agreement["samples"], agreement["source"],
+                                          agreement["most_common"], 100 * agreement["most_common_share"],
+                                          "; WARNING: fine-tune before deploying" if agreement["warning"] else ""))
+        elif agreement:
+            lines.append("agreement  %s" % agreement.get("reason", "not measured"))
+        return lines
 
     def save(self, directory: PathLike, stem: str = "prune_report", plot: bool = True) -> Dict[str, Path]:
         d = Path(directory)
