@@ -30,9 +30,12 @@ def example_input(model: SSDLiteMobileNetV2, batch: int = 1) -> torch.Tensor:
 
 
 def model_macs(model: nn.Module, image_size: int) -> int:
+    """MACs of one ``image_size`` frame, counted with the input on the model's own device (the recipe counts the
+    teacher while it is still on the GPU it trained the student on: a CPU input crashed the first H100 run)."""
     from jetforge.compress.prune import count_ops
 
-    return int(count_ops(model, torch.zeros(1, 3, image_size, image_size)).macs)
+    device = next(model.parameters()).device
+    return int(count_ops(model, torch.zeros(1, 3, image_size, image_size, device=device)).macs)
 
 
 def prune_detector(model: SSDLiteMobileNetV2, *, flops_reduction: Optional[float] = None,
