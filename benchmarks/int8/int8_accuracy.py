@@ -18,12 +18,20 @@ ORT's asymmetric (uint8) models cannot be simulated as TensorRT (it is symmetric
 their Q/DQ graph in float.  Calibration runs in a fresh subprocess per
 method, which reports its own peak RSS (``VmHWM``) and seconds.
 
+NVIDIA ModelOpt's ONNX PTQ (``nvidia-modelopt[onnx]``, pinned in ``calibration_time.MODELOPT_VERSION``, installed
+by ``calibration_time.modelopt_python`` into a throwaway environment under /tmp, never the project's) runs beside
+ONNX Runtime on the same FP32 ONNX (a copy: ModelOpt rewrites its input) and the same preprocessed calibration
+arrays: ``calibration_method`` ``max`` (all 256) and ``entropy`` (ONNX Runtime's Entropy calibrator underneath,
+which holds every activation: the first 64, like ORT's histogram rows), INT8, ``calibration_eps=["cpu"]``,
+``high_precision_dtype="fp32"`` (its default turns the rest of the graph into FP16); its output is evaluated
+as every other row (``--skip-modelopt`` leaves it out).
+
 Fashion-MNIST: a small CNN trained for 2 epochs on the real 60k training images, exported, calibrated
 (every jetforge algorithm, 512 training images), evaluated on the 10k test images (FP32 vs INT8 vs mixed
 precision on the default algorithm, tuned on 5000 training images).
 
 Run:  python benchmarks/int8/int8_accuracy.py  (about 15 minutes on 2 cores)
-      -> benchmarks/int8/results/<device>_<date>_accuracy.json
+      -> benchmarks/int8/results/<device>_<date>_accuracy.{json,txt}
       python benchmarks/int8/int8_accuracy.py --quick   (a smoke run of the script: 32 images, JSON in /tmp)
 """
 
@@ -50,6 +58,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path()  # set in main(): --out, else results/<device>_<date>_accuracy[-MODELS].json
+MODELOPT = None  # set in main(): ModelOpt's throwaway environment (calibration_time.modelopt_python), or None
 CALIB = 256
 HELD_OUT = 300
 ORT_HISTOGRAM_SAMPLES = 64  # ORT's Entropy/Percentile hold every activation: 16 GB for 256 images
@@ -200,9 +209,29 @@ def worker_ort(model: str, data: str, out: str, method: str, symmetric: bool, sa
     Path(out + ".json").write_text(json.dumps({"seconds": secs, "peak_rss_mb": rss_mb(), "samples": int(len(x))}))
 
 
-def _spawn(args: List[str], timeout: int = 5400) -> None:  # a shared, loaded machine: a 256-image pass took >15 min
+def worker_modelopt(model: str, data: str, out: str, method: str, samples: int) -> None:
+    """ModelOpt's ONNX PTQ on a copy of ``model`` (runs in ModelOpt's throwaway environment)."""
+    import shutil
+    import modelopt
+    from modelopt.onnx.quantization import quantize
+
+    x = np.array(np.load(data, mmap_mode="r")[:samples])
+    private = Path(out + ".input")
+    private.mkdir()
+    copy = private / Path(model).name  # ModelOpt rewrites the ONNX it is given
+    shutil.copy2(model, str(copy))
+    t0 = time.perf_counter()
+    quantize(str(copy), quantize_mode="int8", calibration_data=x, calibration_method=method,
+             calibration_shapes="input:1x%s" % "x".join(str(d) for d in x.shape[1:]), calibration_eps=["cpu"],
+             high_precision_dtype="fp32", output_path=out, log_level="ERROR")
+    secs = time.perf_counter() - t0
+    Path(out + ".json").write_text(json.dumps({"seconds": secs, "peak_rss_mb": rss_mb(), "samples": int(len(x)),
+                                               "modelopt": modelopt.__version__}))
+
+
+def _spawn(args: List[str], timeout: int = 5400, python: str = "") -> None:  # a loaded machine: a pass took >15 min
     env = dict(os.environ, OMP_NUM_THREADS="2")
-    subprocess.run([sys.executable, __file__, "--worker"] + args, check=True, timeout=timeout, env=env)
+    subprocess.run([python or sys.executable, __file__, "--worker"] + args, check=True, timeout=timeout, env=env)
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -323,7 +352,37 @@ def run_imagenet(name: str, folder: Path, calib, held, smoke) -> Dict[str, objec
             print("  %-28s agree %.3f conf %.3f kl %.4f  %.1f s %.0f MB" % (
                 label, res.agreement, res.agreement_confident or 0, res.mean_kl, info["seconds"],
                 info["peak_rss_mb"]), flush=True)
+    if MODELOPT is not None:
+        rows.extend(modelopt_rows(name, folder, model_path, data, evaluator, xs, smoke, labels))
     return out
+
+
+def modelopt_rows(name: str, folder: Path, model_path: Path, data: Path, evaluator, xs, smoke, labels) -> List[Dict]:
+    """ModelOpt's ONNX PTQ, max and entropy, evaluated as every other row."""
+    rows: List[Dict] = []
+    for method in ("max", "entropy"):
+        n = CALIB if method == "max" else ORT_HISTOGRAM_SAMPLES
+        q_path = folder / ("%s_modelopt_%s.onnx" % (name, method))
+        label = "ModelOpt %s" % method
+        try:
+            _spawn(["modelopt", str(model_path), str(data), str(q_path), method, str(n)],
+                   python=str(MODELOPT["python"]))
+        except Exception as err:  # record, do not lose the whole run
+            rows.append({"method": label, "error": str(err)[:300]})
+            continue
+        info = json.loads(Path(str(q_path) + ".json").read_text())
+        res = with_kernels(evaluator, q_path, evaluator.evaluate(q_path))
+        note = ("nvidia-modelopt %s ONNX PTQ, INT8, calibration_eps cpu, high_precision_dtype fp32 (symmetric "
+                "activations and per-channel weights)" % info["modelopt"])
+        if n < CALIB:
+            note += ("; %d of the %d calibration samples (its entropy method is ONNX Runtime's, which holds every "
+                     "activation in memory)" % (n, CALIB))
+        rows.append(row(label, res, smoke_top1(str(q_path), xs, smoke, labels), info["seconds"],
+                        info["peak_rss_mb"], info["samples"], note))
+        print("  %-28s agree %.3f conf %.3f kl %.4f  %.1f s %.0f MB" % (
+            label, res.agreement, res.agreement_confident or 0, res.mean_kl, info["seconds"], info["peak_rss_mb"]),
+            flush=True)
+    return rows
 
 
 def ram_500(folder: Path, calib, held) -> Dict[str, object]:
@@ -503,10 +562,14 @@ def main() -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--quick", action="store_true",
                     help="a small smoke run of the script itself (not results): JSON in a temporary folder")
+    ap.add_argument("--skip-modelopt", action="store_true", help="leave NVIDIA ModelOpt's rows out")
+    ap.add_argument("--modelopt-venv", metavar="DIR", default=None,
+                    help="ModelOpt's throwaway environment (default: calibration_time.MODELOPT_VENV; made when "
+                         "missing)")
     ap.add_argument("--out", default=None, help="result JSON (default results/<device>_<date>_accuracy.json; "
                                                 "with --models other than the default, _accuracy-<models>.json)")
     args = ap.parse_args()
-    global CALIB, HELD_OUT, ORT_HISTOGRAM_SAMPLES, RESULTS
+    global CALIB, HELD_OUT, ORT_HISTOGRAM_SAMPLES, RESULTS, MODELOPT
     variant = "accuracy" if args.models == ",".join(MODELS) else \
         "accuracy-" + "-".join(m.replace("_", "-") for m in args.models.split(","))
     RESULTS = Path(args.out) if args.out else result_path(__file__, variant)
@@ -518,6 +581,8 @@ def main() -> int:
         w = args.worker
         if w[0] == "jetforge":
             worker_jetforge(w[1], w[2], w[3], w[4].split(","))
+        elif w[0] == "modelopt":
+            worker_modelopt(w[1], w[2], w[3], w[4], int(w[5]))
         else:
             worker_ort(w[1], w[2], w[3], w[4], w[5] == "1", int(w[6]))
         return 0
@@ -527,6 +592,10 @@ def main() -> int:
     if DEFAULT_ALGORITHM != DEFAULT:
         raise SystemExit("DEFAULT here (%s) is not the library's default (%s)" % (DEFAULT, DEFAULT_ALGORITHM))
     logging.basicConfig(level=logging.WARNING)
+    if not args.skip_modelopt:
+        from calibration_time import MODELOPT_VENV, modelopt_python
+
+        MODELOPT = modelopt_python(Path(args.modelopt_venv) if args.modelopt_venv else MODELOPT_VENV)
     t0 = time.perf_counter()
     from jetforge.calibrate.int8sim import SIMULATED_LABEL
     from jetforge.runtime.cpu_features import ort_kernel_label
@@ -549,14 +618,15 @@ def main() -> int:
         if not args.skip_fashion:
             results["fashion_mnist"] = run_fashion(folder)
             _write_partial(results)
-    results["modelopt"] = ("not attempted: NVIDIA ModelOpt's ONNX PTQ (nvidia-modelopt[onnx]) would add new pinned "
-                           "packages to the project's environment, which this benchmark may not install")
+    results["modelopt"] = MODELOPT if MODELOPT is not None else "left out (--skip-modelopt)"
     results["seconds"] = round(time.perf_counter() - t0, 1)
     results["machine"]["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1))
-    print("rows: %s; right columns: %s" % (results["evaluators"]["rows"], results["evaluators"]["ort_int8_kernels"]))
-    print(table(results))
+    text = "rows: %s; right columns: %s\n%s" % (results["evaluators"]["rows"], results["evaluators"]["ort_int8_kernels"],
+                                             table(results))
+    RESULTS.with_suffix(".txt").write_text(text + "\n")
+    print(text)
     print("\nwritten %s (%.0f s)" % (RESULTS, results["seconds"]))
     return 0
 
