@@ -97,9 +97,93 @@ def test_bundle_create_takes_a_shipped_models_cache_unless_given_another(shipped
     card = json.loads((folder / sm.CARD).read_text())
     card["files"]["calib"] = {"path": "model.calib", "sha256": sha256_file(folder / "model.calib")}
     (folder / sm.CARD).write_text(json.dumps(card))
-    args = argparse.Namespace(model="tiny-net", calib=None)
+    args = argparse.Namespace(model="tiny-net", calib=[])  # bundle create's --calib: repeatable, default []
     sm.resolve_model_names("bundle", args, root=shipped_root)
-    assert Path(args.calib) == folder / "model.calib"
-    mine = argparse.Namespace(model="tiny-net", calib="mine.calib")
+    assert args.calib == [str(folder / "model.calib")]
+    mine = argparse.Namespace(model="tiny-net", calib=["mine.calib"])
     sm.resolve_model_names("bundle", mine, root=shipped_root)
-    assert mine.calib == "mine.calib"
+    assert mine.calib == ["mine.calib"]
+
+
+# ------------------------------------------------------------------------------------------------ what ships
+SHIPPED = sm.shipped_models()
+
+
+def test_this_checkout_ships_models() -> None:
+    assert SHIPPED, "no shipped model under %s" % sm.SHIPPED_DIR
+
+
+@pytest.mark.parametrize("model", SHIPPED, ids=[m.name for m in SHIPPED])
+def test_shipped_files_match_their_card(model: sm.ShippedModel) -> None:
+    assert model.verify() == []
+    assert sorted(p.name for p in model.folder.iterdir()) == sorted(
+        [e["path"] for e in model.card["files"].values()] + [sm.CARD])
+
+
+@pytest.mark.parametrize("model", SHIPPED, ids=[m.name for m in SHIPPED])
+def test_docs_show_the_card_as_it_is(model: sm.ShippedModel) -> None:
+    doc = ROOT / "docs" / "models" / ("%s.md" % model.name)
+    assert doc.read_text() == sm.render_card(model)
+
+
+@pytest.mark.parametrize("model", SHIPPED, ids=[m.name for m in SHIPPED])
+def test_card_numbers_equal_their_result_file(model: sm.ShippedModel) -> None:
+    card = model.card
+    result = json.loads((ROOT / card["results"][0]).read_text())
+    ap = result["ap"][model.name]
+    acc = card["accuracy"]
+    assert acc["value"] == ap["ap50"] and acc["teacher"] == result["ap"]["teacher"]["ap50"]
+    assert acc["minus_teacher"] == ap["minus_teacher"]["ap50"]
+    assert acc["minus_teacher_ci95"] == list(ap["minus_teacher"]["ap50_ci"])
+    timing = result["gpu_timing"]["models"]
+    for batch in card["speed"]["gpu"]["batches"]:
+        row = card["speed"]["gpu"]["batch%d" % batch]
+        assert row["teacher_ms"] == timing["ssdlite_person_port"]["batch%d" % batch]["median_ms"]
+        assert row["ms"] == timing["ssdlite_person_student_192"]["batch%d" % batch]["median_ms"]
+    assert card["speed"]["cpu"]["batch1"]["ms"] == result["cpu_latency"][model.name]["median_ms"]
+    int8 = result["int8"]["report"]["evaluation"]["int8"]["metrics"]["detection_ap"]["ap50_int8"]
+    assert acc["int8"] == int8
+    assert card["macs"] == result["macs"]["student"]
+    onnx_sha = sha256_file(model.onnx)
+    assert result["shipped_onnx_sha256"] == onnx_sha
+
+
+def test_models_list_and_show_through_the_cli(capsys: pytest.CaptureFixture) -> None:
+    from jetforge.cli.main import main
+
+    assert main(["models", "list"]) == 0
+    listed = capsys.readouterr().out
+    for model in SHIPPED:
+        assert model.name in listed
+        assert main(["models", "show", model.name]) == 0
+        assert capsys.readouterr().out.strip() == sm.render_card(model).strip()
+    assert main(["models", "show", "no-such-model"]) == 1
+    assert "unknown shipped model" in capsys.readouterr().err
+
+
+def test_a_shipped_detector_runs_in_the_people_app_by_name(tmp_path: Path) -> None:
+    from jetforge.cli.main import main
+
+    out = tmp_path / "run"
+    code = main(["-q", "app", "people", "--detector-model", "ssdlite-person-192", "--max-frames", "3", "--no-video",
+                 "--no-plots", "--out", str(out)])
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "ssdlite" in json.dumps(metrics["model"]).lower()
+
+
+def test_demo_compare_shows_the_port_beside_the_shipped_student(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``./dev demo --compare`` from the shipped files.  The port's AP at the app's threshold is the people-app
+    study's committed number (its own loop; see tests/test_compare_detectors.py for the tolerance)."""
+    from jetforge.cli.main import main
+
+    assert main(["-q", "demo", "--compare", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((tmp_path / "compare.json").read_text())
+    port = result["detectors"][result["reference"]]
+    committed = json.loads((ROOT / "benchmarks" / "people_app" / "results" / "epyc-2core_2026-12-01_ap.json"
+                            ).read_text())["detectors"]["ssd"]["ap50"]
+    assert port["ap50"] == pytest.approx(committed, abs=1e-6) and port["input"] == "300x300"
+    student = result["detectors"]["ssdlite-person-192"]
+    assert student["input"] == "192x192" and student["minus_reference_ci"][0] <= student["minus_reference"]
+    assert "ssdlite-person-192" in printed and "FPS" in printed

@@ -97,3 +97,19 @@ def test_mtcnn_bundles_build_app(standin, mtcnn_models, carphone_clip, tmp_path)
     on_onnx = run_app("faces", tmp_path / "onnx", "--models", str(mtcnn_models), "--source", str(carphone_clip))
     assert_same_events(on_engine, on_onnx)
 
+
+
+def test_shipped_student_by_name_bundle_build_app(standin, vtest_clip, tmp_path):
+    """The new user's path: ``bundle create ssdlite-person-192`` (a shipped name: its calibration cache and Q/DQ
+    model go with it) -> build -> the people app on the engine, equal to the app on the shipped ONNX by name."""
+    device = standin
+    # FP16: the stand-in executes no INT8 engine (it refuses one: tested in test_engines_standin.py); the bundle
+    # still carries the INT8 files for the board
+    bundle = make_bundle("ssdlite-person-192", tmp_path / "bundle", "--qdq", "--precision", "fp16")
+    roles = {f["role"] for f in json.loads((bundle / "manifest.json").read_text())["files"]}
+    assert {"calib", "qdq"} <= roles  # the shipped cache (taken by name) and Q/DQ model (found beside it) went in
+    engine = build_engine(bundle, tmp_path / "student.engine", device)
+    common = ["--source", str(vtest_clip), "--detector", "ssd"]
+    on_engine = run_app("people", tmp_path / "engine", "--detector-model", str(engine), *common)
+    on_onnx = run_app("people", tmp_path / "onnx", "--detector-model", "ssdlite-person-192", *common)
+    assert_same_events(on_engine, on_onnx)

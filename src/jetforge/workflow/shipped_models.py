@@ -124,7 +124,8 @@ def resolve_model_names(command: str, args: Any, root: Path = SHIPPED_DIR) -> Li
             calib = model.file("calib")
             if command == "bundle" and attr == "model" and calib is not None and hasattr(args, "calib") \
                     and not args.calib:
-                args.calib = str(calib)  # a shipped model's cache goes with it unless the user gives another
+                # a shipped model's cache goes with it unless the user gives another (--calib is repeatable)
+                args.calib = [str(calib)] if isinstance(args.calib, list) else str(calib)
                 notes.append("calibration cache of %s: %s" % (value, calib))
     return notes
 
@@ -176,7 +177,7 @@ def render_card(model: ShippedModel) -> str:
              "| trained on | %s (%s) |" % (made.get("device", "-"), made.get("date", "-")),
              "| training data | %s |" % card.get("training_data", "-"), "",
              "## Accuracy", "", "%s, %s." % (acc.get("metric", "-"), acc.get("evaluated_on", "-")), "",
-             "| | value (95 %% interval) |", "|---|---|",
+             "| | value (95 % interval) |", "|---|---|",
              "| this model | %s |" % _interval(acc, "value"), "| teacher | %s |" % _interval(acc, "teacher"),
              "| this model minus teacher | %s |" % _interval(acc, "minus_teacher"),
              "| simulated INT8 (as TensorRT computes it) | %s |" % _interval(acc, "int8"), ""]
@@ -197,7 +198,8 @@ def render_card(model: ShippedModel) -> str:
                   "| target | where | precision | batch 1 ms |", "|---|---|---|---|"]
         for row in est.get("rows", []):
             lines.append("| %s | %s | %s | %s |" % (row["target"], row["where"], row["precision"],
-                                                   _fmt(row.get("ms"))))
+                                                   _fmt(row.get("ms")) if row.get("ms") is not None
+                                                   else row.get("note", "-")))
         if est.get("command"):
             lines += ["", "Command: `%s`" % est["command"]]
     lines += ["", "## Not executed", ""] + ["- %s" % item for item in card["not_executed"]]
