@@ -270,3 +270,43 @@ def test_auto_picks_the_mse_minimising_candidate(name):
     # the choice is at least as good as every single algorithm on this tensor
     for m in ("entropy", "percentile", "max"):
         assert _histogram_mse(h, amax) <= _histogram_mse(h, compute_amax(h, m)) * (1 + 1e-12)
+
+
+def test_float32_binning_is_exact_near_every_edge_on_grown_and_huge_grids():
+    """The binner looks up the edge only for values whose scaled position sits just below an integer (the
+    doorstep, wider on grids of more bins): on a grid grown to ~8000 bins, with values on, just below and just
+    above edges, and on a grid too large for the shortcut (every value checked), counts equal np.histogram's."""
+    from jetforge.calibrate.histogram import _doorstep
+
+    rng = np.random.default_rng(31)
+    h = StreamingHistogram()
+    first = rng.uniform(-1, 1, 50_000).astype(np.float32)
+    h.update(first)
+    later = rng.uniform(-3.9, 3.9, 200_000).astype(np.float32)
+    h.update(later)  # same width, about 7990 bins
+    assert 7900 < len(h.counts) <= 8192 and h.merges == 0
+    edges = h.edges()
+    on = edges[rng.integers(1, len(edges) - 1, 20_000)].astype(np.float32)
+    near = np.concatenate([on, np.nextafter(on, np.float32(0)), np.nextafter(on, np.float32(9))])
+    h.update(-near)
+    data = np.abs(np.concatenate([first, later, near])).astype(np.float64)
+    assert np.array_equal(h.counts, _grown_reference(data, h.edges()))
+    # a grid of 2**19 bins: no shortcut, each value compared with its edge
+    assert _doorstep(2 ** 19) is None and _doorstep(8192) is not None
+    big = StreamingHistogram(num_bins=2048, max_bins=2 ** 20)
+    big.update(np.array([2.0 ** -9], np.float32))  # width 2**-20
+    x = rng.uniform(0, 1, 100_000).astype(np.float32)
+    big.update(x)  # grows to 2**20 bins, no merge
+    assert 2 ** 20 - 64 < len(big.counts) <= 2 ** 20 and big.merges == 0 and _doorstep(len(big.counts)) is None
+    ref = _grown_reference(np.concatenate([[2.0 ** -9], x.astype(np.float64)]), big.edges())
+    assert np.array_equal(big.counts, ref)
+
+
+def _grown_reference(data, edges, first_bins=2048):
+    """np.histogram's counts, except that the first batch's maximum, which sat on the then-last (closed) edge,
+    stays in bin ``first_bins - 1`` after the grid grew (as in test_histogram_growth_equals_single_pass)."""
+    ref = np.histogram(data, bins=edges)[0]
+    on_first_top = int(np.count_nonzero(data == edges[first_bins]))
+    ref[first_bins - 1] += min(on_first_top, 1)
+    ref[first_bins] -= min(on_first_top, 1)
+    return ref
