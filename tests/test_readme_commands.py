@@ -431,6 +431,25 @@ COVERAGE: Dict[str, object] = {
     "docker run --init": NotRun("Docker, named as one way a stop signal arrives"),
     "build BUNDLE": Run(("ws.build_bundle",), "jetforge build bundles/cam --target auto: exit 3 without TensorRT"),
     "./dev test -k NAME": NotRun("this suite with a selection: CI runs the whole of it"),
+    # shipped models
+    "./dev demo --compare": Elsewhere(
+        "tests/test_shipped_models.py::test_demo_compare_shows_the_port_beside_the_shipped_student",
+        "`jetforge demo --compare` (what ./dev demo --compare execs), the whole held-out set"),
+    "./dev jetforge models list": Elsewhere("tests/test_shipped_models.py::test_models_list_and_show_through_the_cli",
+                                            "`jetforge models list` and `models show` in process"),
+    "jetforge models show ssdlite-person-192": Elsewhere(
+        "tests/test_shipped_models.py::test_models_list_and_show_through_the_cli", "every shipped model's card"),
+    "jetforge app people --detector-model ssdlite-person-192": Elsewhere(
+        "tests/test_shipped_models.py::test_a_shipped_detector_runs_in_the_people_app_by_name", "3 frames"),
+    "jetforge bundle create ssdlite-person-192 --target orin-nx-16gb --qdq --out b/": Elsewhere(
+        "tests/board_path/test_board_path_standin.py::test_shipped_student_by_name_bundle_build_app",
+        "the same by name (target orin-nano-8gb, --precision fp16 for the stand-in), then build and the app"),
+    "jetforge distill": Mention("names the command"),
+    "python -m jetforge.compress.recipes": Mention("names the recipe entry"),
+    "bundle create --qdq": Mention("names the flag"),
+    "qat --translate": Mention("names the flag"),
+    "bench --batch": Mention("names the flag"),
+    "export --input-shape": Mention("names the flag"),
 }
 
 
