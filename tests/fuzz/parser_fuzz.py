@@ -987,6 +987,22 @@ def onnx_seeds() -> List[bytes]:
     return [qdq.SerializeToString(), plain.SerializeToString()]
 
 
+def onnx_package_facts(model: Any, dtype_names: Dict[int, str]) -> Any:
+    """(inputs, outputs, has_qdq, opset) of a parsed ``onnx.ModelProto``, read through the onnx package: the
+    reference the wire reader is compared with (here and in tests/runtime/test_onnx_wire.py)."""
+    inits = {i.name for i in model.graph.initializer} | {i.values.name for i in model.graph.sparse_initializer}
+
+    def spec(vi: Any) -> Dict[str, Any]:
+        tt = vi.type.tensor_type
+        shape = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or -1)
+                 for d in tt.shape.dim]
+        return {"name": vi.name, "shape": shape, "dtype": dtype_names.get(tt.elem_type, str(tt.elem_type))}
+
+    return ([spec(v) for v in model.graph.input if v.name not in inits], [spec(v) for v in model.graph.output],
+            any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node),
+            next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), None))
+
+
 def onnx_reference(data: bytes) -> Any:
     """(inputs, outputs, has_qdq, opset) as the ``onnx`` package gives them, or None when it refuses the bytes
     (protobuf cannot parse them, or the checked reader's model checks refuse the model)."""
@@ -1004,17 +1020,7 @@ def onnx_reference(data: bytes) -> Any:
         return None
     except Exception:  # DecodeError and friends: protobuf refuses the bytes
         return "unparsed"
-    inits = {i.name for i in model.graph.initializer} | {i.values.name for i in model.graph.sparse_initializer}
-
-    def spec(vi: Any) -> Dict[str, Any]:
-        tt = vi.type.tensor_type
-        shape = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or -1)
-                 for d in tt.shape.dim]
-        return {"name": vi.name, "shape": shape, "dtype": names.get(tt.elem_type, str(tt.elem_type))}
-
-    return ([spec(v) for v in model.graph.input if v.name not in inits], [spec(v) for v in model.graph.output],
-            any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node),
-            next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), None))
+    return onnx_package_facts(model, names)
 
 
 def _onnx_wire(work: Path) -> ParserTarget:

@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from jetforge.errors import ModelError  # noqa: E402
 from jetforge.runtime.onnx_file import read_onnx  # noqa: E402
 from jetforge.runtime.onnx_wire import parse_model_bytes, read_graph_facts  # noqa: E402
+from tests.fuzz.parser_fuzz import onnx_package_facts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTION = ROOT / "src" / "jetforge" / "apps" / "data" / "action_mobilenet3d.onnx"
@@ -29,17 +30,7 @@ DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool"
 def reference(path):
     """The planner's facts as the onnx package gives them (the code read_model_info had before the wire reader)."""
     m = onnx.load(str(path), load_external_data=False)
-    inits = {i.name for i in m.graph.initializer} | {i.values.name for i in m.graph.sparse_initializer}
-
-    def spec(vi):
-        tt = vi.type.tensor_type
-        shape = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or -1)
-                 for d in tt.shape.dim]
-        return {"name": vi.name, "shape": shape, "dtype": DTYPES.get(tt.elem_type, str(tt.elem_type))}
-
-    return ([spec(v) for v in m.graph.input if v.name not in inits], [spec(v) for v in m.graph.output],
-            any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in m.graph.node),
-            next((int(o.version) for o in m.opset_import if o.domain in ("", "ai.onnx")), None))
+    return onnx_package_facts(m, DTYPES)
 
 
 def facts_tuple(path):
