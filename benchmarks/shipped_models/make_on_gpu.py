@@ -220,11 +220,15 @@ def time_stage(args: argparse.Namespace, out: Path, carry: Path) -> Dict[str, An
         return next((d / name for d in searched if (d / name).is_dir()), searched[-1] / name)
 
     torch.backends.cudnn.benchmark = True
-    teacher = load_from_graphdef(asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb"))
-    groups: Dict[str, Dict[str, Any]] = {"detector": {"ssdlite_person_port": (teacher, 300)}, "action": {}}
-    for name, size in (("ssdlite_person_student", 300), ("ssdlite_person_student_192", 192)):
-        pt = run_dir(name) / "student.pt"
+    groups: Dict[str, Dict[str, Any]] = {"detector": {}, "action": {}}
+    students = {name: run_dir(name) / "student.pt"
+                for name in ("ssdlite_person_student", "ssdlite_person_student_192")}
+    if any(pt.is_file() for pt in students.values()):  # the port is timed only beside a student of this call
+        teacher = load_from_graphdef(asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb"))
+        groups["detector"]["ssdlite_person_port"] = (teacher, 300)
+    for name, pt in students.items():
         if pt.is_file():
+            size = 192 if name.endswith("_192") else 300
             groups["detector"][name] = (detector_from_state(read_weights(str(pt), name), size), size)
     action = run_dir(RUN_NAMES["action"])
     clip = None
@@ -238,6 +242,9 @@ def time_stage(args: argparse.Namespace, out: Path, carry: Path) -> Dict[str, An
     result: Dict[str, Any] = {"schema": SCHEMA, "stage": "time", "utc": utc(), "environment": environment(),
                               "dry_run": bool(args.dry_run), "rounds": rounds, "method": "", "models": {}}
     for group, models in groups.items():
+        if not models:
+            log("%s: no model of this group in the runs; not timed" % group)
+            continue
         for batch in (1, 32):
             timers = {}
             for name, (model, size) in models.items():
