@@ -57,6 +57,8 @@ COMMANDS.add_lazy("calibrate", "jetforge.cli.cmd_calibrate:CalibrateCommand",
                   "INT8 calibration: TensorRT cache + Q/DQ ONNX + report from real images or video")
 COMMANDS.add_lazy("bench", "jetforge.cli.cmd_bench:BenchCommand",
                   "measure latency, throughput, H2D/compute/D2H split, memory and energy of a model")
+COMMANDS.add_lazy("info", "jetforge.cli.cmd_info:InfoCommand",
+                  "describe an ONNX model, TensorRT engine or bundle: tensors, ops, parameters, MACs, contract, hashes")
 COMMANDS.add_lazy("doctor", "jetforge.cli.cmd_doctor:DoctorCommand",
                   "report what this machine has (target, CUDA, TensorRT, ORT, OpenCV, DLA)")
 COMMANDS.add_lazy("build", "jetforge.cli.cmd_build:BuildCommand",

@@ -60,6 +60,8 @@ class OnnxGraphFacts:
     outputs: List[Dict[str, Any]]
     nodes: List[Tuple[str, str]] = field(default_factory=list)
     opset: Optional[int] = None
+    #: (name, dims, dtype) of every initializer (``jetforge info``'s parameter count; never the data itself)
+    initializers: List[Tuple[str, List[int], str]] = field(default_factory=list)
 
     @property
     def has_qdq(self) -> bool:
@@ -302,8 +304,10 @@ def parse_model_bytes(buf: Buffer, where: str = "ONNX model") -> OnnxGraphFacts:
     if error is not None:
         raise error
     defined = {t.name for t in view.tensors if t.where == "initializer"} | set(view.sparse)
+    initializers = [(t.name, list(t.dims), ONNX_DTYPES.get(t.elem, str(t.elem)))
+                    for t in view.tensors if t.where == "initializer"]
     return OnnxGraphFacts([i for i in inputs if i["name"] not in defined], outputs,
-                          [(n.name, n.op) for n in view.nodes], view.opsets.get(""))
+                          [(n.name, n.op) for n in view.nodes], view.opsets.get(""), initializers)
 
 
 def read_graph_facts(path: PathLike, what: str = "ONNX model") -> OnnxGraphFacts:

@@ -10,7 +10,7 @@ number against the result file it names.
 
 A shipped name is accepted wherever a command takes a model file (:data:`MODEL_ARGUMENTS`): ``jetforge app people
 --detector-model ssdlite-person-192``, ``bundle create ssdlite-person-192``, ``bench``, ``estimate``,
-``calibrate``, ``build``.  A path that exists always wins over a name, so a user's own file named like a shipped
+``calibrate``, ``build``, ``info``.  A path that exists always wins over a name, so a user's own file named like a shipped
 model is never replaced.
 """
 
@@ -30,7 +30,8 @@ FILE_ROLES = ("onnx", "sidecar", "calib", "qdq", "qdq_sidecar")
 #: command -> the argument attributes that take a model file (a shipped name is resolved to its ONNX)
 MODEL_ARGUMENTS: Dict[str, Tuple[str, ...]] = {
     "app": ("model", "detector_model"), "bundle": ("model",), "bench": ("model",), "estimate": ("model",),
-    "calibrate": ("model", "model_opt"), "build": ("model",), "dla-check": ("model",)}
+    "calibrate": ("model", "model_opt"), "build": ("model",), "dla-check": ("model",),
+    "info": ("model",)}
 
 
 @dataclass(frozen=True)
