@@ -175,11 +175,15 @@ def decode_alone(paths: List[Path], n: int, codec: Any, seconds: float) -> Dict[
 def open_group(paths: List[Path], n: int, dry_run: bool, streams_per_worker: int, per_stream: int) -> Any:
     """N looping streams decoded by worker processes into CUDA IPC rings (host shared memory in the dry run);
     enough slots for the batcher's frames, the batches in flight and one fetch."""
-    from jetforge.apps.video.sources.ipc_decode import IpcDecodeGroup
+    from jetforge.apps.video.sources.ipc_decode import NVDEC, IpcDecodeGroup
 
+    codec: Any = NVDEC
+    if dry_run:  # the CPU stand-in for PyNvVideoCodec, from the tests (the checkout's root is on sys.path)
+        from tests.standins.fake_nvdec import FakeNvDecoder
+
+        codec = FakeNvDecoder
     return IpcDecodeGroup([paths[s % len(paths)] for s in range(n)], streams_per_worker=streams_per_worker,
-                          slots=max(16, 4 * per_stream + 8), fetch=4, loop=True,
-                          codec="fake" if dry_run else "nvdec", start_timeout_s=45.0)
+                          slots=max(16, 4 * per_stream + 8), fetch=4, loop=True, codec=codec, start_timeout_s=45.0)
 
 
 def decode_alone_procs(paths: List[Path], n: int, dry_run: bool, seconds: float) -> Dict[str, Any]:
@@ -324,7 +328,7 @@ class Env:
         if args.dry_run:
             torch.set_num_threads(1)  # the shared CI/dev CPU: no oversubscription
         if args.dry_run:
-            from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder
+            from tests.standins.fake_nvdec import FakeNvDecoder
 
             self.codec: Any = FakeNvDecoder
         else:
@@ -592,7 +596,7 @@ def _r(v: Optional[float]) -> str:
 
 def _host_frames(env: Env) -> List[Any]:
     """30 NV12 720p frames in host memory for the encode-alone run (OpenCV decode: the encoder's input only)."""
-    from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder
+    from tests.standins.fake_nvdec import FakeNvDecoder
     from jetforge.apps.video.sources.nvdec import NvDecSource
 
     path = next(iter(env.streams.values()))

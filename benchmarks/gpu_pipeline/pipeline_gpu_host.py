@@ -84,14 +84,14 @@ class GpuStandIn:
 
 def open_variant(variant: str, clip: Path, n: int) -> Any:
     from jetforge.apps.video.sources.device_ring import DeviceFrameRing
-    from jetforge.apps.video.sources.fake_nvdec import FakeReplayNvDecoder
+    from tests.standins.fake_nvdec import FakeReplayNvDecoder
     from jetforge.apps.video.sources.feed_group import SourceFeedGroup
     from jetforge.apps.video.sources.ipc_decode import IpcDecodeGroup
     from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
 
     if variant.startswith("ipc"):
         return IpcDecodeGroup([clip] * n, streams_per_worker=2 if variant.startswith("ipc2") else 4, slots=16,
-                              fetch=4, loop=True, codec="fake-replay")
+                              fetch=4, loop=True, codec=FakeReplayNvDecoder)
     sources = [NvThreadedSource(clip, stream=s, codec_module=FakeReplayNvDecoder, loop=True,
                                 keep=DeviceFrameRing(24), fetch=4) for s in range(n)]
     for src in sources:

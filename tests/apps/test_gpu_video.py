@@ -13,7 +13,7 @@ import pytest
 
 from jetforge.apps.pipeline.batching import StreamBatcher, bucket_for
 from jetforge.apps.pipeline.streams import HostBatchOps, StreamRunOptions, run_streams
-from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder
+from tests.standins.fake_nvdec import FakeNvDecoder
 from jetforge.apps.video.sources.gpu_frame import (BT601, BT709, bgr_from_nv12, full_range_from_code,
                                                    matrix_from_code, nv12_from_bgr)
 from jetforge.apps.video.sources.nvdec import NvDecSource, array_plane_pointers, plane_pointers
@@ -585,29 +585,32 @@ def test_cli_decode_gpu_without_cuda_for_device_frames_is_one_line_and_exit_1(tm
 
 
 def test_gpu_path_refuses_a_task_it_cannot_run_before_writing_anything(tmp_path):
+    """A task whose gpu_model() hook says None (HOG has no model to feed; the base Task's default) or refuses its
+    configuration (tiles) fails before any output is opened."""
     from jetforge.apps.pipeline.gpu_app import run_gpu_app
+    from jetforge.apps.pipeline.stages import Task
+    from jetforge.apps.tasks.people import PeopleTask
+    from jetforge.vision.hog import HogPeopleDetector
 
-    class HogTask:
-        name = "people"
-        detector = object()  # the HOG detector has no session
-
-    with pytest.raises(ConfigError, match="HOG detector"):
-        run_gpu_app(HogTask(), [object()], tmp_path / "o")
+    with pytest.raises(ConfigError, match="HOG people detector"):
+        run_gpu_app(PeopleTask(HogPeopleDetector()), [object()], tmp_path / "o")
     assert not (tmp_path / "o").exists()
 
-    class TiledTask:  # --detector-tiles: the GPU path would feed whole frames and silently drop the tiles
-        name = "people"
-        detector = type("Tiled", (), {"tile_grid": 2, "session": None})()
+    with pytest.raises(ConfigError, match="the task app with .* has no GPU path"):
+        run_gpu_app(Task(), [object()], tmp_path / "o")
+    assert not (tmp_path / "o").exists()
 
+    # --detector-tiles: the GPU path would feed whole frames and silently drop the tiles
+    tiled = type("Tiled", (), {"tile_grid": 2, "session": object(), "label": "tiled"})()
     with pytest.raises(ConfigError, match="--detector-tiles runs on the CPU path only"):
-        run_gpu_app(TiledTask(), [object()], tmp_path / "o")
+        run_gpu_app(PeopleTask(tiled), [object()], tmp_path / "o")
     assert not (tmp_path / "o").exists()
 
 
 def test_device_frame_ring_keeps_an_owned_copy_and_describes_it_for_cuda():
     from jetforge.apps.video.sources.device_ring import DeviceFrameRing, OwnedNv12
 
-    from jetforge.apps.video.sources.fake_nvdec import FakeDecodedFrame
+    from tests.standins.fake_nvdec import FakeDecodedFrame
 
     ring = DeviceFrameRing(slots=4)
     frame = FakeDecodedFrame(np.arange(6 * 4, dtype=np.uint8).reshape(6, 4), 0)  # a CPU stand-in: host copy

@@ -16,7 +16,7 @@ import pytest
 
 from jetforge.apps.pipeline.batching import StreamBatcher
 from jetforge.apps.pipeline.streams import HostBatchOps, StreamRunOptions, run_streams
-from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder
+from tests.standins.fake_nvdec import FakeNvDecoder
 from jetforge.apps.video.sources.gpu_frame import GpuFrame
 from jetforge.apps.video.sources.ipc_decode import IpcDecodeGroup
 from jetforge.apps.video.sources.nvdec import NvDecSource
@@ -53,7 +53,7 @@ def test_ipc_group_delivers_every_frame_of_every_stream_in_order_with_the_decode
         got.setdefault(s, []).append((frame.index, frame.host_nv12().copy()))
 
     ops = HostBatchOps(lambda f: f.host_nv12()[:2, :2].astype(np.float32), lambda x: x, lambda out, i, f: {})
-    with IpcDecodeGroup([bikes_clip] * 3, streams_per_worker=2, slots=4, fetch=2, codec="fake",
+    with IpcDecodeGroup([bikes_clip] * 3, streams_per_worker=2, slots=4, fetch=2, codec=FakeNvDecoder,
                         max_frames=FRAMES) as group:
         assert group.workers == 2 and group.depth == 4
         assert [(i["width"], i["height"], i["matrix"]) for i in group.infos] == [(640, 272, "bt601")] * 3
@@ -118,7 +118,7 @@ def test_ipc_worker_writes_a_slot_again_only_after_the_pipeline_released_its_fra
     """With 4 slots and nothing released, the worker announces exactly frames 0-3 and then waits; releasing
     frames 0-1 lets exactly two more (4, 5: slots 0 and 1 again) through."""
     batcher = _RecordingBatcher()
-    with IpcDecodeGroup([bikes_clip], slots=4, fetch=2, codec="fake", max_frames=FRAMES) as group:
+    with IpcDecodeGroup([bikes_clip], slots=4, fetch=2, codec=FakeNvDecoder, max_frames=FRAMES) as group:
         feeder = threading.Thread(target=group.feed, args=(batcher,), daemon=True)
         feeder.start()
         assert _wait_for(lambda: batcher.count() >= 4)
@@ -139,11 +139,11 @@ def test_ipc_group_refuses_a_file_it_cannot_decode_with_one_stream_error(tmp_pat
     bad = tmp_path / "not_a_video.mp4"
     bad.write_bytes(b"this is not a video")
     with pytest.raises(StreamError, match="decode worker 0 failed.*not_a_video"):
-        IpcDecodeGroup([bad], codec="fake")
+        IpcDecodeGroup([bad], codec=FakeNvDecoder)
     with pytest.raises(StreamError, match="no such video file"):
-        IpcDecodeGroup([tmp_path / "missing.mp4"], codec="fake")
+        IpcDecodeGroup([tmp_path / "missing.mp4"], codec=FakeNvDecoder)
     with pytest.raises(ConfigError, match="slots >= 2 x fetch"):
-        IpcDecodeGroup([bad], slots=4, fetch=4, codec="fake")
+        IpcDecodeGroup([bad], slots=4, fetch=4, codec=FakeNvDecoder)
 
 
 def test_batcher_put_many_keeps_order_and_takes_per_stream_frames():
@@ -199,13 +199,13 @@ def test_gpu_app_runs_over_a_stream_group_from_its_threshold_on(layout, tmp_path
 
     from jetforge.apps.pipeline.gpu_app import GpuAppOptions, open_gpu_sources, run_gpu_app
     from jetforge.apps.tasks.classify import ClassifyTask
-    from jetforge.apps.video.sources import gpu, nvdec
+    from jetforge.apps.video.sources import gpu
     from jetforge.runtime.session import open_session
 
     monkeypatch.setattr(gpu, "choose_decoder", lambda wanted, have=None: "nvdec")
-    monkeypatch.setattr(nvdec, "load_pynvvideocodec", lambda: FakeNvDecoder)
     threshold = {"processes_from": 2} if layout == "processes" else {"feed_from": 2}
-    sources = open_gpu_sources([bikes_clip, bikes_clip], max_frames=6, **threshold)
+    # the NVDEC stand-in injected: in-process sources and the worker processes (which import it by name) use it
+    sources = open_gpu_sources([bikes_clip, bikes_clip], max_frames=6, codec_module=FakeNvDecoder, **threshold)
     try:
         kind = IpcDecodeGroup if layout == "processes" else SourceFeedGroup
         assert isinstance(sources, kind) and len(sources) == 2 and sources[1].width == 640
@@ -226,7 +226,7 @@ def test_gpu_app_runs_over_a_stream_group_from_its_threshold_on(layout, tmp_path
 def test_replay_decoder_serves_the_clips_length_cycling_its_first_frames(bikes_clip):
     """The CPU-cost stand-in for NVDEC: as many frames as the clip has (250), the first 8 decoded frames in turn,
     then the end; reconfiguring starts again."""
-    from jetforge.apps.video.sources.fake_nvdec import FakeReplayThreadedDecoder
+    from tests.standins.fake_nvdec import FakeReplayThreadedDecoder
 
     with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=8) as src:
         first = [f.host_nv12() for f in src]

@@ -88,30 +88,29 @@ def default_encoders() -> int:
 
 def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop: bool = False,
                      processes_from: int = DECODE_PROCESSES_FROM, streams_per_process: int = 4,
-                     feed_from: int = FEED_THREAD_FROM) -> Sequence[Any]:
+                     feed_from: int = FEED_THREAD_FROM, codec_module: Optional[Any] = None) -> Sequence[Any]:
     """One GPU-frame source per URI (NVDEC or jetson-utils; a clear error when neither exists), streams 0..N-1.
 
     From ``processes_from`` streams on (0: never), video files that NVDEC decodes are decoded in worker processes
     (``streams_per_process`` streams each) and handed over through CUDA IPC: an
     :class:`~jetforge.apps.video.sources.ipc_decode.IpcDecodeGroup`.  Else, from ``feed_from`` streams on, one
     thread reads all the sources: a :class:`~jetforge.apps.video.sources.feed_group.SourceFeedGroup`.  Both are
-    also sequences of the streams."""
+    also sequences of the streams.  ``codec_module`` replaces the PyNvVideoCodec module (tests inject the CPU
+    stand-in of ``tests/standins/fake_nvdec.py``; worker processes import it by its module and name)."""
     layout = decode_layout(len(uris), processes_from, feed_from)
     locations = nvdec_files(uris) if layout == "processes" else None
     if locations:
-        from jetforge.apps.video.sources import nvdec
-        from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder
-        from jetforge.apps.video.sources.ipc_decode import IpcDecodeGroup
+        from jetforge.apps.video.sources.ipc_decode import NVDEC, IpcDecodeGroup
 
-        codec = "fake" if nvdec.load_pynvvideocodec() is FakeNvDecoder else "nvdec"  # the stand-in in tests
         return IpcDecodeGroup(locations, streams_per_worker=streams_per_process, slots=16, fetch=4, loop=loop,
-                              max_frames=max_frames or 0, codec=codec)
+                              max_frames=max_frames or 0, codec=NVDEC if codec_module is None else codec_module)
     feed = decode_layout(len(uris), 0, feed_from) == "feed"  # also when the worker processes cannot decode a source
     sources: List[Any] = []
     try:
         for s, uri in enumerate(uris):
             sources.append(open_gpu_source(uri, decode="gpu", stream=s, loop=loop, max_frames=max_frames or 0,
-                                           ring_slots=FEED_RING_SLOTS if feed else 16, defer_sync=feed))
+                                           codec_module=codec_module, ring_slots=FEED_RING_SLOTS if feed else 16,
+                                           defer_sync=feed))
     except BaseException:
         for src in sources:
             src.close()

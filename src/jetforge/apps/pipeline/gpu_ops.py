@@ -1,99 +1,41 @@
 """What the apps' GPU path does with a batch: the task's model as a :class:`GpuModel`, and the batch ops.
 
-* :func:`gpu_model_for` - the part of an app's task the GPU path runs: its session, the model's input contract
-  (built from the sidecar, as the CPU path's) and how a batch's raw outputs become what the task's
-  ``postprocess`` reads (``item.output``).  The classify app and the people app's CNN detector have one; other
-  tasks get one clear error naming the other ways to decode on the GPU.
+* :func:`gpu_model_for` - the part of an app's task the GPU path runs, from the task's own hook
+  (:meth:`jetforge.apps.pipeline.stages.Task.gpu_model`: its session, the model's input contract, and how a batch's
+  raw outputs become what the task's ``postprocess`` reads); a task without one gets one clear error.  Nothing here
+  names a task.
 * :class:`DeviceFrameOps` - frames in GPU memory (NVDEC, jetson-utils): one NVRTC preprocessing launch per batch
-  into a device buffer, then the session fed that buffer: the TensorRT session binds it with
-  ``set_tensor_address`` (``submit_device``); a backend that takes host arrays gets one copy of the finished input
-  batch (not of the frames).  Written for CUDA through cuda-python; not executed in CI (no GPU).
-* :class:`HostFrameOps` - frames in host memory (OpenCV decode, or :class:`FakeNvDecoder` standing in for NVDEC):
-  the contract's CPU preprocessing, then the session.  Same flow and outputs, so the CPU tests check the path.
+  (the input contract's GPU kernel, :mod:`jetforge.runtime.cuda.kernels`) into a device buffer, then the session
+  fed that buffer: the TensorRT session binds it with ``set_tensor_address`` (``submit_device``); a backend that
+  takes host arrays gets one copy of the finished input batch (not of the frames).  Written for CUDA through
+  cuda-python; not executed in CI (no GPU).
+* :class:`HostFrameOps` - frames in host memory (OpenCV decode, or a CPU stand-in for NVDEC in tests): the
+  contract's CPU preprocessing, then the session.  Same flow and outputs, so the CPU tests check the path.
 """
 
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 
+from jetforge.apps.pipeline.stages import GpuModel
 from jetforge.apps.pipeline.streams import BatchOps
 from jetforge.apps.video.sources.gpu_frame import bgr_from_nv12, nv12_from_bgr
 from jetforge.errors import ConfigError
 from jetforge.optional import require
 
-Outputs = Dict[str, np.ndarray]
-
-
-@dataclass
-class GpuModel:
-    """A task's model as the GPU path runs it: ``to_outputs(batch outputs, frames) -> item.output per frame``;
-    ``runs_on(frame)``: whether the task wants the model's answer for that frame (``--detect-every``)."""
-
-    session: Any
-    contract: Any
-    to_outputs: Callable[[Outputs, List[Any]], List[Any]]
-    runs_on: Callable[[Any], bool] = lambda frame: True
-
-    @property
-    def input_name(self) -> str:
-        return str(self.session.inputs[0].name)
-
 
 def gpu_model_for(task: Any) -> GpuModel:
-    """The GPU path's view of ``task`` (duck-typed: the apps layer's tasks are not imported here)."""
-    if getattr(task, "name", "") == "classify" and hasattr(task, "preprocessing") and hasattr(task, "session"):
-        return GpuModel(task.session, task.preprocessing, _split_per_frame)
-    detector = getattr(task, "detector", None)
-    if getattr(detector, "tile_grid", 0):  # the GPU path feeds whole frames to the session: tiles would be ignored
-        raise ConfigError("--detector-tiles runs on the CPU path only: --decode gpu feeds whole frames to the model",
-                          hint="drop --detector-tiles, or use --decode cpu")
-    if getattr(task, "name", "") == "people" and hasattr(detector, "session"):
-        return _ssd_model(task, detector)
-    raise ConfigError("--decode gpu runs the whole GPU path (GPU preprocessing, batched session) for the classify "
-                      "app and the people app's CNN detector, not for %s" % (
-                          "the HOG detector" if getattr(task, "name", "") == "people" else
-                          "the %s app" % getattr(task, "name", "?")),
-                      hint="use --decode cpu, or --source nvdec://FILE (NVDEC decode, frames copied to the CPU "
-                           "pipeline)")
-
-
-def _split_per_frame(outputs: Outputs, frames: List[Any]) -> List[Any]:
-    """Row i of every output for frame i: what the classify task's ``postprocess`` reads."""
-    return [{name: value[i] for name, value in outputs.items()} for i in range(len(frames))]
-
-
-def _ssd_model(task: Any, detector: Any) -> GpuModel:
-    """The people app's SSD person detector: raw outputs -> person Detections in each frame's pixels."""
-    from jetforge.runtime.inputs import input_contract
-    from jetforge.runtime.model_facts import model_facts
-    from jetforge.vision.ssd import spec_from_sidecar
-    from jetforge.vision.ssd_batch import postprocess_batch
-
-    session = detector.session
-    facts = model_facts(session)  # an ONNX model's or an engine's (embedded) model facts
-    contract = input_contract(facts, "image", purpose="the people app's GPU path")
-    spec = spec_from_sidecar(facts)
-    anchors = spec.anchors()
-    names = [t.name for t in session.outputs[:2]]
-    threshold = float(getattr(detector, "score_threshold", 0.5))
-    every = max(1, int(getattr(task, "detect_every", 1)))
-
-    def to_outputs(outputs: Outputs, frames: List[Any]) -> List[Any]:
-        n = len(frames)
-        found = postprocess_batch(outputs[names[0]][:n], outputs[names[1]][:n], spec, score_threshold=threshold,
-                                  anchors=anchors)
-        out: List[Any] = []
-        for frame, det in zip(frames, found):
-            if frame.index % every:
-                out.append(None)  # a frame the detector skips: the tracks coast, as on the CPU path
-                continue
-            # what the people task's detectors hand it: Detections in the frame's pixels
-            out.append(det.to_detections(contract.geometry((frame.height, frame.width)),
-                                         (contract.height, contract.width)))
-        return out
-
-    return GpuModel(session, contract, to_outputs, lambda frame: frame.index % every == 0)
+    """The GPU path's view of ``task``: what its :meth:`~jetforge.apps.pipeline.stages.Task.gpu_model` hook returns;
+    a task without one (None) gets one clear error naming the other ways to decode on the GPU."""
+    hook = getattr(task, "gpu_model", None)
+    model = hook() if callable(hook) else None
+    if model is None:
+        raise ConfigError("--decode gpu runs a task's model on the GPU path (GPU preprocessing, batched session); "
+                          "the %s app with %s has no GPU path" % (getattr(task, "name", "?"),
+                                                                  getattr(task, "model_label", "") or "its model"),
+                          hint="use --decode cpu, or --source nvdec://FILE (NVDEC decode, frames copied to the CPU "
+                               "pipeline)")
+    return model
 
 
 def host_bgr(frame: Any) -> np.ndarray:

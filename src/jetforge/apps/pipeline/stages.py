@@ -21,7 +21,7 @@ Torch-free; OpenCV is imported inside the functions that use it.
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -59,6 +59,30 @@ class Status:
     label: str = ""
 
 
+Outputs = Dict[str, np.ndarray]
+
+
+@dataclass
+class GpuModel:
+    """The part of a task the GPU path (``jetforge app NAME --decode gpu``) runs: ``session`` fed whole frames
+    preprocessed on the GPU by ``contract`` (the model's input contract, the CPU path's own), and
+    ``to_outputs(batch outputs, frames) -> item.output per frame`` (what the task's ``postprocess`` reads; None for
+    a frame the task skips)."""
+
+    session: Any
+    contract: Any
+    to_outputs: Callable[[Outputs, List[Any]], List[Any]]
+
+    @property
+    def input_name(self) -> str:
+        return str(self.session.inputs[0].name)
+
+
+def split_per_frame(outputs: Outputs, frames: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Row i of every output for frame i: what a task whose ``infer`` is a :class:`SessionModel` reads."""
+    return [{name: value[i] for name, value in outputs.items()} for i in range(len(frames))]
+
+
 class Task:
     """A vision task as pipeline stages; subclass it and override what differs.
 
@@ -85,6 +109,15 @@ class Task:
     def warmup(self, frame: Frame) -> None:
         """Run the stages once outside the measurement (allocators, lazy initialisation)."""
         self.infer([self.preprocess(frame)])
+
+    def gpu_model(self) -> Optional[GpuModel]:
+        """How this task runs on the GPU path (``--decode gpu``), or None (the default): it has no GPU path.
+
+        The GPU path batches frames from every stream, preprocesses them on the GPU by the returned contract and
+        feeds the session; the returned ``to_outputs`` turns a batch's raw outputs into this task's ``item.output``
+        per frame, after which ``postprocess`` runs as on the CPU path.  A configuration the GPU path cannot honour
+        raises a ConfigError naming the fix."""
+        return None
 
     def summary(self) -> Dict[str, Any]:
         """Task-level results for metrics.json (counts, top classes, ...)."""
@@ -184,4 +217,4 @@ def draw_status(image: np.ndarray, status: Status) -> None:
                 cv2.LINE_AA)
 
 
-__all__ = ["FusedPreprocess", "Item", "SessionModel", "Status", "Task", "draw_status"]
+__all__ = ["FusedPreprocess", "GpuModel", "Item", "SessionModel", "Status", "Task", "draw_status", "split_per_frame"]

@@ -24,7 +24,7 @@ from jetforge.runtime.model_facts import model_facts
 from jetforge.runtime.session import Session, open_session
 from jetforge.runtime.session.base import threads_argtype
 from jetforge.apps.tasks.base import App
-from jetforge.apps.pipeline.stages import Item, SessionModel, Status, Task, draw_status
+from jetforge.apps.pipeline.stages import GpuModel, Item, SessionModel, Status, Task, draw_status, split_per_frame
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,10 @@ class ClassifyTask(Task):
 
     def infer(self, inputs: List[np.ndarray]) -> List[Any]:
         return self.model(inputs)
+
+    def gpu_model(self) -> GpuModel:
+        """The GPU path: the session, the model's input contract, and each frame's row of every output."""
+        return GpuModel(self.session, self.preprocessing, split_per_frame)
 
     def postprocess(self, item: Item) -> Dict[str, Any]:
         preds = self.head(item.output[self.output_name])

@@ -24,7 +24,7 @@ import numpy as np
 
 from jetforge.config import COUNT, NON_NEGATIVE, NON_NEGATIVE_NUMBER, PROBABILITY
 from jetforge.errors import ConfigError
-from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, track_colour, draw_status
+from jetforge.apps.pipeline.stages import GpuModel, Item, Outputs, Status, Task, draw_label, track_colour, draw_status
 from jetforge.apps.tasks.base import App
 from jetforge.apps.video.sources.base import Frame
 from jetforge.vision.counting import LineCounter, Zone, parse_line, parse_zone
@@ -147,6 +147,18 @@ class PeopleTask(Task):
     def warmup(self, frame: Frame) -> None:
         self.infer([frame.image])
 
+    def gpu_model(self) -> Optional[GpuModel]:
+        """The GPU path for the CNN detector (its session, SSD outputs -> Detections in frame pixels); None for HOG,
+        which has no model the GPU path can feed."""
+        if getattr(self.detector, "tile_grid", 0):  # the GPU path feeds whole frames: tiles would be ignored
+            raise ConfigError("--detector-tiles runs on the CPU path only: --decode gpu feeds whole frames to the model",
+                              hint="drop --detector-tiles, or use --decode cpu")
+        session = getattr(self.detector, "session", None)
+        if session is None:
+            return None
+        threshold = float(getattr(self.detector, "score_threshold", DEFAULT_SCORE_THRESHOLD))
+        return ssd_gpu_model(session, threshold, self.detect_every)
+
     def summary(self) -> Dict[str, Any]:
         per_stream = []
         for s in range(len(self.trackers)):
@@ -182,6 +194,33 @@ class PeopleTask(Task):
                 out.append("zone      %s%s: peak %d inside, %d visitors" % (pre, z["name"], z["peak"], z["visitors"]))
         out.append("detector  %s" % self.model_label)
         return out
+
+
+def ssd_gpu_model(session: Any, score_threshold: float, detect_every: int = 1) -> GpuModel:
+    """An SSD person detector's session as the GPU path runs it: a batch's raw outputs -> the Detections in each
+    frame's pixels that the CPU detectors hand :meth:`PeopleTask.postprocess` (None on a frame ``detect_every``
+    skips: the tracks coast, as on the CPU path)."""
+    from jetforge.runtime.inputs import input_contract
+    from jetforge.runtime.model_facts import model_facts
+    from jetforge.vision.ssd import spec_from_sidecar
+    from jetforge.vision.ssd_batch import postprocess_batch
+
+    facts = model_facts(session)  # an ONNX model's or an engine's (embedded) model facts
+    contract = input_contract(facts, "image", purpose="the people app's GPU path")
+    spec = spec_from_sidecar(facts)
+    anchors = spec.anchors()
+    names = [t.name for t in session.outputs[:2]]
+    every = max(1, int(detect_every))
+
+    def to_outputs(outputs: Outputs, frames: List[Any]) -> List[Any]:
+        n = len(frames)
+        found = postprocess_batch(outputs[names[0]][:n], outputs[names[1]][:n], spec, score_threshold=score_threshold,
+                                  anchors=anchors)
+        return [None if frame.index % every else
+                det.to_detections(contract.geometry((frame.height, frame.width)), (contract.height, contract.width))
+                for frame, det in zip(frames, found)]
+
+    return GpuModel(session, contract, to_outputs)
 
 
 def _copy_line(line: LineCounter) -> LineCounter:

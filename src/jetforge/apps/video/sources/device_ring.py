@@ -8,7 +8,7 @@ flight, a few frames per stream; 16 by default).  The copy is two ``cudaMemcpy2D
 planes, pitched -> contiguous) on the source's own non-blocking stream and one stream synchronize, which releases
 the GIL: a few microseconds of Python per frame, where a torch ``clone`` costs several tens at 16 streams.
 
-A frame in host memory (a CPU stand-in such as :class:`FakeNvDecoder`) is copied on the host instead.
+A frame in host memory (a CPU stand-in such as the tests' ``FakeNvDecoder``) is copied on the host instead.
 """
 
 from typing import Any, Dict, List, Optional

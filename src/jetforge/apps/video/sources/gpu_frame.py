@@ -8,7 +8,7 @@ record, not a BGR ``numpy`` image.
 
 ``data`` is whatever keeps the pixels alive and reachable: the decoder's frame object (it exposes
 ``__dlpack__``/``__cuda_array_interface__``), a copy made by the source's ``keep`` hook, or a host ``numpy``
-NV12 array (a CPU stand-in: :mod:`.fake_nvdec`, tests).  ``y_ptr``/``uv_ptr``/``pitch`` describe the planes
+NV12 array (a CPU stand-in: tests/standins/fake_nvdec.py).  ``y_ptr``/``uv_ptr``/``pitch`` describe the planes
 for a kernel that takes raw device pointers.
 """
 

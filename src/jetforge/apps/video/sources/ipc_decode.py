@@ -19,9 +19,11 @@ The protocol (one pipe per worker, worker -> pipeline; shared integer arrays bot
   float64 rows); a stream's end is a row with index -1; an error is a ``C`` message;
 * :meth:`IpcDecodeGroup.close` unmaps the rings, then sets ``stop``: only then does a worker free them.
 
-``codec="fake"`` runs the workers on :class:`~.fake_nvdec.FakeNvDecoder` with host shared memory standing in for
-device memory (named so in the rings: ``kind: "host"``), which is how CI tests this module; ``codec="nvdec"`` is
-PyNvVideoCodec on the GPU, executed only by ``benchmarks/gpu_pipeline/pipeline_gpu.py`` (variants ``ipc-*``).
+``codec="nvdec"`` is PyNvVideoCodec on the GPU, executed only by ``benchmarks/gpu_pipeline/pipeline_gpu.py`` (variants
+``ipc-*``).  Any other ``codec`` is an object shaped like the PyNvVideoCodec module, injected by the caller: tests pass
+the CPU stand-in ``tests/standins/fake_nvdec.py``'s ``FakeNvDecoder`` (frames in host memory, so host shared memory
+stands in for device memory, named so in the rings: ``kind: "host"``).  It reaches the spawned workers pickled by
+reference, so it must be importable by its module and name there; no codec name here selects a stand-in.
 """
 
 import multiprocessing as mp
@@ -40,7 +42,7 @@ from jetforge.errors import ConfigError, StreamError
 
 GO, STOP = 0, 1  # indexes of the shared flags
 ROW = 4  # stream, frame index (-1: the stream ended), slot, capture time (time.perf_counter: CLOCK_MONOTONIC)
-CODECS = ("nvdec", "fake", "fake-replay")  # PyNvVideoCodec; FakeNvDecoder; FakeReplayNvDecoder (CPU-cost studies)
+NVDEC = "nvdec"  # PyNvVideoCodec; any other codec is an injected module-shaped object (see the module docstring)
 
 
 class IpcDecodeGroup:
@@ -51,15 +53,16 @@ class IpcDecodeGroup:
     :meth:`worker_cpu_s`.  Use as a context manager or call :meth:`close`."""
 
     def __init__(self, paths: Sequence[Any], streams_per_worker: int = 4, slots: int = 16, fetch: int = 4,
-                 buffer_size: int = 12, loop: bool = False, max_frames: int = 0, codec: str = "nvdec",
+                 buffer_size: int = 12, loop: bool = False, max_frames: int = 0, codec: Any = NVDEC,
                  gpu_id: int = 0, start_timeout_s: float = 120.0) -> None:
         if not paths:
             raise ConfigError("an IPC decode group needs at least one video")
         if streams_per_worker < 1 or fetch < 1 or slots < 2 * fetch:
             raise ConfigError("streams_per_worker and fetch must be >= 1 and slots >= 2 x fetch; got %d, %d, %d"
                               % (streams_per_worker, fetch, slots), hint="e.g. 4 streams a worker, fetch 4, 16 slots")
-        if codec not in CODECS:
-            raise ConfigError("unknown decoder %r for the IPC decode group" % (codec,), hint="one of %s" % (CODECS,))
+        if isinstance(codec, str) and codec != NVDEC:
+            raise ConfigError("unknown decoder %r for the IPC decode group" % (codec,),
+                              hint="%r, or a PyNvVideoCodec-shaped module object" % NVDEC)
         self.paths = [str(Path(p)) for p in paths]
         for p in self.paths:
             if not Path(p).is_file():
@@ -254,7 +257,8 @@ class GroupStream:
         return {"uri": self.uri, "width": self.width, "height": self.height, "fps": self.fps,
                 "decoder": "nvdec (worker process %d of %d, CUDA IPC)" % (self.stream // self.group.per_worker,
                                                                           self.group.workers)
-                if self.group.codec == "nvdec" else "%s (worker process, host shared memory)" % self.group.codec,
+                if self.group.codec == NVDEC
+                else "%s (worker process, host shared memory)" % _codec_name(self.group.codec),
                 "matrix": self.matrix, "full_range": self.full_range}
 
     def close(self) -> None:
@@ -297,7 +301,7 @@ class _LazyRing:
 
 
 def _decode_worker(conn: Any, jobs: List[Tuple[int, str]], slots: int, fetch: int, buffer_size: int, loop: bool,
-                   max_frames: int, codec: str, gpu_id: int, released: Any, flags: Any, parent: int) -> None:
+                   max_frames: int, codec: Any, gpu_id: int, released: Any, flags: Any, parent: int) -> None:
     """A worker process: open and prime its streams, say ready, decode with credit until stopped (module doc)."""
     sources: List[Tuple[int, Any, _LazyRing]] = []
     try:
@@ -329,14 +333,10 @@ def _send_error(conn: Any, err: BaseException) -> None:
 
 
 def _open_sources(jobs: List[Tuple[int, str]], slots: int, fetch: int, buffer_size: int, loop: bool,
-                  max_frames: int, codec: str, gpu_id: int) -> List[Tuple[int, Any, _LazyRing]]:
+                  max_frames: int, codec: Any, gpu_id: int) -> List[Tuple[int, Any, _LazyRing]]:
     from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
 
-    module: Any = None
-    if codec in ("fake", "fake-replay"):
-        from jetforge.apps.video.sources.fake_nvdec import FakeNvDecoder, FakeReplayNvDecoder
-
-        module = FakeNvDecoder if codec == "fake" else FakeReplayNvDecoder
+    module: Any = None if codec == NVDEC else codec  # None: NvThreadedSource loads PyNvVideoCodec
     out = []
     for s, path in jobs:
         ring = _LazyRing(slots)
@@ -384,4 +384,9 @@ def _decode_loop(conn: Any, sources: List[Tuple[int, Any, _LazyRing]], slots: in
             time.sleep(0.0002)
 
 
-__all__ = ["GroupStream", "IpcDecodeGroup"]
+def _codec_name(codec: Any) -> str:
+    """An injected codec's name for the sources' ``decoder`` field (its class or module name)."""
+    return str(getattr(codec, "__name__", type(codec).__name__))
+
+
+__all__ = ["GroupStream", "IpcDecodeGroup", "NVDEC"]

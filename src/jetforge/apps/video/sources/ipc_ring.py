@@ -13,7 +13,7 @@ frame, so every announced frame is complete in device memory; the pipeline's pro
 frames it has finished with (``released``), and the worker writes frame ``i`` into slot ``i % slots`` only when
 ``i < released + slots``: a slot is overwritten only after the frame in it has been through preprocessing.
 
-A CPU stand-in (:class:`~.fake_nvdec.FakeNvDecoder` frames, in host memory) uses a ``multiprocessing``
+A CPU stand-in (``FakeNvDecoder`` frames of tests/standins/fake_nvdec.py, in host memory) uses a ``multiprocessing``
 shared-memory block instead - host memory standing in for device memory (``kind: "host"``), so that the process,
 ring and credit logic run in CI on machines without a GPU.
 """

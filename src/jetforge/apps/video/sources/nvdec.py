@@ -14,7 +14,7 @@ stream as NVIDIA's ``decode_perf`` sample does; decode calls release the GIL)::
             ...                                           # frame.cuda() (CUDA array interface per plane), DLPack
 
 ``codec_module`` replaces the ``PyNvVideoCodec`` module (tests and the benchmark's dry run pass
-:class:`~jetforge.apps.video.sources.fake_nvdec.FakeNvDecoder`, which decodes with OpenCV on the CPU).
+``FakeNvDecoder`` of tests/standins/fake_nvdec.py, which decodes with OpenCV on the CPU).
 Executed on an H200 by ``benchmarks/gpu_pipeline/pipeline_gpu.py``; not available on Jetson (see :mod:`.jetson`).
 """
 

@@ -2,7 +2,7 @@
 
 It is a fake (named so): it stands in only for hardware that does not exist here, so that the logic around
 NVDEC (:class:`~jetforge.apps.video.sources.nvdec.NvDecSource`, the multi-stream pipeline, the benchmark's
-``--dry-run``) runs in CI.  It offers the calls :mod:`.nvdec` uses, with the behaviour that matters to them:
+``--dry-run``) runs in CI.  It offers the calls :mod:`jetforge.apps.video.sources.nvdec` uses, with the behaviour that matters to them:
 
 * ``CreateDemuxer(filename=)`` -> an iterable of packets, ending with one empty packet that flushes the decoder,
   with ``Width() Height() FrameRate() ColorSpace() ColorRange() GetNvCodecId()``;
