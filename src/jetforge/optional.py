@@ -28,6 +28,11 @@ INSTALL_HINTS: Dict[str, Tuple[str, str]] = {
     "matplotlib": ("matplotlib", "pip install matplotlib"),
     "cv2": ("OpenCV", "pip install 'opencv-python-headless<5' (on Jetson keep JetPack's OpenCV, which has GStreamer)"),
     "yaml": ("PyYAML", "pip install pyyaml"),
+    "av": ("PyAV (FFmpeg's encoders, for H.264 MP4)", "pip install av==12.3.0 (wheels for Python 3.8-3.12, "
+           "x86_64 and aarch64)"),
+    "paho": ("paho-mqtt", "pip install paho-mqtt==2.2.0"),
+    "gi": ("PyGObject with GStreamer's RTSP server", "sudo apt install python3-gi gir1.2-gst-rtsp-server-1.0 "
+           "gstreamer1.0-plugins-ugly (JetPack's system Python has them; a venv needs --system-site-packages)"),
 }
 
 

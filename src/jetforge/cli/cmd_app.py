@@ -61,6 +61,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, default_out: str) ->
     g.add_argument("--display", action="store_true", help="show the annotated video in a window (needs a display)")
     g.add_argument("--stream-to", metavar="URI", default=None,
                    help="also stream the annotated video: rtsp://server:8554/live or rtp://host:5000 (GStreamer)")
+    g.add_argument("--output", metavar="URI", action="append", default=None,
+                   help="another output, repeatable: out.mp4 (H.264), http://@:8080 (a live page), "
+                        "rtsp://@:8554/live (an RTSP server), mqtt://HOST/TOPIC (events); see 'video outputs' below")
     p = parser.add_argument_group("pipeline")
     p.add_argument("--batch", metavar="N", type=COUNT.argtype, default=None,
                    help="frames per model call across streams (default: the number of sources)")
@@ -115,7 +118,8 @@ def run_app_command(app: App, args: argparse.Namespace, out_default: Optional[st
         try:
             result = run_app(task, sources, out_dir, options, write_video=not args.no_video, display=args.display,
                              stream_to=args.stream_to, plots=not args.no_plots,
-                             progress=not getattr(args, "quiet", False), inputs=inputs, notes=notes)
+                             progress=not getattr(args, "quiet", False), inputs=inputs, notes=notes,
+                             outputs=args.output or ())
         except JetforgeError as err:
             if (out_dir / "metrics.json").exists():
                 raise type(err)(err.message + "; what was finished before is kept in %s" % out_dir,
@@ -135,6 +139,9 @@ def run_gpu_path(app: App, args: argparse.Namespace, uris: List[Any]) -> int:
     from jetforge.apps.pipeline.gpu_app import (GpuAppOptions, default_encoders, format_gpu_report, open_gpu_sources,
                                                 run_gpu_app)
 
+    if getattr(args, "output", None):
+        raise ConfigError("--output is not available with --decode gpu (it writes stream_N.mpg)",
+                          hint="drop --decode gpu to use --output, or drop --output")
     options = GpuAppOptions(max_batch=min(args.batch, 32) if args.batch else 0, encoders=0 if args.no_video else
                             default_encoders())
     sources = open_gpu_sources(uris, max_frames=args.max_frames, loop=getattr(args, "loop", False))

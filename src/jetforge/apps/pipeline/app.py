@@ -39,8 +39,11 @@ from jetforge.fileio import check_not_input, check_output_path, write_json_atomi
 from jetforge.apps.pipeline.metrics import format_metrics, plot_metrics
 from jetforge.apps.pipeline.runner import NOT_PROCESSED, Pipeline, PipelineOptions, PipelineResult
 from jetforge.apps.pipeline.stages import Item, Status, Task
-from jetforge.apps.video.sinks.file import JsonLinesSink, Mp4Sink
+from jetforge.apps.video.sinks.file import JsonLinesSink
+from jetforge.apps.video.sinks.h264 import open_mp4
+from jetforge.apps.video.sinks.outputs import Outputs, open_sinks
 from jetforge.apps.video.sources.base import FrameDecodeError, VideoSource
+from jetforge.apps.video.sources.folder import ImageFolderSource
 from jetforge.runtime.nvml import gpu_memory_mib
 
 log = logging.getLogger(__name__)
@@ -128,13 +131,11 @@ def _warm_up(task: Task, sources: Sequence[VideoSource]) -> List[VideoSource]:
 class _AppSink:
     """The pipeline's sink in an app run: the per-frame record and events, the annotated video, the live outputs."""
 
-    def __init__(self, task: Task, events: JsonLinesSink, videos: List[Optional[Mp4Sink]], streamer: Any,
-                 window: Any) -> None:
+    def __init__(self, task: Task, events: JsonLinesSink, videos: List[Any], outputs: Outputs) -> None:
         self.task = task
         self.events = events
         self.videos = videos
-        self.streamer = streamer
-        self.window = window
+        self.outputs = outputs  # --output URIs, --display, --stream-to, per-image JPEGs (open_sinks)
         self.pipeline: Optional[Pipeline] = None  # set once built: closing the window stops it
 
     def __call__(self, item: Item, status: Status) -> None:
@@ -146,13 +147,9 @@ class _AppSink:
             self.task.annotate(image, item, status)
         if self.videos and self.videos[item.stream] is not None:
             self.videos[item.stream].write(image)  # type: ignore[union-attr]
-        if item.stream == 0:
-            if self.streamer is not None:
-                self.streamer.write(image)
-            if self.window is not None:
-                self.window.write(image)
-                if self.window.closed_by_user and self.pipeline is not None:
-                    self.pipeline.request_stop()
+        self.outputs.frame(item.stream, image, getattr(item.frame, "name", ""))
+        if self.outputs.stop_requested and self.pipeline is not None:
+            self.pipeline.request_stop()
 
     def _write_events(self, item: Item) -> Dict[str, Any]:
         """The frame's record and the task's discrete events; returns the frame's event (without them)."""
@@ -169,9 +166,11 @@ class _AppSink:
             record["latency_ms"] = round((time.perf_counter() - item.t_start) * 1000.0, 3)
             record.update(event)
         self.events.write(record)
+        self.outputs.event(record)
         for e in extra:
-            self.events.write(dict({"stream": item.stream, "frame": frame.index, "t": round(frame.timestamp, 4)},
-                                   **e))
+            extra_record = dict({"stream": item.stream, "frame": frame.index, "t": round(frame.timestamp, 4)}, **e)
+            self.events.write(extra_record)
+            self.outputs.event(extra_record)
         return event
 
     def close(self, bar: Any) -> None:
@@ -185,32 +184,30 @@ class _AppSink:
                 else:
                     v.abort()
         self.events.close()
-        for live in (self.window, self.streamer):
-            if live is not None:
-                live.close()
+        self.outputs.close()
 
 
 def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: Optional[PipelineOptions] = None,
             write_video: bool = True, display: bool = False, stream_to: Optional[str] = None,
             plots: bool = True, progress: bool = True, inputs: Sequence[Any] = (),
-            notes: Sequence[str] = ()) -> AppResult:
-    """Run ``task`` over ``sources`` and write video, events, metrics and plots into ``out_dir``."""
-    from jetforge.apps.video.sinks.uri import open_video_sink
-
+            notes: Sequence[str] = (), outputs: Sequence[str] = ()) -> AppResult:
+    """Run ``task`` over ``sources`` and write video, events, metrics and plots into ``out_dir``; ``outputs``:
+    more output URIs (``--output``: files, http://@:8080, rtsp://@:8554/NAME, mqtt://HOST/TOPIC)."""
     options = options or PipelineOptions()
     out = Path(out_dir)
     files = _output_files(out, len(sources), write_video, plots,
                           [getattr(s, "path", None) for s in sources] + list(inputs))
 
-    # Live outputs first: a --display without a display fails before any frame is read.
-    window = open_video_sink("display://0", 0.0, title="jetforge %s" % task.name) if display else None
-    streamer = None
-    if stream_to:
-        streamer = open_video_sink(stream_to, sources[0].fps or 25.0, (sources[0].width, sources[0].height))
-    run_sources = _warm_up(task, sources)
+    # Outputs first: a --display without a display or an unreachable broker fails before any frame is read.
+    live = open_app_outputs(task, sources, out, outputs, display, stream_to, inputs)
+    try:
+        run_sources = _warm_up(task, sources)
+    except BaseException as err:
+        live.abort(err)
+        raise
 
-    videos: List[Optional[Mp4Sink]] = [Mp4Sink(p, s.fps or 25.0) for p, s in zip(files["video"], sources)]
-    sink = _AppSink(task, JsonLinesSink(files["events"]), videos, streamer, window)
+    videos: List[Any] = [open_mp4(p, s.fps or 25.0) for p, s in zip(files["video"], sources)]
+    sink = _AppSink(task, JsonLinesSink(files["events"]), videos, live)
     bar = _progress(progress, task.name, options.max_frames, sources)
     pipeline = Pipeline(run_sources, task, sink, options, on_done=lambda item: bar.update(1) if bar else None,
                         status_label=task.status_label or task.model_label)
@@ -224,6 +221,8 @@ def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: O
     finally:
         sink.close(bar)
     report = _report(task, sources, options, pipeline, result, error, files, videos, notes)
+    report["sinks"] = live.report()
+    report["outputs"]["files"] = [str(p) for p in live.files]
     if plots and report["frames"] > 0:
         _plot(report, pipeline, files, task.name)
     write_json_atomic(files["metrics"], report)
@@ -232,9 +231,20 @@ def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: O
     return AppResult(report, out, files, report["stream_errors"])
 
 
+def open_app_outputs(task: Task, sources: Sequence[VideoSource], out: Path, outputs: Sequence[str], display: bool,
+                     stream_to: Optional[str], inputs: Sequence[Any]) -> Outputs:
+    """The run's outputs beside annotated.mp4 and events.jsonl: ``--output`` URIs, ``--display``, ``--stream-to``,
+    and ``images/`` (one annotated JPEG per photo) when a source is a folder of images."""
+    uris = list(outputs) + (["display://0"] if display else []) + ([stream_to] if stream_to else [])
+    photos = any(isinstance(s, ImageFolderSource) for s in sources)
+    return open_sinks(uris, [(s.fps or 25.0, (s.width, s.height)) for s in sources], title="jetforge %s" % task.name,
+                      images_dir=out / "images" if photos else None,
+                      inputs=[getattr(s, "path", None) for s in sources] + list(inputs))
+
+
 def _report(task: Task, sources: Sequence[VideoSource], options: PipelineOptions, pipeline: Pipeline,
             result: Optional[PipelineResult], error: Optional[BaseException], files: Dict[str, Any],
-            videos: List[Optional[Mp4Sink]], notes: Sequence[str]) -> Dict[str, Any]:
+            videos: List[Any], notes: Sequence[str]) -> Dict[str, Any]:
     """``metrics.json``: how the run ended, the pipeline's metrics, the model, the sources, the machine, the outputs."""
     metrics = pipeline.metrics.to_dict()
     gpu = gpu_memory_mib()
@@ -265,7 +275,8 @@ def _report(task: Task, sources: Sequence[VideoSource], options: PipelineOptions
     report["machine"] = machine_info()
     report["outputs"] = {"video": [str(p) for p in files["video"] if p.exists()], "events": str(files["events"]),
                          "metrics": str(files["metrics"]), "plots": []}
-    report["video"] = [{"path": str(p), "frames": v.frames, "letterboxed": v.letterboxed, "size": list(v.size or ())}
+    report["video"] = [{"path": str(p), "frames": v.frames, "letterboxed": v.letterboxed, "size": list(v.size or ()),
+                        "encoder": v.encoder}
                        for p, v in zip(files["video"], videos) if v is not None and p.exists()]
     report["notes"] = list(notes)
     return report
@@ -298,7 +309,12 @@ def format_report(m: Dict[str, Any], task_lines: Sequence[str] = ()) -> str:
         lines += [""] + list(task_lines)
     outs = m["outputs"]
     lines.append("")
-    lines.append("wrote     " + ", ".join(outs["video"] + [outs["events"], outs["metrics"]] + outs["plots"]))
+    lines.append("wrote     " + ", ".join(outs["video"] + outs.get("files", []) + [outs["events"], outs["metrics"]]
+                                          + outs["plots"]))
+    for entry in m.get("sinks", []):
+        if entry["kind"] != "file":
+            lines.append("output    %s: %s, %d dropped" % (entry.get("url", entry["uri"]), ", ".join(
+                "%d %s" % (entry[k], k) for k in ("frames", "events") if k in entry), entry.get("dropped", 0)))
     lines += ["note      " + n for n in m.get("notes", [])]
     return "\n".join(lines)
 

@@ -1,21 +1,27 @@
-"""Every video output behind one URI factory, :func:`open_video_sink`, and their registry :data:`SINKS`.
+"""Every video output behind one URI factory, :func:`open_video_sink`, and their registry :data:`SINKS`; several
+at once (``--output`` repeated) through :func:`~jetforge.apps.video.sinks.outputs.open_sinks`.
 
-==============================  ===================================================================
-URI                             sink
-==============================  ===================================================================
-``out.mp4``, ``file://…``       an annotated MP4 file (OpenCV VideoWriter, written atomically)
-``display://0``                 an on-screen window (OpenCV HighGUI); needs a display and a GUI build
-``rtsp://host:8554/live``       RTSP output through GStreamer ``rtspclientsink`` (to an RTSP server
-                                such as mediamtx); NVENC on a Jetson, x264 elsewhere
-``rtp://host:5000``             RTP/UDP H.264 output through GStreamer ``udpsink``
-==============================  ===================================================================
+==================================  ===============================================================
+URI                                 sink
+==================================  ===============================================================
+``out.mp4``, ``file://…``           an annotated MP4 file, H.264 where an encoder exists (:mod:`.h264`:
+                                    nvv4l2h264enc on a Jetson, PyAV elsewhere, OpenCV mp4v as fallback)
+``http://@:8080``                   a web page with the live video (MJPEG) and numbers (:mod:`.http`)
+``rtsp://@:8554/live``              an RTSP server in the app (GStreamer rtsp-server, :mod:`.rtsp_server`)
+``rtsp://host:8554/live``           RTSP pushed to a server such as mediamtx (GStreamer ``rtspclientsink``)
+``rtp://host:5000``                 RTP/UDP H.264 output through GStreamer ``udpsink``
+``mqtt://host[:1883]/topic``        the events as JSON messages to an MQTT broker (:mod:`.mqtt`)
+``display://0``                     an on-screen window (OpenCV HighGUI); needs a display and a GUI build
+==================================  ===============================================================
 
-A sink that cannot work here fails when it is created, with one line that says
-why (no display, an OpenCV without GUI or GStreamer), never on the first frame.
-Events go to :class:`~jetforge.apps.video.sinks.file.JsonLinesSink`.
+``@`` is every interface of this machine (as in jetson-inference).  A sink that cannot work here fails when it
+is created, with one line that says why (no display, no GStreamer, no broker), never on the first frame.
+Live outputs (http, rtsp, mqtt, display) drop what a slow client cannot take and count it; files never drop.
+Events also always go to ``events.jsonl`` (:class:`~jetforge.apps.video.sinks.file.JsonLinesSink`).
 
-Adding a kind of output: a class with ``write(image)``, ``close()`` and ``abort(exc)`` in its own module and
-one ``SINKS.add(scheme, SinkKind(...))`` line below.
+Adding a kind of output: a class with ``write(image)`` (frames) and/or ``write_event(record)`` (events),
+``close()``, ``abort(exc)`` and ``report()`` in its own module and one ``SINKS.add(scheme, SinkKind(...))``
+line below.
 """
 
 import os
@@ -24,7 +30,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Tuple, Union
 from urllib.parse import urlparse
 
-from jetforge.apps.video.sinks.file import Mp4Sink
+from jetforge.apps.video.sinks.h264 import open_mp4
+from jetforge.apps.video.sinks.http import HttpSink
+from jetforge.apps.video.sinks.mqtt import MqttSink
+from jetforge.apps.video.sinks.rtsp_server import RtspServerSink
 from jetforge.apps.video.sinks.stream import GstStreamSink
 from jetforge.apps.video.sinks.window import WindowSink
 from jetforge.apps.video.sources.uri import uri_to_path
@@ -48,22 +57,36 @@ def _mp4(uri: str, fps: float, size: Optional[Tuple[int, int]], title: str) -> A
     path = uri_to_path(uri)
     if path is None or Path(path).suffix.lower() not in (".mp4", ".m4v", ".mov"):
         raise ConfigError("video output %s must end in .mp4" % (path or uri))
-    return Mp4Sink(path, fps or 25.0, size)
+    return open_mp4(path, fps or 25.0, size)
 
 
 def _stream(uri: str, fps: float, size: Optional[Tuple[int, int]], title: str) -> Any:
     if size is None:
         raise ConfigError("streaming to %s needs the frame size up front" % uri)
+    if urlparse(uri).netloc.startswith("@"):  # rtsp://@:8554/NAME: serve it here
+        return RtspServerSink(uri, fps, size)
     return GstStreamSink(uri, fps, size)
 
 
-SINKS.add("file", SinkKind(_mp4, "out.mp4"), summary="an annotated MP4 file")
+def _http(uri: str, fps: float, size: Optional[Tuple[int, int]], title: str) -> Any:
+    return HttpSink(uri, title=title)
+
+
+def _mqtt(uri: str, fps: float, size: Optional[Tuple[int, int]], title: str) -> Any:
+    return MqttSink(uri)
+
+
+SINKS.add("file", SinkKind(_mp4, "out.mp4"), summary="an annotated MP4 file (H.264 where an encoder exists)")
+SINKS.add("http", SinkKind(_http, "http://@:8080"),
+          summary="a web page: the live video (MJPEG), FPS, latency and counters")
+SINKS.add("rtsp", SinkKind(_stream, "rtsp://@:8554/live"),
+          summary="an RTSP server here (@; GStreamer rtsp-server), or rtsp://HOST/... pushed to a server")
+SINKS.add("rtsps", SinkKind(_stream, "rtsps://host:8322/live"), summary="RTSP over TLS to a server, as rtsp://")
+SINKS.add("rtp", SinkKind(_stream, "rtp://host:5000"), summary="RTP/UDP H.264, through GStreamer")
+SINKS.add("mqtt", SinkKind(_mqtt, "mqtt://127.0.0.1/jetforge/events"),
+          summary="the events as JSON to an MQTT broker (paho-mqtt)")
 SINKS.add("display", SinkKind(lambda uri, fps, size, title: WindowSink(title), "display://0"),
           summary="a window on the screen (needs a display)")
-SINKS.add("rtsp", SinkKind(_stream, "rtsp://host:8554/live"),
-          summary="RTSP to a server, through GStreamer (Jetson: NVENC)")
-SINKS.add("rtsps", SinkKind(_stream, "rtsps://host:8322/live"), summary="RTSP over TLS, as rtsp://")
-SINKS.add("rtp", SinkKind(_stream, "rtp://host:5000"), summary="RTP/UDP H.264, through GStreamer")
 
 
 def sink_usage() -> str:

@@ -1,0 +1,118 @@
+"""What the live outputs share: the run's live numbers (:class:`LiveStats`) and a one-slot hand-off
+(:class:`DropSlot`) that never makes the pipeline wait.
+
+Why: a live output (a browser, an RTSP client, an MQTT broker) runs at its own pace; the pipeline must not.
+The pipeline thread puts each item into a :class:`DropSlot` and returns at once; the output's own thread takes
+the newest item.  An item replaced before it was taken is counted in ``dropped``; files never use this
+(they keep every frame).
+"""
+
+import collections
+import threading
+import time
+from typing import Any, Deque, Dict, Generic, Optional, Tuple, TypeVar
+
+T = TypeVar("T")
+
+
+class DropSlot(Generic[T]):
+    """One pending item between a producer that never waits and a consumer thread; replaced items are drops."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._item: Optional[T] = None
+        self._closed = False
+        self.put_count = 0
+        self.dropped = 0
+
+    def put(self, item: T) -> None:
+        """Hand ``item`` over; a pending one not taken yet is replaced and counted in ``dropped``."""
+        with self._cond:
+            if self._item is not None:
+                self.dropped += 1
+            self._item = item
+            self.put_count += 1
+            self._cond.notify()
+
+    def take(self, timeout: float = 0.5) -> Optional[T]:
+        """The pending item, waiting up to ``timeout`` s; None on a timeout or once closed and empty."""
+        with self._cond:
+            if self._item is None and not self._closed:
+                self._cond.wait(timeout)
+            item, self._item = self._item, None
+            return item
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+class LiveStats:
+    """The numbers a live page shows, from the per-frame records the app writes: frames, FPS over the last
+    ``window_s`` seconds, frame-to-result latency (last and median of the window), and the record's scalar
+    counters (``people``, line counts, ...).  Thread-safe: the pipeline updates, the servers read."""
+
+    def __init__(self, window_s: float = 2.0, clock: Any = time.perf_counter) -> None:
+        self.window_s = float(window_s)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._times: Deque[Tuple[float, float]] = collections.deque()  # (time, latency ms)
+        self._frames = 0
+        self._events = 0
+        self._counters: Dict[str, Any] = {}
+        self._task = ""
+        self._started = clock()
+
+    def record(self, record: Dict[str, Any]) -> None:
+        """Take one record of events.jsonl: a per-frame record updates the rates and counters."""
+        with self._lock:
+            if "latency_ms" not in record:  # a discrete event (line_cross, ...) or a skipped frame
+                self._events += 1
+                return
+            now = self._clock()
+            self._frames += 1
+            self._task = str(record.get("type", self._task))
+            self._times.append((now, float(record["latency_ms"])))
+            while self._times and now - self._times[0][0] > self.window_s:
+                self._times.popleft()
+            self._counters = flat_counters(record)
+
+    def snapshot(self) -> Dict[str, Any]:
+        """A JSON-ready dict: ``frames``, ``fps``, ``latency_ms`` (last, median), ``counters``, ``uptime_s``."""
+        with self._lock:
+            times = list(self._times)
+            fps = 0.0
+            if len(times) > 1 and times[-1][0] > times[0][0]:
+                fps = (len(times) - 1) / (times[-1][0] - times[0][0])
+            lat = sorted(t[1] for t in times)
+            return {"task": self._task, "frames": self._frames, "events": self._events, "fps": round(fps, 2),
+                    "latency_ms": {"last": round(times[-1][1], 2) if times else None,
+                                   "median": round(lat[len(lat) // 2], 2) if lat else None},
+                    "counters": dict(self._counters), "uptime_s": round(self._clock() - self._started, 1)}
+
+
+def flat_counters(record: Dict[str, Any], prefix: str = "", depth: int = 0) -> Dict[str, Any]:
+    """The numbers of a per-frame record, nested dicts flattened (``counts.line1.forward``), bookkeeping left out."""
+    skip = {"stream", "frame", "t", "latency_ms"}
+    out: Dict[str, Any] = {}
+    for key, value in record.items():
+        if key in skip and not prefix:
+            continue
+        name = prefix + str(key)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)):
+            out[name] = value
+        elif isinstance(value, str) and not prefix and key in ("label", "action", "top1"):
+            out[name] = value
+        elif isinstance(value, dict) and depth < 2:
+            out.update(flat_counters(value, name + ".", depth + 1))
+    return out
+
+
+__all__ = ["DropSlot", "LiveStats", "flat_counters"]
