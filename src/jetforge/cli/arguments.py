@@ -17,6 +17,9 @@ options by hand.
 * **target**: ``--target NAME`` (a profile name, or ``auto``).
 * **configuration**: ``--config FILE.yaml``, ``--set KEY=VALUE`` (repeatable), ``--print-config``.
 * **output**: ``-o``/``--out PATH``.
+* **shapes**: ``--shape NAME=DIMS`` with ``--shapes`` (trtexec's spelling) as the same option, comma lists allowed.
+* **measurements** (``bench``): the run length (``--iterations``, ``--duration``, ``--warmup``, ``--warmup-ms``) and
+  the inputs/outputs group (``--shapes``, ``--load-inputs``, ``--export-times``, ``--profile``), as argument groups.
 * ``--json``, and the model-loading flags of ``export`` and ``prune`` (``--weights``, ``--prune-plan``,
   ``--trust-pickle``).
 * **numbers**: a numeric flag's ``type=`` is a :class:`~jetforge.config.Bound`'s ``argtype`` (the same object that
@@ -29,6 +32,9 @@ options by hand.
 import argparse
 from typing import Any, List, Optional, Sequence, Tuple
 
+from jetforge.config import COUNT, NON_NEGATIVE
+from jetforge.runtime.bench import DURATION_S, WARMUP_MS
+from jetforge.runtime.bench_inputs import split_specs
 from jetforge.runtime.session.base import threads_argtype
 from jetforge.runtime.tensorrt.plan import PRECISIONS
 from jetforge.workflow.model_refs import TRUST_FLAG, load_torch_model
@@ -130,6 +136,67 @@ def add_model_flags(parser: Any) -> None:
           "trust-pickle")
 
 
+class _SpecsAction(argparse.Action):
+    """A repeatable option whose values may also be comma-separated lists (trtexec's ``--shapes=a:..,b:..``): every
+    occurrence extends one list of strings (split later by the reader, which knows where a comma starts an entry)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Optional[str] = None) -> None:
+        items = list(getattr(namespace, self.dest, None) or [])
+        items.append(values)
+        setattr(namespace, self.dest, items)
+
+
+def add_shape_flag(parser: Any, help: str) -> None:
+    """``--shape NAME=DIMS`` with ``--shapes`` as the same option (trtexec's spelling; dest ``shape``): repeatable,
+    and one value may list several inputs, ``--shapes a=1x3x224x224,b=1x10``.  Values stay strings; readers split
+    them with :func:`jetforge.runtime.bench_inputs.split_specs` and parse each with ``parse_shape``."""
+    _mark(parser.add_argument("--shape", "--shapes", dest="shape", action=_SpecsAction, default=[],
+                              metavar="NAME=DIMS[,NAME=DIMS]", help=help), "shape")
+
+
+def shape_values(args: argparse.Namespace) -> List[str]:
+    """The ``NAME=DIMS`` entries of :func:`add_shape_flag`'s option, one per input."""
+    return split_specs(getattr(args, "shape", None) or [])
+
+
+def add_run_length_flags(parser: Any) -> None:
+    """How long a measurement runs, as trtexec counts it: ``--iterations N`` (timed calls, at least),
+    ``--duration S`` (timed for at least S seconds: trtexec's ``--duration``), ``--warmup N`` (untimed calls) and
+    ``--warmup-ms MS`` (warm up for at least MS milliseconds: trtexec's ``--warmUp``).
+
+    ``--warmup`` stays a count of calls, as jetforge has always read it (bench JSON's ``warmup_iterations``, the
+    README's and users' scripts); trtexec's time-based warm-up is the separate ``--warmup-ms``, with its unit in
+    its name like ``--workspace-mib``, so no command line changes meaning."""
+    group = parser.add_argument_group("run length (as trtexec: both limits apply, whichever is reached later)")
+    _mark(group.add_argument("--iterations", type=COUNT.argtype, default=200,
+                             help="timed steady-state calls, at least (default 200)"), "iterations")
+    _mark(group.add_argument("--duration", type=DURATION_S.argtype, default=0.0, metavar="S",
+                             help="time calls for at least S seconds (trtexec --duration; default 0: iterations "
+                                  "only)"), "duration")
+    _mark(group.add_argument("--warmup", type=NON_NEGATIVE.argtype, default=20, metavar="N",
+                             help="untimed warm-up calls (default 20)"), "warmup")
+    _mark(group.add_argument("--warmup-ms", type=WARMUP_MS.argtype, default=None, metavar="MS",
+                             help="warm up for at least MS milliseconds as well (trtexec --warmUp)"), "warmup-ms")
+
+
+def add_bench_io_flags(parser: Any) -> None:
+    """Where a measurement's inputs come from and what it writes besides its summary: ``--shapes``,
+    ``--load-inputs NAME:FILE.npy``, ``--export-times FILE.json``, ``--profile FILE.json``."""
+    group = parser.add_argument_group("inputs and outputs (trtexec's --shapes, --loadInputs, --exportTimes, "
+                                      "--exportProfile)")
+    add_shape_flag(group, "input shape by name, every axis (e.g. input=8x3x224x224); only dynamic axes can be "
+                          "chosen; repeatable or comma-separated")
+    _mark(group.add_argument("--load-inputs", action=_SpecsAction, default=[], metavar="NAME:FILE.npy",
+                             help="read an input from a NumPy .npy file (np.save; no pickles) instead of random "
+                                  "values; its dtype and shape must fit the model; repeatable or comma-separated"),
+          "load-inputs")
+    _mark(group.add_argument("--export-times", metavar="FILE.json",
+                             help="write every timed call's start, end and latency (ms, host clock)"), "export-times")
+    _mark(group.add_argument("--profile", metavar="FILE.json",
+                             help="per-node and per-operator times from ONNX Runtime's profiler, in a separate pass "
+                                  "after the timed one (ONNX models)"), "profile")
+
+
 def load_model_from_args(args: argparse.Namespace) -> Tuple[Any, dict]:
     """:func:`~jetforge.workflow.model_refs.load_torch_model` with the flags of :func:`add_model_flags`."""
     return load_torch_model(args.model, weights=getattr(args, "weights", None),
@@ -158,6 +225,7 @@ def shared_actions(parser: argparse.ArgumentParser) -> List[Tuple[str, argparse.
     return found
 
 
-__all__ = ["SHARED", "TENSORRT_FLAGS", "add_config_flags", "add_dla_core_flag", "add_json_flag", "add_model_flags",
-           "add_out_flag", "add_precision_flag", "add_target_flag", "add_tensorrt_flag", "add_threads_flag",
-           "dla_core", "load_model_from_args", "model_input_paths", "shared_actions"]
+__all__ = ["SHARED", "TENSORRT_FLAGS", "add_bench_io_flags", "add_config_flags", "add_dla_core_flag", "add_json_flag",
+           "add_model_flags", "add_out_flag", "add_precision_flag", "add_run_length_flags", "add_shape_flag",
+           "add_target_flag", "add_tensorrt_flag", "add_threads_flag", "dla_core", "load_model_from_args",
+           "model_input_paths", "shape_values", "shared_actions"]

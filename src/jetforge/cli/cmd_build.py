@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from jetforge.cli.arguments import (add_config_flags, add_dla_core_flag, add_json_flag, add_out_flag,
-                                    add_precision_flag, add_target_flag, add_tensorrt_flag)
+                                    add_precision_flag, add_shape_flag, add_target_flag, add_tensorrt_flag,
+                                    shape_values)
 from jetforge.cli.base import Command, print_json
 from jetforge.config import to_dict
 from jetforge.deploy.bundle import is_bundle_path
@@ -16,6 +17,7 @@ from jetforge.errors import ConfigError, DependencyError
 from jetforge.fileio import check_not_input
 from jetforge.runtime.tensorrt.builder import build_engine
 from jetforge.runtime.tensorrt.library import installed_version
+from jetforge.runtime.tensorrt.trtexec import build_command
 from jetforge.runtime.tensorrt.plan import JETPACK_HINT, WORKSPACE_MIB, load_build_options, make_plan, parse_shape
 from jetforge.targets import get_target
 
@@ -43,8 +45,7 @@ class BuildCommand(Command):
         parser.add_argument("--no-gpu-fallback", action="store_true", help="fail if a layer cannot run on DLA")
         parser.add_argument("--calib", metavar="CACHE", help="INT8 calibration cache (from `jetforge calibrate`)")
         add_tensorrt_flag(parser, "TensorRT version (default: the target's newest)")
-        parser.add_argument("--shape", metavar="NAME=DIMS", action="append", default=[],
-                            help="static input shape, e.g. input=1x3x224x224 (repeatable)")
+        add_shape_flag(parser, "static input shape, e.g. input=1x3x224x224 (repeatable, or comma-separated)")
         parser.add_argument("--workspace-mib", type=WORKSPACE_MIB.argtype, metavar="MIB",
                             help="workspace memory pool limit (at most the target's memory)")
         parser.add_argument("--timing-cache", metavar="FILE", help="read and update a TensorRT timing cache")
@@ -83,9 +84,10 @@ class BuildCommand(Command):
         have_trt = installed is not None
         plan = make_plan(model, target, options, installed_tensorrt=installed)
 
+        trtexec = build_command(plan, engine)  # the same build with NVIDIA's trtexec, to repeat or compare
         if args.plan_only or not have_trt:
             plan.write(plan_json)
-            self._show(plan.to_dict(), args.json, [("plan", str(plan_json))])
+            self._show(dict(plan.to_dict(), trtexec=trtexec), args.json, [("plan", str(plan_json))])
             if not args.plan_only:
                 raise DependencyError("TensorRT is not installed here: wrote the plan %s but built no engine"
                                       % plan_json, hint=JETPACK_HINT)
@@ -96,8 +98,8 @@ class BuildCommand(Command):
         summary = {"engine": str(result.engine_path), "sidecar": str(result.sidecar_path),
                    "report": str(result.report_path), "engine_bytes": result.engine_bytes,
                    "build_seconds": round(result.seconds, 3), "notes": result.notes,
-                   "placement": result.report.get("inspector", {}).get("summary")}
-        self._show(summary if args.json else plan.to_dict(), args.json,
+                   "placement": result.report.get("inspector", {}).get("summary"), "trtexec": trtexec}
+        self._show(summary if args.json else dict(plan.to_dict(), trtexec=trtexec), args.json,
                    [("engine", str(result.engine_path)), ("sidecar", str(result.sidecar_path)),
                     ("report", str(result.report_path))])
         return 0
@@ -113,6 +115,8 @@ class BuildCommand(Command):
                 print("%-20s %s" % (key, data[key]))
         for note in data.get("notes", []):
             print("note: %s" % note)
+        if data.get("trtexec"):
+            print("%-20s %s" % ("trtexec", data["trtexec"]))
         for name, path in files:
             print("wrote %-14s %s" % (name, path))
 
@@ -130,7 +134,7 @@ def build_flag_options(args: argparse.Namespace) -> Dict[str, Any]:
     if getattr(args, "no_gpu_fallback", False):
         options["gpu_fallback"] = False
     if getattr(args, "shape", None):
-        options["input_shapes"] = dict(parse_shape(s) for s in args.shape)
+        options["input_shapes"] = dict(parse_shape(s) for s in shape_values(args))
     if getattr(args, "workspace_mib", None) is not None:
         options["workspace_mib"] = args.workspace_mib
     return options

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from jetforge.cli.arguments import (add_dla_core_flag, add_json_flag, add_out_flag, add_precision_flag,
-                                    add_target_flag, add_tensorrt_flag)
+                                    add_shape_flag, add_target_flag, add_tensorrt_flag)
 from jetforge.cli.base import Command, print_json
 from jetforge.cli.cmd_build import build_flag_options
 from jetforge.deploy.bundle import BundleError, create_bundle, safe_extract, single_top, verify_bundle
@@ -59,8 +59,7 @@ class BundleCommand(Command):
                           multiple=True)
         add_precision_flag(c, "build precision (default int8 with --calib/--qdq, else fp16)")
         add_dla_core_flag(c, "build for DLA core N on the board")
-        c.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
-                       help="static input shape (default: the sidecar's, dynamic batch = 1)")
+        add_shape_flag(c, "static input shape (default: the sidecar's, dynamic batch = 1)")
         c.add_argument("--workspace-mib", type=WORKSPACE_MIB.argtype, metavar="MIB",
                        help="workspace memory pool limit (at most the target's memory)")
         c.add_argument("--build-config", metavar="YAML", help="build options file (as for `jetforge build --config`)")

@@ -3,7 +3,8 @@
 import argparse
 from typing import List, Tuple
 
-from jetforge.cli.arguments import add_json_flag, add_precision_flag, add_target_flag, add_tensorrt_flag
+from jetforge.cli.arguments import (add_json_flag, add_precision_flag, add_shape_flag, add_target_flag, add_tensorrt_flag,
+                                    shape_values)
 from jetforge.cli.base import Command, print_json
 from jetforge.config import COUNT, NON_NEGATIVE
 from jetforge.errors import ConfigError, JetforgeError
@@ -34,8 +35,7 @@ class DlaCheckCommand(Command):
                                    "analysed as FP16 with a note: an fp32 build puts every layer on the GPU)",
                            default="fp16")
         add_tensorrt_flag(parser, "TensorRT version (default: the target's newest)")
-        parser.add_argument("--shape", metavar="NAME=DIMS", action="append", default=[],
-                            help="fix a dynamic input, e.g. input=1x3x224x224 (repeatable)")
+        add_shape_flag(parser, "fix a dynamic input, e.g. input=1x3x224x224 (repeatable, or comma-separated)")
         parser.add_argument("--calib", metavar="CACHE", help="calibration cache: enables INT8 range-equality checks")
         parser.add_argument("--loadables-per-core", type=COUNT.argtype, metavar="N",
                             help="DLA loadables per core (default: the target's setting; 16 in recent docs, 4 in 8.4)")
@@ -60,7 +60,7 @@ class DlaCheckCommand(Command):
         target = get_target(args.target)
         if args.loadables_per_core is not None and args.loadables_per_core < 1:
             raise ConfigError("--loadables-per-core must be at least 1", hint="e.g. --loadables-per-core 16")
-        shapes = dict(parse_shape(s) for s in args.shape)
+        shapes = dict(parse_shape(s) for s in shape_values(args))
         assumed = [] if shapes else _batch_one_shapes(args.model)
         if assumed:
             shapes = dict(assumed)

@@ -2,7 +2,8 @@
 
 import argparse
 
-from jetforge.cli.arguments import add_dla_core_flag, add_json_flag, add_precision_flag, add_target_flag
+from jetforge.cli.arguments import (add_dla_core_flag, add_json_flag, add_precision_flag, add_shape_flag, add_target_flag,
+                                    shape_values)
 from jetforge.cli.base import Command, print_json
 
 
@@ -28,8 +29,7 @@ class EstimateCommand(Command):
         add_dla_core_flag(parser, "run on DLA core N (GPU fallback for the rest)")
         parser.add_argument("--batch", default="1", metavar="B[,B...]", help="batch sizes, e.g. 1,8 (default 1)")
         parser.add_argument("--power-mode", metavar="NAME", help="nvpmodel mode (default: MAXN where the board has it)")
-        parser.add_argument("--shape", metavar="NAME=DIMS", action="append", default=[],
-                            help="fix an input's dynamic dims, e.g. input=1x3x224x224 (the batch comes from --batch)")
+        add_shape_flag(parser, "fix an input's dynamic dims, e.g. input=1x3x224x224 (the batch comes from --batch)")
         parser.add_argument("--efficiency", default="tensorrt", metavar="SET",
                             help="efficiency factor set (default tensorrt; pytorch_eager for eager PyTorch kernels)")
         parser.add_argument("--fusion", choices=["tensorrt", "none"], default="tensorrt",
@@ -48,7 +48,7 @@ class EstimateCommand(Command):
 
         target = get_target(args.target)
         batches = parse_batches(args.batch)
-        shapes = dict(parse_shape(s) for s in args.shape)
+        shapes = dict(parse_shape(s) for s in shape_values(args))
         if args.plot:
             check_not_input(args.plot, [args.model])
             check_output_path(args.plot)      # before the work, not after

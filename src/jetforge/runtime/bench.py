@@ -24,7 +24,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -40,13 +40,20 @@ from jetforge.runtime.sidecar import static_shape
 log = logging.getLogger(__name__)
 
 
-def make_inputs(session: Any, batch: int = 1, seed: int = 0) -> Dict[str, np.ndarray]:
-    """Random inputs fitting ``session.inputs``: axis 0 = ``batch`` where dynamic; floats uniform in [0, 1)."""
+def make_inputs(session: Any, batch: int = 1, seed: int = 0, shapes: Optional[Dict[str, List[int]]] = None,
+                given: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
+    """Random inputs fitting ``session.inputs``: axis 0 = ``batch`` where dynamic; floats uniform in [0, 1).
+
+    ``shapes`` (checked by :func:`jetforge.runtime.bench_inputs.resolve_shapes`) gives an input's whole shape;
+    ``given`` arrays (``--load-inputs``) are used as they are, never drawn."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ConfigError("batch must be a positive integer, got %r" % (batch,))
     SEED.check(seed, "--seed")
-    shapes = {}
+    given = dict(given or {})
+    shapes = dict(shapes or {})
     for spec in session.inputs:
+        if spec.name in shapes:
+            continue
         fixed = spec.shape[0] if spec.shape else None
         if isinstance(fixed, int) and fixed > 0 and fixed != batch:
             raise ConfigError("input %r of %s has a fixed batch of %d; --batch %d does not fit"
@@ -56,7 +63,7 @@ def make_inputs(session: Any, batch: int = 1, seed: int = 0) -> Dict[str, np.nda
     # The batch's upper bound is memory: every input at that batch, plus the float64 draw a float input is made
     # from, must fit in what the machine has free, or NumPy's MemoryError (an internal error) or the OOM killer
     # ends the run (`--batch 1000000000` asked for 22 TiB).
-    total = sum(_bytes_made(spec, shapes[spec.name]) for spec in session.inputs)
+    total = sum(_bytes_made(spec, shapes[spec.name]) for spec in session.inputs if spec.name not in given)
     short = memory_shortfall(total)
     if short:
         fits = int(available_memory() or 0) * batch // max(1, total)
@@ -66,6 +73,9 @@ def make_inputs(session: Any, batch: int = 1, seed: int = 0) -> Dict[str, np.nda
     rng = np.random.default_rng(seed)
     feeds = {}
     for spec in session.inputs:
+        if spec.name in given:
+            feeds[spec.name] = given[spec.name]
+            continue
         shape = shapes[spec.name]
         dtype = np.dtype(spec.dtype)
         if dtype.kind == "f":
@@ -98,6 +108,8 @@ class BenchResult:
     def __init__(self, data: Dict[str, Any], samples_s: List[float]) -> None:
         self.data = data
         self.samples_s = samples_s
+        #: (start, end) of each timed call, seconds from the start of the steady state (``--export-times``)
+        self.times_s: List[Tuple[float, float]] = []
 
     def to_dict(self) -> Dict[str, Any]:
         return dict(self.data)
@@ -105,12 +117,19 @@ class BenchResult:
 
 def run_benchmark(session: Any, feeds: Optional[Dict[str, np.ndarray]] = None, batch: int = 1,
                   iterations: int = 200, warmup: int = 20, split_iterations: Optional[int] = None,
-                  seed: int = 0, progress: bool = False) -> BenchResult:
-    """Benchmark ``session`` (any jetforge Session) on ``feeds`` (default: random inputs of ``batch``)."""
+                  seed: int = 0, progress: bool = False, duration_s: float = 0.0,
+                  warmup_ms: float = 0.0) -> BenchResult:
+    """Benchmark ``session`` (any jetforge Session) on ``feeds`` (default: random inputs of ``batch``).
+
+    As trtexec: warm-up runs ``warmup`` calls and at least ``warmup_ms`` milliseconds (``--warmUp``); the steady
+    state runs ``iterations`` calls and at least ``duration_s`` seconds (``--duration``), so ``iterations`` in the
+    result is the number of calls actually timed."""
     for name, value in (("iterations", iterations), ("warmup", warmup)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "iterations" else 0):
             raise ConfigError("%s must be a %s integer, got %r" % (name, "positive" if name == "iterations"
                                                                      else "non-negative", value))
+    DURATION_S.check(duration_s, "--duration")
+    WARMUP_MS.check(warmup_ms, "--warmup-ms")
     if feeds is None:
         feeds = make_inputs(session, batch, seed)
     else:
@@ -123,24 +142,19 @@ def run_benchmark(session: Any, feeds: Optional[Dict[str, np.ndarray]] = None, b
 
     # 1. warm-up (the first call pays for lazy initialisation and graph capture)
     session.set_timing(False)
-    warm: List[float] = []
-    for _ in _progress(range(max(1, warmup)), progress, "warm-up"):
-        t0 = time.perf_counter()
-        session.infer(feeds)
-        warm.append(time.perf_counter() - t0)
+    warm_times = _timed_calls(session, feeds, max(1, warmup), warmup_ms / 1000.0, progress, "warm-up")
+    warm = [end - start for start, end in warm_times]
 
     # 2. steady state: blocking calls, host clock, no stage timing
     tegra = _tegrastats_monitor()
     energy_start = nvml.energy_mj()
-    samples: List[float] = []
     t_start_mono = time.monotonic()
     loop_start = time.perf_counter()
-    for _ in _progress(range(iterations), progress, "steady state"):
-        t0 = time.perf_counter()
-        session.infer(feeds)
-        samples.append(time.perf_counter() - t0)
+    times = _timed_calls(session, feeds, iterations, duration_s, progress, "steady state")
     loop_s = time.perf_counter() - loop_start
     t_end_mono = time.monotonic()
+    samples = [end - start for start, end in times]
+    iterations = len(samples)
     energy_end = nvml.energy_mj()
     energy = _energy(nvml, energy_start, energy_end, iterations, tegra, t_start_mono, t_end_mono)
     tegra_summary = _stop_tegrastats(tegra)
@@ -177,9 +191,34 @@ def run_benchmark(session: Any, feeds: Optional[Dict[str, np.ndarray]] = None, b
         "energy": energy,
         "latency_samples_ms": [round(s * 1000.0, 6) for s in samples],
     }
+    data["run"] = {"min_duration_s": duration_s, "min_warmup_ms": warmup_ms, "steady_wall_s": loop_s,
+                   "warmup_wall_ms": 1000.0 * (warm_times[-1][1] - warm_times[0][0])}
     if tegra_summary is not None:
         data["memory"]["tegrastats"] = tegra_summary
-    return BenchResult(data, samples)
+    result = BenchResult(data, samples)
+    result.times_s = [(start - loop_start, end - loop_start) for start, end in times]
+    return result
+
+
+def _timed_calls(session: Any, feeds: Dict[str, np.ndarray], count: int, min_s: float, progress: bool,
+                 desc: str) -> List[Tuple[float, float]]:
+    """(start, end) host-clock times of blocking calls: ``count`` of them, and more until ``min_s`` has passed."""
+    times: List[Tuple[float, float]] = []
+    for _ in _progress(range(count), progress, desc):
+        t0 = time.perf_counter()
+        session.infer(feeds)
+        times.append((t0, time.perf_counter()))
+    while times[-1][1] - times[0][0] < min_s:
+        t0 = time.perf_counter()
+        session.infer(feeds)
+        times.append((t0, time.perf_counter()))
+    return times
+
+
+#: ``--duration``/``--warmup-ms``: a run of up to a day (a longer soak belongs in a loop of runs: the per-call
+#: samples of one run are kept in memory and written to the JSON)
+DURATION_S = Bound(float, 0.0, 86400.0, why="at most a day per run")
+WARMUP_MS = Bound(float, 0.0, 3600000.0, why="at most an hour of warm-up")
 
 
 def _stage_split(session: Any, feeds: Dict[str, np.ndarray], n: int, progress: bool) -> Dict[str, Any]:

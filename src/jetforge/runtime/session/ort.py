@@ -14,7 +14,9 @@ default, one per physical core), ``optimization`` (graph optimisation level),
 ``providers``, ``spinning`` (whether idle intra-op workers spin-wait for work: ONNX
 Runtime's default is to spin, which costs the other threads of a busy small CPU time;
 ``False`` turns it off, None keeps ONNX Runtime's default) and
-``optimized_model_path`` (where ONNX Runtime saves the graph it optimised: what it runs).
+``optimized_model_path`` (where ONNX Runtime saves the graph it optimised: what it runs) and ``profile_prefix``
+(turn ONNX Runtime's profiler on, its JSON trace written under that prefix; :meth:`OrtSession.end_profiling` ends it
+and returns the file: ``jetforge bench --profile``).
 """
 
 import logging
@@ -64,7 +66,8 @@ class OrtSession(Session):
     name = "onnxruntime"
     display_name = "ONNX Runtime"
     suffixes = (".onnx",)
-    option_names = ("threads", "providers", "optimization", "verify_sidecar", "spinning", "optimized_model_path")
+    option_names = ("threads", "providers", "optimization", "verify_sidecar", "spinning", "optimized_model_path",
+                    "profile_prefix")
     in_memory = True
 
     def __init__(self, path: Path, ort_session: Any, threads: int, sidecar: Any) -> None:
@@ -79,9 +82,12 @@ class OrtSession(Session):
     @classmethod
     def open(cls, path: Path, threads: Optional[int] = None, providers: Union[str, Sequence[ProviderSpec]] = "auto",
              optimization: str = "all", verify_sidecar: bool = True, spinning: Optional[bool] = None,
-             optimized_model_path: Optional[str] = None) -> "OrtSession":
+             optimized_model_path: Optional[str] = None, profile_prefix: Optional[str] = None) -> "OrtSession":
         ort = require("onnxruntime", "running ONNX models")
         opts, threads = session_options(ort, threads, optimization, spinning, optimized_model_path)
+        if profile_prefix is not None:  # the profiler starts with the session; end_profiling() writes the trace
+            opts.enable_profiling = True
+            opts.profile_file_prefix = str(profile_prefix)
         chosen = resolve_providers(providers, ort.get_available_providers())
         sidecar = load_sidecar_if_present(path, verify=verify_sidecar)
         check_onnx_file(path, parse=False)  # empty or text files; ORT's own parser reports damaged ones
@@ -141,6 +147,11 @@ class OrtSession(Session):
             raise BackendError("ONNX Runtime failed to run %s: %s" % (self.path.name, _first_line(err)),
                                hint="check the inputs against session.inputs; rerun with --debug") from err
         return dict(zip(names, values))
+
+    def end_profiling(self) -> Path:
+        """End ONNX Runtime's profiler (a session opened with ``profile_prefix``) and return its JSON trace."""
+        self._check_open()
+        return Path(self._sess.end_profiling())
 
     def _close(self) -> None:
         self._sess = None
