@@ -183,6 +183,11 @@ STEPS: Dict[str, Step] = {
     "ws.deepstream": Step("jetforge export-config deepstream bundles/table --out ds/ --sources 4",
                           files=("ds/config_infer_primary_jetforge.txt", "ds/deepstream_app_config.txt")),
     "ws.triton": Step("jetforge export-config triton bundles/table --out models/", files=("models/build_engines.sh",)),
+    # --- the inspect row, on the shipped person detector (its MACs are its card's, counted by torch at export)
+    "info.model": Step("jetforge info src/jetforge/workflow/shipped/ssdlite-person-192/model.onnx", cwd="<root>",
+                       says=("MACs        95,474,760 at batch 1", "input       image:", "sha256      onnx")),
+    "info.json": Step("jetforge info src/jetforge/workflow/shipped/ssdlite-person-192/model.onnx --json",
+                      cwd="<root>", says=('"parameters"', '"input_contract"', '"hash_matches": true')),
     # --- the export row, and a bundle of its model without a cache for the README's Triton excerpt
     "x.export": Step("jetforge export --model mobilenet_v2 --out model.onnx", cwd="export",
                      says=("ONNX Runtime vs PyTorch",), files=("model.onnx", "model.onnx.json")),
@@ -328,6 +333,8 @@ COVERAGE: Dict[str, object] = {
     "jetforge bench MODEL.onnx": Run(("ws.table_bench",), "MODEL.onnx = model.onnx; with the row's --plot latency.png "
                                                           "--json; 20 timed calls instead of 200"),
     "jetforge app people": Run(("apps.people",), "3 frames into app-people/"),
+    "jetforge info MODEL.onnx": Run(("info.model", "info.json"), "MODEL.onnx = the shipped person detector's ONNX; "
+                                                                 "also with --json"),
     "jetforge estimate model.onnx --target orin-nx-16gb --precision int8 [--dla-core 0] [--batch 1,8] [--plot est.png]":
         Run(("ws.table_estimate",), "with every optional part"),
     "jetforge bundle create ...": Run(("ws.table_bundle",), "...: model.onnx with its cache and the samples of "
