@@ -27,7 +27,7 @@ def parse_mqtt_uri(uri: str) -> Tuple[str, int, str, int]:
     if not parsed.hostname:
         raise ConfigError("MQTT output %r names no broker" % uri, hint="e.g. mqtt://127.0.0.1/jetforge/events")
     topic = parsed.path.lstrip("/")
-    if not topic or "+" in topic or "#" in topic:
+    if not topic or "+" in topic or "#" in uri:  # urlparse reads "#" as a fragment: look at the whole URI
         raise ConfigError("MQTT output %r needs a topic to publish to, without wildcards (+, #)" % uri,
                           hint="e.g. mqtt://%s/jetforge/events" % parsed.hostname)
     try:

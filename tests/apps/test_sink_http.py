@@ -1,0 +1,128 @@
+"""``http://@:8080``: the live page in a real headless browser (Debian's chromium through Playwright), and a
+client that never reads, which must neither stall the writer nor go uncounted."""
+
+import json
+import socket
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from jetforge.apps.video.sinks.http import HttpSink, parse_bind
+from jetforge.apps.video.sinks.live import DropSlot, LiveStats
+from jetforge.errors import ConfigError
+from tests.apps.live_servers import chromium_page
+
+GREY_JS = """() => {
+  const img = document.getElementById("video");
+  const c = document.createElement("canvas"); c.width = img.naturalWidth; c.height = img.naturalHeight;
+  const g = c.getContext("2d"); g.drawImage(img, 0, 0);
+  return g.getImageData(8, 8, 1, 1).data[0];
+}"""
+
+
+def feed(sink: HttpSink, stats: LiveStats, stop: threading.Event, fps: float = 30.0) -> None:
+    """Frame i is a flat grey of (i * 5) % 250 (what the page's pixel shows), with a per-frame record."""
+    i = 0
+    while not stop.is_set() and i < 1000:
+        sink.write(np.full((120, 160, 3), (i * 5) % 250, np.uint8))
+        stats.record({"type": "people", "stream": 0, "frame": i, "latency_ms": 10.0 + i % 3, "people": i % 7,
+                      "counts": {"walkway": {"forward": i // 10}}})
+        i += 1
+        time.sleep(1.0 / fps)
+
+
+def test_the_page_shows_the_live_video_and_numbers_in_a_browser():
+    stats = LiveStats()
+    sink = HttpSink("http://127.0.0.1:0", stats=stats, title="people")
+    stop = threading.Event()
+    feeder = threading.Thread(target=feed, args=(sink, stats, stop), daemon=True)
+    feeder.start()
+    try:
+        with chromium_page() as (page, errors):
+            page.goto(sink.url)
+            page.wait_for_function('document.getElementById("video").naturalWidth === 160', timeout=10000)
+            page.wait_for_function('document.getElementById("state").textContent === "live"', timeout=10000)
+            greys, frames = [], []
+            for _ in range(3):
+                greys.append(page.evaluate(GREY_JS))
+                frames.append(int(page.inner_text("#frames")))
+                page.wait_for_timeout(700)
+            fps = float(page.inner_text("#fps"))
+            counters = page.inner_text("#counters")
+            assert page.title() == "jetforge people"
+    finally:
+        stop.set()
+        feeder.join()
+        sink.close()
+    assert len(set(greys)) == 3, greys  # the picture changes: new frames arrive
+    assert frames[0] < frames[1] < frames[2], frames  # the counters change
+    assert 10.0 < fps < 40.0, fps  # fed at ~30 fps (sleep-paced, so at most 30; a loaded CI machine is slower)
+    assert "people" in counters and "counts.walkway.forward" in counters
+    assert errors == []
+    assert sink.report()["clients_served"] >= 1
+
+
+def test_a_client_that_never_reads_never_stalls_the_writer_and_is_counted():
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (240, 320, 3), dtype=np.uint8) for _ in range(4)]  # noise: ~100 KB JPEGs
+
+    def write_all(sink: HttpSink, n: int = 200) -> float:
+        """200 frames, one every 5 ms (the JPEG thread needs longer for noise: some are dropped); 20 MB in all,
+        more than the loopback socket buffers hold, so the silent client's send blocks."""
+        start = time.perf_counter()
+        for i in range(n):
+            sink.write(frames[i % 4])
+            time.sleep(0.005)
+        return time.perf_counter() - start
+
+    with HttpSink("http://127.0.0.1:0", send_timeout_s=1.0) as alone:
+        baseline = write_all(alone)
+    sink = HttpSink("http://127.0.0.1:0", send_timeout_s=1.0)
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect(("127.0.0.1", sink.port))
+    client.sendall(b"GET /stream.mjpg HTTP/1.1\r\nHost: x\r\n\r\n")  # ... and never reads
+    deadline = time.monotonic() + 5
+    while sink.watching == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stalled = write_all(sink)
+    time.sleep(1.5)  # past send_timeout_s: the server lets the silent client go
+    sink.close()
+    client.close()
+    report = sink.report()
+    # The writer only copies each frame (encoding happens on the sink's thread): the same pace with or without
+    # the silent client, within a margin for a shared 2-core machine and far below one blocked send (1 s).
+    assert stalled < 2 * baseline + 0.5, (stalled, baseline)
+    assert report["frames"] == 200
+    assert report["client_skipped"] > 0  # frames the silent client never got
+    assert report["dropped"] + report["encoded"] <= report["frames"]  # a frame is encoded, dropped or unwatched
+
+
+def test_the_hand_off_replaces_and_counts_what_the_consumer_did_not_take():
+    slot: DropSlot[int] = DropSlot()
+    for i in range(5):
+        slot.put(i)  # a consumer that is busy: only the newest survives
+    assert slot.take(0.0) == 4 and slot.dropped == 4 and slot.put_count == 5
+    assert slot.take(0.01) is None
+    slot.close()
+    assert slot.take(1.0) is None  # closed: returns at once
+
+
+def test_stats_json_and_the_addresses():
+    stats = LiveStats()
+    stats.record({"type": "classify", "stream": 0, "frame": 0, "latency_ms": 12.5, "top1": "cat"})
+    with HttpSink("http://127.0.0.1:0", stats=stats) as sink:
+        data = json.load(urllib.request.urlopen(sink.url + "stats.json", timeout=5))
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(sink.url + "nothing", timeout=5)
+    assert data["frames"] == 1 and data["latency_ms"]["last"] == 12.5 and data["counters"]["top1"] == "cat"
+    assert data["sink"]["kind"] == "http" and data["running"] is True
+    assert parse_bind("http://@:8080") == ("", 8080)
+    assert parse_bind("http://127.0.0.1") == ("127.0.0.1", 8080)
+    with pytest.raises(ConfigError, match="port"):
+        parse_bind("http://@:http")
+    with pytest.raises(ConfigError, match="path"):
+        parse_bind("http://@:8080/live")
