@@ -124,6 +124,9 @@ def test_engine_sidecar_without_tensorrt(tmp_path, capsys):
     assert info["sidecar"]["task"] == "classify" and info["sidecar"]["input_contract"]["kind"] == "image"
     if installed_version() is None:
         assert info["plan"]["available"] is False and "not installed" in info["plan"]["reason"]
+    assert main(["info", str(engine)]) == 0
+    out = capsys.readouterr().out
+    assert "built       TensorRT 10.3.0 (tensorrt) for orin-nx-16gb: fp16 on gpu" in out and "input       image:" in out
 
 
 def test_bundle_manifest_files_and_model(tmp_path, capsys):
@@ -140,6 +143,8 @@ def test_bundle_manifest_files_and_model(tmp_path, capsys):
     for f in info["files"]:
         assert f["verified"] and f["sha256"] == hashlib.sha256((bundle / f["path"]).read_bytes()).hexdigest()
     assert info["model"]["parameters"]["total"] == 260 and info["model"]["macs"]["total"] == hand_macs(1)
+    assert main(["info", str(bundle), "--no-macs"]) == 0
+    assert "verified    %d files, every size and SHA-256" % len(info["files"]) in capsys.readouterr().out
     # a manifest naming a path outside the bundle is refused before anything is read
     manifest = json.loads((bundle / "manifest.json").read_text())
     manifest["files"][0]["path"] = "../outside.onnx"
