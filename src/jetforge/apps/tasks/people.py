@@ -26,6 +26,7 @@ from jetforge.config import COUNT, NON_NEGATIVE, NON_NEGATIVE_NUMBER, PROBABILIT
 from jetforge.errors import ConfigError
 from jetforge.apps.pipeline.stages import GpuModel, Item, Outputs, Status, Task, draw_label, track_colour, draw_status
 from jetforge.apps.tasks.base import App
+from jetforge.apps.tasks.photos import draw_photo, is_photo, photo_event
 from jetforge.apps.video.sources.base import Frame
 from jetforge.vision.counting import LineCounter, Zone, parse_line, parse_zone
 from jetforge.vision.detections import Detections
@@ -82,6 +83,10 @@ class PeopleTask(Task):
     def postprocess(self, item: Item) -> Dict[str, Any]:
         dets: Optional[Detections] = item.output
         s = item.stream
+        if is_photo(item.frame):  # a still photo: its own detections, no track to wait for (tasks/photos.py)
+            event = photo_event(dets, self._to_confidence, self.tracker_options.new_track)
+            self.max_people[s] = max(self.max_people[s], event["people"])
+            return event
         if dets is None:  # a skipped frame: the tracks move on their prediction
             tracks = self.trackers[s].coast()
         else:
@@ -109,6 +114,9 @@ class PeopleTask(Task):
     def annotate(self, image: np.ndarray, item: Item, status: Status) -> None:
         import cv2
 
+        if (item.event or {}).get("photo"):
+            draw_photo(image, item.event)  # type: ignore[arg-type]
+            return
         s = item.stream
         if self.draw_detections and item.output is not None:
             for b in item.output.boxes:
