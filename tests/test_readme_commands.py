@@ -275,6 +275,10 @@ COVERAGE: Dict[str, object] = {
     "./dev jetforge app classify": Run(("apps.classify",), "3 frames instead of the whole clip"),
     "./dev jetforge app faces": Run(("apps.faces",), "3 frames instead of the whole clip"),
     "./dev jetforge app action": Run(("apps.action",), "16 frames (two 8-frame clips) into app-action/"),
+    "jetforge app people --output out.mp4 --output http://@:8080 --output mqtt://127.0.0.1/jetforge/events": Elsewhere(
+        "tests/apps/test_sink_mqtt.py::test_the_app_writes_several_outputs_at_once_and_its_mp4_plays_in_a_browser",
+        "the same three outputs on 12 frames, with the page on 127.0.0.1:<free port> and the test's own mosquitto on "
+        "a free port (1883 and 8080 may be taken on a CI machine)"),
     # install
     "pip install .": Run(("pip.device",), PIP_WHY),
     "pip install '.[calibrate]'": Run(("pip.calibrate",), PIP_WHY),
