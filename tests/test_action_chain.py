@@ -53,7 +53,7 @@ def _cli_json(capsys, *argv):
 
 def _clips(video: Path, frames: str, count: int) -> np.ndarray:
     """Sliding-window clips of the real video under the model's contract (calibration's own clip source)."""
-    from jetforge.calibrate.clip_sources import collect_clip_sources
+    from jetforge.calibrate.clips.sources import collect_clip_sources
 
     samples = collect_clip_sources([str(video) + frames], CONTRACT, max_clips=count)
     clips = np.stack([sample.tensor for _name, sample in samples])

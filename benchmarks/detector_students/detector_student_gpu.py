@@ -308,7 +308,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     import torch
 
     from jetforge.compress.distill.detection_student import model_macs
-    from jetforge.compress.distill.detection_train import TrainConfig, ViewConfig, frame_bank_from_labels
+    from jetforge.compress.distill.detection_train import DetectorTrainConfig, ViewConfig, frame_bank_from_labels
     from jetforge.runtime.inputs.image import Preprocess
 
     wall = time.perf_counter()
@@ -331,7 +331,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     views = ViewConfig()
     for index, (name, student) in enumerate(students.items()):
         budget = train_budget(args, time.perf_counter() - wall, len(students) - index)
-        cfg = TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup,
+        cfg = DetectorTrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup,
                           budget_s=budget, log_every=max(1, args.steps // 20))
         result["students"][name] = distil_one(name, student, teacher, bank, check, views, cfg, meta, device,
                                               teacher_tiles=(args.teacher_tiles, args.tile_side))

@@ -110,14 +110,14 @@ def train(args: argparse.Namespace, student: Any, cache: Dict[str, Any], check: 
     import torch
 
     from jetforge.compress.distill.detection_losses import detection_distill_loss
-    from jetforge.compress.distill.detection_train import TrainConfig, learning_rate, training_progress
+    from jetforge.compress.distill.detection_train import DetectorTrainConfig, learning_rate, training_progress
 
     _, rest = stem_and_rest(student, args.freeze_through)
     frozen = {id(p) for p in frozen_parameters(student, args.freeze_through)}
     params = [p for p in student.parameters() if id(p) not in frozen]
     for p in student.parameters():
         p.requires_grad_(id(p) not in frozen)
-    cfg = TrainConfig(steps=args.max_steps, batch=args.batch, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup,
+    cfg = DetectorTrainConfig(steps=args.max_steps, batch=args.batch, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup,
                       budget_s=60.0 * args.minutes, seed=args.seed)
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     rng = np.random.default_rng(args.seed + 1)

@@ -268,7 +268,7 @@ def row(method: str, res, smoke: float, seconds=None, rss=None, samples=None, no
 def run_imagenet(name: str, folder: Path, calib, held, smoke) -> Dict[str, object]:
     from jetforge.apps.labels import load_labels
     from jetforge.calibrate import evaluate as ev, mixed
-    from jetforge.calibrate.qdq import insert_qdq, save_model
+    from jetforge.calibrate.qdq.export import insert_qdq, save_model
     from jetforge.calibrate.stats import load_model
     from jetforge.runtime.sidecar import read_sidecar
 
@@ -419,7 +419,7 @@ def run_fashion(folder: Path) -> Dict[str, object]:
     from torch import nn
     from jetforge.assets import asset_path
     from jetforge.calibrate import algorithms, evaluate as ev, mixed, stats
-    from jetforge.calibrate.qdq import insert_qdq
+    from jetforge.calibrate.qdq.export import insert_qdq
     from jetforge.compress.export import export_onnx
     from jetforge.runtime.inputs import Preprocess
 
@@ -597,7 +597,7 @@ def main() -> int:
 
         MODELOPT = modelopt_python(Path(args.modelopt_venv) if args.modelopt_venv else MODELOPT_VENV)
     t0 = time.perf_counter()
-    from jetforge.calibrate.int8sim import SIMULATED_LABEL
+    from jetforge.calibrate.int8sim.simulate import SIMULATED_LABEL
     from jetforge.runtime.cpu_features import ort_kernel_label
 
     results: Dict[str, object] = {"benchmark": "int8_accuracy", "date": datetime.datetime.now().isoformat(

@@ -298,7 +298,7 @@ def sensitivity(pack: Path, reference: Dict[str, object]) -> Dict[str, object]:
     import onnx
     from jetforge.calibrate import ortrun
     from jetforge.calibrate.calibrate_model import evaluation_batches
-    from jetforge.calibrate.qdq import insert_qdq
+    from jetforge.calibrate.qdq.export import insert_qdq
     from jetforge.runtime.sidecar import read_sidecar
 
     model = pack / "model" / MODEL_FILE

@@ -1,7 +1,7 @@
 """QAT and distillation on real labelled data (Fashion-MNIST), every INT8 number from a Q/DQ ONNX.
 
 INT8 accuracies are *simulated INT8 arithmetic (TensorRT rules); TensorRT not run* (the same on any CPU,
-:mod:`jetforge.calibrate.int8sim`); beside each, ``*_ort_kernels`` is the same Q/DQ ONNX through ONNX Runtime's
+:mod:`jetforge.calibrate.int8sim.simulate`); beside each, ``*_ort_kernels`` is the same Q/DQ ONNX through ONNX Runtime's
 own INT8 kernels (QLinearConv etc.) on this CPU, whose values depend on the CPU (``machine.cpu_flags``).
 
 For two models -- ``fashion_cnn`` (ResNet-style CNN, width 0.5) and ``fashion_mobilenet_v2`` (MobileNetV2
@@ -63,8 +63,8 @@ def main() -> int:
     import torch
 
     from jetforge.assets import asset_path
-    from jetforge.calibrate.cache import CalibrationCache
-    from jetforge.calibrate.qdq_translate import tensor_names
+    from jetforge.calibrate.cache.format import CalibrationCache
+    from jetforge.calibrate.qdq.translate import tensor_names
     from jetforge.compress.data import CLASSES, fashion_mnist, normalize
     from jetforge.compress.distill import DistillConfig, FeaturePair, distill
     from jetforge.compress.export import export_onnx
@@ -73,7 +73,7 @@ def main() -> int:
                                        prepare_qat, qat, qdq_for_ort)
     from jetforge.compress.train import TrainConfig, build_model
     from jetforge.compress.train.recipe import DataConfig, calibration_batches
-    from jetforge.calibrate.int8sim import SIMULATED_LABEL
+    from jetforge.calibrate.int8sim.simulate import SIMULATED_LABEL
     from jetforge.runtime.cpu_features import cpu_features, ort_kernel_label
 
     torch.set_num_threads(args.threads)

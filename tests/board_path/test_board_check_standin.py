@@ -1,6 +1,6 @@
 """``board-check`` on a bundle of each shipped model kind, with the TensorRT stand-in doing TensorRT's part.
 
-:func:`jetforge.deploy.boardcheck.run_board_check` runs as on a board: the bundle verified, the engine built by
+:func:`jetforge.deploy.boardcheck.check.run_board_check` runs as on a board: the bundle verified, the engine built by
 jetforge's builder code (``JetsonTensorRT.build``) and run on the bundle's samples through ``TrtSession``
 (``JetsonTensorRT.run``), its outputs compared with the FP32 references the bundle carries.  Only the timing is
 replaced: :class:`StandInJetsonTensorRT` measures nothing (there is no GPU or TensorRT to time), so the report's

@@ -1,6 +1,6 @@
 """An independent INT8 reference: a small numpy executor for Q/DQ ONNX models with integer arithmetic.
 
-It shares no code with ``jetforge.calibrate.int8sim`` (which rewrites the graph for ONNX Runtime's
+It shares no code with ``jetforge.calibrate.int8sim.simulate`` (which rewrites the graph for ONNX Runtime's
 float kernels); it reads the Q/DQ graph and computes, node by node, what TensorRT's explicit
 quantization rules say:
 

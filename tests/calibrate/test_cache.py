@@ -4,7 +4,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from jetforge.calibrate.cache import CalibrationCache, hex_to_scale, parse_trt_version, scale_to_hex
+from jetforge.calibrate.cache.format import CalibrationCache, hex_to_scale, parse_trt_version, scale_to_hex
 from jetforge.errors import CalibrationError
 
 # lines of NVIDIA's sampleINT8 README (TensorRT 7), as TensorRT wrote them

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from jetforge.cli.main import main
-from jetforge.calibrate.cache import CalibrationCache
+from jetforge.calibrate.cache.format import CalibrationCache
 
 
 def _run(capsys, argv):

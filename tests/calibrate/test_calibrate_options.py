@@ -128,7 +128,7 @@ def test_out_folder_means_inside_it(tiny_model, image_dir, tmp_path, capsys):
     code = main(["calibrate", str(tiny_model), "--data", str(image_dir), "--samples", "16", "--no-plots", "--no-qdq",
                  "--out", str(out), "--tensorrt", "8.6.2", "--json"])  # now an existing folder, without the slash
     assert code == 0, capsys.readouterr().err
-    from jetforge.calibrate.cache import CalibrationCache
+    from jetforge.calibrate.cache.format import CalibrationCache
 
     assert CalibrationCache.read(out / "tiny.calib").header == "TRT-8602-EntropyCalibration2"
 

@@ -18,8 +18,8 @@ cv2 = pytest.importorskip("cv2")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
-from jetforge.calibrate.clip_calibration import ClipOptions, gather_clips  # noqa: E402
-from jetforge.calibrate.clip_sources import (ClipVideo, collect_clip_sources, parse_video_range,  # noqa: E402
+from jetforge.calibrate.clips.calibration import ClipOptions, gather_clips  # noqa: E402
+from jetforge.calibrate.clips.sources import (ClipVideo, collect_clip_sources, parse_video_range,  # noqa: E402
                                              replay_tracks, split_shared_videos, whole_frame_region)
 from jetforge.calibrate.metrics import make_metric  # noqa: E402
 from jetforge.cli.main import main  # noqa: E402

@@ -9,7 +9,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from jetforge.calibrate import algorithms, evaluate as ev, sensitivity, stats  # noqa: E402
-from jetforge.calibrate.qdq import insert_qdq  # noqa: E402
+from jetforge.calibrate.qdq.export import insert_qdq  # noqa: E402
 from jetforge.errors import CalibrationError, InputFileError  # noqa: E402
 
 
@@ -282,7 +282,7 @@ def test_simulated_int8_equals_the_int32_reference_on_three_networks(small_qdq_m
     quantize points and float32 rounding (1e-6 relative) on the outputs.
     """
     from jetforge.calibrate import ortrun
-    from jetforge.calibrate.int8sim import SimulationSummary, simulation_model
+    from jetforge.calibrate.int8sim.simulate import SimulationSummary, simulation_model
     from tests.calibrate import int8_reference
 
     models, x = small_qdq_models
@@ -316,7 +316,7 @@ def test_chunked_accumulation_stays_exact(small_qdq_models):
     The limit is lowered so that the small layers take that path (every conv and the Gemm are chunked).
     """
     from jetforge.calibrate import ortrun
-    from jetforge.calibrate.int8sim import SimulationSummary, simulation_model
+    from jetforge.calibrate.int8sim.simulate import SimulationSummary, simulation_model
     from tests.calibrate import int8_reference
 
     models, x = small_qdq_models
@@ -332,7 +332,7 @@ def test_chunked_accumulation_stays_exact(small_qdq_models):
 def test_bias_quantization_is_modelled_and_small(small_qdq_models):
     """INT32 bias (TensorRT) vs float bias: different at a few quantize points, close at the output."""
     from jetforge.calibrate import ortrun
-    from jetforge.calibrate.int8sim import simulation_model
+    from jetforge.calibrate.int8sim.simulate import simulation_model
 
     models, x = small_qdq_models
     _, q = models["residual"]
@@ -419,7 +419,7 @@ def test_a_huge_int32_bias_on_a_depthwise_conv_stays_exact(real_frames, tmp_path
     import torch
 
     from jetforge.calibrate import ortrun
-    from jetforge.calibrate.int8sim import SimulationSummary, simulation_model
+    from jetforge.calibrate.int8sim.simulate import SimulationSummary, simulation_model
     from tests.calibrate import int8_reference
 
     torch.manual_seed(0)

@@ -10,8 +10,8 @@ pytest.importorskip("onnxruntime")
 
 from jetforge.cli.main import main  # noqa: E402
 from jetforge.calibrate import algorithms, evaluate as ev, mixed, stats  # noqa: E402
-from jetforge.calibrate.cache import CalibrationCache  # noqa: E402
-from jetforge.calibrate.qdq import insert_qdq  # noqa: E402
+from jetforge.calibrate.cache.format import CalibrationCache  # noqa: E402
+from jetforge.calibrate.qdq.export import insert_qdq  # noqa: E402
 from jetforge.errors import CalibrationError  # noqa: E402
 
 cv2 = pytest.importorskip("cv2")

@@ -11,9 +11,9 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from jetforge.calibrate.cache import CalibrationCache, scale_to_hex  # noqa: E402
-from jetforge.calibrate.qdq import insert_qdq  # noqa: E402
-from jetforge.calibrate.qdq_translate import tensor_names, translate_file, translate_qdq  # noqa: E402
+from jetforge.calibrate.cache.format import CalibrationCache, scale_to_hex  # noqa: E402
+from jetforge.calibrate.qdq.export import insert_qdq  # noqa: E402
+from jetforge.calibrate.qdq.translate import tensor_names, translate_file, translate_qdq  # noqa: E402
 from jetforge.errors import CalibrationError  # noqa: E402
 
 

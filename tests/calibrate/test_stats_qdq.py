@@ -8,7 +8,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import numpy_helper  # noqa: E402
 
 from jetforge.calibrate import algorithms, stats  # noqa: E402
-from jetforge.calibrate.qdq import describe_qdq, insert_qdq, save_model, weight_axis  # noqa: E402
+from jetforge.calibrate.qdq.export import describe_qdq, insert_qdq, save_model, weight_axis  # noqa: E402
 from jetforge.calibrate.sources import collect_sources  # noqa: E402
 from jetforge.optional import is_available  # noqa: E402
 

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
 from jetforge.cli.main import main  # noqa: E402
-from jetforge.compress.train.models import build_model  # noqa: E402
+from jetforge.compress.models.fashion import build_model  # noqa: E402
 from jetforge.errors import CompressError  # noqa: E402
 
 

@@ -106,7 +106,7 @@ def test_weights_flag_reads_weights_only(tmp_path, marker, capsys):
 
 def test_distill_and_qat_recipes_never_unpickle_their_checkpoints(tmp_path, marker, fmnist_root, capsys):
     """model.checkpoint and teacher.checkpoint are read weights-only; the fix names the recipe key."""
-    from jetforge.compress.train.models import build_model
+    from jetforge.compress.models.fashion import build_model
 
     evil = malicious_checkpoint(tmp_path / "evil.pt", marker)
     recipe = tmp_path / "r.yaml"

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from jetforge.compress.distill.detection_losses import detection_distill_loss  # noqa: E402
 from jetforge.compress.distill.detection_student import detector_from_state, model_macs, prune_detector  # noqa: E402
-from jetforge.compress.distill.detection_train import (FrameBank, TrainConfig, ViewConfig,  # noqa: E402
+from jetforge.compress.distill.detection_train import (FrameBank, DetectorTrainConfig, ViewConfig,  # noqa: E402
                                                        distill_detector, distill_loss_on, learning_rate,
                                                        teacher_targets, training_progress)
 from jetforge.errors import CompressError  # noqa: E402
@@ -102,7 +102,7 @@ def test_a_few_steps_reduce_the_loss(bank, teacher_and_preprocess, pruned):
     x = bank.full_views([0, 1])
     before = distill_loss_on(student, teacher, x)
     views = ViewConfig(full_frame=1.0, flip=False, jitter=0.0)  # train on exactly the views measured
-    history = distill_detector(student, teacher, bank, views, TrainConfig(steps=4, batch=2, lr=2e-4, warmup=0,
+    history = distill_detector(student, teacher, bank, views, DetectorTrainConfig(steps=4, batch=2, lr=2e-4, warmup=0,
                                                                                    freeze_bn=True))
     after = distill_loss_on(student, teacher, x)
     assert history["steps_done"] == 4 and len(history["history"]) == 1 + 1  # step 0 and the last
@@ -110,7 +110,7 @@ def test_a_few_steps_reduce_the_loss(bank, teacher_and_preprocess, pruned):
 
 
 def test_schedule_warms_up_decays_and_follows_the_clock():
-    cfg = TrainConfig(steps=100, lr=1e-3, min_lr=1e-5, warmup=10, budget_s=50.0)
+    cfg = DetectorTrainConfig(steps=100, lr=1e-3, min_lr=1e-5, warmup=10, budget_s=50.0)
     assert learning_rate(0.0, cfg) == pytest.approx(1e-3 / 10)
     assert learning_rate(0.1, cfg) == pytest.approx(1e-3)
     assert learning_rate(1.0, cfg) == pytest.approx(1e-5)
@@ -328,7 +328,7 @@ def test_the_tiled_teacher_finds_more_people_on_real_frames_and_a_student_trains
         iou = box_iou(p_boxes[n, sure], t_boxes[n, t_valid[n]])
         assert bool((iou.max(dim=1).values >= 0.6).all())
         assert bool((t_scores[n, t_valid[n]][iou.argmax(dim=1)] >= p_scores[n, sure] - 1e-4).all())
-    cfg = TrainConfig(steps=2, batch=2, lr=1e-4, warmup=0, freeze_bn=True)
+    cfg = DetectorTrainConfig(steps=2, batch=2, lr=1e-4, warmup=0, freeze_bn=True)
     history = distill_detector(student, teacher, bank, ViewConfig(full_frame=0.5, flip=True, jitter=0.1), cfg,
                                cross_grid=tiled)
     assert history["steps_done"] == 2 and all(np.isfinite(e["loss"]) for e in history["history"])
@@ -367,7 +367,7 @@ def test_cross_grid_targets_on_the_real_teacher_and_a_192_px_student_learning_th
     # a few steps on those frames move the 192 px student towards the targets; the wrong pairings are refused
     before = distill_loss_on(student, teacher, x, targets, bank.full_views([0, 1], 192))
     views = ViewConfig(full_frame=1.0, flip=False, jitter=0.0)
-    cfg = TrainConfig(steps=3, batch=2, lr=2e-4, warmup=0, freeze_bn=True)
+    cfg = DetectorTrainConfig(steps=3, batch=2, lr=2e-4, warmup=0, freeze_bn=True)
     distill_detector(student, teacher, bank, views, cfg, cross_grid=targets)
     after = distill_loss_on(student, teacher, x, targets, bank.full_views([0, 1], 192))
     assert after < 0.9 * before, (before, after)

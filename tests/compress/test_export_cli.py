@@ -106,7 +106,7 @@ def test_the_fast_checks_agree_with_torch_and_torchvision():
 
     from jetforge.compress.export import MAX_OPSET, MIN_OPSET
     from jetforge.compress.models import RECIPE_ARCHS, torchvision_model_names
-    from jetforge.compress.train.models import ARCHS
+    from jetforge.compress.models.fashion import ARCHS
     from jetforge.cli.main import build_parser
 
     assert torchvision_model_names() == sorted(torchvision.models.list_models())

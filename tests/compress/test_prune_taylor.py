@@ -87,7 +87,7 @@ def test_taylor_is_the_squared_channel_gate_gradient(arch, fashion):
     if arch == "tiny_cnn":
         model = _tiny_cnn()
     else:
-        from jetforge.compress.train.models import fashion_cnn
+        from jetforge.compress.models.fashion import fashion_cnn
         model = fashion_cnn(width=0.25)
     model.eval()
     graph = DependencyGraph.build(model, x[:1], protect_stem=False)

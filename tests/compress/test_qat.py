@@ -17,7 +17,7 @@ from torch import nn  # noqa: E402
 from jetforge.compress.qat import (QatSummary, QuantAdd, calibrate_qat, export_qdq_onnx,  # noqa: E402
                                    fake_quantize, onnx_accuracy, ort_kernels, prepare_qat, qdq_for_ort, quantizers,
                                    set_quantization)
-from jetforge.calibrate.int8sim import SIMULATED_LABEL, simulation_model  # noqa: E402
+from jetforge.calibrate.int8sim.simulate import SIMULATED_LABEL, simulation_model  # noqa: E402
 from jetforge.calibrate.ortrun import executed_ops, integer_kernels, run  # noqa: E402
 from jetforge.compress.qat.export import onnx_logits  # noqa: E402
 from jetforge.compress.train import build_model  # noqa: E402
@@ -198,8 +198,8 @@ def test_qdq_model_parses_and_builds_with_tensorrt(exported):
 
 
 def test_dla_cache_holds_the_trained_scales(exported, tmp_path):
-    from jetforge.calibrate.cache import CalibrationCache
-    from jetforge.calibrate.qdq_translate import tensor_names, translate_file
+    from jetforge.calibrate.cache.format import CalibrationCache
+    from jetforge.calibrate.qdq.translate import tensor_names, translate_file
 
     q, amax, path, _, _ = exported
     res, paths = translate_file(path, tmp_path, trt_version="10.3")

@@ -21,7 +21,7 @@ cv2 = pytest.importorskip("cv2")
 from torch import nn  # noqa: E402
 
 from jetforge.calibrate import ortrun  # noqa: E402
-from jetforge.calibrate.int8sim import SimulationSummary, simulation_model  # noqa: E402
+from jetforge.calibrate.int8sim.simulate import SimulationSummary, simulation_model  # noqa: E402
 from jetforge.compress.qat import (QatSummary, QuantConv3d, calibrate_qat, export_qdq_onnx,  # noqa: E402
                                    prepare_qat, set_quantization)
 from jetforge.errors import CompressError  # noqa: E402
@@ -258,9 +258,9 @@ def _translation_round_trip(m, path, tmp_path, x) -> None:
     arithmetic.  The cache holds every trained scale bit-exactly, re-inserting ``amax = scale * 127`` gives the
     same float32 scales (exact in float64), the weights' scales are TensorRT's own ``max|w|/127``, so the rebuilt
     model's simulated outputs equal the exported model's to float32 rounding (1e-6 of the range)."""
-    from jetforge.calibrate.cache import CalibrationCache
-    from jetforge.calibrate.qdq import insert_qdq
-    from jetforge.calibrate.qdq_translate import tensor_names, translate_file
+    from jetforge.calibrate.cache.format import CalibrationCache
+    from jetforge.calibrate.qdq.export import insert_qdq
+    from jetforge.calibrate.qdq.translate import tensor_names, translate_file
 
     res, paths = translate_file(path, tmp_path, trt_version="10.3")
     cache = CalibrationCache.read(paths["cache"])

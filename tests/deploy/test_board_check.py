@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("onnx")
 
 from jetforge.cli.main import main  # noqa: E402
-from jetforge.deploy.boardcheck import JetsonTensorRT, engine_list, run_board_check  # noqa: E402
+from jetforge.deploy.boardcheck.check import JetsonTensorRT, engine_list, run_board_check  # noqa: E402
 from jetforge.deploy.bundle import open_bundle, verify_bundle  # noqa: E402
 from jetforge.deploy.bundle_samples import read_samples  # noqa: E402
 from jetforge.runtime.tensorrt.engine_cache import EngineCache  # noqa: E402

@@ -13,8 +13,8 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import numpy_helper  # noqa: E402
 
-from jetforge.calibrate.qdq import insert_qdq  # noqa: E402
-from jetforge.calibrate.qdq_translate import translate_qdq  # noqa: E402
+from jetforge.calibrate.qdq.export import insert_qdq  # noqa: E402
+from jetforge.calibrate.qdq.translate import translate_qdq  # noqa: E402
 from jetforge.cli.main import main  # noqa: E402
 from jetforge.errors import CalibrationError  # noqa: E402
 from jetforge.runtime.qdq_scales import scale_problem  # noqa: E402

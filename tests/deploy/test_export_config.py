@@ -24,7 +24,7 @@ onnx = pytest.importorskip("onnx")
 
 from jetforge.cli.main import main  # noqa: E402
 from jetforge.deploy.bundle import create_bundle, verify_bundle  # noqa: E402
-from jetforge.deploy.deepstream import nvinfer_preprocess  # noqa: E402
+from jetforge.deploy.deepstream.config import nvinfer_preprocess  # noqa: E402
 from jetforge.deploy.keyfile import read_keyfile  # noqa: E402
 from jetforge.runtime.inputs import Preprocess  # noqa: E402
 
@@ -356,7 +356,7 @@ class FakeTritonPythonBackendUtils(types.ModuleType):
 
 @pytest.mark.slow
 def test_triton_detector_ensemble_runs_the_runtime_postprocess(ssd_bundle, vtest_frames, tmp_path, capsys, monkeypatch):
-    from jetforge.deploy.triton import check_ensemble
+    from jetforge.deploy.triton.config import check_ensemble
     from jetforge.vision.ssd import postprocess, spec_from_sidecar
     from jetforge.runtime.session import open_session
 
@@ -397,7 +397,7 @@ def test_triton_detector_ensemble_runs_the_runtime_postprocess(ssd_bundle, vtest
         assert not arrays["detection_scores"][i, n:].any()  # padding
     assert arrays["detection_boxes"].shape == (2, 100, 4) and arrays["detection_classes"].dtype == np.int32
     # the tensor-flow check catches a body whose output was renamed
-    from jetforge.deploy import triton as tr
+    from jetforge.deploy.triton import config as tr
 
     body = tr.model_config("b", "onnxruntime_onnx", tr.TritonOptions(), [tr.tensor("input", "float32", [3, 300, 300])],
                            [tr.tensor("boxes", "float32", [1917, 4]), tr.tensor("class_logits", "float32", [1917, 2])])

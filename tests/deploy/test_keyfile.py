@@ -10,7 +10,7 @@ import configparser
 
 import pytest
 
-from jetforge.deploy.deepstream_keys import NVINFER_PROPERTY, validate_deepstream_app, validate_nvinfer
+from jetforge.deploy.deepstream.keys import NVINFER_PROPERTY, validate_deepstream_app, validate_nvinfer
 from jetforge.deploy.keyfile import KeyFileError, escape_value, parse_keyfile, read_keyfile, render_keyfile, string_value
 from jetforge.errors import ConfigError
 

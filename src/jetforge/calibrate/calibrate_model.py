@@ -19,7 +19,7 @@ The files of one run are one output set (:mod:`jetforge.calibrate.outputs`, reco
 written beside the previous run's in a hidden staging folder and moved into place together once all are written,
 so a run stopped half-way leaves the previous run's files as they were, never a mix of the two.
 
-:func:`check_cache` (:mod:`jetforge.calibrate.cache_check`, re-exported here) reads an existing cache and
+:func:`check_cache` (:mod:`jetforge.calibrate.cache.check`, re-exported here) reads an existing cache and
 checks its TensorRT version and tensor names.
 """
 
@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from jetforge.calibrate import algorithms
-from jetforge.calibrate.cache import CalibrationCache, parse_trt_version, version_string
-from jetforge.calibrate.cache_check import CacheCheck, check_cache, retarget_path  # noqa: F401  (re-exported)
+from jetforge.calibrate.cache.format import CalibrationCache, parse_trt_version, version_string
+from jetforge.calibrate.cache.check import CacheCheck, check_cache, retarget_path  # noqa: F401  (re-exported)
 from jetforge.calibrate import detection_eval as det_eval
 from jetforge.calibrate import outputs as outputs_mod
 from jetforge.calibrate.outputs import output_paths
-from jetforge.calibrate.clip_calibration import ClipOptions, calibration_inputs, clip_evaluator, clip_lines
-from jetforge.calibrate.clip_sources import TrackerFactory
+from jetforge.calibrate.clips.calibration import ClipOptions, calibration_inputs, clip_evaluator, clip_lines
+from jetforge.calibrate.clips.sources import TrackerFactory
 from jetforge.calibrate.options import CalibrateOptions, resolve_options  # noqa: F401  (CalibrateOptions: public here)
 from jetforge.calibrate.eval_data import evaluation_batches  # noqa: F401  (re-exported: tests, benchmarks)
 from jetforge.calibrate.quality import QualityReport

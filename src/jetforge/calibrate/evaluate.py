@@ -13,7 +13,7 @@ metrics registered in :mod:`jetforge.calibrate.metrics` (``classification`` by d
 * with labels: top-1/top-5 **accuracy** of both, and the drop.
 
 **Which arithmetic.**  By default (``arithmetic="simulated"``) the candidate runs as
-:mod:`jetforge.calibrate.int8sim` rewrites it: TensorRT's documented INT8 arithmetic (symmetric,
+:mod:`jetforge.calibrate.int8sim.simulate` rewrites it: TensorRT's documented INT8 arithmetic (symmetric,
 round half to even, saturation only at Q nodes, exact integer accumulation, INT32 bias), computed
 on float kernels in a way that gives the same numbers on any CPU.  Results carry the label
 :data:`SIMULATED_LABEL`: *simulated INT8 arithmetic (TensorRT rules); TensorRT not run*.
@@ -24,7 +24,7 @@ depend on this CPU (16-bit saturating sums on x86 without VNNI), labelled with t
 simulation is checked and where it can differ from a real TensorRT engine.
 
 Per-layer sensitivity lives in :mod:`jetforge.calibrate.sensitivity`, the Q/DQ graph surgery in
-:mod:`jetforge.calibrate.qdq_surgery`; both are re-exported here.
+:mod:`jetforge.calibrate.qdq.surgery`; both are re-exported here.
 """
 
 import logging
@@ -36,10 +36,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from jetforge.calibrate import ortrun
-from jetforge.calibrate.int8sim import SIMULATED_LABEL
+from jetforge.calibrate.int8sim.simulate import SIMULATED_LABEL
 from jetforge.calibrate.metrics import (CONFIDENCE, METRICS, ClassificationMetric, EvalResult, compare_outputs,
                                         make_metric, softmax)
-from jetforge.calibrate.qdq_surgery import (QuantizedLayer, dequantize_layers, load, only_layers,
+from jetforge.calibrate.qdq.surgery import (QuantizedLayer, dequantize_layers, load, only_layers,
                                             quantized_layers)
 from jetforge.errors import CalibrationError, InputFileError, UnknownNameError
 from jetforge.jsonfile import read_text

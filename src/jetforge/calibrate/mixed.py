@@ -413,7 +413,7 @@ def write_outputs(result: MixedPrecisionResult, json_path: PathLike, qdq_path: O
 
     written = {"json": write_json_atomic(json_path, result.to_dict())}
     if qdq_path is not None and result.model is not None:
-        from jetforge.calibrate.qdq import save_model
+        from jetforge.calibrate.qdq.export import save_model
 
         written["qdq"] = save_model(result.model, qdq_path)
     if layers_path is not None:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from jetforge.calibrate.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
-from jetforge.calibrate.cache import ALGORITHM_TOKENS, DEFAULT_TOKEN, stamp_version
+from jetforge.calibrate.cache.format import ALGORITHM_TOKENS, DEFAULT_TOKEN, stamp_version
 from jetforge.calibrate.quality import RECOMMENDED_SAMPLES
 from jetforge.calibrate.sources import SAMPLINGS
 from jetforge.config import Bound, check_bounds, load_config
@@ -100,7 +100,7 @@ class ClipSettings:
     max_per_track: Optional[int] = None
 
     def __post_init__(self) -> None:
-        from jetforge.calibrate.clip_sources import CLIP_MODES
+        from jetforge.calibrate.clips.sources import CLIP_MODES
 
         if self.mode is not None and self.mode not in CLIP_MODES:
             raise UnknownNameError("clip mode", self.mode, CLIP_MODES)
@@ -120,11 +120,11 @@ class ClipSettings:
         return self.mode is not None or self.stride is not None
 
     def runtime(self, tracker: Any = None) -> Any:
-        """The :class:`~jetforge.calibrate.clip_calibration.ClipOptions` of a run (None when nothing was given),
+        """The :class:`~jetforge.calibrate.clips.calibration.ClipOptions` of a run (None when nothing was given),
         with ``tracker``, the per-track tracker factory."""
         if not self.given:
             return None
-        from jetforge.calibrate.clip_calibration import ClipOptions
+        from jetforge.calibrate.clips.calibration import ClipOptions
 
         return ClipOptions(mode=self.mode or "sliding", stride=self.stride, max_per_track=self.max_per_track,
                            tracker=tracker)

@@ -1,7 +1,7 @@
 """How INT8 evaluation runs a model, for each kind of arithmetic (sessions through ``open_session``).
 
 * ``"simulated"`` (the default for every INT8 number jetforge prints): the Q/DQ model rewritten by
-  :func:`jetforge.calibrate.int8sim.simulation_model` and run with ``ORT_DISABLE_ALL``, so no Q/DQ
+  :func:`jetforge.calibrate.int8sim.simulate.simulation_model` and run with ``ORT_DISABLE_ALL``, so no Q/DQ
   pair is fused into an integer kernel and the numbers follow TensorRT's rules on any CPU;
 * ``"ort-int8"``: the Q/DQ model as it is with ``ORT_ENABLE_ALL``: ONNX Runtime fuses Q/DQ into its
   own INT8 kernels (QLinearConv, QGemm, ...), whose results depend on the CPU (see
@@ -44,7 +44,7 @@ def prepare(model, arithmetic: str = "simulated"):
         raise UnknownNameError("INT8 arithmetic", arithmetic, ARITHMETICS)
     model = _load(model)
     if arithmetic == "simulated":
-        from jetforge.calibrate.int8sim import simulation_model
+        from jetforge.calibrate.int8sim.simulate import simulation_model
 
         return simulation_model(model)
     return model

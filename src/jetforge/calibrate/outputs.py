@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-from jetforge.calibrate.cache import version_string
+from jetforge.calibrate.cache.format import version_string
 from jetforge.calibrate.stats import ActivationStats
 from jetforge.errors import CalibrationError
 from jetforge.fileio import PathLike
@@ -129,7 +129,7 @@ def write_mixed_sidecar(path: Path, sidecar: Any, model_file: Path, mp: Any) -> 
 
 def write_qdq(model: Any, amax: Dict[str, float], path: Path, model_file: Path, sidecar: Any, algorithm: str,
               version: Any) -> Dict[str, object]:
-    from jetforge.calibrate.qdq import QdqSummary, describe_qdq, insert_qdq, save_model
+    from jetforge.calibrate.qdq.export import QdqSummary, describe_qdq, insert_qdq, save_model
     from jetforge.runtime.sidecar import ModelSidecar, produced_by, write_sidecar
 
     summary = QdqSummary()

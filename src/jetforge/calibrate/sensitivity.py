@@ -9,7 +9,7 @@ INT8 hurts them, by either method:
 * ``"kl"`` -- quantize one layer at a time (every other layer FP32) and measure the mean KL and
   agreement of the network output on a subset of the samples.
 
-Both run the simulated arithmetic of :mod:`jetforge.calibrate.int8sim` by default, so the ranking is
+Both run the simulated arithmetic of :mod:`jetforge.calibrate.int8sim.simulate` by default, so the ranking is
 the same on any CPU; ``arithmetic="ort-int8"`` ranks with ONNX Runtime's INT8 kernels instead.
 """
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 import numpy as np
 
 from jetforge.calibrate.metrics import _r
-from jetforge.calibrate.qdq_surgery import (QuantizedLayer, _layer_name, _onnx, _producers, load, only_layers,
+from jetforge.calibrate.qdq.surgery import (QuantizedLayer, _layer_name, _onnx, _producers, load, only_layers,
                                             quantized_layers)
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,4 +1,4 @@
-"""``jetforge board-check BUNDLE``: the acceptance run on a Jetson (see :mod:`jetforge.deploy.boardcheck`)."""
+"""``jetforge board-check BUNDLE``: the acceptance run on a Jetson (see :mod:`jetforge.deploy.boardcheck.check`)."""
 
 import argparse
 
@@ -32,7 +32,7 @@ class BoardCheckCommand(Command):
         add_json_flag(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from jetforge.deploy.boardcheck import run_board_check
+        from jetforge.deploy.boardcheck.check import run_board_check
         from jetforge.deploy.onboard import EXIT_NO_TENSORRT
         from jetforge.errors import ConfigError
 

@@ -110,7 +110,7 @@ class CalibrateCommand(Command):
     def _check_cache(self, args: argparse.Namespace, model) -> int:
         from jetforge.calibrate.calibrate_model import check_cache
 
-        from jetforge.calibrate.cache import stamp_version
+        from jetforge.calibrate.cache.format import stamp_version
 
         if args.tensorrt is not None:
             stamp_version(args.tensorrt)  # a release of the JetPack table, also to compare against
@@ -256,7 +256,7 @@ def _add_clip_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("clip models (sidecar input kind clip)", "--data/--eval take videos, or "
                                   "VIDEO@START:STOP frame ranges; a video given to both is split: calibration on "
                                   "its first half, evaluation after a guard of one clip")
-    from jetforge.calibrate.clip_sources import CLIP_MODES
+    from jetforge.calibrate.clips.sources import CLIP_MODES
 
     g.add_argument("--clips", choices=CLIP_MODES, default=None,
                    help="how clips are cut (key clips.mode; default sliding): sliding = windows over the whole "

@@ -83,7 +83,7 @@ class ExportConfigCommand(Command):
         from jetforge.deploy.export_config import export_deepstream, export_triton
 
         if args.kind == "deepstream":
-            from jetforge.deploy.deepstream import DeepStreamOptions
+            from jetforge.deploy.deepstream.config import DeepStreamOptions
 
             sources = len(args.source) or args.sources
             opts = DeepStreamOptions(precision=args.precision, dla_core=args.dla_core,
@@ -99,7 +99,7 @@ class ExportConfigCommand(Command):
             result = export_deepstream(args.bundle, args.out, opts, normalize_in_model=args.normalize_in_model,
                                        check_images=images, force=args.force)
         else:
-            from jetforge.deploy.triton import TritonOptions
+            from jetforge.deploy.triton.config import TritonOptions
 
             opts_t = TritonOptions(platform=args.platform, max_batch_size=args.max_batch,
                                    preferred_batch_sizes=args.preferred_batch, max_queue_delay_us=args.max_queue_delay_us,

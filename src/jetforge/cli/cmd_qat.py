@@ -60,7 +60,7 @@ class QatCommand(Command):
 
 def _translate(args: argparse.Namespace) -> int:
     """``--translate QDQ.onnx``: plain ONNX + cache with the trained scales + FP16 layer list for DLA."""
-    from jetforge.calibrate.qdq_translate import translate_file
+    from jetforge.calibrate.qdq.translate import translate_file
 
     res, paths = translate_file(args.translate, args.out, trt_version=args.tensorrt)
     data = res.to_dict()

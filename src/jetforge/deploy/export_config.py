@@ -22,9 +22,9 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from jetforge.deploy import deepstream as ds
+from jetforge.deploy.deepstream import config as ds
 from jetforge.deploy import generated_names as gn
-from jetforge.deploy import triton as tr
+from jetforge.deploy.triton import config as tr
 from jetforge.errors import ConfigError
 from jetforge.fileio import PathLike, replace_dir, staging_dir
 from jetforge.runtime.inputs import input_contract
@@ -126,7 +126,7 @@ def _calibration(bundle: Any, tensorrt: Optional[str]) -> Optional[Dict[str, Any
 def export_deepstream(bundle_path: PathLike, out: PathLike, opts: ds.DeepStreamOptions,
                       normalize_in_model: bool = False, check_images: Sequence[np.ndarray] = (),
                       force: bool = False) -> Dict[str, Any]:
-    """Write the DeepStream folder (see :mod:`jetforge.deploy.deepstream`); returns the summary."""
+    """Write the DeepStream folder (see :mod:`jetforge.deploy.deepstream.config`); returns the summary."""
     from jetforge.deploy.bundle_samples import sample_crops
 
     bundle, sidecar = _bundle(bundle_path)
@@ -247,7 +247,7 @@ def _normalize(source: Path, dst: Path, sidecar: Any, images: Sequence[np.ndarra
 
 def _write_parsers(staging: Path, sidecar: Any, model: Path) -> Any:
     """The C++ parsers the model needs (SSD decoder; softmax for a classifier ending in logits) and their Makefile."""
-    from jetforge.deploy import deepstream_parsers as dp
+    from jetforge.deploy.deepstream import parsers as dp
 
     ssd_source = softmax_source = None
     ssd = None
@@ -293,7 +293,7 @@ def _write_summary(staging: Path, summary: Dict[str, Any]) -> None:
 # Triton
 # ------------------------------------------------------------------------------------------------
 def export_triton(bundle_path: PathLike, out: PathLike, opts: tr.TritonOptions, force: bool = False) -> Dict[str, Any]:
-    """Write the Triton model repository (see :mod:`jetforge.deploy.triton`); returns the summary."""
+    """Write the Triton model repository (see :mod:`jetforge.deploy.triton.config`); returns the summary."""
     opts.check()
     bundle, sidecar = _bundle(bundle_path)
     name = _check_triton_names(opts, sidecar, bundle.manifest.name)
@@ -338,7 +338,7 @@ def export_triton(bundle_path: PathLike, out: PathLike, opts: tr.TritonOptions, 
 
 def _detector_models(staging: Path, name: str, opts: tr.TritonOptions, sidecar: Any,
                      body: Dict[str, Any]) -> List[Dict[str, Any]]:
-    from jetforge.deploy import triton_ssd_model
+    from jetforge.deploy.triton import ssd_model as triton_ssd_model
     from jetforge.vision.ssd import spec_from_sidecar
 
     spec = spec_from_sidecar(sidecar)

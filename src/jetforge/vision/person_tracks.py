@@ -6,7 +6,7 @@ every decoded frame in order), for the code below the apps that needs them:
 
 * :func:`person_tracks` -- one tracker over one video, as a function of each decoded frame; a
   :func:`person_tracker_factory` makes one per video for per-track clip calibration
-  (:mod:`jetforge.calibrate.clip_sources`);
+  (:mod:`jetforge.calibrate.clips.sources`);
 * :func:`track_video` -- every frame of a video file with the confirmed tracks seen on it: the action recipe's
   track cache (:mod:`jetforge.compress.action.track_clips`).
 

@@ -18,7 +18,7 @@ def reference_samples(model: Path, source: str, count: int, qdq: Optional[Path] 
     """The (npz, json) payload for :func:`jetforge.deploy.bundle.create_bundle`'s ``samples``."""
     from jetforge.deploy.bundle_samples import BundleSamples, MAX_SAMPLES, SamplesError, samples_payload
     from jetforge.calibrate import ortrun
-    from jetforge.calibrate.int8sim import SIMULATED_LABEL
+    from jetforge.calibrate.int8sim.simulate import SIMULATED_LABEL
     from jetforge.calibrate.sources import collect_sources
     from jetforge.runtime.inputs import input_contract
     from jetforge.runtime.sidecar import read_sidecar
@@ -57,7 +57,7 @@ def _int8_model(model: Path, qdq: Optional[Path], calib: Sequence[str]) -> Tuple
         return None, ""
     import onnx
 
-    from jetforge.calibrate.qdq import insert_qdq
+    from jetforge.calibrate.qdq.export import insert_qdq
     from jetforge.runtime.tensorrt.calib_cache import read_calibration_cache_file
 
     cache = read_calibration_cache_file(calib[0])

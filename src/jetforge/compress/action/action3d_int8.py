@@ -43,8 +43,8 @@ def int8_ptq(path: Path, recipe: Any, tracks: Mapping[int, Mapping[int, Any]], e
     """Calibrate ``path`` from per-track clips of the training frames ``[0, recipe.train_end)`` of ``video`` (default:
     the vtest.avi asset) along ``tracks`` ({track: {frame: box}}), evaluate the Q/DQ model on the held-out clips."""
     from jetforge.calibrate.calibrate_model import calibrate
-    from jetforge.calibrate.clip_calibration import ClipOptions
-    from jetforge.calibrate.clip_sources import replay_tracks
+    from jetforge.calibrate.clips.calibration import ClipOptions
+    from jetforge.calibrate.clips.sources import replay_tracks
 
     if video is None:
         from jetforge.assets import asset_path

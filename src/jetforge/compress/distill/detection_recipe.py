@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from jetforge.compress.distill.detection_crossgrid import CrossGridConfig
-from jetforge.compress.distill.detection_train import TrainConfig, ViewConfig
+from jetforge.compress.distill.detection_train import DetectorTrainConfig, ViewConfig
 from jetforge.errors import ConfigError
 from jetforge.fileio import atomic_output, sha256_file, write_json_atomic
 
@@ -78,7 +78,7 @@ class DetectorDistillConfig:
     data: FramesConfig = field(default_factory=FramesConfig)
     student: StudentConfig = field(default_factory=StudentConfig)
     views: ViewConfig = field(default_factory=ViewConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    train: DetectorTrainConfig = field(default_factory=DetectorTrainConfig)
     cross_grid: CrossGridConfig = field(default_factory=CrossGridConfig)  # used when the input sizes differ
     device: str = "auto"
     export_onnx: bool = True

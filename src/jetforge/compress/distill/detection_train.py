@@ -181,7 +181,7 @@ def teacher_targets(box_encodings: torch.Tensor, class_logits: torch.Tensor) -> 
 
 
 @dataclass
-class TrainConfig:
+class DetectorTrainConfig:
     """The optimisation (the recipe's ``train`` block)."""
 
     steps: int = 3000
@@ -205,7 +205,7 @@ class TrainConfig:
                              "at least 2, or train.freeze_bn: true")
 
 
-def learning_rate(progress: float, cfg: TrainConfig) -> float:
+def learning_rate(progress: float, cfg: DetectorTrainConfig) -> float:
     """Linear warm-up over ``cfg.warmup`` steps' worth of ``progress`` (0 -> 1), then cosine to ``min_lr``."""
     warm = cfg.warmup / cfg.steps
     if progress < warm:
@@ -214,7 +214,7 @@ def learning_rate(progress: float, cfg: TrainConfig) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1.0 + math.cos(math.pi * min(1.0, done)))
 
 
-def training_progress(step: int, elapsed_s: float, cfg: TrainConfig) -> float:
+def training_progress(step: int, elapsed_s: float, cfg: DetectorTrainConfig) -> float:
     """How far the schedule is: steps done, or time spent when a time budget is nearer its end."""
     progress = step / cfg.steps
     if cfg.budget_s:
@@ -223,7 +223,7 @@ def training_progress(step: int, elapsed_s: float, cfg: TrainConfig) -> float:
 
 
 def distill_detector(student: nn.Module, teacher: nn.Module, bank: FrameBank, views: ViewConfig,
-                     cfg: TrainConfig, on_log: Optional[Callable[[Dict[str, float]], None]] = None,
+                     cfg: DetectorTrainConfig, on_log: Optional[Callable[[Dict[str, float]], None]] = None,
                      cross_grid: Optional[Any] = None) -> Dict[str, Any]:
     """Train ``student`` (in place) to reproduce ``teacher`` on random views of ``bank``; returns the history.
 
@@ -347,5 +347,5 @@ def distill_loss_on(student: nn.Module, teacher: nn.Module, inputs: torch.Tensor
     return float(loss)
 
 
-__all__ = ["FrameBank", "TrainConfig", "ViewConfig", "distill_detector", "distill_loss_on", "frame_bank_from_labels",
+__all__ = ["FrameBank", "DetectorTrainConfig", "ViewConfig", "distill_detector", "distill_loss_on", "frame_bank_from_labels",
            "learning_rate", "teacher_targets", "training_progress"]

@@ -117,7 +117,7 @@ def load_pretrained(name: str, weights: PathLike, verify_hash: bool = True) -> A
     return model.eval()
 
 
-#: The recipes' own architectures (:data:`jetforge.compress.train.models.ARCHS`), named here without torch.
+#: The recipes' own architectures (:data:`jetforge.compress.models.fashion.ARCHS`), named here without torch.
 RECIPE_ARCHS = ("fashion_cnn", "fashion_mobilenet_v2")
 
 
@@ -177,7 +177,7 @@ def check_architecture_name(name: str) -> None:
 
 def architecture_names() -> List[str]:
     """Every name :func:`build_architecture` accepts: jetforge's models, then torchvision's (if installed)."""
-    from jetforge.compress.train.models import ARCHS
+    from jetforge.compress.models.fashion import ARCHS
 
     names = list(PRETRAINED) + list(ARCHS)
     try:
@@ -195,7 +195,7 @@ def build_architecture(name: str, num_classes: Optional[int] = None) -> Any:
     Nothing is downloaded: torchvision builders get ``weights=None`` and, where they take one,
     ``weights_backbone=None`` (detection models otherwise fetch an ImageNet backbone).
     """
-    from jetforge.compress.train.models import ARCHS
+    from jetforge.compress.models.fashion import ARCHS
 
     kwargs: Dict[str, Any] = {} if num_classes is None else {"num_classes": int(num_classes)}
     if name in PRETRAINED:

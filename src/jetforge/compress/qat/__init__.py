@@ -4,7 +4,7 @@
 >>> qmodel = prepare_qat(model)                       # fold BN, quantize Conv2d/3d/Linear inputs+weights, adds
 >>> calibrate_qat(qmodel, calib_loader, "entropy")    # initial activation ranges (jetforge.calibrate.algorithms)
 >>> ... train qmodel ...                              # or qat(QatConfig) for the whole recipe
->>> export_qdq_onnx(qmodel, "model.qdq.onnx")         # then jetforge.calibrate.qdq_translate for DLA
+>>> export_qdq_onnx(qmodel, "model.qdq.onnx")         # then jetforge.calibrate.qdq.translate for DLA
 """
 
 from jetforge.compress.qat.train_quantized import ExportConfig, QatConfig, QatOptions, QatResult, qat

@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
-from jetforge.calibrate.int8sim import SIMULATED_LABEL
+from jetforge.calibrate.int8sim.simulate import SIMULATED_LABEL
 from jetforge.compress.distill.distill_model import LossConfig, _preprocess
 from jetforge.compress.distill.losses import DistillModule
 from jetforge.compress.qat.export import export_qdq_onnx, onnx_accuracy, ort_kernels, qdq_for_ort
@@ -196,7 +196,7 @@ def _qat(cfg, model, teacher, train_set, val_set, ctx, calib_batches=None, expor
         torch.save(cpu.state_dict(), str(out / "qat_state.pt"))
         res.files["qat_state"] = str(out / "qat_state.pt")
         if cfg.export.dla:
-            from jetforge.calibrate.qdq_translate import translate_file
+            from jetforge.calibrate.qdq.translate import translate_file
 
             tr, paths = translate_file(qdq_path, out, trt_version=cfg.export.trt_version)
             res.translation = {"trained_scales": len(tr.trained), "fp16_layers": tr.fp16_layers,

@@ -1,6 +1,6 @@
 """Recipe blocks shared by ``jetforge distill`` and ``jetforge qat``: data, models, the run folder.
 
-A model block names an architecture (:mod:`jetforge.compress.train.models`) and optionally a
+A model block names an architecture (:mod:`jetforge.compress.models.fashion`) and optionally a
 checkpoint (a jetforge ``last.pt``/``best.pt``/``student.pt`` or a plain state dict, read
 weights-only: a checkpoint holding other pickled objects is refused unless the block says
 ``trust_pickle: true``, for files you made yourself) and pruning:
@@ -19,7 +19,7 @@ from torch import nn
 
 from jetforge.compress.data import CLASSES, fashion_mnist
 from jetforge.compress.train.loop import model_state_from
-from jetforge.compress.train.models import build_model
+from jetforge.compress.models.fashion import build_model
 from jetforge.errors import ModelError, UnknownNameError
 from jetforge.fileio import PathLike, write_text_atomic
 

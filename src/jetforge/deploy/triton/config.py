@@ -11,7 +11,7 @@ Layout written (``NAME`` is the model's name)::
 
 For the SSD detector the repository is an ensemble (Triton's ``ensemble`` platform): ``NAME_body`` (the
 network) feeds ``NAME_postprocess`` (a Python-backend model, ``model.py`` =
-:mod:`jetforge.deploy.triton_ssd_model`, that decodes and runs NMS with
+:mod:`jetforge.deploy.triton.ssd_model`, that decodes and runs NMS with
 :func:`jetforge.vision.ssd.postprocess`), and ``NAME`` exposes ``input`` and the padded
 detections.  ``config.pbtxt`` is protobuf text format; :func:`to_pbtxt` writes it from plain
 dicts, and the tests parse every file with Triton's own ``model_config.proto`` (from the

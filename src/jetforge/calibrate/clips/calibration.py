@@ -5,7 +5,7 @@ ONNX, report, plots, simulated-INT8 evaluation -- and asks this module only *wha
 
 * an image model (sidecar input kind ``image``): sampled frames and images, prepared by its image contract
   (:mod:`jetforge.calibrate.sources`);
-* a clip model (input kind ``clip``): clips cut by :mod:`jetforge.calibrate.clip_sources` (sliding windows per
+* a clip model (input kind ``clip``): clips cut by :mod:`jetforge.calibrate.clips.sources` (sliding windows per
   video, or per track), already the model's input, so the statistics pass stacks them into batches as the action
   app does.  The data-quality checks and perceptual hashes run on each clip's middle-frame crop.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from jetforge.calibrate import phash
-from jetforge.calibrate.clip_sources import (CLIP_MODES, PREPARED_CLIPS, ClipQualityTracker, ClipSample, ClipVideo,
+from jetforge.calibrate.clips.sources import (CLIP_MODES, PREPARED_CLIPS, ClipQualityTracker, ClipSample, ClipVideo,
                                              TrackerFactory, clip_bytes, clip_name, clip_overlap,
                                              collect_clip_sources, open_clip_videos, split_shared_videos)
 from jetforge.calibrate.eval_data import ALL, EVAL_MEMORY_BYTES, EvaluationSet, evaluation_set, how_many
@@ -39,12 +39,12 @@ CLIP_METRICS = ("classification", "clip_accuracy")
 
 @dataclass
 class ClipOptions:
-    """How clips are cut for a clip model (see :mod:`jetforge.calibrate.clip_sources`).
+    """How clips are cut for a clip model (see :mod:`jetforge.calibrate.clips.sources`).
 
     ``mode``: ``sliding`` or ``per-track``; ``stride``: sampled frames between windows (default: the contract's
     ``stride_trained``, else one window); ``tracker``: the per-track tracker factory (the action app's tracks:
     :func:`jetforge.vision.person_tracks.person_tracker_factory` over a person detector; or
-    :func:`~jetforge.calibrate.clip_sources.replay_tracks`); ``max_per_track``: cap on one track's clips; ``split``:
+    :func:`~jetforge.calibrate.clips.sources.replay_tracks`); ``max_per_track``: cap on one track's clips; ``split``:
     the fraction of a shared video that goes to calibration.
     """
 

@@ -37,8 +37,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from jetforge.calibrate.int8sim_pool import SIM_SUFFIX, float64_average_pool, float64_reduction
-from jetforge.calibrate.qdq_surgery import unique_name
+from jetforge.calibrate.int8sim.pool import SIM_SUFFIX, float64_average_pool, float64_reduction
+from jetforge.calibrate.qdq.surgery import unique_name
 from jetforge.errors import ModelError
 from jetforge.optional import require
 

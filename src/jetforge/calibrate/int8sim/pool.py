@@ -1,4 +1,4 @@
-"""Float reductions between quantize points for the simulated INT8 evaluator (:mod:`jetforge.calibrate.int8sim`).
+"""Float reductions between quantize points for the simulated INT8 evaluator (:mod:`jetforge.calibrate.int8sim.simulate`).
 
 Global average pooling, ReduceMean/ReduceSum and non-overlapping AveragePool (2D and 3D) run as
 ``Cast(float64) -> reduce -> Cast(float32)``: one rounding to float32 at the end, so the summation order of

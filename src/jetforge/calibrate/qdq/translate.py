@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from jetforge.calibrate.cache import DEFAULT_TOKEN, INT8_BOUND, CalibrationCache, float32, stamp_version
+from jetforge.calibrate.cache.format import DEFAULT_TOKEN, INT8_BOUND, CalibrationCache, float32, stamp_version
 from jetforge.errors import CalibrationError, JetforgeError, ModelError
 from jetforge.fileio import PathLike, atomic_output, check_not_input, write_json_atomic, write_text_atomic
 from jetforge.optional import require
@@ -362,7 +362,7 @@ def _write_plain_sidecar(qdq_sidecar: Any, plain_path: Path, cache_name: str) ->
 
     plain = ModelSidecar.from_dict(qdq_sidecar.to_dict())
     plain.extra = dict(plain.extra, precision="fp32", int8_cache=cache_name)
-    plain.produced_by = dict(plain.produced_by, translated="Q/DQ removed by jetforge.calibrate.qdq_translate")
+    plain.produced_by = dict(plain.produced_by, translated="Q/DQ removed by jetforge.calibrate.qdq.translate")
     write_sidecar(plain_path, plain)
 
 

@@ -24,8 +24,8 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from jetforge.calibrate.cache import INT8_BOUND
-from jetforge.calibrate.qdq_surgery import unique_name
+from jetforge.calibrate.cache.format import INT8_BOUND
+from jetforge.calibrate.qdq.surgery import unique_name
 from jetforge.errors import CalibrationError, ModelError
 from jetforge.fileio import PathLike, atomic_output
 from jetforge.optional import require

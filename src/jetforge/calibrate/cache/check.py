@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional
 
-from jetforge.calibrate.cache import (CacheValidation, CalibrationCache, parse_trt_version, stamp_version,
+from jetforge.calibrate.cache.format import (CacheValidation, CalibrationCache, parse_trt_version, stamp_version,
                                       version_string)
 from jetforge.calibrate.outputs import names_a_folder
 from jetforge.calibrate.stats import activation_tensors, load_model

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from jetforge.deploy import boardcheck_compare as cmp
+from jetforge.deploy.boardcheck import compare as cmp
 from jetforge.fileio import PathLike, write_json_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
