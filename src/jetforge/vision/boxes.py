@@ -98,14 +98,18 @@ def suppresses(first: Corners, others: Corners, threshold: float, overlap: str =
 
 
 def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_threshold: Optional[float] = None,
-        max_output: Optional[int] = None, overlap: str = "iou") -> np.ndarray:
+        max_output: Optional[int] = None, overlap: str = "iou", classes: Optional[np.ndarray] = None) -> np.ndarray:
     """Indices kept by greedy NMS, best first (module docstring for the two ``overlap`` rules).
 
     ``score_threshold``: only scores above it take part (None: every box); ``max_output``: at most this many kept
-    (None: no limit).  Computed in float32, as TensorFlow's kernel does.
+    (None: no limit).  Computed in float32, as TensorFlow's kernel does.  ``classes`` (one integer per box): class-aware
+    NMS, a box suppresses only boxes of its own class (``torchvision.ops.batched_nms``); the classes' kept boxes are
+    merged by score (equal scores: lower index first) before ``max_output`` applies.
     """
     if overlap not in OVERLAPS:
         raise ConfigError("unknown NMS overlap %r" % (overlap,), hint="use %s" % " or ".join(OVERLAPS))
+    if classes is not None:
+        return _nms_per_class(boxes, scores, iou_threshold, score_threshold, max_output, overlap, classes)
     scores = np.asarray(scores)
     candidates = (np.arange(len(scores)) if score_threshold is None
                   else np.flatnonzero(scores > score_threshold))
@@ -121,6 +125,21 @@ def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_thres
     if len(order) <= NMS_TABLE_MAX:
         return _nms_table(order, corners, iou_threshold, limit, overlap)
     return _nms_rounds(order, corners, iou_threshold, limit, overlap)
+
+
+def _nms_per_class(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_threshold: Optional[float],
+                   max_output: Optional[int], overlap: str, classes: np.ndarray) -> np.ndarray:
+    """Greedy NMS within each class, the survivors merged by score (the ``classes`` option of :func:`nms`)."""
+    labels = np.asarray(classes).reshape(-1)
+    scores = np.asarray(scores)
+    if len(labels) != len(scores):
+        raise ConfigError("class-aware NMS got %d classes for %d boxes" % (len(labels), len(scores)))
+    boxes = np.asarray(boxes).reshape(-1, 4)
+    kept = [np.flatnonzero(labels == c)[nms(boxes[labels == c], scores[labels == c], iou_threshold, score_threshold,
+                                             max_output, overlap)] for c in np.unique(labels)]
+    keep = np.concatenate(kept) if kept else np.zeros(0, np.int64)
+    keep = keep[np.lexsort((keep, -scores[keep].astype(np.float64)))]
+    return keep[:max_output].astype(np.int64) if max_output is not None else keep.astype(np.int64)
 
 
 def _nms_table(order: np.ndarray, corners: Corners, threshold: float, max_output: int, overlap: str) -> np.ndarray:

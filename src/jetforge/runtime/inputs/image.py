@@ -93,10 +93,11 @@ class Preprocess(InputContract):
         h, w = image_hw
         if self.resize == "stretch":
             return ResizePlan(self.width / w, self.height / h, 0.0, 0.0, (self.width, self.height))
-        if self.resize == "letterbox":
+        if self.resize == "letterbox":  # the inverse is of what resize_crop does: the frame resized to (nw, nh) and
+            # pasted at whole pixels (an odd padding puts the extra pixel right/below, as YOLO's letterbox does)
             s = min(self.width / w, self.height / h)
             nw, nh = max(1, int(round(w * s))), max(1, int(round(h * s)))
-            return ResizePlan(s, s, (self.width - nw) / 2.0, (self.height - nh) / 2.0, (nw, nh))
+            return ResizePlan(nw / w, nh / h, float((self.width - nw) // 2), float((self.height - nh) // 2), (nw, nh))
         target_short = min(self.height, self.width) / self.crop_fraction
         s = target_short / min(h, w)
         nw, nh = max(self.width, int(round(w * s))), max(self.height, int(round(h * s)))

@@ -1,0 +1,114 @@
+"""The YOLO output layouts: v5-style ``[N, A, 5 + C]`` (with objectness) and v8/v11-style ``[N, 4 + C, A]``.
+
+Both are one output tensor with a row of numbers per candidate box, the box as centre x, centre y, width, height
+in model-input pixels (the letterboxed image the model saw), the scores already through their sigmoid:
+
+* **v5** (YOLOv5's ONNX export, ``(1, 25200, 85)`` for 640x640 COCO): per candidate ``cx, cy, w, h, objectness,
+  C class probabilities``; a class's score is ``objectness * class probability``;
+* **v8/v11** (``(1, 84, 8400)`` for 640x640 COCO): per *column* ``cx, cy, w, h, C class probabilities``, no
+  objectness; a class's score is its probability.
+
+Each candidate keeps its best class (single-label, as the detectors' own ``predict`` does by default), then the
+shared thresholds and class-aware NMS of :mod:`jetforge.vision.decode.base` apply.  The layouts are read from their
+published description only; no code of the projects that define them is used.
+"""
+
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+
+from jetforge.errors import ModelError
+from jetforge.vision.decode.base import DECODERS, Candidates, OutputDecoder, cxcywh_to_xyxy, static_dim
+
+
+def _one_rank3(shapes: Sequence[Sequence[Any]]) -> Optional[str]:
+    if len(shapes) != 1:
+        return "needs one output, the model has %d" % len(shapes)
+    if len(shapes[0]) != 3:
+        return "needs a rank-3 output, got rank %d" % len(shapes[0])
+    return None
+
+
+def _best_class(scores: np.ndarray) -> Candidates:
+    classes = np.argmax(scores, axis=1).astype(np.int64)
+    return np.zeros((0, 4), np.float32), scores[np.arange(len(scores)), classes].astype(np.float32), classes
+
+
+@DECODERS.register("yolov5", summary="[N, A, 5+C]: cx, cy, w, h (input pixels), objectness, class probabilities")
+class YoloV5Decoder(OutputDecoder):
+    """YOLOv5-style rows ``cx, cy, w, h, objectness, C probabilities`` (module docstring)."""
+
+    name = "yolov5"
+    layout = "one output [N, A, 5 + C] (cx, cy, w, h, objectness, C class probabilities per row)"
+
+    @classmethod
+    def check_shapes(cls, shapes, num_labels):
+        why = _one_rank3(shapes)
+        if why:
+            return why
+        rows, width = static_dim(shapes[0][1]), static_dim(shapes[0][2])
+        if width is not None and width < 6:
+            return "the last axis must be 5 + C (at least 6), got %s" % (shapes[0][2],)
+        if width is None:  # dynamic: the outputs are checked when they come
+            return None
+        if num_labels is not None and width != 5 + num_labels:
+            return "the last axis is %d, not 5 + %d classes" % (width, num_labels)
+        if rows is not None and rows < width:
+            return "fewer candidate rows (%d) than numbers per row (%d): a [N, 4 + C, A] layout?" % (rows, width)
+        return None
+
+    def candidates(self, outputs: Sequence[np.ndarray]) -> List[Candidates]:
+        out = outputs[0]
+        if out.ndim != 3 or out.shape[2] < 6:
+            raise ModelError("yolov5 needs %s, got shape %s" % (self.layout, out.shape),
+                             hint="choose the decoder of the model's layout (--decoder)")
+        self.check_classes(out.shape[2] - 5)
+        self.check_finite(out[..., :4], "box numbers")
+        self.check_scores(out[..., 4:], "scores")
+        found = []
+        for rows in out.astype(np.float32, copy=False):
+            _, score, classes = _best_class(rows[:, 5:] * rows[:, 4:5])
+            found.append((cxcywh_to_xyxy(rows[:, :4]), score, classes))
+        return found
+
+
+@DECODERS.register("yolov8", summary="[N, 4+C, A]: cx, cy, w, h (input pixels), class probabilities; YOLOv8/v11")
+class YoloV8Decoder(OutputDecoder):
+    """YOLOv8/v11-style columns ``cx, cy, w, h, C probabilities``, no objectness (module docstring)."""
+
+    name = "yolov8"
+    layout = "one output [N, 4 + C, A] (cx, cy, w, h, C class probabilities per column)"
+
+    @classmethod
+    def check_shapes(cls, shapes, num_labels):
+        why = _one_rank3(shapes)
+        if why:
+            return why
+        width, anchors = static_dim(shapes[0][1]), static_dim(shapes[0][2])
+        if width is not None and width < 5:
+            return "axis 1 must be 4 + C (at least 5), got %s" % (shapes[0][1],)
+        if width is None:  # dynamic: the outputs are checked when they come
+            return None
+        if num_labels is not None and width != 4 + num_labels:
+            return "axis 1 is %d, not 4 + %d classes" % (width, num_labels)
+        if anchors is not None and anchors < width:
+            return "fewer candidates (%d) than numbers per candidate (%d): a [N, A, 5 + C] layout?" % (anchors, width)
+        return None
+
+    def candidates(self, outputs: Sequence[np.ndarray]) -> List[Candidates]:
+        out = outputs[0]
+        if out.ndim != 3 or out.shape[1] < 5:
+            raise ModelError("yolov8 needs %s, got shape %s" % (self.layout, out.shape),
+                             hint="choose the decoder of the model's layout (--decoder)")
+        self.check_classes(out.shape[1] - 4)
+        self.check_finite(out[:, :4], "box numbers")
+        self.check_scores(out[:, 4:], "scores")
+        found = []
+        for columns in out.astype(np.float32, copy=False):
+            rows = columns.T
+            _, score, classes = _best_class(rows[:, 4:])
+            found.append((cxcywh_to_xyxy(rows[:, :4]), score, classes))
+        return found
+
+
+__all__ = ["YoloV5Decoder", "YoloV8Decoder"]
