@@ -13,7 +13,9 @@ returned folder and for each model:
 5. writes the result JSON (``results/<device>_<date>_<name>.json``), ``card.json`` from it and
    ``docs/models/NAME.md`` (the card's rendering).
 
-    .venv/bin/python benchmarks/shipped_models/finish.py --device-out FILES_AT [--models ssdlite-person-192 ...]
+    .venv/bin/python benchmarks/shipped_models/finish.py --device-out FILES_AT --commit C [--models NAME,...]
+
+(``--models action-mobilenet3d``: ``finish_action.py``.)
 """
 
 import argparse
@@ -183,6 +185,7 @@ def stage_command(stage: Dict[str, Any]) -> str:
     import re
 
     words = ["python" if w.endswith(("python", "python3")) else w for w in stage["command"]]
+    words = [re.sub(r"^(\w+=)?\S*?/build/shipped_carry/", r"\1build/shipped_carry/", w) for w in words]
     return " ".join(re.sub(r"=\S*?/runs/", "=runs/", w) for w in words if w != "--json")
 
 
@@ -251,31 +254,59 @@ def attach_files(card: Dict[str, Any], folder: Path) -> Dict[str, Any]:
     return card
 
 
-def write_card(card: Dict[str, Any], folder: Path) -> None:
+def write_card(card: Dict[str, Any], folder: Path, docs: Path = DOCS) -> None:
     (folder / CARD).write_text(json.dumps(card, indent=1, sort_keys=True) + "\n")
-    DOCS.mkdir(parents=True, exist_ok=True)
-    (DOCS / ("%s.md" % card["name"])).write_text(render_card(ShippedModel(card["name"], folder, card)))
+    docs.mkdir(parents=True, exist_ok=True)
+    (docs / ("%s.md" % card["name"])).write_text(render_card(ShippedModel(card["name"], folder, card)))
+
+
+def machine() -> Dict[str, Any]:
+    return {"cpu": platform.processor() or platform.machine(), "host": platform.node(),
+            "note": "2-core CPU shared with other jobs; CPU ratios measured side by side in one run"}
+
+
+def ship(result: Dict[str, Any], card_of: Any, shipped_dir: Path, trial: str) -> None:
+    """The result JSON, then the card (from it) and docs/models/NAME.md (``trial``: all of it into that folder)."""
+    out = (Path(trial).resolve() / ("%s.json" % result["name"]) if trial
+           else result_path(__file__, result["name"]).with_suffix(".json"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, sort_keys=True, default=float) + "\n")
+    folder = shipped_dir / result["name"]
+    card = attach_files(card_of(result, str(out.relative_to(ROOT)) if not trial else str(out)), folder)
+    write_card(card, folder, Path(trial) if trial else DOCS)
+    log(render_card(ShippedModel(card["name"], folder, card)))
 
 
 def main(argv: Any = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device-out", required=True, help="the device call's files (runs/, shipped/)")
     p.add_argument("--commit", required=True, help="the commit the device call ran (prepare.json)")
+    p.add_argument("--models", default="ssdlite-person-192", help="comma-separated: ssdlite-person-192, "
+                                                                  "action-mobilenet3d")
+    p.add_argument("--tracks", default=str(ROOT / "build" / "shipped_carry" / "action_tracks"),
+                   help="the person tracks the device call's action stage used (make_on_gpu.py --prepare)")
+    p.add_argument("--trial", default="", metavar="DIR",
+                   help="write the shipped folder, card, docs page and result JSON into DIR instead of the repository "
+                        "(a check of a dry run's output)")
     args = p.parse_args(argv)
     device_out = Path(args.device_out)
-    result = finish_detector(device_out, "ssdlite-person-192", "ssdlite_person_student_192",
-                             "ssdlite-person (the port of the TF Object Detection API's ssdlite_mobilenet_v2 person "
-                             "detector, 300 px)")
-    result["commit"] = args.commit
-    result["machine"] = {"cpu": platform.processor() or platform.machine(), "host": platform.node(),
-                         "note": "2-core CPU shared with other jobs; CPU ratios measured side by side in one run"}
-    out = result_path(__file__, "ssdlite-person-192").with_suffix(".json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, sort_keys=True, default=float) + "\n")
-    folder = SHIPPED_DIR / result["name"]
-    card = attach_files(detector_card(result, str(out.relative_to(ROOT))), folder)
-    write_card(card, folder)
-    log(render_card(ShippedModel(card["name"], folder, card)))
+    shipped_dir = Path(args.trial).resolve() / "shipped" if args.trial else SHIPPED_DIR
+    for name in filter(None, args.models.split(",")):
+        if name == "ssdlite-person-192":
+            result = finish_detector(device_out, name, "ssdlite_person_student_192",
+                                     "ssdlite-person (the port of the TF Object Detection API's ssdlite_mobilenet_v2 "
+                                     "person detector, 300 px)")
+            result.update(commit=args.commit, machine=machine())
+            ship(result, detector_card, shipped_dir, args.trial)
+        elif name == "action-mobilenet3d":
+            from benchmarks.shipped_models.finish_action import action_card, finish_action
+
+            result = finish_action(device_out, Path(args.tracks), estimates, shipped_dir)
+            result.update(commit=args.commit, machine=machine())
+            ship(result, lambda r, f: action_card(r, f, stage_command, CARD_FORMAT, list(NOT_EXECUTED_TRT)),
+                 shipped_dir, args.trial)
+        else:
+            raise SystemExit("--models: unknown model %r (ssdlite-person-192, action-mobilenet3d)" % name)
     return 0
 
 
