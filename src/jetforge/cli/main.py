@@ -47,6 +47,8 @@ COMMANDS.add_lazy("assets", "jetforge.cli.cmd_assets:AssetsCommand",
                   "fetch and verify pretrained weights and sample media")
 COMMANDS.add_lazy("export", "jetforge.cli.cmd_export:ExportCommand",
                   "export a torch model to ONNX with its sidecar (task, labels, preprocessing, tensors, hash)")
+COMMANDS.add_lazy("export-sidecar", "jetforge.cli.cmd_export_sidecar:ExportSidecarCommand",
+                  "write the sidecar of a detector ONNX made elsewhere: output decoder, class names, input contract")
 COMMANDS.add_lazy("prune", "jetforge.cli.cmd_prune:PruneCommand",
                   "structured channel pruning: smaller tensors, replayable plan, report, ONNX export")
 COMMANDS.add_lazy("distill", "jetforge.cli.cmd_distill:DistillCommand",

@@ -41,7 +41,7 @@ def check_layout(name: str, shapes: Shapes, num_labels: Optional[int] = None, mo
     if why is None:
         return
     fits = [n for n in matching_decoders(shapes, num_labels) if n != name]
-    raise ModelError("%s's outputs %s do not fit decoder %s: it %s" % (model, [list(s) for s in shapes], name, why),
+    raise ModelError("%s's outputs %s do not fit decoder %s (%s)" % (model, [list(s) for s in shapes], name, why),
                      hint=("its outputs fit %s: pass --decoder %s" % (", ".join(fits), fits[0])) if fits else
                      "no registered decoder reads these outputs (%s); export the detector with one of their layouts"
                      % ", ".join(DECODERS.names()))
