@@ -209,6 +209,23 @@ def model_input_paths(args: argparse.Namespace) -> List[str]:
     return [p for p in (args.model, getattr(args, "weights", None), getattr(args, "prune_plan", None)) if p]
 
 
+def add_decoder_flag(parser: Any, help: str) -> None:
+    """``--decoder NAME``: a detector's output decoder (:data:`jetforge.vision.decode.DECODERS`), for a model whose
+    sidecar names none or to override it; None unless given."""
+    from jetforge.vision.decode import DECODERS
+
+    _mark(parser.add_argument("--decoder", choices=DECODERS.names(), default=None, metavar="NAME",
+                              help="%s: %s" % (help, ", ".join(DECODERS.names()))), "decoder")
+
+
+def add_classes_flag(parser: Any, help: str) -> None:
+    """``--classes LIST``: class names in the model's index order, read by :func:`jetforge.vision.classes.class_names`
+    (``coco80``, ``coco91``, a file with one name per line, or ``a,b,c``); None unless given."""
+    _mark(parser.add_argument("--classes", default=None, metavar="LIST",
+                              help="%s (coco80, coco91, a file with one name per line, or names like person,car)"
+                                   % help), "classes")
+
+
 def shared_actions(parser: argparse.ArgumentParser) -> List[Tuple[str, argparse.Action]]:
     """Every action of ``parser`` and of its sub-commands' parsers, with the path of sub-command names
     (``"bundle create"``): what the tests walk."""
@@ -225,7 +242,8 @@ def shared_actions(parser: argparse.ArgumentParser) -> List[Tuple[str, argparse.
     return found
 
 
-__all__ = ["SHARED", "TENSORRT_FLAGS", "add_bench_io_flags", "add_config_flags", "add_dla_core_flag", "add_json_flag",
+__all__ = ["SHARED", "TENSORRT_FLAGS", "add_bench_io_flags", "add_classes_flag", "add_config_flags",
+           "add_decoder_flag", "add_dla_core_flag", "add_json_flag",
            "add_model_flags", "add_out_flag", "add_precision_flag", "add_run_length_flags", "add_shape_flag",
            "add_target_flag", "add_tensorrt_flag", "add_threads_flag", "dla_core", "load_model_from_args",
            "model_input_paths", "shape_values", "shared_actions"]
