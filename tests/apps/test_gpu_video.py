@@ -502,8 +502,8 @@ def test_cli_decode_gpu_runs_the_gpu_path_and_agrees_with_the_cpu_path(tmp_path,
     assert "GPU path" in printed and "host frames" in printed
     records = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["path"] == "gpu" and metrics["status"] == "finished" and metrics["frames"] == 20
-    assert metrics["run"]["order_ok"] and metrics["run"]["mean_batch"] > 1.0  # the two streams were batched
+    assert metrics["pipeline"]["path"] == "gpu" and metrics["status"] == "finished" and metrics["frames"] == 20
+    assert metrics["pipeline"]["order_ok"] and metrics["batch"]["mean_size"] > 1.0  # the two streams were batched
     with open_session(mobilenet_onnx) as session:
         task = ClassifyTask(session)
         with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=10) as src:

@@ -58,11 +58,13 @@ def test_overlapped_and_sequential_runs_give_the_same_events_in_order(bikes_clip
     assert ev1 == ev2 and [e[1] for e in ev1] == list(range(25))
     m = threaded.metrics.to_dict()
     assert threaded.stopped == "max frames" and m["frames"] == 25 and m["errors"]["total"] == 0
+    assert m["warmup"]["frames"] == 5  # the default WARMUP_FRAMES: frames 0-4 apart, 5-24 in the statistics
     for stage in ("decode", "preprocess", "infer", "postprocess", "sink"):
         s = m["latency_ms"]["stages"][stage]
-        assert s["count"] == 25 and s["p50_ms"] <= s["p95_ms"] <= s["p99_ms"] <= s["max_ms"], stage
+        assert s["count"] == 20 and s["p50_ms"] <= s["p95_ms"] <= s["p99_ms"] <= s["max_ms"], stage
+        assert m["warmup"]["latency_ms"]["stages"][stage]["count"] == 5, stage
     e2e = m["latency_ms"]["end_to_end"]
-    assert e2e["count"] == 25 and m["latency_ms"]["frame_to_result"]["mean_ms"] <= e2e["mean_ms"]
+    assert e2e["count"] == 20 and m["latency_ms"]["frame_to_result"]["mean_ms"] <= e2e["mean_ms"]
     assert m["fps"] > 0 and m["dropped"]["total"] == 0 and m["memory"]["peak_rss_mib"] > 20
     table = format_metrics(m)
     assert "25 in" in table and "end to end" in table and "p99" in table
@@ -310,7 +312,8 @@ def test_two_infer_workers_keep_frame_order_and_results(bikes_clip, mobilenet_on
     m = result.metrics.to_dict()
     assert result.stopped == "max frames" and m["frames"] == 40 and m["errors"]["total"] == 0
     for stage in ("decode", "preprocess", "infer", "postprocess", "sink"):
-        assert m["latency_ms"]["stages"][stage]["count"] == 40, stage
+        # frames 60..99: none is a warm-up frame (those are the indexes below warmup_frames)
+        assert m["latency_ms"]["stages"][stage]["count"] == 40 and m["warmup"]["frames"] == 0, stage
     assert not [t for t in threading.enumerate() if t.name.startswith("jetforge-")]
 
 

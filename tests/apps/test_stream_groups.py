@@ -216,7 +216,7 @@ def test_gpu_app_runs_over_a_stream_group_from_its_threshold_on(layout, tmp_path
             s.close()
     records = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["status"] == "finished" and metrics["frames"] == 12 and metrics["run"]["order_ok"]
+    assert metrics["status"] == "finished" and metrics["frames"] == 12 and metrics["pipeline"]["order_ok"]
     assert all(("worker process" in s["decoder"]) == (layout == "processes") for s in metrics["sources"])
     top = {(r["stream"], r["frame"]): r["top"][0]["index"] for r in records if "top" in r}
     assert sorted(top) == [(s, i) for s in range(2) for i in range(6)]

@@ -67,12 +67,13 @@ def test_demo_metrics_have_every_figure(demo_run):
     assert metrics["frames"] == 20 and metrics["task"] == "classify" and metrics["status"] == "finished"
     assert metrics["fps"] > 0 and metrics["wall_s"] > 0
     e2e = metrics["latency_ms"]["end_to_end"]
-    assert e2e["count"] == 20 and 0 < e2e["p50_ms"] <= e2e["p95_ms"] <= e2e["p99_ms"] <= e2e["max_ms"]
-    assert metrics["latency_ms"]["frame_to_result"]["count"] == 20
+    assert metrics["warmup"]["frames"] == 5  # WARMUP_FRAMES: reported apart, out of the latency statistics
+    assert e2e["count"] == 15 and 0 < e2e["p50_ms"] <= e2e["p95_ms"] <= e2e["p99_ms"] <= e2e["max_ms"]
+    assert metrics["latency_ms"]["frame_to_result"]["count"] == 15
     assert list(metrics["latency_ms"]["stages"]) == STAGES
     for name in STAGES:
         stage = metrics["latency_ms"]["stages"][name]
-        assert stage["count"] == 20 and stage["mean_ms"] > 0, name
+        assert stage["count"] == 15 and stage["mean_ms"] > 0, name
     assert metrics["memory"]["peak_rss_mib"] > 20 and metrics["memory"]["rss_mib"] > 20
     assert metrics["dropped"]["total"] == 0 and metrics["errors"]["total"] == 0
     backend = metrics["model"]["backend_info"]

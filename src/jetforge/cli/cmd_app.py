@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from jetforge.apps.pipeline import PipelineOptions, format_report, run_app
+from jetforge.apps.pipeline.metrics import WARMUP_FRAMES
 from jetforge.apps.tasks import TASKS, load_app
 from jetforge.apps.tasks.base import App
 from jetforge.apps.video import SourceOptions, open_source, sink_usage, source_usage
@@ -83,6 +84,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, default_out: str) ->
                    help="live sources: reconnect attempts with back-off before giving up (default: 5)")
     p.add_argument("--stall-timeout", metavar="S", type=POSITIVE_NUMBER.argtype, default=30.0,
                    help="live sources: seconds without a frame before the source counts as lost (default: 30)")
+    p.add_argument("--warmup-frames", metavar="N", type=NON_NEGATIVE.argtype, default=WARMUP_FRAMES,
+                   help="each stream's first N frames are left out of the latency statistics and plots and reported "
+                        "apart in metrics.json 'warmup' (they still count in fps; default: %d)" % WARMUP_FRAMES)
     add_json_flag(parser)
 
 
@@ -107,7 +111,7 @@ def run_app_command(app: App, args: argparse.Namespace, out_default: Optional[st
     options = PipelineOptions(queue_size=args.queue_size, batch_size=args.batch or len(uris),
                               on_error=args.on_error, max_consecutive_errors=args.max_consecutive_errors,
                               drop=args.drop, max_frames=args.max_frames, overlap=not args.sequential,
-                              infer_workers=args.infer_workers)
+                              infer_workers=args.infer_workers, warmup_frames=args.warmup_frames)
     sources: List[Any] = []
     try:
         for uri in uris:  # open every source first: a bad path or URL fails before any model is loaded
@@ -136,14 +140,13 @@ def run_app_command(app: App, args: argparse.Namespace, out_default: Optional[st
 
 def run_gpu_path(app: App, args: argparse.Namespace, uris: List[Any]) -> int:
     """``--decode gpu``: NVDEC/jetson-utils -> GPU preprocessing -> batched session (jetforge.apps.pipeline.gpu_app)."""
-    from jetforge.apps.pipeline.gpu_app import (GpuAppOptions, default_encoders, format_gpu_report, open_gpu_sources,
-                                                run_gpu_app)
+    from jetforge.apps.pipeline.gpu_app import GpuAppOptions, default_encoders, open_gpu_sources, run_gpu_app
 
     if getattr(args, "output", None):
         raise ConfigError("--output is not available with --decode gpu (it writes stream_N.mpg)",
                           hint="drop --decode gpu to use --output, or drop --output")
     options = GpuAppOptions(max_batch=min(args.batch, 32) if args.batch else 0, encoders=0 if args.no_video else
-                            default_encoders())
+                            default_encoders(), warmup_frames=args.warmup_frames)
     sources = open_gpu_sources(uris, max_frames=args.max_frames, loop=getattr(args, "loop", False))
     try:
         prepared = prepare_app_models(app.name, args)
@@ -151,7 +154,7 @@ def run_gpu_path(app: App, args: argparse.Namespace, uris: List[Any]) -> int:
         result = run_gpu_app(task, sources, Path(args.out), options, inputs=inputs, notes=prepared + notes)
     finally:
         close_app_and_sources(app, sources)
-    print_app_result(args, result.metrics, lambda: format_gpu_report(result.metrics, app.report_lines(task)))
+    print_app_result(args, result.metrics, lambda: format_report(result.metrics, app.report_lines(task)))
     return 0
 
 

@@ -1,7 +1,8 @@
-"""An app run: sources -> :class:`Pipeline` (with a task) -> video, events, metrics and plots in a folder.
+"""The CPU path of an app run: sources -> :class:`Pipeline` (with a task) -> video, events, live outputs.
 
-:func:`run_app` is what every ``jetforge app NAME`` command calls after building its
-task.  It writes into ``out_dir``:
+:func:`run_app` is what ``jetforge app NAME`` calls after building its task: an
+:class:`~jetforge.apps.pipeline.app_run.AppRun` (outputs, the one metrics.json schema, plots, the printed
+report; shared with the GPU path) with :class:`CpuRunner` as its strategy.  It writes into ``out_dir``:
 
 - ``annotated.mp4`` (``annotated_<stream>.mp4`` with several sources): the task's
   overlay and the status bar (FPS, latency, drops, errors, what runs the model);
@@ -25,87 +26,27 @@ folder) is skipped: a warning naming the file, a ``{"type": "skipped"}`` record,
 when none of its images can be read.
 """
 
-import datetime
 import logging
-import platform
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-import jetforge
 from jetforge.errors import StreamError
-from jetforge.fileio import check_not_input, check_output_path, write_json_atomic
-from jetforge.apps.pipeline.metrics import format_metrics, plot_metrics
-from jetforge.apps.pipeline.runner import NOT_PROCESSED, Pipeline, PipelineOptions, PipelineResult
+from jetforge.apps.pipeline.app_run import AppResult, AppRun, AppRunner, RunEnd, format_report, machine_info
+from jetforge.apps.pipeline.metrics import PipelineMetrics
+from jetforge.apps.pipeline.runner import NOT_PROCESSED, Pipeline, PipelineOptions
 from jetforge.apps.pipeline.stages import Item, Status, Task
 from jetforge.apps.video.sinks.file import JsonLinesSink
 from jetforge.apps.video.sinks.h264 import open_mp4
 from jetforge.apps.video.sinks.outputs import Outputs, open_sinks
 from jetforge.apps.video.sources.base import FrameDecodeError, VideoSource
 from jetforge.apps.video.sources.folder import ImageFolderSource
-from jetforge.runtime.nvml import gpu_memory_mib
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class AppResult:
-    metrics: Dict[str, Any]
-    out_dir: Path
-    files: Dict[str, Any]
-    stream_errors: List[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.stream_errors
-
-
-def machine_info() -> Dict[str, Any]:
-    """Where the numbers were measured."""
-    from jetforge.runtime.session import default_threads
-
-    info: Dict[str, Any] = {"platform": platform.platform(), "machine": platform.machine(),
-                            "python": platform.python_version(), "cpu_cores_usable": default_threads()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        with open("/proc/device-tree/model", "rb") as f:
-            info["board"] = f.read().rstrip(b"\x00").decode("ascii", "replace")
-    except OSError:
-        pass
-    try:
-        import cv2
-
-        info["opencv"] = cv2.__version__
-    except ImportError:  # pragma: no cover - a core dependency
-        pass
-    import numpy as np
-
-    info["numpy"] = np.__version__
-    return info
-
-
 def _video_name(stream: int, streams: int) -> str:
     return "annotated.mp4" if streams == 1 else "annotated_%d.mp4" % stream
-
-
-def _output_files(out: Path, streams: int, write_video: bool, plots: bool,
-                  inputs: Sequence[Any]) -> Dict[str, Any]:
-    """The files a run writes, each checked before any frame is read (never over an input)."""
-    files: Dict[str, Any] = {"events": out / "events.jsonl", "metrics": out / "metrics.json",
-                             "video": [out / _video_name(i, streams) for i in range(streams)] if write_video else [],
-                             "plots": [out / "fps.png", out / "latency.png"] if plots else []}
-    for target in [files["events"], files["metrics"]] + files["video"] + files["plots"]:
-        check_not_input(target, [p for p in inputs if p is not None])
-        check_output_path(target)
-    return files
 
 
 def _warm_up(task: Task, sources: Sequence[VideoSource]) -> List[VideoSource]:
@@ -187,48 +128,85 @@ class _AppSink:
         self.outputs.close()
 
 
+class CpuRunner(AppRunner):
+    """The CPU path of :class:`~jetforge.apps.pipeline.app_run.AppRun`: the :class:`Pipeline` (OpenCV decode,
+    overlapped stages, bounded queues) with the annotated MP4 per stream, the live outputs (``--output`` URIs,
+    ``--display``, ``--stream-to``) and a progress bar."""
+
+    path = "cpu"
+
+    def __init__(self, options: Optional[PipelineOptions] = None, write_video: bool = True, display: bool = False,
+                 stream_to: Optional[str] = None, plots: bool = True, progress: bool = True,
+                 outputs: Sequence[str] = ()) -> None:
+        self.options = options or PipelineOptions()
+        self.write_video, self.display, self.stream_to, self.plots = write_video, display, stream_to, plots
+        self.progress, self.outputs = progress, list(outputs)
+        self.live: Optional[Outputs] = None
+        self.run_sources: List[VideoSource] = []
+        self.videos: List[Any] = []
+        self.sink: Optional[_AppSink] = None
+        self.bar: Any = None
+        self.pipeline: Optional[Pipeline] = None
+        self._unmeasured = PipelineMetrics(warmup_frames=self.options.warmup_frames)  # until the pipeline exists
+
+    def video_files(self, out: Path, streams: int) -> List[Path]:
+        return [out / _video_name(i, streams) for i in range(streams)] if self.write_video else []
+
+    def prepare(self, task: Task, sources: Sequence[VideoSource], out: Path, inputs: Sequence[Any]) -> None:
+        # Outputs first: a --display without a display or an unreachable broker fails before any frame is read.
+        self.live = open_app_outputs(task, sources, out, self.outputs, self.display, self.stream_to, inputs)
+        try:
+            self.run_sources = _warm_up(task, sources)
+        except BaseException as err:
+            self.live.abort(err)
+            raise
+
+    def metrics(self) -> PipelineMetrics:
+        return self.pipeline.metrics if self.pipeline is not None else self._unmeasured
+
+    def run(self, task: Task, sources: Sequence[VideoSource], events: JsonLinesSink, files: Dict[str, Any]) -> RunEnd:
+        self.videos = [open_mp4(p, s.fps or 25.0) for p, s in zip(files["video"], sources)]
+        self.sink = _AppSink(task, events, self.videos, self.live)  # type: ignore[arg-type]
+        bar = self.bar = _progress(self.progress, task.name, self.options.max_frames, sources)
+        self.pipeline = Pipeline(self.run_sources, task, self.sink, self.options,
+                                 on_done=lambda item: bar.update(1) if bar else None,
+                                 status_label=task.status_label or task.model_label)
+        self.sink.pipeline = self.pipeline
+        result = self.pipeline.run()
+        return RunEnd(result.stopped, list(result.stream_errors))
+
+    def stream_errors(self) -> List[str]:
+        return list(self.pipeline._stream_errors) if self.pipeline is not None else []
+
+    def close(self) -> None:
+        if self.sink is not None:
+            self.sink.close(self.bar)
+        elif self.live is not None:
+            self.live.close()
+
+    def add_to_report(self, report: Dict[str, Any], files: Dict[str, Any]) -> None:
+        o = self.options
+        report["pipeline"] = {"path": self.path, "overlap": o.overlap, "queue_size": o.queue_size,
+                              "batch_size": o.batch_size, "infer_workers": o.infer_workers, "on_error": o.on_error,
+                              "max_consecutive_errors": o.max_consecutive_errors, "drop": o.drop,
+                              "max_frames_per_stream": o.max_frames, "warmup_frames": o.warmup_frames}
+        report["video"] = [{"path": str(p), "frames": v.frames, "letterboxed": v.letterboxed,
+                            "size": list(v.size or ()), "encoder": v.encoder}
+                           for p, v in zip(files["video"], self.videos) if v is not None and p.exists()]
+        if self.live is not None:
+            report["sinks"] = self.live.report()
+            report["outputs"]["files"] = [str(p) for p in self.live.files]
+
+
 def run_app(task: Task, sources: Sequence[VideoSource], out_dir: Any, options: Optional[PipelineOptions] = None,
             write_video: bool = True, display: bool = False, stream_to: Optional[str] = None,
             plots: bool = True, progress: bool = True, inputs: Sequence[Any] = (),
             notes: Sequence[str] = (), outputs: Sequence[str] = ()) -> AppResult:
-    """Run ``task`` over ``sources`` and write video, events, metrics and plots into ``out_dir``; ``outputs``:
-    more output URIs (``--output``: files, http://@:8080, rtsp://@:8554/NAME, mqtt://HOST/TOPIC)."""
-    options = options or PipelineOptions()
-    out = Path(out_dir)
-    files = _output_files(out, len(sources), write_video, plots,
-                          [getattr(s, "path", None) for s in sources] + list(inputs))
-
-    # Outputs first: a --display without a display or an unreachable broker fails before any frame is read.
-    live = open_app_outputs(task, sources, out, outputs, display, stream_to, inputs)
-    try:
-        run_sources = _warm_up(task, sources)
-    except BaseException as err:
-        live.abort(err)
-        raise
-
-    videos: List[Any] = [open_mp4(p, s.fps or 25.0) for p, s in zip(files["video"], sources)]
-    sink = _AppSink(task, JsonLinesSink(files["events"]), videos, live)
-    bar = _progress(progress, task.name, options.max_frames, sources)
-    pipeline = Pipeline(run_sources, task, sink, options, on_done=lambda item: bar.update(1) if bar else None,
-                        status_label=task.status_label or task.model_label)
-    sink.pipeline = pipeline
-    error: Optional[BaseException] = None
-    result = None
-    try:
-        result = pipeline.run()
-    except BaseException as err:  # keep what was written, record why it ended, then re-raise
-        error = err
-    finally:
-        sink.close(bar)
-    report = _report(task, sources, options, pipeline, result, error, files, videos, notes)
-    report["sinks"] = live.report()
-    report["outputs"]["files"] = [str(p) for p in live.files]
-    if plots and report["frames"] > 0:
-        _plot(report, pipeline, files, task.name)
-    write_json_atomic(files["metrics"], report)
-    if error is not None:
-        raise error
-    return AppResult(report, out, files, report["stream_errors"])
+    """Run ``task`` over ``sources`` on the CPU path and write video, events, metrics and plots into ``out_dir``;
+    ``outputs``: more output URIs (``--output``: files, http://@:8080, rtsp://@:8554/NAME, mqtt://HOST/TOPIC)."""
+    runner = CpuRunner(options, write_video=write_video, display=display, stream_to=stream_to, plots=plots,
+                       progress=progress, outputs=outputs)
+    return AppRun(task, sources, out_dir, runner, inputs=inputs, notes=notes).run()
 
 
 def open_app_outputs(task: Task, sources: Sequence[VideoSource], out: Path, outputs: Sequence[str], display: bool,
@@ -240,83 +218,6 @@ def open_app_outputs(task: Task, sources: Sequence[VideoSource], out: Path, outp
     return open_sinks(uris, [(s.fps or 25.0, (s.width, s.height)) for s in sources], title="jetforge %s" % task.name,
                       images_dir=out / "images" if photos else None,
                       inputs=[getattr(s, "path", None) for s in sources] + list(inputs))
-
-
-def _report(task: Task, sources: Sequence[VideoSource], options: PipelineOptions, pipeline: Pipeline,
-            result: Optional[PipelineResult], error: Optional[BaseException], files: Dict[str, Any],
-            videos: List[Any], notes: Sequence[str]) -> Dict[str, Any]:
-    """``metrics.json``: how the run ended, the pipeline's metrics, the model, the sources, the machine, the outputs."""
-    metrics = pipeline.metrics.to_dict()
-    gpu = gpu_memory_mib()
-    if gpu is not None:
-        metrics["memory"]["gpu_mib"] = gpu
-    stream_errors = result.stream_errors if result is not None else list(pipeline._stream_errors)
-    if error is not None:
-        ended = "interrupted" if isinstance(error, KeyboardInterrupt) else "stopped by an error"
-    else:
-        ended = "finished with stream errors" if stream_errors else "finished"
-    report: Dict[str, Any] = {
-        "jetforge_version": jetforge.__version__,
-        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "task": task.name,
-        "status": ended,
-        "ended_by": (result.stopped if result is not None else (error.__class__.__name__ if error else "")),
-        "error": (error.one_line() if hasattr(error, "one_line") else repr(error)) if error is not None else None,
-        "stream_errors": stream_errors,
-    }
-    report.update(metrics)
-    report["pipeline"] = {"overlap": options.overlap, "queue_size": options.queue_size,
-                          "batch_size": options.batch_size, "on_error": options.on_error,
-                          "max_consecutive_errors": options.max_consecutive_errors, "drop": options.drop,
-                          "max_frames_per_stream": options.max_frames, "warmup_frames": 1}
-    report["model"] = task.info()
-    report["results"] = task.summary()
-    report["sources"] = [dict(s.info(), name=Path(str(s.uri)).name) for s in sources]
-    report["machine"] = machine_info()
-    report["outputs"] = {"video": [str(p) for p in files["video"] if p.exists()], "events": str(files["events"]),
-                         "metrics": str(files["metrics"]), "plots": []}
-    report["video"] = [{"path": str(p), "frames": v.frames, "letterboxed": v.letterboxed, "size": list(v.size or ()),
-                        "encoder": v.encoder}
-                       for p, v in zip(files["video"], videos) if v is not None and p.exists()]
-    report["notes"] = list(notes)
-    return report
-
-
-def _plot(report: Dict[str, Any], pipeline: Pipeline, files: Dict[str, Any], title: str) -> None:
-    """``fps.png`` and ``latency.png``; without matplotlib (or if it fails) a note instead, the numbers stay."""
-    try:
-        plot_metrics(report, [x * 1000.0 for x in pipeline.metrics.end_to_end], files["plots"][0],
-                     files["plots"][1], title=title)
-        report["outputs"]["plots"] = [str(p) for p in files["plots"]]
-    except Exception as err:  # matplotlib missing or broken: the run's numbers are still written
-        log.warning("plots skipped: %s", err)
-        report["notes"].append("plots skipped: %s" % err)
-
-
-def format_report(m: Dict[str, Any], task_lines: Sequence[str] = ()) -> str:
-    """The printed summary of an app run."""
-    machine = m["machine"]
-    lines = ["task      %s  (%s)" % (m["task"], m["model"].get("model", "")),
-             ]
-    if m["model"].get("backend"):
-        lines.append("backend   %s" % m["model"]["backend"])
-    for s in m["sources"]:
-        lines.append("source    %s  %dx%d @ %.2f fps%s" % (s["name"], s["width"], s["height"], s["fps"] or 0.0,
-                                                           "  (live)" if s.get("live") else ""))
-    lines.append("machine   %s, %d usable cores" % (machine.get("cpu", machine["machine"]), machine["cpu_cores_usable"]))
-    lines += ["", format_metrics(m)]
-    if task_lines:
-        lines += [""] + list(task_lines)
-    outs = m["outputs"]
-    lines.append("")
-    lines.append("wrote     " + ", ".join(outs["video"] + outs.get("files", []) + [outs["events"], outs["metrics"]]
-                                          + outs["plots"]))
-    for entry in m.get("sinks", []):
-        if entry["kind"] != "file":
-            lines.append("output    %s: %s, %d dropped" % (entry.get("url", entry["uri"]), ", ".join(
-                "%d %s" % (entry[k], k) for k in ("frames", "events") if k in entry), entry.get("dropped", 0)))
-    lines += ["note      " + n for n in m.get("notes", [])]
-    return "\n".join(lines)
 
 
 class _Pushback(VideoSource):
@@ -382,4 +283,4 @@ def _progress(enabled: bool, desc: str, max_frames: Optional[int], sources: Sequ
     return _Bar(tqdm(total=total, desc=desc, unit="frame", file=sys.stderr, dynamic_ncols=True, leave=False))
 
 
-__all__ = ["AppResult", "format_report", "gpu_memory_mib", "machine_info", "run_app"]
+__all__ = ["AppResult", "CpuRunner", "format_report", "machine_info", "run_app"]

@@ -10,8 +10,10 @@ Here the frames stay on the GPU from the decoder to the model, as in ``benchmark
     annotated video through CPU encoder processes (``stream_<s>.mpg``; ``--no-video``: events only, DeepStream's
     render-off mode)
 
-The task is the one the CPU path builds (``App.build``); :func:`~jetforge.apps.pipeline.gpu_ops.gpu_model_for` takes
-its session and input contract.  When the frames arrive in host memory (a decoder stand-in in tests) the same flow
+The task is the one the CPU path builds (``App.build``); its ``gpu_model()`` hook
+(:meth:`jetforge.apps.pipeline.stages.Task.gpu_model`) gives the session, the input contract and the output splitter.
+The run is an :class:`~jetforge.apps.pipeline.app_run.AppRun` with :class:`GpuRunner` as its strategy: the same
+output checks, metrics.json schema, and printed report as the CPU path.  When the frames arrive in host memory (a decoder stand-in in tests) the same flow
 runs with the contract's CPU preprocessing, so the CPU tests check everything but the CUDA launches.
 """
 
@@ -23,16 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from jetforge.apps.pipeline.app import AppResult, machine_info
-from jetforge.apps.pipeline.gpu_ops import AutoFrameOps, GpuModel, gpu_model_for
-from jetforge.apps.pipeline.stages import Item
+from jetforge.apps.pipeline.app_run import AppResult, AppRun, AppRunner, RunEnd
+from jetforge.apps.pipeline.gpu_ops import AutoFrameOps, gpu_model_for
+from jetforge.apps.pipeline.metrics import WARMUP_FRAMES, PipelineMetrics
+from jetforge.apps.pipeline.stages import GpuModel, Item
 from jetforge.apps.pipeline.streams import BatchOps, StreamRunOptions, run_streams
 from jetforge.apps.video.sinks.encode_pool import SUFFIX, EncoderPool
 from jetforge.apps.video.sinks.file import JsonLinesSink
 from jetforge.apps.video.sources.base import Frame
 from jetforge.apps.video.sources.gpu import nvdec_files, open_gpu_source
 from jetforge.errors import ConfigError
-from jetforge.fileio import check_not_input, check_output_path, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,8 @@ log = logging.getLogger(__name__)
 class GpuAppOptions:
     """``max_batch``: frames per batch (0: ``per_stream`` per stream, at most 32); ``per_stream``: frames of one
     stream a batch may take; ``encoders``: CPU encoder processes for the annotated video (0: events only);
-    ``batch_timeout_s``: the batched-push-timeout; ``gil_switch_ms``: Python's GIL switch interval during the run.
+    ``batch_timeout_s``: the batched-push-timeout; ``gil_switch_ms``: Python's GIL switch interval during the run;
+    ``warmup_frames``: each stream's first frames left out of the latency statistics (as on the CPU path).
 
     The defaults are what measured best on the H200 (benchmarks/gpu_pipeline/pipeline_gpu.py variants): the launch thread waits
     for the GIL, not for the GPU; a 0.5 ms switch interval (Python's default is 5 ms), two frames of a stream per
@@ -54,6 +57,7 @@ class GpuAppOptions:
     encoders: int = 0
     batch_timeout_s: float = 0.004
     gil_switch_ms: float = 0.5
+    warmup_frames: int = WARMUP_FRAMES
 
     def __post_init__(self) -> None:
         if self.max_batch < 0 or self.max_batch > 32 or self.encoders < 0 or self.per_stream < 1:
@@ -123,22 +127,34 @@ def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop
 
 
 class TaskOps(BatchOps):
-    """The frame ops of :mod:`.gpu_ops` with the task's ``postprocess`` after them: events, per stream in order
-    (``run_streams`` finishes batches in order on one thread)."""
+    """The frame ops of :mod:`.gpu_ops` with the task's ``postprocess`` after them (events, per stream in order:
+    ``run_streams`` finishes batches in order on one thread), each step timed into the run's metrics: ``launch``
+    (preprocessing + inference queued), ``results`` (waiting for them, split per frame), ``postprocess``."""
 
-    def __init__(self, task: Any, model: GpuModel, inner: BatchOps) -> None:
-        self.task, self.model, self.inner = task, model, inner
+    def __init__(self, task: Any, model: GpuModel, inner: BatchOps, metrics: PipelineMetrics) -> None:
+        self.task, self.model, self.inner, self.metrics = task, model, inner, metrics
+        self.t_result: Dict[Any, float] = {}  # (stream, frame index) -> when its event was made
+
+    def _timed(self, stage: str, frames: List[Any], fn: Any, *args: Any) -> Any:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        value = fn(*args)
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        for f in frames:
+            self.metrics.add_stage(stage, wall, cpu / len(frames), frame=f.index, batch=len(frames))
+        return value
 
     def launch(self, frames: List[Any], padded: int) -> Any:
-        return self.inner.launch(frames, padded)
+        self.metrics.add_batch(len(frames))
+        return self._timed("launch", frames, self.inner.launch, frames, padded)
 
     def finish(self, handle: Any, frames: List[Any]) -> List[Dict[str, Any]]:
-        outputs = self.inner.finish(handle, frames)
+        outputs = self._timed("results", frames, self.inner.finish, handle, frames)
         events = []
         for frame, output in zip(frames, outputs):
             item = Item(frame=Frame(frame.index, frame.timestamp, None, captured=frame.captured), stream=frame.stream,
                         t_start=frame.captured, t_decoded=frame.captured, output=output)
-            events.append(self.task.postprocess(item))
+            events.append(self._timed("postprocess", [frame], self.task.postprocess, item))
+            self.t_result[(frame.stream, frame.index)] = time.perf_counter()
         return events
 
     def host_frames(self, handle: Any, frames: List[Any]) -> List[Any]:
@@ -147,17 +163,18 @@ class TaskOps(BatchOps):
 
 class _Outputs:
     """events.jsonl (one record per frame, the task's events after it, as the CPU apps write them) and the
-    annotated video through the encoder pool."""
+    annotated video through the encoder pool; each frame recorded as done in the run's metrics."""
 
-    def __init__(self, task: Any, events: JsonLinesSink, pool: Optional[EncoderPool]) -> None:
-        self.task, self.events, self.pool = task, events, pool
+    def __init__(self, task: Any, events: JsonLinesSink, pool: Optional[EncoderPool], ops: TaskOps) -> None:
+        self.task, self.events, self.pool, self.ops = task, events, pool, ops
         self.frames = 0
 
     def __call__(self, stream: int, frame: Any, event: Dict[str, Any], host: Any) -> None:
+        t0, c0 = time.perf_counter(), time.thread_time()
         event = dict(event or {})
         extra = event.pop("events", [])
         record = {"type": self.task.name, "stream": stream, "frame": frame.index, "t": round(frame.timestamp, 4),
-                  "latency_ms": round((time.perf_counter() - frame.captured) * 1000.0, 3)}
+                  "latency_ms": round((t0 - frame.captured) * 1000.0, 3)}
         record.update(event)
         self.events.write(record)
         for e in extra:
@@ -165,10 +182,15 @@ class _Outputs:
         if self.pool is not None and host is not None:
             self.pool.submit(stream, host, drawable(event))
         self.frames += 1
+        done = time.perf_counter()
+        metrics = self.ops.metrics
+        metrics.add_stage("sink", done - t0, time.thread_time() - c0, frame=frame.index)
+        metrics.add_done(stream, frame.captured, frame.captured, self.ops.t_result.pop((stream, frame.index), done),
+                         done, frame=frame.index)
 
 
 def drawable(event: Dict[str, Any]) -> Dict[str, Any]:
-    """What the encoder workers draw: the top-1 label (classify) or the tracked people's boxes (people)."""
+    """What the encoder workers draw: the top-1 label (an event with ``top``) or the tracked boxes (``tracks``)."""
     out: Dict[str, Any] = {}
     top = event.get("top")
     if top:
@@ -180,103 +202,88 @@ def drawable(event: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+GPU_STAGES = ("launch", "results", "postprocess", "sink")  # the GPU path's timed steps (metrics.json stages)
+
+
+class GpuRunner(AppRunner):
+    """The GPU path of :class:`~jetforge.apps.pipeline.app_run.AppRun`: GPU-frame sources -> batches ->
+    the task's :class:`~jetforge.apps.pipeline.stages.GpuModel` (its ``gpu_model()`` hook) -> the task's
+    ``postprocess`` -> events and (with encoders) ``stream_<s>.mpg``."""
+
+    path = "gpu"
+
+    def __init__(self, options: Optional[GpuAppOptions] = None) -> None:
+        self.opts = options or GpuAppOptions()
+        self._metrics = PipelineMetrics(GPU_STAGES, warmup_frames=self.opts.warmup_frames,
+                                        model_stages=("launch", "results"))
+        self.model: Optional[GpuModel] = None
+        self.frame_ops: Optional[AutoFrameOps] = None
+        self.pool: Optional[EncoderPool] = None
+        self.result: Any = None
+        self.encoded: List[Dict[str, Any]] = []
+        self.max_batch = 0
+
+    def video_files(self, out: Path, streams: int) -> List[Path]:
+        return [out / ("stream_%d%s" % (s, SUFFIX)) for s in range(streams)] if self.opts.encoders else []
+
+    def prepare(self, task: Any, sources: Sequence[Any], out: Path, inputs: Sequence[Any]) -> None:
+        self.model = gpu_model_for(task)  # a task the GPU path cannot run fails before any output is opened
+
+    def metrics(self) -> PipelineMetrics:
+        return self._metrics
+
+    def run(self, task: Any, sources: Sequence[Any], events: JsonLinesSink, files: Dict[str, Any]) -> RunEnd:
+        opts = self.opts
+        self.max_batch = opts.max_batch or min(len(sources) * opts.per_stream, 32)
+        self.frame_ops = AutoFrameOps(self.model, self.max_batch)  # type: ignore[arg-type]
+        ops = TaskOps(task, self.model, self.frame_ops, self._metrics)  # type: ignore[arg-type]
+        first = sources[0]
+        if opts.encoders:
+            self.pool = EncoderPool(files["events"].parent, first.width, first.height, first.fps or 30.0,
+                                    workers=opts.encoders)
+        sink = _Outputs(task, events, self.pool, ops)
+        run_options = StreamRunOptions(max_batch=self.max_batch, batch_timeout_s=opts.batch_timeout_s,
+                                       per_stream=opts.per_stream, depth=max(2, opts.per_stream))
+        switch = sys.getswitchinterval()
+        self._metrics.start()
+        try:
+            sys.setswitchinterval(opts.gil_switch_ms / 1000.0)
+            self.result = run_streams(sources, ops, run_options, sink=sink, render=self.pool is not None)
+        finally:
+            sys.setswitchinterval(switch)
+            self._metrics.stop()
+        return RunEnd("end of stream", [])
+
+    def close(self) -> None:
+        self.encoded = self.pool.close() if self.pool is not None else []
+        if self.frame_ops is not None:
+            self.frame_ops.close()
+
+    def add_to_report(self, report: Dict[str, Any], files: Dict[str, Any]) -> None:
+        o = self.opts
+        block: Dict[str, Any] = {"path": self.path, "preprocess": self.frame_ops.kind if self.frame_ops else "",
+                                 "max_batch": self.max_batch, "per_stream": o.per_stream,
+                                 "batch_timeout_s": o.batch_timeout_s, "gil_switch_ms": o.gil_switch_ms,
+                                 "encoders": o.encoders, "warmup_frames": o.warmup_frames}
+        if self.result is not None:
+            run = self.result.summary()
+            block.update({k: run[k] for k in ("order_ok", "batch_timeouts", "stage_gpu_ms_per_frame",
+                                              "process_cpu_ms_per_frame", "decode_workers_cpu_ms_per_frame",
+                                              "cores_per_30fps_stream")})
+            block["decode_ms_per_frame"] = run["stage_wall_ms_per_frame"].get("decode")
+        report["pipeline"] = block
+        if self.encoded:
+            frames = sum(r["frames"] for r in self.encoded)
+            report["encoders"] = {"workers": len(self.encoded), "frames": frames, "cpu_ms_per_encoded_frame":
+                                  1000.0 * sum(r["cpu_s"] for r in self.encoded) / max(1, frames)}
+
+
 def run_gpu_app(task: Any, sources: Sequence[Any], out_dir: Any, options: Optional[GpuAppOptions] = None,
                 inputs: Sequence[Any] = (), notes: Sequence[str] = ()) -> AppResult:
-    """Run ``task`` over GPU-frame ``sources`` on the GPU path; writes events.jsonl, metrics.json and (with encoders)
-    ``stream_<s>.mpg`` into ``out_dir``.  Outputs are kept when the run ends early (an error, Ctrl-C)."""
-    opts = options or GpuAppOptions()
-    model = gpu_model_for(task)  # a task the GPU path cannot run fails before any output is opened
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files: Dict[str, Any] = {"events": out / "events.jsonl", "metrics": out / "metrics.json",
-                             "video": [out / ("stream_%d%s" % (s, SUFFIX)) for s in range(len(sources))]
-                             if opts.encoders else []}
-    for target in [files["events"], files["metrics"]] + files["video"]:
-        check_not_input(target, [p for p in list(inputs) + [getattr(s, "path", None) for s in sources] if p])
-        check_output_path(target)
-    max_batch = opts.max_batch or min(len(sources) * opts.per_stream, 32)
-    frame_ops = AutoFrameOps(model, max_batch)
-    ops = TaskOps(task, model, frame_ops)
-    first = sources[0]
-    pool = EncoderPool(out, first.width, first.height, first.fps or 30.0, workers=opts.encoders) \
-        if opts.encoders else None
-    sink = _Outputs(task, JsonLinesSink(files["events"]), pool)
-    error: Optional[BaseException] = None
-    result = None
-    t0 = time.perf_counter()
-    switch = sys.getswitchinterval()
-    run_options = StreamRunOptions(max_batch=max_batch, batch_timeout_s=opts.batch_timeout_s,
-                                   per_stream=opts.per_stream, depth=max(2, opts.per_stream))
-    try:
-        sys.setswitchinterval(opts.gil_switch_ms / 1000.0)
-        result = run_streams(sources, ops, run_options, sink=sink, render=pool is not None)
-    except BaseException as err:  # keep what was written, record why it ended, then re-raise
-        error = err
-    finally:
-        sys.setswitchinterval(switch)
-        sink.events.close()
-        encoded = pool.close() if pool is not None else []
-        frame_ops.close()
-    metrics = _metrics(task, sources, result, error, time.perf_counter() - t0, frame_ops.kind, encoded, files, notes)
-    write_json_atomic(files["metrics"], metrics)
-    if error is not None:
-        raise error
-    return AppResult(metrics, out, files, [])
+    """Run ``task`` over GPU-frame ``sources`` on the GPU path; writes events.jsonl, metrics.json (the CPU path's
+    schema) and (with encoders) ``stream_<s>.mpg`` into ``out_dir``.  Outputs are kept when the run ends early."""
+    return AppRun(task, sources, out_dir, GpuRunner(options), inputs=inputs, notes=notes).run()
 
 
-def _metrics(task: Any, sources: Sequence[Any], result: Any, error: Optional[BaseException], wall: float,
-             kind: str, encoded: List[Dict[str, Any]], files: Dict[str, Any], notes: Sequence[str]) -> Dict[str, Any]:
-    """metrics.json of a GPU-path run: how it ended, the run's numbers (run_streams' summary), what ran where."""
-    summary = result.summary() if result is not None else {"frames": 0, "wall_s": wall, "fps": 0.0}
-    status = "finished"
-    if error is not None:
-        status = "interrupted" if isinstance(error, KeyboardInterrupt) else "stopped by an error"
-    metrics: Dict[str, Any] = {
-        "task": task.name, "path": "gpu", "status": status,
-        "error": (error.one_line() if hasattr(error, "one_line") else repr(error)) if error is not None else None,
-        "frames": summary["frames"], "fps": summary["fps"], "run": summary, "preprocess": kind,
-        "model": task.info(), "results": task.summary(),
-        "sources": [_source_info(s) for s in sources], "machine": machine_info(),
-        "outputs": {"events": str(files["events"]), "metrics": str(files["metrics"]),
-                    "video": [str(p) for p in files["video"] if p.exists()]},
-        "notes": list(notes)}
-    if encoded:
-        frames = sum(r["frames"] for r in encoded)
-        metrics["encoders"] = {"workers": len(encoded), "frames": frames,
-                               "cpu_ms_per_encoded_frame": 1000.0 * sum(r["cpu_s"] for r in encoded) / max(1, frames)}
-    return metrics
-
-
-def _source_info(source: Any) -> Dict[str, Any]:
-    info = source.info() if hasattr(source, "info") else {
-        "uri": str(source.uri), "width": source.width, "height": source.height, "fps": source.fps, "decoder": "opencv"}
-    return dict(info, name=Path(str(source.uri)).name)
-
-
-def format_gpu_report(m: Dict[str, Any], task_lines: Sequence[str] = ()) -> str:
-    """The printed summary of a GPU-path run."""
-    run = m["run"]
-    lines = ["task      %s  (%s), GPU path" % (m["task"], m["model"].get("model", "")),
-             "backend   %s" % m["model"].get("backend", "?"), "preprocess %s" % m["preprocess"]]
-    for s in m["sources"]:
-        lines.append("source    %s  %dx%d @ %.2f fps, %s" % (s["name"], s["width"], s["height"], s["fps"] or 0.0,
-                                                              s.get("decoder", "?")))
-    lines.append("")
-    lines.append("frames    %d in %.2f s: %.1f FPS (all streams), batch %.1f on average"
-                 % (m["frames"], run.get("wall_s", 0.0), m["fps"], run.get("mean_batch", 0.0)))
-    p50, p99 = run.get("latency_p50_ms", {}), run.get("latency_p99_ms", {})
-    if p50.get("median_stream") is not None:
-        lines.append("latency   decode -> event p50 %.1f ms, p99 %.1f ms (worst stream)"
-                     % (p50["median_stream"], p99["worst_stream"]))
-    if "cores_per_30fps_stream" in run:
-        lines.append("CPU       %.3f cores per 30-FPS stream (process CPU time per frame x 30)"
-                     % run["cores_per_30fps_stream"])
-    lines += list(task_lines)
-    outs = m["outputs"]
-    lines += ["", "wrote     " + ", ".join(outs["video"] + [outs["events"], outs["metrics"]])]
-    lines += ["note      " + n for n in m.get("notes", [])]
-    return "\n".join(lines)
-
-
-__all__ = ["GpuAppOptions", "TaskOps", "default_encoders", "drawable", "format_gpu_report", "open_gpu_sources",
+__all__ = ["GPU_STAGES", "GpuAppOptions", "GpuRunner", "TaskOps", "default_encoders", "drawable", "open_gpu_sources",
            "run_gpu_app"]

@@ -1,6 +1,15 @@
 """What a pipeline run measured: FPS (overall and over time), per-stage latency and CPU time,
 frame-to-result and end-to-end latency, dropped frames, stage errors, CPU load and memory.
 
+One set of names for both run paths (docs/architecture.md, "metrics.json"):
+
+* ``fps`` - frames finished / wall seconds of the whole run, every stream, warm-up included: what the app
+  delivered end to end.  The only field named plain ``fps``.
+* ``model_fps`` - frames / seconds the model stage(s) were busy (a batch's time shared among its frames): what
+  the model alone sustained, one call after another.  Each stage has the same as ``throughput_fps``.
+* latency percentiles leave out the warm-up frames (each stream's first ``warmup_frames``: allocators, lazy
+  initialisation, caches), which are reported on their own under ``warmup``; plots leave them out too.
+
 Statistics come from :mod:`jetforge.runtime.measure` (the same p50/p95/p99 as every
 other jetforge report).  :func:`format_metrics` prints the summary table;
 :func:`plot_metrics` draws FPS over time and the latency histogram (matplotlib,
@@ -17,6 +26,10 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 from jetforge.runtime.measure import LatencyStats, current_rss, fps as frames_per_second, latency_stats, memory_info
 
 STAGES = ("decode", "preprocess", "infer", "postprocess", "sink")
+#: Each stream's first frames left out of the latency statistics and plots by default (reported apart under
+#: ``warmup``): the first calls of a model pay for allocators, lazy initialisation and caches (3.3 s for the first
+#: frame of a CPU app measured here), which would otherwise stretch every percentile and histogram.
+WARMUP_FRAMES = 5
 #: Latency samples kept per series: every one up to this many frames, then a uniform random sample of
 #: this size (reservoir sampling), so a camera app running for days keeps constant memory (reached
 #: within a soak's warm-up).  Count, mean, min and max stay exact; the rank of a percentile from a
@@ -72,14 +85,20 @@ class Samples:
 class PipelineMetrics:
     """Thread-safe collector fed by the pipeline's stages."""
 
-    def __init__(self, stages: Sequence[str] = STAGES) -> None:
+    def __init__(self, stages: Sequence[str] = STAGES, warmup_frames: int = 0,
+                 model_stages: Sequence[str] = ("infer",)) -> None:
         self.stages = tuple(stages)
+        self.warmup_frames = int(warmup_frames)  # each stream's first N frames: out of the latency statistics
+        self.model_stages = tuple(model_stages)  # the stages whose busy time is the model's (model_fps)
         self._lock = threading.Lock()
         self.wall: Dict[str, Samples] = {s: Samples() for s in self.stages}
         self.cpu: Dict[str, Samples] = {s: Samples() for s in self.stages}
+        self.busy: Dict[str, List[float]] = {}  # stage -> [frames, seconds busy (a call's time shared by its frames)]
+        self.warmup_wall: Dict[str, Samples] = {}
         self.batch_sizes = Samples()
         self.end_to_end = Samples()
         self.frame_to_result = Samples()
+        self.warmup_end_to_end = Samples()
         self._done = 0  # frames finished
         self._recent: Deque[float] = deque(maxlen=4096)  # perf_counter of the newest finished frames
         self._bins: List[int] = []  # frames finished per bin of _bin_s seconds since start
@@ -110,8 +129,20 @@ class PipelineMetrics:
         self._cpu1 = time.process_time()
         self.rss_samples.append((self.t_end - self.t_start, current_rss()))
 
-    def add_stage(self, stage: str, wall: float, cpu: float) -> None:
+    def is_warmup(self, frame: Optional[int]) -> bool:
+        """Whether a stream's frame ``frame`` (its index) is one of its warm-up frames."""
+        return frame is not None and 0 <= frame < self.warmup_frames
+
+    def add_stage(self, stage: str, wall: float, cpu: float, frame: Optional[int] = None, batch: int = 1) -> None:
+        """One frame's time in ``stage`` (``wall``: what the frame waited; ``cpu``: its share); ``frame``: its
+        index in its stream (a warm-up frame's time is kept apart); ``batch``: frames that shared the call."""
         with self._lock:
+            busy = self.busy.setdefault(stage, [0, 0.0])
+            busy[0] += 1
+            busy[1] += wall / max(1, batch)
+            if self.is_warmup(frame):
+                self.warmup_wall.setdefault(stage, Samples()).append(wall)
+                return
             self.wall.setdefault(stage, Samples()).append(wall)
             self.cpu.setdefault(stage, Samples()).append(cpu)
 
@@ -137,10 +168,15 @@ class PipelineMetrics:
                     sample["image"] = name
                 self.skipped_samples.append(sample)
 
-    def add_done(self, stream: int, t_start: float, t_decoded: float, t_result: float, t_done: float) -> None:
+    def add_done(self, stream: int, t_start: float, t_decoded: float, t_result: float, t_done: float,
+                 frame: Optional[int] = None) -> None:
+        """A finished frame (``frame``: its index in its stream; a warm-up frame counts in FPS, not in latency)."""
         with self._lock:
-            self.end_to_end.append(t_done - t_start)
-            self.frame_to_result.append(t_result - (t_decoded or t_start))
+            if self.is_warmup(frame):
+                self.warmup_end_to_end.append(t_done - t_start)
+            else:
+                self.end_to_end.append(t_done - t_start)
+                self.frame_to_result.append(t_result - (t_decoded or t_start))
             self._done += 1
             self._recent.append(t_done)
             index = max(0, int((t_done - self.t_start) / self._bin_s))
@@ -204,19 +240,32 @@ class PipelineMetrics:
         counts = (self._bins + [0] * full)[:full]
         return [((i + 0.5) * self._bin_s, c / float(self._bin_s)) for i, c in enumerate(counts)]
 
+    def throughput_fps(self, stages: Sequence[str]) -> Optional[float]:
+        """Frames per second of ``stages`` alone: frames / seconds they were busy (None: never ran)."""
+        runs = [self.busy[s] for s in stages if s in self.busy]
+        seconds = sum(b[1] for b in runs)
+        return runs[0][0] / seconds if runs and seconds > 0 else None
+
+    def warmup_dict(self) -> Dict[str, Any]:
+        """The warm-up frames on their own: how many, and their latencies (end to end, per stage)."""
+        return {"frames_per_stream": self.warmup_frames, "frames": self.warmup_end_to_end.count,
+                "latency_ms": {"end_to_end": _latency(self.warmup_end_to_end),
+                               "stages": {s: _latency(v) for s, v in self.warmup_wall.items() if v}}}
+
     def to_dict(self) -> Dict[str, Any]:
         wall = (self.t_end or time.perf_counter()) - self.t_start
         stages: Dict[str, Any] = {}
         cpu_per_frame = 0.0
         for s in self.stages:
             if self.wall.get(s):
-                d = self.wall[s].stats().to_dict()
+                d = _latency(self.wall[s])
                 d["cpu_mean_ms"] = 1000.0 * self.cpu[s].total / self.cpu[s].count
+                d["throughput_fps"] = self.throughput_fps([s])
                 stages[s] = d
         frames = self.frames
         for s in self.stages:
-            if self.cpu.get(s) and frames:
-                cpu_per_frame += self.cpu[s].total / frames
+            if self.cpu.get(s) and self.cpu[s].count:
+                cpu_per_frame += self.cpu[s].total / self.cpu[s].count
         cpu_s = self._cpu1 - self._cpu0 if self._cpu1 else time.process_time() - self._cpu0
         memory = memory_info().to_dict()
         memory["rss_samples_mib"] = [[round(t, 2), round(r / float(1 << 20), 1)] for t, r in self.rss_samples]
@@ -225,11 +274,13 @@ class PipelineMetrics:
             "frames_per_stream": {str(k): v for k, v in sorted(self.frames_per_stream.items())},
             "wall_s": wall,
             "fps": frames_per_second(frames, wall),
+            "model_fps": self.throughput_fps(self.model_stages),
             "latency_ms": {
-                "end_to_end": self.end_to_end.stats().to_dict() if self.end_to_end else None,
-                "frame_to_result": self.frame_to_result.stats().to_dict() if self.frame_to_result else None,
+                "end_to_end": _latency(self.end_to_end),
+                "frame_to_result": _latency(self.frame_to_result),
                 "stages": stages,
             },
+            "warmup": self.warmup_dict(),
             "batch": {"batches": len(self.batch_sizes),
                       "mean_size": (self.batch_sizes.total / self.batch_sizes.count) if self.batch_sizes else 0.0,
                       "max_size": int(self.batch_sizes.max) if self.batch_sizes else 0},
@@ -246,6 +297,16 @@ class PipelineMetrics:
         return out
 
 
+def _latency(samples: Samples) -> Optional[Dict[str, Any]]:
+    """A series' latency statistics in ms (None when empty), without LatencyStats' ``fps`` (1 / mean latency), which
+    is no frame rate of a pipelined run: throughput is ``fps``, ``model_fps`` and each stage's ``throughput_fps``."""
+    if not samples:
+        return None
+    d = samples.stats().to_dict()
+    d.pop("fps", None)
+    return d
+
+
 def format_metrics(m: Dict[str, Any]) -> str:
     """The printed summary table of a run (FPS, latency percentiles per stage, drops, errors, memory)."""
     from jetforge.table import format_table
@@ -260,9 +321,10 @@ def format_metrics(m: Dict[str, Any]) -> str:
                         + ["%.2f" % s["cpu_mean_ms"] if "cpu_mean_ms" in s else ""])
     mem = m["memory"]
     lines = [
-        "frames    %d in %.2f s  ->  %.1f FPS end to end%s" % (
+        "frames    %d in %.2f s  ->  %.1f FPS end to end%s%s" % (
             m["frames"], m["wall_s"], m["fps"],
-            "" if len(m["frames_per_stream"]) < 2 else " (%d streams)" % len(m["frames_per_stream"])),
+            "" if len(m["frames_per_stream"]) < 2 else " (%d streams)" % len(m["frames_per_stream"]),
+            ", model alone %.1f FPS" % m["model_fps"] if m.get("model_fps") else ""),
         "dropped   %d (pipeline %d, sources %d)   errors %d%s" % (
             m["dropped"]["total"], m["dropped"]["pipeline"], sum(m["dropped"]["sources"].values()),
             m["errors"]["total"], (" " + str(m["errors"]["by_stage"])) if m["errors"]["total"] else ""),
@@ -277,6 +339,12 @@ def format_metrics(m: Dict[str, Any]) -> str:
         names = [s.get("image") or "frame %d" % s["frame"] for s in skipped["samples"]]
         lines.append("skipped   %d unreadable input frame(s): %s%s" % (
             skipped["total"], ", ".join(names[:5]), ", ..." if skipped["total"] > 5 else ""))
+    warm = m.get("warmup") or {}
+    if warm.get("frames"):
+        e2e = warm["latency_ms"]["end_to_end"]
+        lines.append("warm-up   first %d frame(s) of each stream (%d in all) left out of the latency below: "
+                     "mean %.1f ms, max %.1f ms" % (warm["frames_per_stream"], warm["frames"], e2e["mean_ms"],
+                                                   e2e["max_ms"]))
     if m["batch"]["batches"] and m["batch"]["max_size"] > 1:
         lines.append("batches   %d, mean size %.2f, max %d" % (m["batch"]["batches"], m["batch"]["mean_size"],
                                                                m["batch"]["max_size"]))
@@ -324,4 +392,5 @@ def plot_metrics(m: Dict[str, Any], end_to_end_ms: Sequence[float], fps_path: An
     plt.close(fig)
 
 
-__all__ = ["MAX_BINS", "MAX_SAMPLES", "PipelineMetrics", "STAGES", "Samples", "format_metrics", "plot_metrics"]
+__all__ = ["MAX_BINS", "MAX_SAMPLES", "PipelineMetrics", "STAGES", "Samples", "WARMUP_FRAMES", "format_metrics",
+           "plot_metrics"]

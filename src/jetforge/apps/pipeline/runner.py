@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from jetforge.errors import ConfigError, JetforgeError, StreamError
-from jetforge.apps.pipeline.metrics import PipelineMetrics
+from jetforge.apps.pipeline.metrics import WARMUP_FRAMES, PipelineMetrics
 from jetforge.apps.pipeline.stages import Item, Status, Task
 from jetforge.apps.pipeline.threads import ThreadedRun
 from jetforge.apps.video.sources.base import FrameDecodeError, VideoSource
@@ -72,7 +72,8 @@ class PipelineOptions:
     ``max_frames``: frames per stream (None: all).  ``overlap``: stages on threads (True)
     or one frame at a time.  ``infer_workers``: inference threads running ``task.infer``
     concurrently (results are put back in frame order before postprocess); only used
-    with ``overlap``.
+    with ``overlap``.  ``warmup_frames``: each stream's first frames (index below it) left out of the
+    latency statistics and plots (reported on their own in metrics.json ``warmup``; still counted in ``fps``).
     """
 
     queue_size: int = 2
@@ -84,10 +85,13 @@ class PipelineOptions:
     max_frames: Optional[int] = None
     overlap: bool = True
     infer_workers: int = 1
+    warmup_frames: int = WARMUP_FRAMES
 
     def __post_init__(self) -> None:
         if self.queue_size < 1:
             raise ConfigError("queue_size must be at least 1, got %d" % self.queue_size)
+        if self.warmup_frames < 0:
+            raise ConfigError("warmup_frames must be 0 or more, got %d" % self.warmup_frames)
         if self.batch_size < 1:
             raise ConfigError("batch_size must be at least 1, got %d" % self.batch_size)
         if self.on_error not in ERROR_POLICIES:
@@ -133,7 +137,7 @@ class Pipeline:
         self.options = options or PipelineOptions()
         self.on_done = on_done
         self.status_label = status_label
-        self.metrics = PipelineMetrics()
+        self.metrics = PipelineMetrics(warmup_frames=self.options.warmup_frames)
         self._abort = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -166,7 +170,7 @@ class Pipeline:
         wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
         item.times[stage] = wall
         item.cpu[stage] = cpu
-        self.metrics.add_stage(stage, wall, cpu)
+        self.metrics.add_stage(stage, wall, cpu, frame=item.frame.index)
         with self._lock:
             self._consecutive[stage] = 0
         return value
@@ -240,7 +244,7 @@ class Pipeline:
                     else frame.captured, t_decoded=frame.captured or (t0 + wall))
         item.times["decode"] = wall
         item.cpu["decode"] = cpu
-        self.metrics.add_stage("decode", wall, cpu)
+        self.metrics.add_stage("decode", wall, cpu, frame=frame.index)
         return item
 
     def _skipped(self, item: Item, err: FrameDecodeError) -> None:
@@ -264,7 +268,7 @@ class Pipeline:
         if not self._ok(item):
             return
         self.metrics.add_done(item.stream, item.t_start, item.t_decoded, item.t_result or time.perf_counter(),
-                              time.perf_counter())
+                              time.perf_counter(), frame=item.frame.index)
         if self.on_done is not None:
             self.on_done(item)
 
@@ -289,7 +293,7 @@ class Pipeline:
             item.output = out
             item.times["infer"] = wall
             item.cpu["infer"] = cpu / len(items)
-            self.metrics.add_stage("infer", wall, cpu / len(items))
+            self.metrics.add_stage("infer", wall, cpu / len(items), frame=item.frame.index, batch=len(items))
         with self._lock:
             self._consecutive["infer"] = 0
 

@@ -184,21 +184,69 @@ def track_colour(track_id: int) -> Tuple[int, int, int]:
     return int(c[0]), int(c[1]), int(c[2])
 
 
-def draw_label(image: np.ndarray, text: str, org: Tuple[int, int], colour: Tuple[int, int, int],
-               scale: float = 0.45) -> None:
-    """Text with a dark outline, readable on any background; draws in place."""
+FONT_REFERENCE_WIDTH = 640  # a frame this wide draws overlay text at the size its caller names
+
+
+def overlay_scale(width: int, base: float = 0.6) -> float:
+    """The font scale for a frame ``width`` pixels wide: ``base`` at 640 px, in proportion to the width (0.25..1.2),
+    so that text takes the same share of a 160 px thumbnail as of a 1920 px frame."""
+    return min(1.2, max(0.25, base * width / float(FONT_REFERENCE_WIDTH)))
+
+
+def fit_scale(text: str, width: int, scale: float, thickness: int = 1) -> float:
+    """``scale``, made smaller where ``text`` would not fit ``width`` pixels with its margins (never cut off)."""
     import cv2
 
-    cv2.putText(image, text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0), 3, cv2.LINE_AA)
-    cv2.putText(image, text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, colour, 1, cv2.LINE_AA)
+    pad = text_padding(scale)
+    text_w = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, thickness)[0][0]
+    room = max(1, width - 2 * pad)
+    return scale * room / float(text_w) if text_w > room else scale
 
 
-def draw_status(image: np.ndarray, status: Status) -> None:
-    """The status bar along the bottom: FPS, latency, frames, drops and errors, and what runs the model."""
+def text_padding(scale: float) -> int:
+    return max(2, int(round(6 * scale)))
+
+
+def draw_banner(image: np.ndarray, text: str, base: float = 0.6) -> Tuple[int, int, int, int]:
+    """One line of text on a darkened strip at the top left, scaled with the frame and shrunk to fit its width;
+    returns the strip (x0, y0, x1, y1), always inside the frame."""
     import cv2
 
     h, w = image.shape[:2]
-    scale = min(1.0, max(0.4, w / 1200.0))
+    scale = fit_scale(text, w, overlay_scale(w, base))
+    (text_w, text_h), baseline = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)
+    pad = text_padding(scale)
+    box = (0, 0, min(w, text_w + 2 * pad), min(h, text_h + baseline + 2 * pad))
+    region = image[box[1]:box[3], box[0]:box[2]]
+    region //= 3
+    cv2.putText(image, text, (pad, pad + text_h), cv2.FONT_HERSHEY_SIMPLEX, scale, (255, 255, 255), 1, cv2.LINE_AA)
+    return box
+
+
+def draw_label(image: np.ndarray, text: str, org: Tuple[int, int], colour: Tuple[int, int, int],
+               scale: float = 0.45) -> Tuple[int, int, int, int]:
+    """Text with a dark outline, readable on any background; draws in place.  ``scale`` is the size on a 640 px
+    frame (in proportion on others); the text is shrunk to the frame's width and moved inside it where ``org``
+    (its bottom left) would put it over an edge.  Returns the label's box (x0, y0, x1, y1)."""
+    import cv2
+
+    h, w = image.shape[:2]
+    scale = fit_scale(text, w, overlay_scale(w, scale), 3)
+    (text_w, text_h), baseline = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, 3)
+    x = min(max(1, int(org[0])), max(1, w - text_w - 1))
+    y = min(max(text_h + 1, int(org[1])), max(text_h + 1, h - baseline - 1))
+    cv2.putText(image, text, (x, y), cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0), 3, cv2.LINE_AA)
+    cv2.putText(image, text, (x, y), cv2.FONT_HERSHEY_SIMPLEX, scale, colour, 1, cv2.LINE_AA)
+    return x - 1, y - text_h - 1, x + text_w + 1, y + baseline + 1
+
+
+def draw_status(image: np.ndarray, status: Status) -> None:
+    """The status bar along the bottom: FPS, latency, frames, drops and errors, and what runs the model; the text
+    scales with the frame and shrinks to fit its width (on a small frame the model's name goes first)."""
+    import cv2
+
+    h, w = image.shape[:2]
+    scale = overlay_scale(w, 0.45)
     parts = ["%.1f FPS" % status.fps if status.fps else "-- FPS"]
     if status.latency_ms:
         parts.append("latency %.0f ms" % status.latency_ms)
@@ -207,14 +255,18 @@ def draw_status(image: np.ndarray, status: Status) -> None:
         parts.append("dropped %d" % status.dropped)
     if status.errors:
         parts.append("errors %d" % status.errors)
-    if status.label:
-        parts.append(status.label)
-    text = " | ".join(parts)
-    bar = int(26 * scale) + 8
-    region = image[max(0, h - bar):h, :]
+    text = " | ".join(parts + ([status.label] if status.label else []))
+    if status.label and fit_scale(text, w, scale) < 0.7 * scale:  # too small to read: the numbers matter more
+        text = " | ".join(parts)
+    scale = fit_scale(text, w, scale)
+    (_, text_h), baseline = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)
+    pad = text_padding(scale)
+    bar = min(h, text_h + baseline + 2 * pad)
+    region = image[h - bar:h, :]
     region //= 3
-    cv2.putText(image, text, (8, h - int(bar * 0.3)), cv2.FONT_HERSHEY_SIMPLEX, scale * 0.8, (255, 255, 255), 1,
+    cv2.putText(image, text, (pad, h - pad - baseline), cv2.FONT_HERSHEY_SIMPLEX, scale, (255, 255, 255), 1,
                 cv2.LINE_AA)
 
 
-__all__ = ["FusedPreprocess", "GpuModel", "Item", "SessionModel", "Status", "Task", "draw_status", "split_per_frame"]
+__all__ = ["FusedPreprocess", "GpuModel", "Item", "SessionModel", "Status", "Task", "draw_banner", "draw_label",
+           "draw_status", "fit_scale", "overlay_scale", "split_per_frame"]

@@ -28,7 +28,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, draw_status
+from jetforge.apps.pipeline.stages import Item, Status, Task, draw_banner, draw_label, draw_status
 from jetforge.apps.tasks.base import App
 from jetforge.apps.tasks.people import add_detector_arguments, make_person_detector
 from jetforge.config import COUNT
@@ -205,10 +205,7 @@ class ActionTask(Task):
                                else "...")
             draw_label(image, text, (x1, max(12, y1 - 4)), colour)
         head = "people %d  |  action: %s (labels derived from tracks)" % (len(tracks), ", ".join(self.labels))
-        h, w = image.shape[:2]
-        region = image[0:30, 0:min(w, 12 + 9 * len(head))]
-        region //= 3
-        cv2.putText(image, head, (8, 21), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (255, 255, 255), 1, cv2.LINE_AA)
+        draw_banner(image, head, 0.5)
         draw_status(image, status)
 
     # -- results --------------------------------------------------------------------------

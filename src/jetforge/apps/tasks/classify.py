@@ -24,7 +24,8 @@ from jetforge.runtime.model_facts import model_facts
 from jetforge.runtime.session import Session, open_session
 from jetforge.runtime.session.base import threads_argtype
 from jetforge.apps.tasks.base import App
-from jetforge.apps.pipeline.stages import GpuModel, Item, SessionModel, Status, Task, draw_status, split_per_frame
+from jetforge.apps.pipeline.stages import (GpuModel, Item, SessionModel, Status, Task, draw_status, fit_scale,
+                                           overlay_scale, split_per_frame, text_padding)
 
 log = logging.getLogger(__name__)
 
@@ -84,20 +85,21 @@ def draw_overlay(image: np.ndarray, predictions: Sequence[Prediction], fps: Opti
         if x0 > 0.5 or y0 > 0.5 or x1 < w - 1.5 or y1 < h - 1.5:
             cv2.rectangle(image, (int(round(x0)), int(round(y0))), (int(round(x1)) - 1, int(round(y1)) - 1),
                           (0, 200, 255), 1, cv2.LINE_AA)
-    scale = min(1.2, max(0.4, w / 1000.0))
+    lines = ["%d. %s  %.0f%%" % (i + 1, p.label, 100.0 * p.prob) for i, p in enumerate(predictions[:OVERLAY_TOP_K])]
+    scale = overlay_scale(w, 0.64)
     thick = 1 if scale < 0.8 else 2
     font = cv2.FONT_HERSHEY_SIMPLEX
+    scale = min([fit_scale(t, w, scale, thick) for t in lines] + [scale])  # the longest label fits the frame
     line_h = int(32 * scale) + 4
-    lines = ["%d. %s  %.0f%%" % (i + 1, p.label, 100.0 * p.prob) for i, p in enumerate(predictions[:OVERLAY_TOP_K])]
-    width = max([cv2.getTextSize(t, font, scale, thick)[0][0] for t in lines] + [1]) + 16
+    width = max([cv2.getTextSize(t, font, scale, thick)[0][0] for t in lines] + [1]) + 2 * text_padding(scale)
     _shade(image, 0, 0, min(w, width), min(h, line_h * len(lines) + 10))
     for i, text in enumerate(lines):
         colour = (80, 255, 80) if i == 0 else (235, 235, 235)
-        cv2.putText(image, text, (8, line_h * (i + 1)), font, scale, colour, thick, cv2.LINE_AA)
+        cv2.putText(image, text, (text_padding(scale), line_h * (i + 1)), font, scale, colour, thick, cv2.LINE_AA)
     if not status_bar:
         return
     status = ("%.1f FPS | %s" % (fps, backend)) if fps else backend
-    small = scale * 0.8
+    small = fit_scale(status, w, scale * 0.8)
     _shade(image, 0, h - line_h - 4, w, h)
     cv2.putText(image, status, (8, h - 10), font, small, (255, 255, 255), 1, cv2.LINE_AA)
 

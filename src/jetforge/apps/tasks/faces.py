@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from jetforge.apps.pipeline.stages import Item, Status, Task, draw_label, track_colour, draw_status
+from jetforge.apps.pipeline.stages import Item, Status, Task, draw_banner, draw_label, draw_status, track_colour
 from jetforge.config import POSITIVE_NUMBER
 from jetforge.errors import ConfigError
 from jetforge.runtime.session.base import threads_argtype
@@ -127,12 +127,7 @@ class FacesTask(Task):
         s = item.stream
         head = "faces %d  |  tracks so far %d%s" % (len(dets), self.trackers[s].ids_issued,
                                                      "  |  privacy blur" if self.blur else "")
-        h, w = image.shape[:2]
-        scale = 0.6 if w >= 400 else 0.4
-        region = image[0:int(50 * scale), 0:min(w, 12 + int(18 * scale) * len(head))]
-        region //= 3
-        cv2.putText(image, head, (6, int(35 * scale)), cv2.FONT_HERSHEY_SIMPLEX, scale, (255, 255, 255), 1,
-                    cv2.LINE_AA)
+        draw_banner(image, head, 0.6)
         draw_status(image, status)
 
     def warmup(self, frame: Any) -> None:

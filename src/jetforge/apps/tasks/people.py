@@ -24,7 +24,8 @@ import numpy as np
 
 from jetforge.config import COUNT, NON_NEGATIVE, NON_NEGATIVE_NUMBER, PROBABILITY
 from jetforge.errors import ConfigError
-from jetforge.apps.pipeline.stages import GpuModel, Item, Outputs, Status, Task, draw_label, track_colour, draw_status
+from jetforge.apps.pipeline.stages import (GpuModel, Item, Outputs, Status, Task, draw_banner, draw_label, draw_status,
+                                           track_colour)
 from jetforge.apps.tasks.base import App
 from jetforge.apps.tasks.photos import draw_photo, is_photo, photo_event
 from jetforge.apps.video.sources.base import Frame
@@ -146,10 +147,7 @@ class PeopleTask(Task):
         if self.lines[s]:
             head += "  |  crossed %d" % sum(l.total for l in self.lines[s])
         head += "  |  tracks so far %d" % self.trackers[s].ids_issued
-        h, w = image.shape[:2]
-        region = image[0:30, 0:min(w, 12 + 11 * len(head))]
-        region //= 3
-        cv2.putText(image, head, (8, 21), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (255, 255, 255), 1, cv2.LINE_AA)
+        draw_banner(image, head, 0.6)
         draw_status(image, status)
 
     def warmup(self, frame: Frame) -> None:
