@@ -124,9 +124,9 @@ def test_calibrate_refuses_what_it_cannot_do_for_a_detector(tmp_path):
     def options(**kw):
         return CalibrateOptions.from_keywords(dict(kw, labels=labels))
 
-    with pytest.raises(CalibrationError, match="held-out frames of its --labels file"):
+    with pytest.raises(CalibrationError, match="images of its --labels file"):
         _check_eval_args(options(eval_data=["heldout.mp4"]), ["train/"], "detect")
-    with pytest.raises(CalibrationError, match="held-out frames of its --labels file"):
+    with pytest.raises(CalibrationError, match="images of its --labels file"):
         _check_eval_args(options(mixed_precision=0.98), ["train/"], "detect")
     assert _check_eval_args(options(), ["train/"], "detect") == []
     with pytest.raises(CalibrationError, match="no evaluation data"):  # a classifier still needs --eval

@@ -1,44 +1,119 @@
-"""Evaluation frames for a detector's INT8 check: the held-out frames of a person-box label file.
+"""Evaluation frames for a detector's INT8 check: your labelled images, or the held-out frames of the person set.
 
-``jetforge calibrate det.onnx --data TRAINING_FRAMES --labels people_boxes.json`` evaluates a
-detector (sidecar task ``detect``) on the label file's *held-out* frames (decoded from the asset
-cache, pixels checked against the recorded hashes) with the ``detection_ap`` metric
-(:class:`jetforge.calibrate.metrics.DetectionAPMetric`): person AP@0.5 and AP@[.5:.95] of FP32 and
-simulated INT8, and the paired bootstrap interval of the difference, over frames and over blocks of
-``block_frames`` consecutive frames of one clip (neighbouring frames are correlated).
+``jetforge calibrate det.onnx --data TRAINING_FRAMES --labels LABELS`` evaluates a detector (sidecar task
+``detect``, its output decoder named in the sidecar) with the ``detection_ap`` metric
+(:class:`jetforge.calibrate.metrics.DetectionAPMetric`): AP@0.5 and AP@[.5:.95] per class and their mean, of FP32
+and simulated INT8, and the paired bootstrap interval of the difference, over images and, where the labels group
+them (video frames), over blocks of ``block_frames`` consecutive frames.  ``LABELS`` is
+
+* a label set of :mod:`jetforge.vision.label_files`: COCO ``.json``, a YOLO classes ``.txt``/``.names`` with its
+  images and labels, Pascal VOC ``.xml`` or a folder of them; every image is evaluated, its classes mapped to the
+  model's by name (a class the model does not have is an error naming it);
+* jetforge's person-box file (``people_boxes.json``, format ``jetforge-person-boxes/1``): its *held-out* frames,
+  decoded from the asset cache with their pixels checked against the recorded hashes.
 
 The frames get perceptual hashes like any evaluation set, so the calibration data is checked for
 near-duplicates of them (calibrating on a whole clip that contains the held-out segments is caught).
 """
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from jetforge.calibrate import phash
 from jetforge.calibrate.eval_data import EvaluationSet
 from jetforge.calibrate.metrics import DetectionTarget
+from jetforge.errors import CalibrationError
 
 BLOCK_FRAMES = 10
 
 
-def is_person_label_file(path: Union[str, Path]) -> bool:
-    """Whether ``path`` looks like a person-box label file (JSON) rather than a classification label list."""
-    return Path(path).suffix.lower() == ".json"
+def is_detection_label_file(path: Union[str, Path]) -> bool:
+    """Whether ``path`` names detection labels (a label set or the person-box file) rather than a classification
+    label list; asked only for a model whose task is ``detect``."""
+    from jetforge.vision.label_files import is_label_set_path
+
+    return is_label_set_path(path)
+
+
+is_person_label_file = is_detection_label_file  # the name calibrate_model.py calls
+
+
+def _is_person_file(path: Union[str, Path]) -> bool:
+    from jetforge.jsonfile import read_json
+    from jetforge.vision.person_labels import FORMAT
+
+    if Path(path).suffix.lower() != ".json":
+        return False
+    data = read_json(path, "detection labels")
+    return isinstance(data, dict) and data.get("format") == FORMAT
+
+
+def class_map(names: Sequence[str], model_labels: Sequence[str], where: str) -> np.ndarray:
+    """Index of each label-set class in the model's label list (by name); a class the model lacks is an error."""
+    if not model_labels:
+        if len(names) == 1:
+            return np.zeros(1, np.int64)
+        raise CalibrationError("%s has %d classes but the model's sidecar names none" % (where, len(names)),
+                               hint="write the model's classes into its sidecar: jetforge export-sidecar MODEL "
+                                    "--decoder NAME --classes LIST")
+    missing = [n for n in names if n not in model_labels]
+    if missing:
+        raise CalibrationError("%s has %d classes and %d of them are not among the model's %d (e.g. %r)"
+                               % (where, len(names), len(missing), len(model_labels), missing[0][:40]),
+                               hint="the labels and the model disagree on the class list: give labels of the "
+                                    "model's classes, or the model's own class names (--classes at export-sidecar)")
+    return np.asarray([list(model_labels).index(n) for n in names], np.int64)
+
+
+def label_set_evaluation(labels: Union[str, Path], preprocess: Any, model_labels: Sequence[str],
+                         fixed_batch: Optional[int] = None, samples: Optional[int] = None, batch_size: int = 8
+                         ) -> Tuple[EvaluationSet, List[DetectionTarget]]:
+    """The images of a label set (:func:`jetforge.vision.label_files.read_label_set`) as preprocessed batches, with
+    their :class:`DetectionTarget` (classes mapped to the model's); ``samples`` spreads that many evenly."""
+    from jetforge.calibrate.evaluate import preprocess_samples
+    from jetforge.runtime.image_files import read_image
+    from jetforge.vision.label_files import read_label_set
+
+    label_set = read_label_set(labels)
+    mapping = class_map(label_set.classes, model_labels, "labels %s" % labels)
+    images = label_set.images
+    available = len(images)
+    if samples is not None and samples < available:
+        images = [images[int(i)] for i in np.linspace(0, available - 1, int(samples)).round().astype(int)]
+    names = ["%s#%d" % (im.path.name, i) for i, im in enumerate(images)]
+    by_name = dict(zip(names, images))
+    pixels = {n: read_image(im.path) for n, im in by_name.items()}
+    for n, im in by_name.items():
+        if pixels[n].shape[:2] != tuple(im.image_hw):
+            raise CalibrationError("labels %s: image %s is %dx%d but the labels say %dx%d"
+                                   % (labels, im.path.name, pixels[n].shape[1], pixels[n].shape[0],
+                                      im.image_hw[1], im.image_hw[0]), hint="the labels belong to other images")
+    hashes = [(n, phash.perceptual_hash(pixels[n])) for n in names]
+    batches, kept = preprocess_samples(((n, pixels[n]) for n in names), preprocess, batch_size=batch_size,
+                                       fixed_batch=fixed_batch)
+    targets = [DetectionTarget(by_name[n].truth.boxes, by_name[n].difficult, by_name[n].image_hw, by_name[n].group,
+                               mapping[by_name[n].truth.classes]) for n in kept]
+    limit = "all" if samples is None or samples >= available else "--eval-samples %d" % samples
+    ev = EvaluationSet(batches, list(kept), [h for h in hashes if h[0] in set(kept)], available, len(kept), limit)
+    return ev, targets
 
 
 def detection_evaluation_set(labels: Union[str, Path], preprocess: Any, fixed_batch: Optional[int] = None,
                              samples: Optional[int] = None, assets_root: Optional[Union[str, Path]] = None,
-                             batch_size: int = 8, block_frames: int = BLOCK_FRAMES
+                             batch_size: int = 8, block_frames: int = BLOCK_FRAMES, model_labels: Sequence[str] = ()
                              ) -> Tuple[EvaluationSet, List[DetectionTarget]]:
     """The held-out labelled frames as preprocessed batches, with their :class:`DetectionTarget` per frame.
 
     ``samples`` takes that many frames spread evenly over the held-out set; ``assets_root`` is the
-    folder holding ``<asset>/<file>`` (default: jetforge's asset cache).
+    folder holding ``<asset>/<file>`` (default: jetforge's asset cache); ``model_labels``: the person class is
+    mapped to the model's ``person`` (class 0 for a model without labels).
     """
     from jetforge.calibrate.evaluate import preprocess_samples
     from jetforge.vision.person_labels import load_person_labels
+
+    person = int(class_map(["person"], list(model_labels), "the person set")[0])
 
     if assets_root is None:
         from jetforge.assets import asset_dir
@@ -54,7 +129,8 @@ def detection_evaluation_set(labels: Union[str, Path], preprocess: Any, fixed_ba
                                        fixed_batch=fixed_batch)
     by_name = dict(zip(names, frames))
     targets = [DetectionTarget(by_name[n].boxes, by_name[n].difficult, by_name[n].image.shape[:2],
-                               group="%s:%d" % (by_name[n].clip, by_name[n].index // block_frames)) for n in kept]
+                               group="%s:%d" % (by_name[n].clip, by_name[n].index // block_frames),
+                               classes=np.full(len(by_name[n].boxes), person, np.int64)) for n in kept]
     limit = "all" if samples is None or samples >= available else "--eval-samples %d" % samples
     ev = EvaluationSet(batches, list(kept), [h for h in hashes if h[0] in set(kept)], available, len(kept), limit)
     return ev, targets
@@ -63,13 +139,14 @@ def detection_evaluation_set(labels: Union[str, Path], preprocess: Any, fixed_ba
 def check_detection_args(labels: Union[str, Path], eval_items: List[Any], mixed_precision: Any,
                          sensitivity: Any) -> None:
     """Refuse what ``calibrate`` cannot do for a detector evaluated on a person-box file (before any slow step)."""
-    from jetforge.errors import CalibrationError
-    from jetforge.fileio import require_file
     from jetforge.vision.person_labels import DEFAULT_LABELS
 
-    require_file(labels, "person-box label file", hint="e.g. jetforge's own set, %s" % DEFAULT_LABELS)
+    if not Path(labels).exists():
+        raise CalibrationError("detection labels %s do not exist" % labels,
+                               hint="a COCO .json, a YOLO classes .txt, VOC .xml files, or jetforge's person set %s"
+                                    % DEFAULT_LABELS)
     if eval_items or mixed_precision is not None or sensitivity:
-        raise CalibrationError("a detector is evaluated on the held-out frames of its --labels file; --eval, "
+        raise CalibrationError("a detector is evaluated on the images of its --labels file; --eval, "
                                "--mixed-precision and --sensitivity do not apply to it yet",
                                hint="drop --eval/--mixed-precision/--sensitivity")
 
@@ -80,12 +157,20 @@ def detection_evaluator(model: Any, sidecar: Any, labels: Union[str, Path], fixe
     from jetforge.calibrate.evaluate import Evaluator
     from jetforge.runtime.inputs import input_contract
 
+    from jetforge.vision.decode import decoder_for
+
     contract = input_contract(sidecar, "image", purpose="INT8 evaluation")
-    data, targets = detection_evaluation_set(labels, contract, fixed_batch, samples)
+    model_labels = decoder_for(sidecar).labels  # refuses a model without a decoder before any image is read
+    if _is_person_file(labels):
+        data, targets = detection_evaluation_set(labels, contract, fixed_batch, samples, model_labels=model_labels)
+    else:
+        data, targets = label_set_evaluation(labels, contract, model_labels, fixed_batch, samples)
     evaluator = Evaluator(model, data.batches, metrics=("detection_ap", "output_sqnr"), targets=targets,
                           metric_options={"detection_ap": {"sidecar": sidecar}})
-    held = {"split": "held-out segments of the label file (guard gaps to its training segments); no perceptual "
-                     "hash check: the segments of one fixed camera look alike"}
+    held = ({"split": "held-out segments of the label file (guard gaps to its training segments); no perceptual "
+                      "hash check: the segments of one fixed camera look alike"} if _is_person_file(labels) else
+            {"split": "the label file's images (keep them out of --data: calibrating on them makes the numbers "
+                      "optimistic)"})
     return data, evaluator, held
 
 
@@ -94,12 +179,21 @@ def detection_eval_lines(label: str, det: Dict[str, Any]) -> List[str]:
     block = (", %d-frame blocks [%+.3f, %+.3f]" % (BLOCK_FRAMES, det["ap50_diff_block_ci_low"],
                                                    det["ap50_diff_block_ci_high"])
              if det.get("ap50_diff_block_ci_low") is not None else "")
-    return ["person AP@0.5 on %d frames: FP32 %.3f, %s %.3f, difference %+.3f (95%% CI frames [%+.3f, %+.3f]%s)"
-            % (det["frames"], det["ap50_fp32"], label, det["ap50_int8"], det["ap50_diff"],
-               det["ap50_diff_ci_low"], det["ap50_diff_ci_high"], block),
-            "person AP@[.5:.95]: FP32 %.3f, %s %.3f, difference %+.3f (95%% CI [%+.3f, %+.3f])"
-            % (det["ap_fp32"], label, det["ap_int8"], det["ap_diff"], det["ap_diff_ci_low"], det["ap_diff_ci_high"])]
+    per_class = sorted({k.split("/")[1] for k in det if k.startswith("class/")})
+    what = "%s AP" % per_class[0] if len(per_class) == 1 else "mean AP over %d classes" % len(per_class)
+    lines = ["%s@0.5 on %d frames: FP32 %.3f, %s %.3f, difference %+.3f (95%% CI frames [%+.3f, %+.3f]%s)"
+             % (what, det["frames"], det["ap50_fp32"], label, det["ap50_int8"], det["ap50_diff"],
+                det["ap50_diff_ci_low"], det["ap50_diff_ci_high"], block),
+             "%s@[.5:.95]: FP32 %.3f, %s %.3f, difference %+.3f (95%% CI [%+.3f, %+.3f])"
+             % (what, det["ap_fp32"], label, det["ap_int8"], det["ap_diff"], det["ap_diff_ci_low"],
+                det["ap_diff_ci_high"])]
+    if len(per_class) > 1:
+        lines += ["  %s AP@0.5: FP32 %.3f, %s %.3f, difference %+.3f (95%% CI [%+.3f, %+.3f])"
+                  % (c, det["class/%s/ap50_fp32" % c], label, det["class/%s/ap50_int8" % c],
+                     det["class/%s/ap50_diff" % c], det["class/%s/ap50_diff_ci_low" % c],
+                     det["class/%s/ap50_diff_ci_high" % c]) for c in per_class]
+    return lines
 
 
-__all__ = ["BLOCK_FRAMES", "check_detection_args", "detection_eval_lines", "detection_evaluation_set",
-           "detection_evaluator", "is_person_label_file"]
+__all__ = ["BLOCK_FRAMES", "check_detection_args", "class_map", "detection_eval_lines", "detection_evaluation_set",
+           "detection_evaluator", "is_detection_label_file", "is_person_label_file", "label_set_evaluation"]

@@ -222,59 +222,56 @@ class DetectionTarget:
 
     ``boxes`` ``(N, 4)`` x1, y1, x2, y2 in pixels of the original frame of size ``image_hw``;
     ``difficult`` ``(N,)`` marks boxes that are neither required nor counted; ``group`` names the block
-    of correlated frames the frame belongs to (for the block bootstrap; None = its own block).
+    of correlated frames the frame belongs to (for the block bootstrap; None = its own block); ``classes`` ``(N,)``
+    the model's class index of each box (None: all class 0, a one-class detector).
     """
 
     boxes: np.ndarray
     difficult: np.ndarray
     image_hw: Sequence[int]
     group: Optional[str] = None
+    classes: Optional[np.ndarray] = None
 
 
 @METRICS.register("detection_ap")
 class DetectionAPMetric(Metric):
-    """Person AP@0.5 and AP@[.5:.95] of FP32 and the candidate against labelled boxes, with paired bootstrap CIs.
+    """AP@0.5 and AP@[.5:.95] per class and their mean, of FP32 and the candidate against labelled boxes, with paired
+    bootstrap CIs.
 
-    The raw outputs are an SSD body's ``(box_encodings, class_logits)``; both models' outputs are
-    decoded with :func:`jetforge.vision.ssd.postprocess` (the model's own box coder, score
-    converter and NMS from its sidecar, at ``score_threshold``), mapped back to frame pixels through
-    the preprocessing's geometry, and scored by :mod:`jetforge.vision.detection_metrics` (COCO's
-    matching, difficult boxes ignored).  The difference candidate - FP32 has a paired bootstrap
-    interval over frames and, when the targets name groups, over groups of frames (neighbouring video
-    frames are correlated, so the group interval is the honest one); a goal about the difference holds
-    only if the interval's bound does.  Without targets only the agreement of the two detection sets
-    is available, so nothing is reported but the frame count.
+    Both models' raw outputs are decoded by the detector's registered output decoder
+    (:func:`jetforge.vision.decode.decoder_for`: the sidecar names it, e.g. the SSD's box coder and NMS), at
+    ``score_threshold`` and COCO's 100 detections per image, mapped back to frame pixels through the input
+    contract's geometry, and scored by :mod:`jetforge.vision.detection_metrics` (COCO's matching, difficult boxes
+    ignored) per class present in the targets; the headline numbers are the mean over those classes (COCO's mAP;
+    with one class, that class's AP).  The difference candidate - FP32 has a paired bootstrap interval over frames
+    and, when the targets name groups, over groups of frames (neighbouring video frames are correlated, so the group
+    interval is the honest one); a goal about the difference holds only if the interval's bound does.  Without
+    targets only the frame count is reported.
     """
 
     def __init__(self, sidecar: Any = None, score_threshold: float = 0.01, n_resamples: int = 2000, seed: int = 0,
-                 output_names: Sequence[str] = ("box_encodings", "class_logits")) -> None:
-        from jetforge.vision.ssd import spec_from_sidecar
-        from jetforge.runtime.inputs.image import Preprocess
+                 output_names: Sequence[str] = ()) -> None:
+        from jetforge.runtime.inputs import input_contract
+        from jetforge.vision.decode import DecoderOptions, decoder_for
 
         if sidecar is None:
-            raise CalibrationError("the detection_ap metric needs the detector's sidecar (its SSD block)",
+            raise CalibrationError("the detection_ap metric needs the detector's sidecar (its decoder)",
                                    hint="pass metric_options={'detection_ap': {'sidecar': sidecar}}")
-        self.spec = spec_from_sidecar(sidecar)
-        self.preprocess = sidecar.preprocess if isinstance(sidecar.preprocess, Preprocess) else \
-            Preprocess.from_dict(sidecar.preprocess)
-        names = [o.name for o in getattr(sidecar, "outputs", [])]
-        self.order = [names.index(n) for n in output_names] if all(n in names for n in output_names) else [0, 1]
-        self.score_threshold = float(score_threshold)
+        self.decoder = decoder_for(sidecar)
+        self.decoder.options = DecoderOptions(score_threshold=float(score_threshold),
+                                              iou_threshold=self.decoder.options.iou_threshold, max_detections=100,
+                                              class_agnostic=self.decoder.options.class_agnostic)
+        self.preprocess = input_contract(sidecar, "image", purpose="detection AP")
         self.n_resamples = int(n_resamples)
         self.seed = int(seed)
 
     def detections(self, outputs: Sequence[np.ndarray], targets: Sequence[DetectionTarget]):
-        """(boxes per frame in pixels x1, y1, x2, y2; scores per frame) of one model's raw outputs."""
-        from jetforge.vision.ssd import postprocess
-
-        enc, logits = outputs[self.order[0]], outputs[self.order[1]]
-        decoded = postprocess(enc, logits, self.spec, score_threshold=self.score_threshold)
-        size = (self.preprocess.height, self.preprocess.width)
-        boxes = [d.xyxy(self.preprocess.geometry(tuple(t.image_hw)[:2]), size) for d, t in zip(decoded, targets)]
-        return boxes, [d.scores for d in decoded]
+        """(boxes, scores, classes) per frame of one model's raw outputs, boxes in frame pixels x1, y1, x2, y2."""
+        dets = self.decoder.decode_frames(list(outputs), self.preprocess, [tuple(t.image_hw)[:2] for t in targets])
+        return [d.boxes for d in dets], [d.scores for d in dets], [d.classes for d in dets]
 
     def compute(self, reference, candidate, targets=None):
-        from jetforge.vision.detection_metrics import paired_bootstrap
+        from jetforge.vision.detection_metrics import class_bootstrap
 
         n = len(reference[0])
         if targets is None:
@@ -282,27 +279,39 @@ class DetectionAPMetric(Metric):
         targets = list(targets)
         if len(targets) != n:
             raise CalibrationError("%d detection targets for %d evaluation frames" % (len(targets), n))
-        gt = [t.boxes for t in targets]
-        difficult = [t.difficult for t in targets]
+        classes = [np.zeros(len(t.boxes), np.int64) if t.classes is None else np.asarray(t.classes, np.int64)
+                   for t in targets]
+        present = sorted({int(c) for d, k in zip((t.difficult for t in targets), classes)
+                          for c in np.asarray(k)[~np.asarray(d, bool)]})
+        gt = ([t.boxes for t in targets], [t.difficult for t in targets], classes)
         cand, ref = self.detections(candidate, targets), self.detections(reference, targets)
-        by_frame = paired_bootstrap(gt, difficult, cand, ref, n_resamples=self.n_resamples, seed=self.seed)
-        out: Dict[str, Optional[float]] = {"frames": n, "boxes": int(sum(int((~np.asarray(d, bool)).sum())
-                                                                         for d in difficult))}
-        for key, side in (("int8", "a"), ("fp32", "b")):
-            out["ap50_" + key] = by_frame[side]["ap50"]
-            out["ap_" + key] = by_frame[side]["ap"]
-        diff = by_frame["difference"]
-        out.update({"ap50_diff": diff["ap50"], "ap_diff": diff["ap"],
-                    "ap50_diff_ci_low": diff["ap50_ci"][0], "ap50_diff_ci_high": diff["ap50_ci"][1],
-                    "ap_diff_ci_low": diff["ap_ci"][0], "ap_diff_ci_high": diff["ap_ci"][1]})
+        by_frame = class_bootstrap(gt, cand, ref, present or [0], n_resamples=self.n_resamples, seed=self.seed)
+        out: Dict[str, Optional[float]] = {"frames": n, "classes": len(present), "boxes": int(sum(
+            int((~np.asarray(d, bool)).sum()) for d in gt[1]))}
+        _ap_fields(out, "", by_frame["mean"])
+        labels = self.decoder.labels
+        for c, entry in by_frame["classes"].items():
+            _ap_fields(out, "class/%s/" % (labels[c] if c < len(labels) else c), entry, short=True)
         if any(t.group is not None for t in targets):
             groups = [t.group if t.group is not None else "frame%d" % i for i, t in enumerate(targets)]
-            blocks = paired_bootstrap(gt, difficult, cand, ref, n_resamples=self.n_resamples, seed=self.seed,
-                                      groups=groups)["difference"]
+            blocks = class_bootstrap(gt, cand, ref, present or [0], n_resamples=self.n_resamples, seed=self.seed,
+                                     groups=groups)["mean"]["difference"]
             out.update({"ap50_diff_block_ci_low": blocks["ap50_ci"][0],
                         "ap50_diff_block_ci_high": blocks["ap50_ci"][1],
                         "ap_diff_block_ci_low": blocks["ap_ci"][0], "ap_diff_block_ci_high": blocks["ap_ci"][1]})
         return out
+
+
+def _ap_fields(out: Dict[str, Optional[float]], prefix: str, entry: Dict[str, Any], short: bool = False) -> None:
+    """Flat metric keys of one :func:`~jetforge.vision.detection_metrics.class_bootstrap` block."""
+    for key, side in (("int8", "a"), ("fp32", "b")):
+        out[prefix + "ap50_" + key] = entry[side]["ap50"]
+        out[prefix + "ap_" + key] = entry[side]["ap"]
+    diff = entry["difference"]
+    out.update({prefix + "ap50_diff": diff["ap50"], prefix + "ap_diff": diff["ap"],
+                prefix + "ap50_diff_ci_low": diff["ap50_ci"][0], prefix + "ap50_diff_ci_high": diff["ap50_ci"][1]})
+    if not short:
+        out.update({prefix + "ap_diff_ci_low": diff["ap_ci"][0], prefix + "ap_diff_ci_high": diff["ap_ci"][1]})
 
 
 def bootstrap_ci(values: np.ndarray, groups: Optional[Sequence[Any]] = None, n_resamples: int = 2000, seed: int = 0,

@@ -263,5 +263,83 @@ def paired_bootstrap(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence
     return out
 
 
+def class_bootstrap(gt: Tuple[Sequence[object], Optional[Sequence[object]], Sequence[object]],
+                    detections_a: Tuple[Sequence[object], Sequence[object], Sequence[object]],
+                    detections_b: Tuple[Sequence[object], Sequence[object], Sequence[object]],
+                    classes: Sequence[int], n_resamples: int = 2000, seed: int = 0, confidence: float = 0.95,
+                    groups: Optional[Sequence[object]] = None) -> Dict[str, object]:
+    """:func:`paired_bootstrap` per class and of the mean over classes (COCO's mAP), on the same resamples.
+
+    ``gt`` is (boxes, difficult, classes) per frame, each detection set (boxes, scores, classes) per frame; AP of
+    class ``c`` uses only the boxes of class ``c`` on both sides.  Every resample draws its units once, as
+    :func:`paired_bootstrap` does with the same seed, and scores every class on them, so the mean's interval is
+    that of the mean (a class with no positive in a resample is left out of that resample's mean, as COCO leaves out
+    classes without ground truth).  With one class, the mean is exactly :func:`paired_bootstrap`'s result.
+    """
+    def of_class(boxes, scores_or_flags, labels, c, pad_flags=False):
+        picked_b, picked_s = [], []
+        for f, b in enumerate(boxes):
+            mask = np.asarray(labels[f]).reshape(-1) == c
+            picked_b.append(np.asarray(b, np.float64).reshape(-1, 4)[mask])
+            picked_s.append(np.asarray(scores_or_flags[f] if scores_or_flags is not None else
+                                       np.zeros(len(mask), bool)).reshape(-1)[mask])
+        return picked_b, picked_s
+
+    ranked = {}
+    for c in classes:
+        gb, gd = of_class(gt[0], gt[1], gt[2], c)
+        ranked[c] = [rank_detections(gb, gd, *of_class(d[0], d[1], d[2], c)) for d in (detections_a, detections_b)]
+    n = len(gt[0])
+    labels = np.arange(n) if groups is None else np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)[1]
+    n_units = int(labels.max()) + 1 if n else 0
+    rng = np.random.default_rng(seed)
+    t50 = [round(float(t), 4) for t in COCO_IOU_THRESHOLDS].index(0.5)
+    samples = np.full((len(classes), 2, n_resamples, 2), np.nan)
+    for r in range(n_resamples):
+        weights = np.bincount(rng.integers(0, n_units, size=n_units), minlength=n_units)[labels].astype(np.float64)
+        for i, c in enumerate(classes):
+            for k in range(2):
+                per_t = ap_per_threshold(ranked[c][k], weights)
+                samples[i, k, r] = (per_t[t50], np.mean(per_t))
+    lo, hi = 100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2
+
+    def block(values: np.ndarray) -> Dict[str, object]:  # values: (2 sides, resamples, 2), full: (2 sides, 2)
+        out: Dict[str, object] = {}
+        for k, side in enumerate(("a", "b")):
+            out[side] = {"ap50_ci": _interval(values[k, :, 0], lo, hi), "ap_ci": _interval(values[k, :, 1], lo, hi)}
+        diff = values[0] - values[1]
+        out["difference"] = {"ap50_ci": _interval(diff[:, 0], lo, hi), "ap_ci": _interval(diff[:, 1], lo, hi)}
+        return out
+
+    full = np.array([[[(lambda p: (p[t50], np.mean(p)))(ap_per_threshold(ranked[c][k]))][0] for k in range(2)]
+                     for c in classes])  # (classes, 2 sides, 2)
+    result: Dict[str, object] = {"classes": {}, "units": n_units, "n_resamples": n_resamples, "seed": seed}
+    for i, c in enumerate(classes):
+        entry = block(samples[i])
+        _fill(entry, full[i])
+        result["classes"][c] = entry  # type: ignore[index]
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = block(np.nanmean(samples, axis=0)) if len(classes) > 1 else block(samples[0])
+            _fill(mean, np.nanmean(full, axis=0) if len(classes) > 1 else full[0])
+    result["mean"] = mean
+    return result
+
+
+def _interval(values: np.ndarray, lo: float, hi: float) -> List[float]:
+    return [float(v) for v in np.nanpercentile(values, [lo, hi])]
+
+
+def _fill(entry: Dict[str, object], full: np.ndarray) -> None:
+    """Point values into a :func:`class_bootstrap` block: ``full`` is (2 sides, (ap50, ap))."""
+    for k, side in enumerate(("a", "b")):
+        entry[side].update({"ap50": float(full[k, 0]), "ap": float(full[k, 1])})  # type: ignore[union-attr]
+    entry["difference"].update({"ap50": float(full[0, 0] - full[1, 0]),  # type: ignore[union-attr]
+                                "ap": float(full[0, 1] - full[1, 1])})
+
+
 __all__ = ["APResult", "COCO_IOU_THRESHOLDS", "FP", "IGNORED", "RECALL_POINTS", "RankedDetections", "TP",
-           "ap_per_threshold", "evaluate_ap", "interpolated_ap", "match_frame", "paired_bootstrap", "rank_detections"]
+           "ap_per_threshold", "class_bootstrap", "evaluate_ap", "interpolated_ap", "match_frame", "paired_bootstrap", "rank_detections"]
