@@ -310,6 +310,9 @@ COVERAGE: Dict[str, object] = {
     "jetforge distill --config R.yaml": Run(("f.train", "f.distill"), "R.yaml: the classifier recipes; " + FASHION_WHY),
     "jetforge qat --config R.yaml": Run(("f.qat",), "R.yaml: the classifier QAT recipe; " + FASHION_WHY),
     "jetforge calibrate": Mention("the command that calibrates the detector student"),
+    "jetforge export-sidecar yolov8n.onnx --decoder yolov8 --classes coco80": Elsewhere(
+        "tests/cli/test_export_sidecar.py::test_a_yolov8_onnx_gets_its_sidecar_and_decodes_through_it",
+        "the same command on a tiny ONNX with YOLOv8's (1, 84, 8400) output, then decoded through the sidecar"),
     "python -m jetforge.compress.recipes R.yaml [--stage int8]": Run(
         ("f.module",), "R.yaml: the teacher recipe (the train stage, --stage int8 is optional); " + FASHION_WHY),
     "torchrun --nproc_per_node=N -m jetforge.compress.recipes R.yaml": Run(
