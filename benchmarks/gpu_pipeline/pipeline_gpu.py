@@ -133,9 +133,9 @@ def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int =
                  threaded: bool = False, ring_slots: int = 16, defer_sync: bool = False) -> List[Any]:
     """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed.
     ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source); ``threaded``: NvThreadedSource."""
-    from jetforge.apps.video.sources.device_ring import DeviceFrameRing
-    from jetforge.apps.video.sources.nvdec import NvDecSource
-    from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
+    from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
 
     kind = NvThreadedSource if threaded else NvDecSource
     sources = [kind(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
@@ -175,7 +175,7 @@ def decode_alone(paths: List[Path], n: int, codec: Any, seconds: float) -> Dict[
 def open_group(paths: List[Path], n: int, dry_run: bool, streams_per_worker: int, per_stream: int) -> Any:
     """N looping streams decoded by worker processes into CUDA IPC rings (host shared memory in the dry run);
     enough slots for the batcher's frames, the batches in flight and one fetch."""
-    from jetforge.apps.video.sources.ipc_decode import NVDEC, IpcDecodeGroup
+    from jetforge.apps.video.sources.gpu.ipc_decode import NVDEC, IpcDecodeGroup
 
     codec: Any = NVDEC
     if dry_run:  # the CPU stand-in for PyNvVideoCodec, from the tests (the checkout's root is on sys.path)
@@ -264,7 +264,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         first = sources.infos[0]
     elif v.get("source") == "feed":
         from jetforge.apps.pipeline.gpu_app import FEED_DEPTH, FEED_RING_SLOTS
-        from jetforge.apps.video.sources.feed_group import SourceFeedGroup
+        from jetforge.apps.video.sources.gpu.feed_group import SourceFeedGroup
 
         # as `jetforge app` would: the ring holds the batcher's frames, the batches in flight and one fetch
         sources = SourceFeedGroup(open_sources([env.streams[model]], n, env.codec, keep="ring", threaded=True,
@@ -332,7 +332,7 @@ class Env:
 
             self.codec: Any = FakeNvDecoder
         else:
-            from jetforge.apps.video.sources.nvdec import load_pynvvideocodec
+            from jetforge.apps.video.sources.gpu.nvdec import load_pynvvideocodec
 
             self.codec = load_pynvvideocodec()
         self.streams = {m: carry / "streams" / STREAMS[m] for m in args.models}
@@ -597,7 +597,7 @@ def _r(v: Optional[float]) -> str:
 def _host_frames(env: Env) -> List[Any]:
     """30 NV12 720p frames in host memory for the encode-alone run (OpenCV decode: the encoder's input only)."""
     from tests.standins.fake_nvdec import FakeNvDecoder
-    from jetforge.apps.video.sources.nvdec import NvDecSource
+    from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
 
     path = next(iter(env.streams.values()))
     with NvDecSource(path, codec_module=FakeNvDecoder, max_frames=30) as src:

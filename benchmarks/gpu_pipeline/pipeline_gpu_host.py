@@ -83,11 +83,11 @@ class GpuStandIn:
 
 
 def open_variant(variant: str, clip: Path, n: int) -> Any:
-    from jetforge.apps.video.sources.device_ring import DeviceFrameRing
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
     from tests.standins.fake_nvdec import FakeReplayNvDecoder
-    from jetforge.apps.video.sources.feed_group import SourceFeedGroup
-    from jetforge.apps.video.sources.ipc_decode import IpcDecodeGroup
-    from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.feed_group import SourceFeedGroup
+    from jetforge.apps.video.sources.gpu.ipc_decode import IpcDecodeGroup
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
 
     if variant.startswith("ipc"):
         return IpcDecodeGroup([clip] * n, streams_per_worker=2 if variant.startswith("ipc2") else 4, slots=16,

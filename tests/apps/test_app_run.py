@@ -67,7 +67,7 @@ def test_one_fps_is_frames_over_the_whole_run_and_the_model_rate_is_named_apart(
 def test_cpu_and_gpu_paths_write_one_metrics_schema(tmp_path, monkeypatch, bikes_clip, mobilenet_onnx, capsys):
     """The same classify run on both paths (the GPU path on the CPU NVDEC stand-in): the same metrics.json keys,
     latency blocks of the same shape, the path named in `pipeline`, and one printed report format."""
-    from jetforge.apps.video.sources import gpu, nvdec
+    from jetforge.apps.video.sources.gpu import open as gpu, nvdec
     from jetforge.cli.main import main
     from tests.standins.fake_nvdec import FakeNvDecoder
 

@@ -14,9 +14,9 @@ import pytest
 from jetforge.apps.pipeline.batching import StreamBatcher, bucket_for
 from jetforge.apps.pipeline.streams import HostBatchOps, StreamRunOptions, run_streams
 from tests.standins.fake_nvdec import FakeNvDecoder
-from jetforge.apps.video.sources.gpu_frame import (BT601, BT709, bgr_from_nv12, full_range_from_code,
+from jetforge.apps.video.sources.gpu.frame import (BT601, BT709, bgr_from_nv12, full_range_from_code,
                                                    matrix_from_code, nv12_from_bgr)
-from jetforge.apps.video.sources.nvdec import NvDecSource, array_plane_pointers, plane_pointers
+from jetforge.apps.video.sources.gpu.nvdec import NvDecSource, array_plane_pointers, plane_pointers
 from jetforge.errors import ConfigError, StreamError
 
 cv2 = pytest.importorskip("cv2")
@@ -233,7 +233,7 @@ def test_encoder_pool_spreads_one_stream_over_every_worker_in_order(tmp_path, bi
     """One stream, 4 real encoder processes: its segments go round robin to all of them and the file comes back
     with every frame in order, each one the frame that was sent (real NV12 frames of bikes.mp4, annotated)."""
     from jetforge.apps.video.sinks.encode_pool import EncoderPool
-    from jetforge.apps.video.sources.gpu_frame import bgr_from_nv12
+    from jetforge.apps.video.sources.gpu.frame import bgr_from_nv12
 
     with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=66) as src:
         sent = [f.host_nv12() for f in src][::3]  # 22 frames, 3 apart: neighbours differ clearly
@@ -297,7 +297,7 @@ def test_encoder_pool_publishes_nothing_when_the_run_fails(tmp_path):
 
 def test_gpu_source_choice_by_uri_and_decode_option(bikes_clip, monkeypatch):
     from jetforge.apps.video.sources import SOURCES, open_gpu_source, parse_source_uri
-    from jetforge.apps.video.sources.gpu import CpuGpuFrames
+    from jetforge.apps.video.sources.gpu.open import CpuGpuFrames
 
     assert parse_source_uri("nvdec:///data/clip.mp4").kind == "nvdec"
     assert parse_source_uri("nvdec:///data/clip.mp4").location == "/data/clip.mp4"
@@ -306,7 +306,7 @@ def test_gpu_source_choice_by_uri_and_decode_option(bikes_clip, monkeypatch):
     with _closing(open_gpu_source(str(bikes_clip), decode="cpu", max_frames=3)) as src:
         frames = list(src)
     assert isinstance(src, CpuGpuFrames) and [f.layout for f in frames] == ["bgr"] * 3
-    from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
 
     with _closing(open_gpu_source("nvdec://" + str(bikes_clip), codec_module=FakeNvDecoder, max_frames=2)) as src:
         assert isinstance(src, NvThreadedSource) and len(list(src)) == 2  # decode in the library's own thread
@@ -315,7 +315,7 @@ def test_gpu_source_choice_by_uri_and_decode_option(bikes_clip, monkeypatch):
 
 
 def test_nvdec_uri_in_the_cpu_apps_gives_bgr_frames_copied_back(bikes_clip, bikes_frames):
-    from jetforge.apps.video.sources.gpu import HostFrames
+    from jetforge.apps.video.sources.gpu.open import HostFrames
 
     src = HostFrames(NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=6))
     frames = list(src)
@@ -369,7 +369,7 @@ class FakeNvEncoder:
 
 def test_nvenc_sink_feeds_nv12_planes_and_writes_every_packet_in_order(tmp_path):
     from jetforge.apps.video.sinks.nvenc import NvencSink
-    from jetforge.apps.video.sources.gpu_frame import GpuFrame
+    from jetforge.apps.video.sources.gpu.frame import GpuFrame
 
     fake = FakeNvEncoder()
     out = tmp_path / "s0.h264"
@@ -452,7 +452,7 @@ def test_device_pool_with_onnx_runtime_sessions_as_devices_matches_one_session(b
 
 
 def test_decode_option_turns_video_files_into_gpu_decoder_uris(bikes_clip, monkeypatch):
-    from jetforge.apps.video.sources import gpu
+    from jetforge.apps.video.sources.gpu import open as gpu
 
     path = str(bikes_clip)
     assert gpu.uri_for_decode(path, "cpu") == path
@@ -464,7 +464,7 @@ def test_decode_option_turns_video_files_into_gpu_decoder_uris(bikes_clip, monke
 
 
 def test_cli_decode_gpu_without_a_gpu_decoder_is_one_line_and_exit_1(capsys, monkeypatch):
-    from jetforge.apps.video.sources import gpu
+    from jetforge.apps.video.sources.gpu import open as gpu
     from jetforge.cli.main import main
 
     monkeypatch.setattr(gpu, "choose_decoder", lambda wanted, have=None: (_ for _ in ()).throw(
@@ -477,7 +477,7 @@ def test_cli_decode_gpu_without_a_gpu_decoder_is_one_line_and_exit_1(capsys, mon
 # -- the GPU path behind `jetforge app ... --decode gpu` -------------------------------------------------------------
 def _use_fake_nvdec(monkeypatch, module=FakeNvDecoder):
     """PyNvVideoCodec replaced by the named CPU stand-in: the CLI's own NVDEC choice, source and pipeline run."""
-    from jetforge.apps.video.sources import gpu, nvdec
+    from jetforge.apps.video.sources.gpu import open as gpu, nvdec
 
     monkeypatch.setattr(gpu, "choose_decoder", lambda wanted, have=None: "nvdec")
     monkeypatch.setattr(nvdec, "load_pynvvideocodec", lambda: module)
@@ -508,7 +508,7 @@ def test_cli_decode_gpu_runs_the_gpu_path_and_agrees_with_the_cpu_path(tmp_path,
         task = ClassifyTask(session)
         with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=10) as src:
             frames = list(src)
-        from jetforge.apps.video.sources.gpu_frame import bgr_from_nv12
+        from jetforge.apps.video.sources.gpu.frame import bgr_from_nv12
 
         # the CPU app's preprocessing on OpenCV's own frames (no NV12 in between)
         cap = cv2.VideoCapture(str(bikes_clip))
@@ -608,7 +608,7 @@ def test_gpu_path_refuses_a_task_it_cannot_run_before_writing_anything(tmp_path)
 
 
 def test_device_frame_ring_keeps_an_owned_copy_and_describes_it_for_cuda():
-    from jetforge.apps.video.sources.device_ring import DeviceFrameRing, OwnedNv12
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing, OwnedNv12
 
     from tests.standins.fake_nvdec import FakeDecodedFrame
 
@@ -626,8 +626,8 @@ def test_device_frame_ring_keeps_an_owned_copy_and_describes_it_for_cuda():
 
 
 def test_threaded_nvdec_source_over_the_fake_yields_every_frame_once_in_order_and_loops(bikes_clip):
-    from jetforge.apps.video.sources.device_ring import DeviceFrameRing
-    from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
 
     with NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, stream=2, keep=DeviceFrameRing(), loop=True,
                           max_frames=BIKES_FRAMES + 7, fetch=4) as src:
@@ -650,7 +650,7 @@ def test_gpu_path_people_app_detections_agree_with_the_cpu_detector(tmp_path, mo
     from jetforge.apps.pipeline.gpu_app import GpuAppOptions, open_gpu_sources, run_gpu_app
     from jetforge.vision.ssd_detector import SsdPeopleDetector
     from jetforge.apps.tasks.people import PeopleTask
-    from jetforge.apps.video.sources.gpu_frame import bgr_from_nv12
+    from jetforge.apps.video.sources.gpu.frame import bgr_from_nv12
     from jetforge.assets import asset_path
     from jetforge.workflow import model_refs
 

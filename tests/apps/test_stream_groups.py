@@ -17,9 +17,9 @@ import pytest
 from jetforge.apps.pipeline.batching import StreamBatcher
 from jetforge.apps.pipeline.streams import HostBatchOps, StreamRunOptions, run_streams
 from tests.standins.fake_nvdec import FakeNvDecoder
-from jetforge.apps.video.sources.gpu_frame import GpuFrame
-from jetforge.apps.video.sources.ipc_decode import IpcDecodeGroup
-from jetforge.apps.video.sources.nvdec import NvDecSource
+from jetforge.apps.video.sources.gpu.frame import GpuFrame
+from jetforge.apps.video.sources.gpu.ipc_decode import IpcDecodeGroup
+from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
 from jetforge.errors import ConfigError, StreamError
 from jetforge.optional import is_available
 
@@ -69,9 +69,9 @@ def test_ipc_group_delivers_every_frame_of_every_stream_in_order_with_the_decode
 def test_feed_group_reads_every_stream_from_one_thread_in_order(bikes_clip):
     """3 ThreadedDecoder sources (the fake) with owned-copy rings read by one feeder: every frame once, in order,
     with the decoder's pixels."""
-    from jetforge.apps.video.sources.device_ring import DeviceFrameRing
-    from jetforge.apps.video.sources.feed_group import SourceFeedGroup
-    from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
+    from jetforge.apps.video.sources.gpu.feed_group import SourceFeedGroup
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
 
     with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=FRAMES) as src:
         expected = [f.host_nv12().copy() for f in src]
@@ -193,13 +193,13 @@ def test_gpu_app_runs_over_a_stream_group_from_its_threshold_on(layout, tmp_path
     """run_gpu_app over open_gpu_sources(processes_from=2) (an IpcDecodeGroup, workers on the fake decoder) or
     open_gpu_sources(feed_from=2) (a SourceFeedGroup): every frame of both streams gets its event in order, and
     both streams - the same clip - get the same top-1 for the same frame."""
-    from jetforge.apps.video.sources.feed_group import SourceFeedGroup
+    from jetforge.apps.video.sources.gpu.feed_group import SourceFeedGroup
 
     import json
 
     from jetforge.apps.pipeline.gpu_app import GpuAppOptions, open_gpu_sources, run_gpu_app
     from jetforge.apps.tasks.classify import ClassifyTask
-    from jetforge.apps.video.sources import gpu
+    from jetforge.apps.video.sources.gpu import open as gpu
     from jetforge.runtime.session import open_session
 
     monkeypatch.setattr(gpu, "choose_decoder", lambda wanted, have=None: "nvdec")
@@ -246,7 +246,7 @@ def test_replay_decoder_serves_the_clips_length_cycling_its_first_frames(bikes_c
 def test_threaded_source_waits_for_a_fetchs_copies_once_before_handing_any_out(bikes_clip):
     """A keep hook with flush() (DeviceFrameRing(defer_sync=True)) is flushed once per fetch of 4, after the fetch's
     copies and before the first of those frames is read."""
-    from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
 
     class RecordingKeep:
         def __init__(self):

@@ -1,8 +1,8 @@
 """``FakeNvDecoder``: a CPU stand-in for the ``PyNvVideoCodec`` module, for machines without an NVIDIA GPU.
 
 It is a fake (named so): it stands in only for hardware that does not exist here, so that the logic around
-NVDEC (:class:`~jetforge.apps.video.sources.nvdec.NvDecSource`, the multi-stream pipeline, the benchmark's
-``--dry-run``) runs in CI.  It offers the calls :mod:`jetforge.apps.video.sources.nvdec` uses, with the behaviour that matters to them:
+NVDEC (:class:`~jetforge.apps.video.sources.gpu.nvdec.NvDecSource`, the multi-stream pipeline, the benchmark's
+``--dry-run``) runs in CI.  It offers the calls :mod:`jetforge.apps.video.sources.gpu.nvdec` uses, with the behaviour that matters to them:
 
 * ``CreateDemuxer(filename=)`` -> an iterable of packets, ending with one empty packet that flushes the decoder,
   with ``Width() Height() FrameRate() ColorSpace() ColorRange() GetNvCodecId()``;
@@ -16,7 +16,7 @@ from typing import Any, Iterator, List
 
 import numpy as np
 
-from jetforge.apps.video.sources.gpu_frame import nv12_from_bgr
+from jetforge.apps.video.sources.gpu.frame import nv12_from_bgr
 from jetforge.errors import StreamError
 from jetforge.optional import require
 

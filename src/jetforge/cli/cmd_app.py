@@ -19,7 +19,7 @@ from jetforge.apps.pipeline.metrics import WARMUP_FRAMES
 from jetforge.apps.tasks import TASKS, load_app
 from jetforge.apps.tasks.base import App
 from jetforge.apps.video import SourceOptions, open_source, sink_usage, source_usage
-from jetforge.apps.video.sources.gpu import uri_for_decode
+from jetforge.apps.video.sources.gpu.open import uri_for_decode
 from jetforge.assets import asset_path
 from jetforge.cli.arguments import add_json_flag, add_out_flag
 from jetforge.config import COUNT, NON_NEGATIVE, POSITIVE_NUMBER

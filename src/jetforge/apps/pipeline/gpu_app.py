@@ -33,7 +33,7 @@ from jetforge.apps.pipeline.streams import BatchOps, StreamRunOptions, run_strea
 from jetforge.apps.video.sinks.encode_pool import SUFFIX, EncoderPool
 from jetforge.apps.video.sinks.file import JsonLinesSink
 from jetforge.apps.video.sources.base import Frame
-from jetforge.apps.video.sources.gpu import nvdec_files, open_gpu_source
+from jetforge.apps.video.sources.gpu.open import nvdec_files, open_gpu_source
 from jetforge.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -97,14 +97,14 @@ def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop
 
     From ``processes_from`` streams on (0: never), video files that NVDEC decodes are decoded in worker processes
     (``streams_per_process`` streams each) and handed over through CUDA IPC: an
-    :class:`~jetforge.apps.video.sources.ipc_decode.IpcDecodeGroup`.  Else, from ``feed_from`` streams on, one
-    thread reads all the sources: a :class:`~jetforge.apps.video.sources.feed_group.SourceFeedGroup`.  Both are
+    :class:`~jetforge.apps.video.sources.gpu.ipc_decode.IpcDecodeGroup`.  Else, from ``feed_from`` streams on, one
+    thread reads all the sources: a :class:`~jetforge.apps.video.sources.gpu.feed_group.SourceFeedGroup`.  Both are
     also sequences of the streams.  ``codec_module`` replaces the PyNvVideoCodec module (tests inject the CPU
     stand-in of ``tests/standins/fake_nvdec.py``; worker processes import it by its module and name)."""
     layout = decode_layout(len(uris), processes_from, feed_from)
     locations = nvdec_files(uris) if layout == "processes" else None
     if locations:
-        from jetforge.apps.video.sources.ipc_decode import NVDEC, IpcDecodeGroup
+        from jetforge.apps.video.sources.gpu.ipc_decode import NVDEC, IpcDecodeGroup
 
         return IpcDecodeGroup(locations, streams_per_worker=streams_per_process, slots=16, fetch=4, loop=loop,
                               max_frames=max_frames or 0, codec=NVDEC if codec_module is None else codec_module)
@@ -120,7 +120,7 @@ def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop
             src.close()
         raise
     if feed:
-        from jetforge.apps.video.sources.feed_group import SourceFeedGroup
+        from jetforge.apps.video.sources.gpu.feed_group import SourceFeedGroup
 
         return SourceFeedGroup(sources, depth=FEED_DEPTH)
     return sources

@@ -19,7 +19,7 @@ import numpy as np
 
 from jetforge.apps.pipeline.stages import GpuModel
 from jetforge.apps.pipeline.streams import BatchOps
-from jetforge.apps.video.sources.gpu_frame import bgr_from_nv12, nv12_from_bgr
+from jetforge.apps.video.sources.gpu.frame import bgr_from_nv12, nv12_from_bgr
 from jetforge.errors import ConfigError
 from jetforge.optional import require
 
@@ -119,7 +119,7 @@ class DeviceFrameOps(BatchOps):
         return self.model.to_outputs(outputs, frames)
 
     def host_frames(self, handle: Any, frames: List[Any]) -> List[np.ndarray]:
-        from jetforge.apps.video.sources.gpu import download_nv12
+        from jetforge.apps.video.sources.gpu.open import download_nv12
 
         return [download_nv12(f) for f in frames]  # render on: one copy back per frame, for the CPU encoders
 

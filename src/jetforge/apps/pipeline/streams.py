@@ -12,7 +12,7 @@ The threads, as in DeepStream (decode -> ``nvstreammux`` -> ``nvinfer`` -> sinks
 
 Instead of one source per stream, ``sources`` may be a *stream group* (one object with ``streams``, ``feed(batcher)``
 putting every stream's frames from one thread, ``release(frames)`` called when finished frames may be overwritten,
-optionally ``depth`` and ``worker_cpu_s()``): :class:`~jetforge.apps.video.sources.ipc_decode.IpcDecodeGroup`, whose
+optionally ``depth`` and ``worker_cpu_s()``): :class:`~jetforge.apps.video.sources.gpu.ipc_decode.IpcDecodeGroup`, whose
 decoding runs in worker processes, so that per-frame decode work does not share this process's GIL.
 
 Every stream's frames keep their order: one frame per stream per batch, batches launched and finished in

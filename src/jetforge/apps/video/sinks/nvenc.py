@@ -21,7 +21,7 @@ needs an overlay kernel this project does not have): with NVENC the events go to
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from jetforge.apps.video.sources.gpu_frame import GpuFrame
+from jetforge.apps.video.sources.gpu.frame import GpuFrame
 from jetforge.errors import StreamError
 
 
@@ -51,7 +51,7 @@ class NvencSink:
     def __init__(self, path: Any, width: int, height: int, fps: float = 30.0, codec: str = "h264",
                  gpu_id: int = 0, module: Optional[Any] = None, **encoder_options: Any) -> None:
         if module is None:
-            from jetforge.apps.video.sources.nvdec import load_pynvvideocodec
+            from jetforge.apps.video.sources.gpu.nvdec import load_pynvvideocodec
 
             module = load_pynvvideocodec()
         self._nvc = module

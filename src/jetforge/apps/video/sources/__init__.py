@@ -12,7 +12,7 @@ from jetforge.apps.video.sources.file import FileSource
 from jetforge.apps.video.sources.folder import IMAGE_SUFFIXES, ImageFolderSource
 from jetforge.apps.video.sources.live import LiveSource
 from jetforge.apps.video.sources.uri import SOURCES, open_source, parse_source_uri, source_usage, uri_to_path
-from jetforge.apps.video.sources.gpu import open_gpu_source  # registers the nvdec:// and jetson:// kinds
+from jetforge.apps.video.sources.gpu.open import open_gpu_source  # registers the nvdec:// and jetson:// kinds
 
 __all__ = ["FileSource", "Frame", "FrameDecodeError", "IMAGE_SUFFIXES", "ImageFolderSource", "LiveSource", "SOURCES",
            "SourceKind", "SourceOptions", "SourceSpec", "VideoSource", "capture_factory", "gst_csi_pipeline",

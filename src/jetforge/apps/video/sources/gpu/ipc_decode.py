@@ -36,8 +36,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from jetforge.apps.video.sources.gpu_frame import GpuFrame
-from jetforge.apps.video.sources.ipc_ring import ExportedRing, ImportedRing
+from jetforge.apps.video.sources.gpu.frame import GpuFrame
+from jetforge.apps.video.sources.gpu.ipc_ring import ExportedRing, ImportedRing
 from jetforge.errors import ConfigError, StreamError
 
 GO, STOP = 0, 1  # indexes of the shared flags
@@ -334,7 +334,7 @@ def _send_error(conn: Any, err: BaseException) -> None:
 
 def _open_sources(jobs: List[Tuple[int, str]], slots: int, fetch: int, buffer_size: int, loop: bool,
                   max_frames: int, codec: Any, gpu_id: int) -> List[Tuple[int, Any, _LazyRing]]:
-    from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
 
     module: Any = None if codec == NVDEC else codec  # None: NvThreadedSource loads PyNvVideoCodec
     out = []

@@ -24,7 +24,7 @@ fallback everywhere.
 import time
 from typing import Any, Dict, Optional
 
-from jetforge.apps.video.sources.gpu_frame import GpuFrame, GpuFrameReader
+from jetforge.apps.video.sources.gpu.frame import GpuFrame, GpuFrameReader
 from jetforge.errors import StreamError
 from jetforge.optional import require
 

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Optional, Union
 
-from jetforge.apps.video.sources.gpu_frame import GpuFrame, GpuFrameReader, full_range_from_code, matrix_from_code
+from jetforge.apps.video.sources.gpu.frame import GpuFrame, GpuFrameReader, full_range_from_code, matrix_from_code
 from jetforge.errors import StreamError
 from jetforge.fileio import require_file
 from jetforge.optional import require

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from jetforge.apps.video.sources.nvdec import plane_pointers
+from jetforge.apps.video.sources.gpu.nvdec import plane_pointers
 from jetforge.errors import ConfigError
 
 

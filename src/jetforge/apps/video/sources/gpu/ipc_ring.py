@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from jetforge.apps.video.sources.nvdec import plane_pointers
+from jetforge.apps.video.sources.gpu.nvdec import plane_pointers
 from jetforge.errors import ConfigError
 
 

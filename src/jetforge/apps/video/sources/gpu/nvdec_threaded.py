@@ -18,9 +18,9 @@ import time
 from collections import deque
 from typing import Any, Deque, Dict, Optional, Union
 
-from jetforge.apps.video.sources.gpu_frame import GpuFrame, GpuFrameReader, full_range_from_code, matrix_from_code
-from jetforge.apps.video.sources import nvdec
-from jetforge.apps.video.sources.nvdec import KeepHook, _call, _call_first, frame_from_decoded
+from jetforge.apps.video.sources.gpu.frame import GpuFrame, GpuFrameReader, full_range_from_code, matrix_from_code
+from jetforge.apps.video.sources.gpu import nvdec as nvdec
+from jetforge.apps.video.sources.gpu.nvdec import KeepHook, _call, _call_first, frame_from_decoded
 from jetforge.errors import StreamError
 from jetforge.fileio import require_file
 

@@ -15,8 +15,8 @@ from urllib.parse import ParseResult
 
 from jetforge.apps.video.sources.base import Frame, SourceKind, SourceOptions, SourceSpec, VideoSource
 from jetforge.apps.video.sources.file import FileSource
-from jetforge.apps.video.sources.gpu_frame import GpuFrame, GpuFrameReader, bgr_from_nv12
-from jetforge.apps.video.sources.nvdec import NvDecSource
+from jetforge.apps.video.sources.gpu.frame import GpuFrame, GpuFrameReader, bgr_from_nv12
+from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
 from jetforge.apps.video.sources.uri import SOURCES, parse_source_uri
 from jetforge.errors import ConfigError
 from jetforge.optional import require
@@ -60,15 +60,15 @@ def open_gpu_source(uri: Any, decode: str = "auto", stream: int = 0, loop: bool 
         raise ConfigError("the GPU pipeline reads video files and nvdec:// or jetson:// URIs, not %s sources"
                           % spec.kind, hint="use the CPU pipeline (jetforge app ...) for cameras and streams")
     if decoder == "nvdec":
-        from jetforge.apps.video.sources.device_ring import DeviceFrameRing
-        from jetforge.apps.video.sources.nvdec_threaded import NvThreadedSource
+        from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
+        from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
 
         # demux + decode in PyNvVideoCodec's native thread (on the H200, 16 streams 0.68x of NVDEC's rate against 0.47x
         # with a Python call per packet); frames are held in the batcher and in batches in flight: owned copies
         return NvThreadedSource(spec.location, stream=stream, loop=loop, max_frames=max_frames,
                                 codec_module=codec_module, keep=DeviceFrameRing(ring_slots, defer_sync))
     if decoder == "jetson-utils":
-        from jetforge.apps.video.sources.jetson import JetsonVideoSource
+        from jetforge.apps.video.sources.gpu.jetson import JetsonVideoSource
 
         location = spec.location if "://" in spec.location else "file://" + spec.location
         return JetsonVideoSource(location, stream=stream, max_frames=max_frames)
@@ -167,7 +167,7 @@ def _open_nvdec(spec: SourceSpec, options: SourceOptions) -> VideoSource:
 
 
 def _open_jetson(spec: SourceSpec, options: SourceOptions) -> VideoSource:
-    from jetforge.apps.video.sources.jetson import JetsonVideoSource
+    from jetforge.apps.video.sources.gpu.jetson import JetsonVideoSource
 
     return HostFrames(JetsonVideoSource(spec.location))
 
