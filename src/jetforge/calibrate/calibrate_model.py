@@ -176,7 +176,7 @@ def _check_eval_args(o: CalibrateOptions, data_items: List, task: str = "classif
     items = list(o.evaluation.data)
     labels, sensitivity, qdq = o.evaluation.labels, o.evaluation.sensitivity, o.qdq
     mixed_precision, mixed_metric = o.mixed_precision.bound, o.mixed_precision.metric
-    if task == "detect" and labels is not None and det_eval.is_person_label_file(labels):  # its held-out frames
+    if task == "detect" and labels is not None and det_eval.is_detection_label_file(labels):  # its held-out frames
         det_eval.check_detection_args(labels, items, mixed_precision, sensitivity)
     elif labels is not None:
         if not items:
@@ -222,7 +222,7 @@ def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar,
     contract = input_contract(sidecar, ("image", "clip"), purpose="INT8 evaluation")
     if contract.kind == "clip":  # clips cut as for calibration; held out by the clips' frames
         data, evaluator, held, held_out = clip_evaluator(model, sidecar, contract, items, labels, samples, clips)
-    elif sidecar.task == "detect" and labels is not None and det_eval.is_person_label_file(labels):
+    elif sidecar.task == "detect" and labels is not None and det_eval.is_detection_label_file(labels):
         data, evaluator, held = det_eval.detection_evaluator(model, sidecar, labels, fixed_batch(model), samples)
         items, held_out = ["%s (held-out frames)" % labels], True  # by the file's split (no hash check)
     else:

@@ -37,9 +37,6 @@ def is_detection_label_file(path: Union[str, Path]) -> bool:
     return is_label_set_path(path)
 
 
-is_person_label_file = is_detection_label_file  # the name calibrate_model.py calls
-
-
 def _is_person_file(path: Union[str, Path]) -> bool:
     from jetforge.jsonfile import read_json
     from jetforge.vision.person_labels import FORMAT
@@ -196,4 +193,4 @@ def detection_eval_lines(label: str, det: Dict[str, Any]) -> List[str]:
 
 
 __all__ = ["BLOCK_FRAMES", "check_detection_args", "class_map", "detection_eval_lines", "detection_evaluation_set",
-           "detection_evaluator", "is_detection_label_file", "is_person_label_file", "label_set_evaluation"]
+           "detection_evaluator", "is_detection_label_file", "label_set_evaluation"]
