@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence
 REPO = Path(__file__).resolve().parents[2]
 #: What the device's python3 lacks for the issue-12 runs, pinned to the versions the project's venv uses.
 DEVICE_WHEELS = ("hypothesis==6.170.17", "sortedcontainers==2.4.0", "PyYAML==6.0.4", "tqdm==4.70.1",
-                 "psutil==7.2.2")
+                 "psutil==7.2.2", "onnx-graphsurgeon==0.6.1")  # graphsurgeon: the recipes' Q/DQ export
 DEVICE_PYTHON = "3.12"
 DEVICE_PLATFORM = "manylinux2014_x86_64"
 

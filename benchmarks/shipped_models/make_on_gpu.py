@@ -279,7 +279,7 @@ def time_stage(args: argparse.Namespace, out: Path, carry: Path) -> Dict[str, An
 
 def deps_importable() -> bool:
     try:
-        import psutil, tqdm, yaml  # noqa: F401
+        import onnx_graphsurgeon, psutil, tqdm, yaml  # noqa: F401
         return True
     except ImportError:
         return False
@@ -297,6 +297,7 @@ def main(argv: Any = None) -> int:
                         "the clock, so the stages fit one device call; default lowres=420)")
     p.add_argument("--rounds", type=int, default=7, help="timing rounds (models alternate within each)")
     p.add_argument("--dry-run", action="store_true", help="a few steps on any machine (checks the plumbing)")
+    p.add_argument("--pack", action="store_true", help="end with runs/ and shipped/ packed into one tar in the output")
     args = p.parse_args(argv)
     carry = Path(args.carry).resolve()
     if args.prepare:
@@ -315,7 +316,23 @@ def main(argv: Any = None) -> int:
             time_stage(args, out, carry)
         else:
             rc = max(rc, run_recipe_stage(stage, args, out, carry)["returncode"])
+    if args.pack:
+        pack(out)
     return rc
+
+
+def pack(out: Path) -> None:
+    """``runs/`` and ``shipped/`` into one ``shipped_runs.tar`` (the device call returns a limited number of files);
+    unpack with ``tar -xf`` into the folder given to ``finish.py --device-out``."""
+    import tarfile
+
+    with tarfile.open(str(out / "shipped_runs.tar"), "w") as tar:
+        for sub in ("runs", "shipped"):
+            if (out / sub).is_dir():
+                tar.add(str(out / sub), arcname=sub)
+    for sub in ("runs", "shipped"):
+        shutil.rmtree(str(out / sub), ignore_errors=True)
+    log("packed %s (%.1f MB)" % (out / "shipped_runs.tar", (out / "shipped_runs.tar").stat().st_size / 1e6))
 
 
 if __name__ == "__main__":

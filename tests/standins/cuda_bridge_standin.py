@@ -17,6 +17,25 @@ import numpy as np
 from jetforge.runtime.cuda import PinnedBuffer, check, runtime_api
 
 HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_DRIVER: List[Any] = []
+
+
+def launch_host_func(stream: int, callback: Any) -> None:
+    """``cuLaunchHostFunc`` called in the driver library itself (libcuda), not through cuda-python.
+
+    Why: cuda-python's ``cudaLaunchHostFunc`` passes CUDA its own wrapper with a small heap block holding the
+    Python-side function, and frees that block when the wrapper has run once.  A host node captured into a CUDA
+    graph runs at every replay, so from the second replay on it reads freed memory (seen on an H100: a segmentation
+    fault in the first test that replays a graph twice).  Called directly, CUDA stores our ctypes callback's own
+    address, which lives as long as ``RealCudaBridge._callbacks`` holds it."""
+    if not _DRIVER:
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.cuLaunchHostFunc.restype = ctypes.c_int
+        _DRIVER.append(lib)
+    code = _DRIVER[0].cuLaunchHostFunc(ctypes.c_void_p(stream), ctypes.cast(callback, ctypes.c_void_p), None)
+    if code:
+        raise RuntimeError("cuLaunchHostFunc(stand-in engine) failed with CUresult %d" % code)
 
 
 class RealCudaBridge:
@@ -62,8 +81,7 @@ class RealCudaBridge:
 
         callback = HOST_FN(host)
         self._callbacks.append(callback)
-        fn = rt.cudaHostFn_t(init_value=ctypes.cast(callback, ctypes.c_void_p).value)
-        check(rt.cudaLaunchHostFunc(handle, fn, 0), "cudaLaunchHostFunc(stand-in engine)")
+        launch_host_func(handle, callback)
         for _, stage, ptr, shape, dtype in outs:
             check(rt.cudaMemcpyAsync(ptr, stage.ptr, nbytes(shape, dtype), rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
                                      handle), "cudaMemcpyAsync(stand-in engine output)")
