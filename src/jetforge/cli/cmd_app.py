@@ -21,7 +21,7 @@ from jetforge.apps.tasks.base import App
 from jetforge.apps.video import SourceOptions, open_source, sink_usage, source_usage
 from jetforge.apps.video.sources.gpu.open import uri_for_decode
 from jetforge.assets import asset_path
-from jetforge.cli.arguments import add_json_flag, add_out_flag
+from jetforge.cli.arguments import add_classes_flag, add_decoder_flag, add_json_flag, add_out_flag
 from jetforge.config import COUNT, NON_NEGATIVE, POSITIVE_NUMBER
 from jetforge.runtime.session.base import threads_argtype
 from jetforge.cli.base import Command, print_json
@@ -88,6 +88,23 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, default_out: str) ->
                    help="each stream's first N frames are left out of the latency statistics and plots and reported "
                         "apart in metrics.json 'warmup' (they still count in fps; default: %d)" % WARMUP_FRAMES)
     add_json_flag(parser)
+
+
+#: the shared options an app may take (App.shared_flags), by name
+APP_SHARED_FLAGS = {"decoder": add_decoder_flag, "classes": add_classes_flag}
+
+
+def add_app_shared_flags(parser: argparse.ArgumentParser, app: App) -> None:
+    """The shared options ``app`` names in ``shared_flags``, from their one builder, in an argument group of its own."""
+    wanted = getattr(app, "shared_flags", None) or {}
+    if not wanted:
+        return
+    group = parser.add_argument_group(app.name + " (model)")
+    for name, help in wanted.items():
+        if name not in APP_SHARED_FLAGS:
+            raise ConfigError("app %s asks for shared option %s, which apps cannot take" % (app.name, name),
+                              hint="known: %s" % ", ".join(APP_SHARED_FLAGS))
+        APP_SHARED_FLAGS[name](group, help)
 
 
 def run_app_command(app: App, args: argparse.Namespace, out_default: Optional[str] = None) -> int:
@@ -201,6 +218,7 @@ class AppCommand(Command):
             p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
             p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
             app.add_arguments(p)
+            add_app_shared_flags(p, app)
             add_pipeline_arguments(p, app.default_out)
             p.set_defaults(_app=app)
 

@@ -5,7 +5,7 @@ rest the same way for every app: sources, pipeline options, outputs, summary and
 """
 
 import argparse
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 
 class App:
@@ -16,6 +16,9 @@ class App:
     examples = ""
     default_source: Optional[Tuple[str, str]] = None  # (asset, file) played when --source is not given
     default_out = "jetforge-app"
+    #: options of the command line's shared set (``cli/arguments.py``) this app takes, name -> its help sentence:
+    #: ``jetforge app`` adds them with their one builder (this layer never imports the CLI)
+    shared_flags: Dict[str, str] = {}
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """This app's own options."""

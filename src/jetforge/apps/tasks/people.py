@@ -9,149 +9,104 @@ SVM margins squashed into confidences).  ``--detect-every N`` runs the detector 
 lets the tracker's Kalman prediction carry the tracks in between (faster; its cost in AP and counts is measured
 in ``benchmarks/people_app/people_fps.py``).
 
-Pipeline stages (:class:`PeopleTask`): preprocess (the frame, or nothing on a frame the detector skips) -> infer
-(the detector, one call for the batch) -> postprocess (the :class:`~jetforge.vision.tracking.Tracker` per
-stream, line crossings with a hysteresis margin, zone occupancy) -> annotate (boxes with track ids and trails,
-lines with counts, zones with occupancy).  Events per frame: detections, tracks, counts, occupancy; plus one
-``line_cross`` event per crossing.
+The task (:class:`PeopleTask`) is the detect app's (:class:`~jetforge.apps.tasks.detect.DetectTask`: one
+implementation of the stages, the per-class tracking and counting of :mod:`jetforge.apps.tasks.class_tracks`)
+restricted to the one class ``person``: preprocess (the frame, or nothing on a frame the detector skips) -> infer
+(the detector, one call for the batch) -> postprocess (the :class:`~jetforge.vision.tracking.Tracker` per stream,
+line crossings with a hysteresis margin, zone occupancy) -> annotate (boxes with track ids and trails, lines with
+counts, zones with occupancy).  What stays the people app's own: its detectors and their flags, the GPU path of
+the SSD (:func:`ssd_gpu_model`), and the shape of its events: per frame detections, tracks, people, counts,
+occupancy, with no class keys; plus one ``line_cross`` event per crossing.
 """
 
 import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
-from jetforge.config import COUNT, NON_NEGATIVE, NON_NEGATIVE_NUMBER, PROBABILITY
+from jetforge.config import PROBABILITY
 from jetforge.errors import ConfigError
-from jetforge.apps.pipeline.stages import (GpuModel, Item, Outputs, Status, Task, draw_banner, draw_label, draw_status,
-                                           track_colour)
+from jetforge.apps.pipeline.stages import GpuModel, Outputs
 from jetforge.apps.tasks.base import App
-from jetforge.apps.tasks.photos import draw_photo, is_photo, photo_event
-from jetforge.apps.video.sources.base import Frame
-from jetforge.vision.counting import LineCounter, Zone, parse_line, parse_zone
+from jetforge.apps.tasks.class_tracks import ClassStep
+from jetforge.apps.tasks.detect import (VTEST_LINE, VTEST_ZONE, DetectTask, add_counting_arguments,
+                                        add_tracking_arguments, counting_from_args)
+from jetforge.apps.tasks.photos import photo_event
+from jetforge.vision.counting import LineCounter, Zone
 from jetforge.vision.detections import Detections
 from jetforge.vision.hog import PYRAMID_SCALE, UPSCALE, HogPeopleDetector, score_to_unit
 from jetforge.vision.ssd_detector import DEFAULT_SCORE_THRESHOLD, SsdPeopleDetector
 from jetforge.vision.tiles import MAX_TILE_GRID, TiledPeopleDetector
-from jetforge.vision.tracking import Tracker, TrackerOptions, tracker_options as tracker_preset
+from jetforge.vision.tracking import Tracker, TrackerOptions
 
 DETECTORS = ("ssd", "hog")  # --detector choices; the first is the default
 
 log = logging.getLogger(__name__)
 
 
-class PeopleTask(Task):
-    """People detection + tracking + line counts + zone occupancy, one tracker per stream."""
+class PeopleTask(DetectTask):
+    """People detection + tracking + line counts + zone occupancy: :class:`~jetforge.apps.tasks.detect.DetectTask`
+    with the one class ``person`` of a person detector (HOG, the SSD, tiles), its events in the people app's shape."""
 
     name = "people"
 
     def __init__(self, detector: Optional[Any] = None, lines: Sequence[LineCounter] = (),
                  zones: Sequence[Zone] = (), tracker_options: Optional[TrackerOptions] = None,
                  streams: int = 1, draw_detections: bool = False, detect_every: int = 1) -> None:
-        if detect_every < 1:
-            raise ConfigError("--detect-every must be 1 or more, got %d" % detect_every,
-                              hint="1 runs the detector on every frame")
-        self.detector = detector or HogPeopleDetector()
-        self.model_label = getattr(self.detector, "label", type(self.detector).__name__)
-        self.status_label = ("OpenCV HOG detector (classical)" if isinstance(self.detector, HogPeopleDetector)
+        detector = detector or HogPeopleDetector()
+        super().__init__(detector, None, lines, zones, tracker_options, streams, draw_detections, detect_every,
+                         one_class="person")
+        self.status_label = ("OpenCV HOG detector (classical)" if isinstance(detector, HogPeopleDetector)
                              else "CNN person detector (SSDLite-MobileNetV2)")
         if detect_every > 1:
             self.status_label += ", every %d frames" % detect_every
-        self.detect_every = int(detect_every)
-        self._to_confidence = getattr(self.detector, "to_confidence", score_to_unit)
-        self.tracker_options = tracker_options or tracker_preset("people")
-        self.trackers = [Tracker(self.tracker_options) for _ in range(streams)]
-        self.lines = [[_copy_line(l) for l in lines] for _ in range(streams)]
-        self.zones = [[_copy_zone(z) for z in zones] for _ in range(streams)]
-        self.draw_detections = draw_detections
-        self.max_people = [0] * streams
-        self._last_tracks: Dict[int, List[Any]] = {}
+        self._to_confidence = getattr(detector, "to_confidence", score_to_unit)
 
-    # -- stages ---------------------------------------------------------------------------
-    def preprocess(self, frame: Frame) -> Optional[np.ndarray]:
-        """The frame, or None on a frame the detector skips (``detect_every``)."""
-        return frame.image if frame.index % self.detect_every == 0 else None
+    # the one class's state per stream, under the people app's names
+    @property
+    def trackers(self) -> List[Tracker]:
+        return [states[0].tracker for states in self.tracking.states]
 
-    def infer(self, inputs: List[Optional[np.ndarray]]) -> List[Optional[Detections]]:
-        images = [x for x in inputs if x is not None]
-        if hasattr(self.detector, "detect_batch"):
-            found = iter(self.detector.detect_batch(images))
-        else:
-            found = iter([self.detector(image) for image in images])
-        return [next(found) if x is not None else None for x in inputs]
+    @property
+    def lines(self) -> List[List[LineCounter]]:
+        return [states[0].lines for states in self.tracking.states]
 
-    def postprocess(self, item: Item) -> Dict[str, Any]:
-        dets: Optional[Detections] = item.output
-        s = item.stream
-        if is_photo(item.frame):  # a still photo: its own detections, no track to wait for (tasks/photos.py)
-            event = photo_event(dets, self._to_confidence, self.tracker_options.new_track)
-            self.max_people[s] = max(self.max_people[s], event["people"])
-            return event
-        if dets is None:  # a skipped frame: the tracks move on their prediction
-            tracks = self.trackers[s].coast()
-        else:
-            tracks = self.trackers[s].update(dets.boxes, self._to_confidence(dets.scores))
-        self._last_tracks[s] = tracks
-        crossings: List[Dict[str, Any]] = []
-        for line in self.lines[s]:
-            crossings += line.update(tracks)
-        occupancy = {z.name: z.update(tracks) for z in self.zones[s]}
-        live = {t.id for t in self.trackers[s].tracks}  # lost tracks may come back; removed ones never do
-        for counter in self.lines[s] + self.zones[s]:
-            counter.forget(live)
-        self.max_people[s] = max(self.max_people[s], len(tracks))
-        event: Dict[str, Any] = {
-            "detections": dets.to_list() if dets is not None else None,
-            "tracks": [t.to_dict() for t in tracks],
-            "people": len(tracks),
-            "counts": {l.name: {"forward": l.forward, "backward": l.backward} for l in self.lines[s]},
-            "occupancy": occupancy,
-        }
-        if crossings:
-            event["events"] = crossings
+    @property
+    def zones(self) -> List[List[Zone]]:
+        return [states[0].zones for states in self.tracking.states]
+
+    @property
+    def max_people(self) -> List[int]:
+        return [states[0].peak for states in self.tracking.states]
+
+    def photo_event(self, dets: Optional[Detections], stream: int) -> Dict[str, Any]:
+        event = photo_event(dets, self._to_confidence, self.tracker_options.new_track)
+        state = self.tracking.states[stream][0]
+        state.peak = max(state.peak, event["people"])
         return event
 
-    def annotate(self, image: np.ndarray, item: Item, status: Status) -> None:
-        import cv2
+    def event(self, stream: int, kept: Optional[Detections], names: Sequence[str],
+              steps: Sequence[ClassStep]) -> Dict[str, Any]:
+        """The people app's event: the person class's tracks, counts and occupancy without class keys."""
+        step, state = steps[0], self.tracking.states[stream][0]
+        event: Dict[str, Any] = {
+            "detections": kept.to_list() if kept is not None else None,
+            "tracks": [t.to_dict() for t in step.tracks],
+            "people": len(step.tracks),
+            "counts": {l.name: {"forward": l.forward, "backward": l.backward} for l in state.lines},
+            "occupancy": step.occupancy,
+        }
+        if step.crossings:
+            event["events"] = step.crossings
+        return event
 
-        if (item.event or {}).get("photo"):
-            draw_photo(image, item.event)  # type: ignore[arg-type]
-            return
-        s = item.stream
-        if self.draw_detections and item.output is not None:
-            for b in item.output.boxes:
-                cv2.rectangle(image, (int(b[0]), int(b[1])), (int(b[2]), int(b[3])), (160, 160, 160), 1)
-        for zone in self.zones[s]:
-            pts = np.array(zone.points, np.int32).reshape(-1, 1, 2)
-            cv2.polylines(image, [pts], True, (255, 200, 0), 2, cv2.LINE_AA)
-            x, y = int(zone.points[0][0]), int(zone.points[0][1])
-            draw_label(image, "%s: %d inside" % (zone.name, zone.occupancy), (x + 4, y + 18), (255, 200, 0), 0.5)
-        for line in self.lines[s]:
-            a = (int(line.a[0]), int(line.a[1]))
-            b = (int(line.b[0]), int(line.b[1]))
-            cv2.line(image, a, b, (0, 220, 255), 2, cv2.LINE_AA)
-            draw_label(image, "%s  fwd %d  back %d" % (line.name, line.forward, line.backward),
-                       (min(a[0], b[0]) + 4, min(a[1], b[1]) - 8), (0, 220, 255), 0.5)
-        tracks = (item.event or {}).get("tracks", [])
-        for t in tracks:
-            x1, y1, x2, y2 = [int(round(v)) for v in t["box"]]
-            colour = track_colour(t["id"])
-            cv2.rectangle(image, (x1, y1), (x2, y2), colour, 2)
-            draw_label(image, "#%d" % t["id"], (x1, max(12, y1 - 4)), colour, 0.5)
-        for tr in self._last_tracks.get(s, []):
-            pts = np.array(tr.history[-20:], np.int32).reshape(-1, 1, 2)
-            if len(pts) > 1:
-                cv2.polylines(image, [pts], False, track_colour(tr.id), 1, cv2.LINE_AA)
-        head = "people %d" % len(tracks)
-        if self.lines[s]:
-            head += "  |  crossed %d" % sum(l.total for l in self.lines[s])
-        head += "  |  tracks so far %d" % self.trackers[s].ids_issued
-        draw_banner(image, head, 0.6)
-        draw_status(image, status)
+    def track_label(self, track: Dict[str, Any]) -> str:
+        return "#%d" % track["id"]
 
-    def warmup(self, frame: Frame) -> None:
-        self.infer([frame.image])
+    def banner(self, stream: int, event: Dict[str, Any]) -> str:
+        head = "people %d" % len(event.get("tracks", []))
+        if self.lines[stream]:
+            head += "  |  crossed %d" % sum(l.total for l in self.lines[stream])
+        return head + "  |  tracks so far %d" % self.trackers[stream].ids_issued
 
     def gpu_model(self) -> Optional[GpuModel]:
         """The GPU path for the CNN detector (its session, SSD outputs -> Detections in frame pixels); None for HOG,
@@ -229,20 +184,6 @@ def ssd_gpu_model(session: Any, score_threshold: float, detect_every: int = 1) -
     return GpuModel(session, contract, to_outputs)
 
 
-def _copy_line(line: LineCounter) -> LineCounter:
-    return LineCounter(line.a, line.b, line.name, margin=line.margin)
-
-
-def _copy_zone(zone: Zone) -> Zone:
-    return Zone(zone.points, zone.name)
-
-
-# The showcase geometry on OpenCV's vtest.avi (768x576): a line across the walkway between the
-# lamp post and the right-hand road, and a zone over the crossing area in the middle of the frame.
-VTEST_LINE = "walkway=360,140,360,420"
-VTEST_ZONE = "crossing=330,180,560,180,600,330,330,330"
-
-
 class PeopleApp(App):
     name = "people"
     description = (
@@ -267,34 +208,13 @@ class PeopleApp(App):
 
     def add_arguments(self, parser: Any) -> None:
         g = parser.add_argument_group("people")
-        g.add_argument("--line", metavar="[NAME=]X1,Y1,X2,Y2", action="append", default=None,
-                       help="a counting line in pixels (repeatable; default on vtest.avi: %s)" % VTEST_LINE)
-        g.add_argument("--zone", metavar="[NAME=]X1,Y1,X2,Y2,X3,Y3,...", action="append", default=None,
-                       help="an occupancy zone polygon in pixels (repeatable; default on vtest.avi: %s)"
-                            % VTEST_ZONE)
-        g.add_argument("--line-margin", metavar="PX", type=NON_NEGATIVE_NUMBER.argtype, default=10.0,
-                       help="a crossing counts once the feet are this many pixels past the line (default 10; "
-                            "stops jitter on the line from counting again and again)")
+        add_counting_arguments(g)
         add_detector_arguments(g)
-        g.add_argument("--detect-every", metavar="N", type=COUNT.argtype, default=1,
-                       help="run the detector on every N-th frame only, the tracker predicts in between "
-                            "(default 1: every frame)")
-        g.add_argument("--max-age", metavar="FRAMES", type=NON_NEGATIVE.argtype, default=20,
-                       help="frames a lost track is kept to re-identify it after an occlusion (default 20)")
+        add_tracking_arguments(g)
 
     def build(self, args: Any, sources: Sequence[Any]) -> Tuple[Any, List[Any], List[str]]:
         notes: List[str] = []
-        lines, zones = args.line, args.zone
-        if lines is None and zones is None:
-            if all(Path(str(s.uri)).name == "vtest.avi" for s in sources):
-                lines, zones = [VTEST_LINE], [VTEST_ZONE]
-            else:
-                notes.append("no --line or --zone given: counting people in frame only")
-        counters = [parse_line(t, "line%d" % (i + 1), margin=args.line_margin) for i, t in enumerate(lines or [])]
-        areas = [parse_zone(t, "zone%d" % (i + 1)) for i, t in enumerate(zones or [])]
-        if args.max_age < 0:
-            raise ConfigError("--max-age must be 0 or more, got %d" % args.max_age)
-        tracker = tracker_preset("people", max_age=args.max_age)
+        counters, areas, tracker = counting_from_args(args, sources, notes)
         self._detector, inputs = make_person_detector(args, sources=sources)
         task = PeopleTask(self._detector, counters, areas, tracker, streams=len(sources),
                           detect_every=args.detect_every)
