@@ -214,3 +214,53 @@ def test_shipped_person_detector_in_detect_tracks_and_counts_as_the_people_app(t
         assert {n: o["person"] for n, o in d["occupancy"].items()} == p["occupancy"]
     assert [{k: v for k, v in c.items() if k not in ("class", "latency_ms")} for c in det_cross] == \
         [{k: v for k, v in c.items() if k != "latency_ms"} for c in ppl_cross]
+
+
+def test_photos_are_counted_per_class_without_tracks(fixture_model, tmp_path):
+    model, _, _ = fixture_model
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for k in (0, 10, 20):
+        cv2.imwrite(str(folder / ("p%02d.png" % k)), np.full((SIDE, SIDE, 3), (0, green(k), red(k)), np.uint8))
+    assert main(["app", "detect", "--model", str(model), "--source", str(folder), "--classes", "person", "--out",
+                 str(tmp_path / "o"), "--no-video", "--no-plots", "-q"]) == 0
+    frames, crossings = read_events(tmp_path / "o")
+    assert len(frames) == 3 and not crossings
+    for e, k in zip(frames, (0, 10, 20)):
+        assert e["photo"] and e["tracks"] == [] and e["objects"] == {"person": 1}
+        (found,) = e["boxes"]
+        assert found["class"] == "person" and found["score"] == PERSON["score"]
+        assert np.abs(np.subtract(found["box"], expected_box(red(k), PERSON))).max() <= 0.05 + 1e-4
+    assert sorted(p.name for p in (tmp_path / "o" / "images").iterdir()) == ["p00.jpg", "p10.jpg", "p20.jpg"]
+
+
+def test_gpu_path_decodes_batch_outputs_as_the_cpu_detector(fixture_model, tmp_path, monkeypatch):
+    """`--decode gpu` over 2 streams (NVDEC replaced by its CPU stand-in, tests/standins/fake_nvdec.py): the batch's
+    raw outputs decoded on the host by the same decoder equal the CPU detector's boxes on the same NV12-converted
+    frames, within 0.5 px (the GPU path preprocesses with the fused OpenCV path, the detector with the reference
+    path: a grey level's rounding moves the fixture's centre by 96/255 = 0.38 px, the events round to 0.05)."""
+    from jetforge.apps.video.sources.gpu import nvdec, open as gpu
+    from jetforge.apps.video.sources.gpu.frame import bgr_from_nv12
+    from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
+    from jetforge.vision.decoded_detector import DecodedDetector
+    from tests.standins.fake_nvdec import FakeNvDecoder
+
+    monkeypatch.setattr(gpu, "choose_decoder", lambda wanted, have=None: "nvdec")
+    monkeypatch.setattr(nvdec, "load_pynvvideocodec", lambda: FakeNvDecoder)
+    model, _, clip = fixture_model
+    out = tmp_path / "gpu"
+    assert main(["app", "detect", "--decode", "gpu", "--model", str(model), "--source", str(clip), "--source",
+                 str(clip), "--max-frames", "10", "--no-video", "--no-plots", "--out", str(out), "-q"]) == 0
+    frames, _ = read_events(out)
+    with NvDecSource(clip, codec_module=FakeNvDecoder, max_frames=10) as src, DecodedDetector(model) as det:
+        want = [det(bgr_from_nv12(cv2, f.host_nv12())) for f in src]
+    for s in range(2):
+        mine = sorted((e for e in frames if e["stream"] == s), key=lambda e: e["frame"])
+        assert [e["frame"] for e in mine] == list(range(10))
+        for e, ref in zip(mine, want):
+            got = sorted(e["detections"], key=lambda r: r[5])
+            names = [ref.labels[int(c)] for c in ref.classes]
+            ref_rows = sorted(([*map(float, b), float(sc), n] for b, sc, n in zip(ref.boxes, ref.scores, names)),
+                              key=lambda r: r[5])
+            assert [r[5] for r in got] == [r[5] for r in ref_rows] == ["car", "person"]
+            assert np.abs(np.array([r[:5] for r in got]) - np.array([r[:5] for r in ref_rows])).max() <= 0.5
