@@ -243,6 +243,8 @@ STEPS: Dict[str, Step] = {
     "apps.faces": Step("jetforge app faces --max-frames 3", files=("jetforge-faces/metrics.json",)),
     "apps.action": Step("jetforge app action --max-frames 16 --out app-action/", files=("app-action/metrics.json",)),
     "apps.people": Step("jetforge app people --max-frames 3 --out app-people/", files=("app-people/metrics.json",)),
+    "apps.detect": Step("jetforge app detect --model ssdlite-person-192 --max-frames 3",
+                        files=("jetforge-detect/metrics.json", "jetforge-detect/events.jsonl")),
     "apps.gpu_classify": Step("jetforge app classify --decode gpu --source a.mp4 --source b.mp4", rc=1,
                               unless="gpu_decoder", says=("no GPU decoder here",)),
     "apps.gpu_people": Step("jetforge app people --decode gpu --source a.mp4 --source b.mp4", rc=1,
@@ -273,6 +275,11 @@ COVERAGE: Dict[str, object] = {
     "./dev test": NotRun("it is this suite: CI runs it (.ci/run)"),
     "./dev demo --app classify": Run(("apps.demo_classify",), "3 frames instead of the whole clip"),
     "./dev jetforge app classify": Run(("apps.classify",), "3 frames instead of the whole clip"),
+    "./dev jetforge app detect --model ssdlite-person-192": Run(("apps.detect",), "3 frames instead of the whole clip"),
+    "jetforge app detect --model yolov8n.onnx --classes person,car": Elsewhere(
+        "tests/apps/test_detect_app.py::test_classes_car_drops_persons_and_leaves_the_car_exactly_as_it_was",
+        "a YOLOv8-layout ONNX made in the test (yolov8n.onnx cannot be downloaded here) with --classes, on a clip "
+        "whose person and car are known"),
     "./dev jetforge app faces": Run(("apps.faces",), "3 frames instead of the whole clip"),
     "./dev jetforge app action": Run(("apps.action",), "16 frames (two 8-frame clips) into app-action/"),
     "jetforge app people --output out.mp4 --output http://@:8080 --output mqtt://127.0.0.1/jetforge/events": Elsewhere(
