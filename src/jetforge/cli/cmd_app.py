@@ -54,7 +54,7 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser, default_out: str) ->
                         "--max-frames, Ctrl-C or SIGTERM)")
     g.add_argument("--decode", choices=("auto", "gpu", "cpu"), default="cpu",
                    help="video files: gpu = the GPU path (NVDEC or jetson-utils decode, GPU preprocessing, batched "
-                        "session; classify and people --detector ssd; annotated video as stream_N.mpg); cpu = "
+                        "session; classify, detect and people --detector ssd; annotated video as stream_N.mpg); cpu = "
                         "OpenCV (the default); auto = a GPU decoder when there is one, frames copied to the CPU "
                         "pipeline; see `jetforge doctor`")
     g.add_argument("--no-video", action="store_true", help="do not write the annotated MP4")
