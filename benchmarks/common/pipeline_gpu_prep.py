@@ -4,14 +4,14 @@ build/gpu_pipeline/ (ignored by git) gets:
 * streams/people720.mp4 - OpenCV's vtest.avi (768x576 walkers) scaled to 1280x720, re-timed to 30 FPS and played
   twice to 900 frames (30 s); H.264 High, libx264 ``veryfast`` CRF 30, GOP 60, 1.8 MB.  One file opened N times:
   a 30-s stream never restarts within a timed point, and the carry stays small (the device call carries 64 MiB).
-* the PyNvVideoCodec wheel (cp312; NVDEC through Python) and both models as FP16 state dicts (see
+* the PyNvVideoCodec wheel (cp312; NVDEC through Python), slimmed (:func:`slim_wheel`: 26.9 MB as published, its
+  ffmpeg source tarball, samples and benchmarks make most of it), and both models as FP16 state dicts (see
   :func:`save_half_weights`).
 
 The encoder is the ffmpeg binary inside PyPI's imageio-ffmpeg wheel (it has libx264), installed into a throwaway
 venv under /tmp (pinned) - never a project dependency - unless ``--ffmpeg`` names one.
 """
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +84,28 @@ def save_half_weights(folder: Path) -> None:
         (folder / "ssdlite_person.json").write_text(json.dumps(meta))
 
 
+SLIM_DROP = ("samples/", "benchmarks/", ".data/")  # what the package never imports: sources, examples, scripts
+
+
+def slim_wheel(wheel: Path, out: Path) -> None:
+    """``wheel`` without the members under :data:`SLIM_DROP` (its RECORD rewritten to match), written to ``out``:
+    the carry, working tree included, travels 64 MiB at most.  The package's modules and shared libraries are
+    copied byte for byte."""
+    import zipfile
+
+    tmp = out.with_name(out.name + ".partial")
+    with zipfile.ZipFile(str(wheel)) as src, zipfile.ZipFile(str(tmp), "w", zipfile.ZIP_DEFLATED) as dst:
+        kept = [i for i in src.infolist() if not any(d in i.filename for d in SLIM_DROP)]
+        names = {i.filename for i in kept}
+        for info in kept:
+            data = src.read(info.filename)
+            if info.filename.endswith(".dist-info/RECORD"):
+                lines = data.decode("utf-8").splitlines()
+                data = ("\n".join(x for x in lines if x.split(",")[0] in names) + "\n").encode("utf-8")
+            dst.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+    tmp.replace(out)
+
+
 def prepare(carry: Path, ffmpeg: Optional[str], wheel_dir: str) -> None:
     from jetforge.assets import asset_path
 
@@ -99,15 +121,17 @@ def prepare(carry: Path, ffmpeg: Optional[str], wheel_dir: str) -> None:
             (carry / "assets" / stale).unlink()
     save_half_weights(carry / "assets")
     wheel = Path(wheel_dir) / WHEEL
-    if not (carry / WHEEL).is_file():
+    marker = carry / (WHEEL + ".slim")
+    if not (carry / WHEEL).is_file() or not marker.is_file():  # a full wheel from an older --prep is slimmed too
         if not wheel.is_file():
             subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                             "--python-version", "3.12", "--implementation", "cp", "--platform",
-                            "manylinux_2_28_x86_64", "-d", str(carry), "--", "pynvvideocodec==2.2.4"], check=True)
-        else:
-            shutil.copyfile(str(wheel), str(carry / WHEEL))
+                            "manylinux_2_28_x86_64", "-d", str(wheel.parent), "--", "pynvvideocodec==2.2.4"],
+                           check=True)
+        slim_wheel(wheel, carry / WHEEL)
+        marker.write_text("members under %s left out\n" % ", ".join(SLIM_DROP))
     total = sum(p.stat().st_size for p in carry.rglob("*") if p.is_file())
     log("carry folder %s: %.1f MiB" % (carry, total / 2 ** 20))
 
 
-__all__ = ["find_ffmpeg", "make_stream", "prepare"]
+__all__ = ["find_ffmpeg", "make_stream", "prepare", "slim_wheel"]

@@ -1,11 +1,18 @@
-"""Bounds, goal ratios, the table, the JSON and the plot of ``benchmarks/gpu_pipeline/pipeline_gpu.py``."""
+"""Bounds, points (medians with spread), goal ratios, the table, the JSON and the plot of
+``benchmarks/gpu_pipeline/pipeline_gpu.py``.
+
+The script records every repetition raw (``results``: ``runs`` and ``bounds_runs``); this module turns them into
+what the README quotes: per point the median of its repetitions with min and max, against the bound made of the
+medians of the bound measurements of the same call (issue 29: one call's single number decided nothing)."""
 
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from benchmarks.common.pipeline_gpu_plan import MIN_REPS, group_rows, median_spread, nested_medians, scaled
+
 GOALS = {"render_off_ratio": 0.9, "render_on_ratio": 0.8, "cores_per_30fps_stream": 0.1}
-GOAL_STREAMS_RENDER_OFF = (1, 16)  # the issue's render-off goal names 1 and 16 streams
+SCHEMA = 2  # 2: points are medians of repetitions (issue 29); 1: one run per point
 
 
 def bucket(n: int) -> int:
@@ -14,118 +21,191 @@ def bucket(n: int) -> int:
     return bucket_for(min(n, 64), (1, 2, 4, 8, 16, 32, 64))
 
 
-def add_bounds(res: Dict[str, Any]) -> None:
-    """Each pipeline row gets its bound (the slower of model alone at its batch and decode alone of its N streams;
-    render on: also the encoder pool alone) and its ratios against the goals."""
-    enc = res.get("encode_alone") or {}
-    for row in res["pipeline"]:
-        n, model = row["streams"], row["model"]
-        m = res["model_only"].get(model, {}).get(str(bucket(row.get("max_batch") or n)))
-        d = decode_bound(res, n)
-        parts = {"model_alone_fps": m["fps"] if m else None, "decode_alone_fps": d}
-        if row["render"]:
-            parts["encode_alone_fps"] = enc.get("fps")
-        known = [v for v in parts.values() if v]
-        row["bound"] = dict(parts, fps=min(known) if known else None,
-                            limited_by=min(parts, key=lambda k: parts[k] or float("inf")) if known else None)
-        row["ratio_to_bound"] = row["fps"] / row["bound"]["fps"] if row["bound"]["fps"] else None
-        goal = GOALS["render_on_ratio"] if row["render"] else GOALS["render_off_ratio"]
-        row["goal_ratio"] = goal
-        row["goal_met"] = row["ratio_to_bound"] is not None and row["ratio_to_bound"] >= goal
-        if not row["render"]:
-            row["cpu_goal_met"] = row["cores_per_30fps_stream"] <= GOALS["cores_per_30fps_stream"]
+def bound_medians(runs: Dict[str, Any]) -> Dict[str, Any]:
+    """Each bound measurement's repetitions -> their FPS median and spread (``bounds_runs`` -> ``bounds``)."""
+    out: Dict[str, Any] = {}
+    for kind, per in runs.items():
+        if kind == "model_only":
+            out[kind] = {m: {b: median_spread(r["fps"] for r in reps) for b, reps in by.items()}
+                         for m, by in per.items()}
+        else:
+            out[kind] = {k: median_spread(r["fps"] for r in reps) for k, reps in per.items()}
+    return out
 
 
-def decode_bound(res: Dict[str, Any], n: int) -> Optional[float]:
-    """NVDEC alone for N streams: the faster of the two ways it was measured in the run (one thread per stream in
-    one process; worker processes, 4 streams each) - the hardware's rate is at least the faster one."""
-    rates = [d["fps"] for d in (res["decode_alone"].get(str(n)), res.get("decode_alone_procs", {}).get(str(n))) if d]
-    return max(rates) if rates else None
+def _median(stats: Optional[Dict[str, Any]]) -> Optional[float]:
+    return stats["median"] if stats else None
 
 
-def goals_summary(res: Dict[str, Any]) -> List[Dict[str, Any]]:
+def point_bound(bounds: Dict[str, Any], model: str, n: int, batch: int, render: bool) -> Dict[str, Any]:
+    """The slower of model alone at the point's batch and NVDEC alone of its N streams (the faster of the two ways
+    that was measured: one thread a stream, or worker processes - the hardware's rate is at least that); render on:
+    also the encoder pool alone.  Medians of the call's repetitions."""
+    m = _median(bounds.get("model_only", {}).get(model, {}).get(str(bucket(batch))))
+    decode = [_median(bounds.get(k, {}).get(str(n))) for k in ("decode_alone", "decode_alone_procs")]
+    known_decode = [d for d in decode if d]
+    parts: Dict[str, Optional[float]] = {"model_alone_fps": m,
+                                         "decode_alone_fps": max(known_decode) if known_decode else None}
+    if render:
+        parts["encode_alone_fps"] = _median(bounds.get("encode_alone", {}).get(str(n)))
+    known = {k: v for k, v in parts.items() if v}
+    return dict(parts, fps=min(known.values()) if known else None,
+                limited_by=min(known, key=lambda k: known[k]) if known else None)
+
+
+def make_point(reps: List[Dict[str, Any]], bounds: Dict[str, Any], reps_wanted: int) -> Dict[str, Any]:
+    """One point from its repetitions' rows: medians with min/max, the bound, the goals, the per-stage times (the
+    per-key median over repetitions) and the host each repetition ran on."""
+    first = reps[0]
+    render = bool(first["render"])
+    bound = point_bound(bounds, first["model"], first["streams"], first.get("max_batch") or first["streams"], render)
+    fps = median_spread(r["fps"] for r in reps)
+    ratio = scaled(fps, bound["fps"])
+    cores = median_spread(r["cores_per_30fps_stream"] for r in reps)
+    goal = GOALS["render_on_ratio"] if render else GOALS["render_off_ratio"]
+    return {"model": first["model"], "streams": first["streams"], "render": render,
+            "variant": str(first["variant"]).split("=")[0],
+            "variant_used": sorted({str(r["variant"]) for r in reps}), "group": first.get("group", "goal"),
+            "reps": len(reps), "reps_wanted": reps_wanted, "enough_reps": len(reps) >= min(MIN_REPS, reps_wanted),
+            "fps": fps, "bound": bound, "ratio_to_bound": ratio, "goal_ratio": goal,
+            "goal_met": None if ratio is None else ratio["median"] >= goal,
+            "cores_per_30fps_stream": cores,
+            "cpu_goal_met": None if render or cores is None else cores["median"] <= GOALS["cores_per_30fps_stream"],
+            "latency_p99_ms_worst_stream": median_spread(r["latency_p99_ms"]["worst_stream"] for r in reps),
+            "mean_batch": median_spread(r["mean_batch"] for r in reps), "max_batch": first.get("max_batch"),
+            "preprocess": first.get("preprocess"), "source": first.get("source"),
+            "cpu_ms_per_encoded_frame": median_spread(r.get("cpu_ms_per_encoded_frame") for r in reps),
+            "stages_ms_per_frame": nested_medians([r.get("stages", {}) for r in reps]),
+            "host": host_summary([r.get("host", {}) for r in reps]),
+            "runs": [{"rep": r.get("rep"), "fps": r["fps"], "cores_per_30fps_stream": r["cores_per_30fps_stream"],
+                      "frames": r["frames"], "wall_s": r["wall_s"], "order_ok": r.get("order_ok"),
+                      "host": r.get("host")} for r in reps]}
+
+
+def host_summary(hosts: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The CPU the repetitions ran on (model, cores) and the 1-minute load average before and after them."""
+    known = [h for h in hosts if h]
+    if not known:
+        return {}
+    return {"cpu": known[0].get("cpu"), "cores": known[0].get("cores"),
+            "load1_before": median_spread(h["loadavg_before"][0] for h in known if h.get("loadavg_before")),
+            "load1_after": median_spread(h["loadavg_after"][0] for h in known if h.get("loadavg_after"))}
+
+
+def goals_summary(points: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The issue's goals, one line each, from the goal rows (the app's default path) and the render-on point."""
     out = []
-    for row in res["pipeline"]:
-        if row["render"] or row["streams"] in GOAL_STREAMS_RENDER_OFF:
-            out.append({"goal": "render %s ratio >= %.1f" % ("on" if row["render"] else "off", row["goal_ratio"]),
-                        "model": row["model"], "streams": row["streams"], "ratio": row["ratio_to_bound"],
-                        "met": row["goal_met"]})
-        if not row["render"]:
-            out.append({"goal": "render off <= 0.1 core per 30-FPS stream", "model": row["model"],
-                        "streams": row["streams"], "cores": row["cores_per_30fps_stream"], "met": row["cpu_goal_met"]})
+    for p in points:
+        out.append({"goal": "render %s ratio >= %.1f (median)" % ("on" if p["render"] else "off", p["goal_ratio"]),
+                    "model": p["model"], "streams": p["streams"], "ratio": p["ratio_to_bound"], "reps": p["reps"],
+                    "met": p["goal_met"]})
+        if not p["render"]:
+            out.append({"goal": "render off <= 0.1 core per 30-FPS stream (median)", "model": p["model"],
+                        "streams": p["streams"], "cores": p["cores_per_30fps_stream"], "met": p["cpu_goal_met"]})
     return out
 
 
 def report(res: Dict[str, Any], args: Any, tests: Dict[str, Any], machine: Dict[str, Any],
            seconds: float) -> Dict[str, Any]:
-    add_bounds(res)
-    return {"schema": 1, "benchmark": "pipeline_gpu", "dry_run": bool(args.dry_run), "machine": machine,
-            "settings": {"streams": args.streams, "models": args.models, "seconds_per_config": args.seconds,
-                         "variants": list(getattr(args, "variants", ["legacy"])),
-                         "encoders": args.encoders, "batch_timeout_ms": args.batch_timeout_ms,
-                         "stream_files": "720p H.264, 900 frames (30 s) each: people720.mp4, bbb720.mp4"},
-            "gpu_tests": tests, "goals": GOALS, "goal_results": goals_summary(res), "results": res,
+    """The committed JSON: settings, host, bounds (medians), goal points, exploratory points, skipped steps, the raw
+    repetitions (``results``)."""
+    bounds = bound_medians(res.get("bounds_runs", {}))
+    points = [make_point(reps, bounds, args.reps) for reps in group_rows(res.get("runs", []))]
+    main = [p for p in points if p["group"] in ("goal", "render")]
+    return {"schema": SCHEMA, "benchmark": "pipeline_gpu", "dry_run": bool(args.dry_run), "machine": machine,
+            "settings": {"streams": args.streams, "models": args.models, "reps": args.reps,
+                         "seconds_per_point": args.seconds, "decode_seconds": args.decode_seconds,
+                         "model_seconds": args.model_seconds, "default_variant": args.default_variant,
+                         "exploratory_variants": list(args.exploratory), "render_on": bool(args.render_on),
+                         "app_defaults": getattr(args, "app_defaults", {}), "budget_s": args.budget_s,
+                         "encoders": args.encoders, "stream_files": "720p H.264, 900 frames (30 s): people720.mp4"},
+            "gpu_tests": tests, "goals": GOALS, "goal_results": goals_summary(main), "bounds": bounds,
+            "points": main, "exploratory": [p for p in points if p["group"] == "exploratory"],
+            "skipped": res.get("skipped", []), "errors": res.get("errors", []), "results": res,
             "run_seconds": seconds,
-            "notes": ["decode alone: NVDEC sessions of the same N streams, one thread each, start-up excluded; "
-                      "where the ipc variants ran, also in worker processes (4 streams each, frames released at once: "
-                      "decode_alone_procs); the bound takes the faster of the two",
-                      "model alone: one static batch on device tensors, the session's CUDA graph of that size",
-                      "CPU cores per stream: process CPU seconds (getrusage, all threads) per frame x 30",
-                      "render on: frames copied back once (NV12) to CPU encoder worker processes (OpenCV mp4v, "
-                      "segments of every stream dealt round robin to all workers, joined in order); its FPS counts "
-                      "until the last frame is encoded (run + encoder drain), fps_until_queued is without the drain"]}
-
-
-def table(doc: Dict[str, Any]) -> str:
-    from jetforge.table import format_table
-
-    res = doc["results"]
-    rows = []
-    for r in res["pipeline"]:
-        b = r["bound"]
-        rows.append([r["model"], r["streams"], "on" if r["render"] else "off", "%.0f" % r["fps"],
-                     _f(b.get("model_alone_fps")), _f(b.get("decode_alone_fps")), _f(b.get("encode_alone_fps")),
-                     _f(b["fps"]), _f(r["ratio_to_bound"], "%.2f"), "yes" if r["goal_met"] else "no",
-                     "%.3f" % r["cores_per_30fps_stream"], _f(r["latency_p50_ms"]["median_stream"], "%.1f"),
-                     _f(r["latency_p99_ms"]["worst_stream"], "%.1f"), "%.1f" % r["mean_batch"],
-                     _f(r.get("cpu_ms_per_encoded_frame"), "%.2f"), r.get("variant", "legacy"), r["preprocess"]])
-    head = ["model", "N", "render", "FPS", "model alone", "decode alone", "encode alone", "bound", "ratio", "goal",
-            "cores/30fps", "p50 ms", "p99 ms (worst)", "batch", "enc CPU ms/f", "variant", "preprocess"]
-    text = format_table(head, rows)
-    stages = ["", "per-frame stage times (ms): wall / CPU / GPU"]
-    for r in res["pipeline"]:
-        parts = ["%s %.3f/%.3f/%s" % (k, r["stage_wall_ms_per_frame"][k], r["stage_cpu_ms_per_frame"][k],
-                                      _f(r["stage_gpu_ms_per_frame"].get(k), "%.3f"))
-                 for k in r["stage_wall_ms_per_frame"]]
-        gpu_only = ["%s GPU %.3f" % (k, v) for k, v in r["stage_gpu_ms_per_frame"].items()
-                    if k not in r["stage_wall_ms_per_frame"]]
-        stages.append("  %s N=%d render %s %s: %s" % (r["model"], r["streams"], "on" if r["render"] else "off",
-                                                      r.get("variant", "legacy"), ", ".join(parts + gpu_only)))
-        launch = r.get("launch_parts_ms_per_batch")
-        if launch:
-            stages.append("      launch per batch (ms wall/CPU): " + ", ".join(
-                "%s %.3f/%.3f" % (k, v["wall"], v["cpu"]) for k, v in launch.items()))
-    pool = res.get("device_pool")
-    if pool:
-        stages.append("")
-        stages.append("device pool (the GPU+DLA scheduler, %d sessions of %s standing in for the engines): %d streams "
-                      "%.1f FPS, batches per session %s, stream order kept: %s"
-                      % (pool["devices"], pool["model"], pool["streams"], pool["fps"], pool["batches_per_device"],
-                         pool["order_ok"]))
-    errors = ["", "errors: %s" % json.dumps(res["errors"])] if res["errors"] else []
-    return "\n".join([text] + stages + errors)
+            "notes": ["every point: the median of its repetitions in this call, with min and max; repetitions of "
+                      "different points interleave (rounds), so a drift of the host shows in the spread",
+                      "bound: min(model alone at the point's batch, NVDEC alone of its N streams[, encoders alone]), "
+                      "each the median of its repetitions in the same call; ratio spread = FPS min/max over that bound",
+                      "decode alone: NVDEC sessions of the same N streams, one thread each, start-up excluded; also in "
+                      "worker processes (4 streams each, frames released at once); the bound takes the faster",
+                      "model alone: one static batch on device tensors, the session's CUDA graph of that size; the "
+                      "model runs in a PyTorch CUDA-graph session standing in for the app's TensorRT engine",
+                      "goal rows: the app's default host layout and options (variant auto = `jetforge app --decode "
+                      "gpu`); exploratory variants are under 'exploratory', never goal rows",
+                      "stages_ms_per_frame: launch/results/postprocess/sink as the app's metrics.json latency block "
+                      "(its TaskOps and PipelineMetrics), feeder = the decode/feeder thread (NVDEC + ring copies) per "
+                      "frame, launch_parts = the launch's own parts per batch",
+                      "CPU cores per stream: process CPU seconds (getrusage, all threads) per frame x 30; host: CPU "
+                      "model, usable cores, load average before and after each repetition"]}
 
 
 def _f(v: Optional[float], fmt: str = "%.0f") -> str:
     return "-" if v is None else fmt % v
 
 
-def _family(row: Dict[str, Any]) -> str:
-    """A row's variant for the plot: ``auto=ipc-pairs`` and ``auto=threaded-pairs`` are one line, ``auto``."""
-    return str(row.get("variant", "legacy")).split("=")[0]
+def _spread(s: Optional[Dict[str, Any]], fmt: str = "%.0f") -> str:
+    if not s:
+        return "-"
+    return "%s [%s-%s]" % (fmt % s["median"], fmt % s["min"], fmt % s["max"])
+
+
+def _stage(st: Dict[str, Any], name: str, key: str) -> Optional[float]:
+    return st.get(name, {}).get(key)
+
+
+def _wall_cpu(st: Dict[str, Any], name: str) -> str:
+    return "%s/%s" % (_f(_stage(st, name, "mean_ms"), "%.2f"), _f(_stage(st, name, "cpu_ms"), "%.3f"))
+
+
+def point_rows(points: List[Dict[str, Any]]) -> List[List[Any]]:
+    rows = []
+    for p in points:
+        st, h, b = p["stages_ms_per_frame"], p["host"], p["bound"]
+        load = "%s->%s" % (_f(_median(h.get("load1_before")), "%.1f"), _f(_median(h.get("load1_after")), "%.1f"))
+        rows.append([p["model"], p["streams"], "on" if p["render"] else "off", "%d/%d" % (p["reps"], p["reps_wanted"]),
+                     _spread(p["fps"]), _f(b["fps"]), (b["limited_by"] or "-").replace("_alone_fps", ""),
+                     _spread(p["ratio_to_bound"], "%.2f"), {True: "yes", False: "no", None: "-"}[p["goal_met"]],
+                     _spread(p["cores_per_30fps_stream"], "%.3f"), load,
+                     _f(_stage(st, "feeder", "cpu_ms"), "%.3f"),
+                     _wall_cpu(st, "launch"), _wall_cpu(st, "results"),
+                     _f(_stage(st, "postprocess", "cpu_ms"), "%.3f"), ",".join(p["variant_used"])])
+    return rows
+
+
+HEAD = ["model", "N", "render", "reps", "FPS med [min-max]", "bound", "limited by", "ratio med [min-max]", "goal",
+        "cores/30fps", "load1", "feeder CPU ms/f", "launch ms/CPU", "results ms/CPU", "post CPU ms", "variant"]
+
+
+def table(doc: Dict[str, Any]) -> str:
+    from jetforge.table import format_table
+
+    m = doc["machine"]
+    lines = ["host: %s, %s usable cores, GPU %s; every number a median of repetitions [min-max]"
+             % (m.get("cpu", "?"), m.get("cpu_cores_usable", "?"), m.get("gpu", "none (dry run)")),
+             format_table(HEAD, point_rows(doc["points"]))]
+    if doc["exploratory"]:
+        lines += ["", "exploratory variants (not goal rows):", format_table(HEAD, point_rows(doc["exploratory"]))]
+    b = doc["bounds"]
+    lines += ["", "bounds (FPS, median [min-max]): " + "; ".join(
+        ["model alone %s batch %s %s" % (mod, k, _spread(v)) for mod, by in b.get("model_only", {}).items()
+         for k, v in by.items()]
+        + ["%s %s streams %s" % (kind.replace("_", " "), k, _spread(v)) for kind in
+           ("decode_alone", "decode_alone_procs", "encode_alone") for k, v in b.get(kind, {}).items()])]
+    pool = doc["results"].get("device_pool")
+    if pool:
+        lines.append("device pool (%d sessions of %s standing in for GPU + DLA): %d streams %.1f FPS, order kept %s"
+                     % (pool["devices"], pool["model"], pool["streams"], pool["fps"], pool["order_ok"]))
+    if doc["skipped"]:
+        lines += ["", "skipped for time (--budget-s %s): %s" % (doc["settings"]["budget_s"], "; ".join(
+            s["step"] for s in doc["skipped"]))]
+    if doc["errors"]:
+        lines += ["", "errors: %s" % json.dumps(doc["errors"])]
+    return "\n".join(lines)
 
 
 def plot(doc: Dict[str, Any], path: Path) -> Optional[Path]:
+    """FPS medians (bars: min-max) against streams per model, with the bound's parts."""
     try:
         import matplotlib
 
@@ -133,30 +213,28 @@ def plot(doc: Dict[str, Any], path: Path) -> Optional[Path]:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    res = doc["results"]
-    models = sorted({r["model"] for r in res["pipeline"]})
+    points = doc["points"] + doc["exploratory"]
+    models = sorted({p["model"] for p in points})
     if not models:
         return None
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
     for ax, model in zip(axes[0], models):
-        variants = sorted({_family(r) for r in res["pipeline"]})
-        for render, style in ((False, "o-"), (True, "s--")):
-            for variant in variants:
-                rows = sorted((r for r in res["pipeline"] if r["model"] == model and r["render"] == render
-                               and _family(r) == variant), key=lambda r: r["streams"])
-                if rows:
-                    ax.plot([r["streams"] for r in rows], [r["fps"] for r in rows], style,
-                            label="pipeline, render %s%s" % ("on" if render else "off",
-                                                             ", " + variant if len(variants) > 1 else ""))
-        off = sorted((r for r in res["pipeline"] if r["model"] == model and not r["render"]),
-                     key=lambda r: r["streams"])
+        lines = sorted({(p["render"], p["variant"]) for p in points if p["model"] == model})
+        for render, variant in lines:
+            ps = sorted((p for p in points if p["model"] == model and p["render"] == render
+                         and p["variant"] == variant and p["fps"]), key=lambda p: p["streams"])
+            med = [p["fps"]["median"] for p in ps]
+            err = [[m - p["fps"]["min"] for m, p in zip(med, ps)], [p["fps"]["max"] - m for m, p in zip(med, ps)]]
+            ax.errorbar([p["streams"] for p in ps], med, yerr=err, fmt="s--" if render else "o-", capsize=3,
+                        label="pipeline, render %s, %s" % ("on" if render else "off", variant))
+        off = sorted((p for p in doc["points"] if p["model"] == model and not p["render"]), key=lambda p: p["streams"])
         for key, style, label in (("model_alone_fps", ":", "model alone"), ("decode_alone_fps", "-.", "decode alone")):
-            pts = [(r["streams"], r["bound"][key]) for r in off if r["bound"].get(key)]
+            pts = [(p["streams"], p["bound"][key]) for p in off if p["bound"].get(key)]
             if pts:
                 ax.plot(*zip(*pts), style, label=label)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("streams")
-        ax.set_ylabel("frames per second (all streams)")
+        ax.set_ylabel("frames per second (all streams), median [min-max]")
         ax.set_title("%s, %s" % (model, doc["machine"].get("gpu", "CPU dry run")))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
@@ -167,12 +245,20 @@ def plot(doc: Dict[str, Any], path: Path) -> Optional[Path]:
 
 
 def write_outputs(doc: Dict[str, Any], out: Path, name: str) -> None:
+    """``<name>.json``, ``.txt`` (the table) and ``.png`` under ``out``, each written atomically."""
+    from jetforge.fileio import write_json_atomic, write_text_atomic
+
     text = table(doc)
     print(text, flush=True)
-    (out / (name + ".json")).write_text(json.dumps(doc, indent=1, default=str))
-    (out / (name + ".txt")).write_text(text + "\n")
+    write_json_atomic(out / (name + ".json"), json.loads(json.dumps(doc, default=_json_default)))
+    write_text_atomic(out / (name + ".txt"), text + "\n")
     plot(doc, out / (name + ".png"))
     print("wrote %s.{json,txt,png} under %s" % (name, out), flush=True)
 
 
-__all__ = ["add_bounds", "goals_summary", "plot", "report", "table", "write_outputs"]
+def _json_default(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+__all__ = ["GOALS", "SCHEMA", "bound_medians", "goals_summary", "host_summary", "make_point", "plot",
+           "point_bound", "report", "table", "write_outputs"]

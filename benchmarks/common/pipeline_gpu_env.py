@@ -1,0 +1,168 @@
+"""What every measurement of one ``benchmarks/gpu_pipeline/pipeline_gpu.py`` run shares (:class:`Env`: torch, device,
+sessions, decoder module, stream files), the batch sizes of a point, the CUDA-graph capture before a point, and the
+device-pool stand-in run.  Split out of the script (it keeps the matrix and the report's inputs)."""
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+MAX_BATCH = 64  # the largest batch (and CUDA graph) of a pipeline point
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+STREAMS = {"classify": "people720.mp4", "people": "people720.mp4"}  # one file opened N times: a small carry
+
+
+def log(*parts: Any) -> None:
+    print(*parts, flush=True)
+
+
+class Env:
+    """What every measurement of one run shares: torch, device, sessions, decoder module, stream files."""
+
+    def __init__(self, args: Any, carry: Path) -> None:
+        import torch
+
+        from benchmarks.common.pipeline_gpu_ops import keep_hook, load_models, open_torch_session
+
+        self.args, self.torch = args, torch
+        self.device = "cpu" if args.dry_run else "cuda"
+        if args.dry_run:
+            torch.set_num_threads(1)  # the shared CI/dev CPU: no oversubscription
+        if args.dry_run:
+            from tests.standins.fake_nvdec import FakeNvDecoder
+
+            self.codec: Any = FakeNvDecoder
+        else:
+            from jetforge.apps.video.sources.gpu.nvdec import load_pynvvideocodec
+
+            self.codec = load_pynvvideocodec()
+        self.streams = {m: carry / "streams" / STREAMS[m] for m in args.models}
+        self.keep = keep_hook(torch, self.device, nonblocking=False)  # the device-pool stand-in's frames
+        self.models = load_models(carry / "assets", args.models)
+        self.sessions = {m: open_torch_session(mod, c, self.device) for m, (mod, c, _) in self.models.items()}
+        self.pre_kind: Dict[str, str] = {}
+        self.scratch = Path(args.scratch)
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self._sink_lock = threading.Lock()
+        self.captured: Dict[int, Any] = {}  # session id -> buckets whose CUDA graphs exist
+        self.host: Dict[str, Any] = {}  # the host CPU (model, usable cores), next to every repetition
+
+    def ops(self, model: str, n: int, nonblocking: bool, per_stream: int = 1) -> Any:
+        from benchmarks.common.pipeline_gpu_ops import ClassifyHead, SsdHead, TorchStreamOps
+
+        _, contract, spec = self.models[model]
+        batch = batch_of(n, per_stream)
+        pre = self._preprocessor(model, contract, batch)
+        if model == "classify":
+            from jetforge.apps.labels import load_labels
+
+            head: Any = ClassifyHead(self.torch, load_labels("imagenet"))
+        else:
+            head = SsdHead(spec, contract, (720, 1280), threshold=0.5, gpu_decoder=self._ssd_decoder(spec, batch),
+                           torch=self.torch)
+        return TorchStreamOps(self.torch, self.sessions[model], pre, head, self.device, nonblocking=nonblocking)
+
+    def _preprocessor(self, model: str, contract: Any, batch: int) -> Any:
+        from benchmarks.common.pipeline_gpu_ops import F2Preprocess, TorchNv12Preprocess
+
+        if not self.args.dry_run and not self.args.torch_preprocess:
+            try:
+                pre = F2Preprocess(self.torch, contract, MAX_BATCH, self.device)
+                self.pre_kind[model] = "nvrtc-kernel"
+                return pre
+            except Exception as err:  # the kernel package missing or failing: measured with the fallback, said so
+                log("F2 preprocessing kernel unavailable (%s: %s); torch fallback" % (type(err).__name__, err))
+        self.pre_kind[model] = "torch-fallback"
+        return TorchNv12Preprocess(self.torch, contract, MAX_BATCH, self.device)
+
+    def _ssd_decoder(self, spec: Any, batch: int) -> Optional[Any]:
+        if self.args.dry_run or self.args.host_ssd_decode:
+            return None
+        try:
+            from jetforge.vision.ssd_gpu import GpuSsdDecoder
+
+            return GpuSsdDecoder(spec, batch=MAX_BATCH)
+        except Exception as err:
+            log("GPU SSD decoder unavailable (%s: %s); host decode" % (type(err).__name__, err))
+            return None
+
+    def event_sink(self) -> Any:
+        """Render off: events only, as JSON lines in the scratch folder (not returned: size)."""
+        path = self.scratch / "events.jsonl"
+        handle = open(str(path), "w", encoding="utf-8")
+
+        def write(s: int, frame: Any, event: Dict[str, Any], host: Any) -> None:
+            handle.write(json.dumps(event, default=_json_default) + "\n")
+
+        return write
+
+
+def _json_default(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def batch_of(n: int, per_stream: int = 1) -> int:
+    """The pipeline's batch for N streams: N x frames per stream, at most 32 (64 with four frames a stream)."""
+    return min(n * per_stream, 32 if per_stream < 4 else MAX_BATCH)
+
+
+def bucket(n: int) -> int:
+    from jetforge.apps.pipeline.batching import bucket_for
+
+    return bucket_for(min(n, MAX_BATCH), BUCKETS)
+
+
+def capture_graphs(env: "Env", session: Any, contract: Any, upto: int) -> None:
+    """Capture the CUDA graph of every bucket up to ``upto`` before a run: a partial batch (a batch timeout, the end
+    of a stream) needs a smaller bucket, and capturing one while the decode threads make CUDA calls is unsafe
+    (torch captures in the global mode: other threads' unsafe calls fail, NVDEC's among them).  The device-pool
+    point, which hung in both H200 runs that reached it, captured its first session's missing buckets that way."""
+    done = env.captured.setdefault(id(session), set())
+    for b in BUCKETS:
+        if b > upto or b in done:
+            continue
+        x = env.torch.zeros(b, 3, contract.height, contract.width, device=env.device)
+        for _ in range(2):
+            session.infer_tensors({session.inputs[0].name: x})
+        done.add(b)
+    if env.device == "cuda":
+        env.torch.cuda.synchronize()
+
+
+def device_pool_run(env: "Env", model: str, n: int, devices: int) -> Dict[str, Any]:
+    """The GPU+DLA scheduler with ``devices`` CUDA sessions of one model standing in for a Jetson's engines."""
+    from benchmarks.common.pipeline_gpu_ops import ClassifyHead, PooledTorchOps, TorchNv12Preprocess, open_torch_session
+
+    from benchmarks.common.pipeline_gpu_measure import open_sources
+    from jetforge.apps.labels import load_labels
+    from jetforge.apps.pipeline.streams import StreamRunOptions, run_streams
+
+    module, contract, _ = env.models[model]
+    sessions = [env.sessions[model]] + [open_torch_session(copy_module(module), contract, env.device)
+                                        for _ in range(devices - 1)]
+    for session in sessions:  # every session, the first too (it lacked buckets: the suspected cause of the hang)
+        capture_graphs(env, session, contract, 32)
+    pres = [TorchNv12Preprocess(env.torch, contract, 32, env.device) for _ in sessions]
+    ops = PooledTorchOps(env.torch, sessions, pres, ClassifyHead(env.torch, load_labels("imagenet")), env.device)
+    sources = open_sources([env.streams[model]], n, env.codec, keep=env.keep)
+    try:
+        result = run_streams(sources, ops, StreamRunOptions(max_batch=min(n, 32), in_flight=devices + 1,
+                                                            batch_timeout_s=env.args.batch_timeout_ms / 1000.0,
+                                                            time_limit_s=env.args.seconds))
+    finally:
+        ops.close()
+        for src in sources:
+            src.close()
+    row = result.summary()
+    row.update({"model": model, "devices": devices, "batches_per_device": ops.pool.share(),
+                "preprocess": "torch-fallback (one per device)"})
+    return row
+
+
+def copy_module(module: Any) -> Any:
+    import copy
+
+    return copy.deepcopy(module)
+
+
+__all__ = ["BUCKETS", "Env", "MAX_BATCH", "STREAMS", "batch_of", "bucket", "capture_graphs", "device_pool_run"]

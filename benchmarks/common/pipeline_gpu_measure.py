@@ -1,0 +1,203 @@
+"""The bound measurements of ``benchmarks/gpu_pipeline/pipeline_gpu.py``, each alone: NVDEC decoding N streams (one
+thread a stream, or worker processes), the CPU encoder pool; and the sources both they and the pipeline points open.
+
+Split out of the script (one job: measuring the hardware's parts alone); the dry run uses the fake decoder of
+``tests/standins`` (injected, never selected by a production name).
+"""
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int = 0,
+                 threaded: bool = False, ring_slots: int = 16, defer_sync: bool = False) -> List[Any]:
+    """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed.
+    ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source); ``threaded``: NvThreadedSource."""
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
+    from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+
+    kind = NvThreadedSource if threaded else NvDecSource
+    sources = [kind(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
+                    keep=DeviceFrameRing(ring_slots, defer_sync) if keep == "ring" else keep) for s in range(n)]
+    for src in sources:
+        src.prime()
+    return sources
+
+
+def decode_alone(paths: List[Path], n: int, codec: Any, seconds: float) -> Dict[str, Any]:
+    """Hardware decode of N streams, one thread per stream, nothing else: frames per second of all streams."""
+    from jetforge.apps.pipeline.streams import process_cpu_s
+
+    sources = open_sources(paths, n, codec, keep=None)
+    counts = [0] * n
+    stop = time.perf_counter() + seconds
+
+    def work(s: int) -> None:
+        while time.perf_counter() < stop:
+            if sources[s].read() is None:
+                break
+            counts[s] += 1
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(n)]
+    c0, t0 = process_cpu_s(), time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall, cpu = time.perf_counter() - t0, process_cpu_s() - c0
+    for src in sources:
+        src.close()
+    frames = sum(counts)
+    return {"streams": n, "frames": frames, "fps": frames / wall, "cpu_ms_per_frame": 1000.0 * cpu / max(1, frames)}
+
+
+def open_group(paths: List[Path], n: int, dry_run: bool, streams_per_worker: int, per_stream: int) -> Any:
+    """N looping streams decoded by worker processes into CUDA IPC rings (host shared memory in the dry run);
+    enough slots for the batcher's frames, the batches in flight and one fetch."""
+    from jetforge.apps.video.sources.gpu.ipc_decode import NVDEC, IpcDecodeGroup
+
+    codec: Any = NVDEC
+    if dry_run:  # the CPU stand-in for PyNvVideoCodec, from the tests (the checkout's root is on sys.path)
+        from tests.standins.fake_nvdec import FakeNvDecoder
+
+        codec = FakeNvDecoder
+    return IpcDecodeGroup([paths[s % len(paths)] for s in range(n)], streams_per_worker=streams_per_worker,
+                          slots=max(16, 4 * per_stream + 8), fetch=4, loop=True, codec=codec, start_timeout_s=45.0)
+
+
+def decode_alone_procs(paths: List[Path], n: int, dry_run: bool, seconds: float) -> Dict[str, Any]:
+    """NVDEC decode of N streams in worker processes (4 streams each, the ipc variants' decoding), each frame
+    released as soon as it is announced: the decode bound without this process's GIL in the way."""
+    from jetforge.apps.pipeline.streams import process_cpu_s
+
+    group = open_group(paths, n, dry_run, 4, 2)
+    sink = _ReleasingSink(group, n, seconds)
+    try:
+        c0, w0, t0 = process_cpu_s(), group.worker_cpu_s(), time.perf_counter()
+        group.feed(sink)
+        wall, cpu = time.perf_counter() - t0, process_cpu_s() - c0 + group.worker_cpu_s() - w0
+    finally:
+        group.close()
+    return {"streams": n, "frames": sink.frames, "fps": sink.frames / wall, "workers": group.workers,
+            "cpu_ms_per_frame": 1000.0 * cpu / max(1, sink.frames)}
+
+
+class _ReleasingSink:
+    """A batcher stand-in for :func:`decode_alone_procs`: counts frames and gives their slots back at once."""
+
+    def __init__(self, group: Any, n: int, seconds: float) -> None:
+        self.group, self.frames, self.stop_at = group, 0, time.perf_counter() + seconds
+
+    @property
+    def stopped(self) -> bool:
+        return time.perf_counter() > self.stop_at
+
+    def put_many(self, stream: int, frames: List[Any]) -> bool:
+        self.frames += len(frames)
+        self.group.release(frames)
+        return not self.stopped
+
+    def close(self, stream: int) -> None:
+        pass
+
+
+def source_label(v: Dict[str, Any]) -> str:
+    if v.get("source") == "ipc":
+        return "worker processes (%d streams each, ThreadedDecoder) -> CUDA IPC rings" % v["workers"]
+    if v.get("source") == "threaded":
+        return "ThreadedDecoder, one thread per stream"
+    if v.get("source") == "feed":
+        return "ThreadedDecoder per stream, one feeder thread for all, one copy wait per fetch"
+    return "core decoder, one thread per stream"
+
+
+def encode_alone(frames_nv12: List[Any], width: int, height: int, workers: int, streams: int, seconds: float,
+                 out_dir: Path) -> Dict[str, Any]:
+    """The CPU encoder pool alone: frames submitted round robin over ``streams`` for ``seconds``, then closed."""
+    from jetforge.apps.video.sinks.encode_pool import EncoderPool
+
+    pool = EncoderPool(out_dir, width, height, 30.0, workers=workers)
+    pool.wait_ready()  # process start-up is not encoding time
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        pool.submit(n % streams, frames_nv12[n % len(frames_nv12)], {"label": "encode-alone %d" % n})
+        n += 1
+    results = pool.close()
+    wall = time.perf_counter() - t0
+    cpu = sum(r["cpu_s"] for r in results)
+    return {"workers": workers, "streams": streams, "frames": n, "fps": n / wall,
+            "cpu_ms_per_encoded_frame": 1000.0 * cpu / max(1, n)}
+
+
+
+def host_frames(path: Path) -> List[Any]:
+    """30 NV12 720p frames in host memory for the encode-alone run (OpenCV decode through the fake decoder: the
+    encoder's input only, no decoding measured)."""
+    from tests.standins.fake_nvdec import FakeNvDecoder
+    from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
+
+    with NvDecSource(path, codec_module=FakeNvDecoder, max_frames=30) as src:
+        return [f.host_nv12() for f in src]
+
+
+
+class BenchTask:
+    """The task the app's :class:`~jetforge.apps.pipeline.gpu_app.TaskOps` wraps in a benchmark point: its
+    ``postprocess`` passes the head's event through (the model's own postprocessing - top-1, SSD decode and NMS -
+    runs in the ``results`` stage, as the app's ``to_outputs`` does; no tracking or counting here)."""
+
+    name = "bench"
+
+    def postprocess(self, item: Any) -> Any:
+        return item.output
+
+
+def app_timed(ops: Any, warmup_frames: int) -> Any:
+    """``ops`` inside the app's TaskOps and PipelineMetrics (the GPU path's stages: launch, results, postprocess,
+    sink): a point's per-stage times are those of the app's metrics.json latency block."""
+    from jetforge.apps.pipeline.gpu_app import GPU_STAGES, TaskOps
+    from jetforge.apps.pipeline.metrics import PipelineMetrics
+
+    class AppTimedOps(TaskOps):
+        def gpu_ms(self) -> Dict[str, float]:
+            return self.inner.gpu_ms()
+
+    metrics = PipelineMetrics(GPU_STAGES, warmup_frames=warmup_frames, model_stages=("launch", "results"))
+    return AppTimedOps(BenchTask(), None, ops, metrics)
+
+
+def app_timed_sink(sink: Any, ops: Any) -> Any:
+    """``sink`` timed as the app's output stage (``sink``), each frame recorded as done in the point's metrics."""
+
+    def timed(stream: int, frame: Any, event: Any, host: Any) -> None:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        sink(stream, frame, event, host)
+        done = time.perf_counter()
+        ops.metrics.add_stage("sink", done - t0, time.thread_time() - c0, frame=frame.index)
+        ops.metrics.add_done(stream, frame.captured, frame.captured,
+                             ops.t_result.pop((stream, frame.index), done), done, frame=frame.index)
+
+    return timed
+
+
+def stage_block(run: Dict[str, Any], app_metrics: Dict[str, Any], launch_parts: Dict[str, Any]) -> Dict[str, Any]:
+    """A repetition's per-stage times, ms per frame: ``feeder`` (the decode/feeder thread: NVDEC + ring copies; its
+    CPU is what the issue's lever names), the app's stages (mean, p50, p99 wall; CPU share per frame), the launch's
+    parts per batch and the GPU's own times."""
+    out: Dict[str, Any] = {"feeder": {"wall_ms": run["stage_wall_ms_per_frame"].get("decode"),
+                                      "cpu_ms": run["stage_cpu_ms_per_frame"].get("decode")}}
+    for name, d in (app_metrics.get("latency_ms", {}).get("stages") or {}).items():
+        if d:
+            out[name] = {"mean_ms": d["mean_ms"], "p50_ms": d["p50_ms"], "p99_ms": d["p99_ms"],
+                         "cpu_ms": d["cpu_mean_ms"]}
+    out["launch_parts_per_batch"] = launch_parts
+    out["gpu_ms"] = dict(run.get("stage_gpu_ms_per_frame") or {})
+    out["process_cpu_ms"] = run.get("process_cpu_ms_per_frame")
+    return out
+
+
+__all__ = ["BenchTask", "app_timed", "app_timed_sink", "decode_alone", "decode_alone_procs", "encode_alone",
+           "host_frames", "open_group", "open_sources", "stage_block",
+           "source_label"]

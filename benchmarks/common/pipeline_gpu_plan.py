@@ -1,0 +1,164 @@
+"""The matrix of ``benchmarks/gpu_pipeline/pipeline_gpu.py`` as data (issue 29): which steps run in which order, which
+are skipped for time, and how repetitions become one point (median with its spread).
+
+Pure functions (no timing, no GPU) so that the tests check them: a single call's number decided nothing in the
+earlier runs (the spread between calls was as large as the gap to the goal), so every point is the MEDIAN of
+``reps`` repetitions inside one call, reported with its min and max; the bounds are measured in every round of the
+same call, and the goal rows (the app's default host layout, render off) come first so that a call cut short still
+brings them back.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+GOAL_STREAMS = (1, 4, 16, 32)  # issue 29: render off at 1 / 4 / 16 / 32 streams, both models
+RENDER_ON_STREAMS = 16  # issue 29: render on at 16 streams (optional: --render-on)
+MIN_REPS = 3  # issue 29: the median of at least 3 repetitions inside one call
+
+
+@dataclass(frozen=True)
+class Step:
+    """One measurement: ``kind`` (model_only, decode_alone, decode_alone_procs, encode_alone, pipeline,
+    device_pool), ``model`` (or None), ``arg`` (batches; streams; (streams, render, variant)), ``rep`` (0-based)
+    and ``group``: ``goal`` (render off, the app's default path, and their bounds), ``render`` (the optional
+    render-on point and the encoders' bound) or ``exploratory`` (other host layouts, recorded apart)."""
+
+    kind: str
+    model: Optional[str]
+    arg: Any
+    rep: int = 0
+    group: str = "goal"
+
+    @property
+    def key(self) -> str:
+        """The step without its repetition: what a repetition's measured time predicts."""
+        arg = list(self.arg) if isinstance(self.arg, (list, tuple)) else self.arg
+        return "%s %s %s" % (self.kind, self.model or "-", arg)
+
+    @property
+    def label(self) -> str:
+        return "%s rep %d" % (self.key, self.rep + 1)
+
+
+@dataclass
+class PlanSettings:
+    """What :func:`plan_steps` needs from the command line."""
+
+    models: Sequence[str]
+    streams: Sequence[int]
+    reps: int = MIN_REPS
+    default_variant: str = "auto"
+    exploratory: Sequence[str] = ()
+    render_on: bool = False
+    decode_procs: bool = True
+    device_pool: int = 0
+    buckets_of: Callable[[int, str], int] = field(default=lambda n, variant: n)
+
+
+def plan_steps(s: PlanSettings) -> List[Step]:
+    """Every step in priority order.  Rounds of the goal rows first (round r: each model's model-alone bound at the
+    batches its points use, NVDEC alone for every stream count, then every render-off point of the default path),
+    so repetitions of one point are spread over the call (a drift of the host shows in the spread, not in one
+    point); then the render-on rounds (if asked); then the exploratory variants; the device-pool stand-in last."""
+    steps: List[Step] = []
+    streams = sorted(set(s.streams), key=lambda n: (n not in GOAL_STREAMS, n))
+    for rep in range(s.reps):
+        for model in s.models:
+            batches = sorted({s.buckets_of(n, s.default_variant) for n in streams})
+            steps.append(Step("model_only", model, tuple(batches), rep))
+        steps += [Step("decode_alone", None, n, rep) for n in streams]
+        if s.decode_procs:
+            steps += [Step("decode_alone_procs", None, n, rep) for n in streams]
+        steps += [Step("pipeline", m, (n, False, s.default_variant), rep) for m in s.models for n in streams]
+    if s.render_on:
+        n_on = RENDER_ON_STREAMS if RENDER_ON_STREAMS in streams else max(streams)
+        for rep in range(s.reps):
+            steps.append(Step("encode_alone", None, n_on, rep, "render"))
+            steps += [Step("pipeline", m, (n_on, True, s.default_variant), rep, "render") for m in s.models]
+    for variant in s.exploratory:
+        for rep in range(s.reps):
+            for model in s.models:
+                steps.append(Step("model_only", model, tuple(sorted({s.buckets_of(n, variant) for n in streams})),
+                                  rep, "exploratory"))
+                steps += [Step("pipeline", model, (n, False, variant), rep, "exploratory") for n in streams]
+    if s.device_pool and "classify" in s.models:
+        steps.append(Step("device_pool", "classify", max(streams), 0, "exploratory"))
+    return steps
+
+
+def guess_s(step: Step, seconds: float, decode_seconds: float, encode_seconds: float, model_seconds: float) -> float:
+    """A first estimate of a step's wall time, before any repetition of it ran (then the measured time predicts):
+    the timed seconds plus opening its decoders (~0.05 s a stream), worker processes or encoders (~3 s)."""
+    if step.kind == "model_only":
+        return len(step.arg) * (model_seconds + 0.5) + 1.0
+    if step.kind == "decode_alone":
+        return decode_seconds + 0.5 + 0.05 * step.arg
+    if step.kind == "decode_alone_procs":
+        return decode_seconds + 3.0 + 0.05 * step.arg
+    if step.kind == "encode_alone":
+        return encode_seconds + 3.0
+    n, render = (step.arg[0], step.arg[1]) if step.kind == "pipeline" else (step.arg, False)
+    return seconds + 1.0 + 0.05 * n + (6.0 if render else 0.0)
+
+
+def estimate_s(step: Step, history: Dict[str, List[float]], guess: float) -> float:
+    """The longest measured time of an earlier repetition of the same step, else ``guess``."""
+    seen = history.get(step.key)
+    return max(seen) if seen else guess
+
+
+def fits(elapsed_s: float, estimate: float, budget_s: float) -> bool:
+    """Whether a step of ``estimate`` seconds, started ``elapsed_s`` into the measuring, ends within ``budget_s``
+    (0 or less: no budget)."""
+    return budget_s <= 0 or elapsed_s + estimate <= budget_s
+
+
+def median_spread(values: Iterable[Optional[float]]) -> Optional[Dict[str, Any]]:
+    """``{"median", "min", "max", "n"}`` of the values that exist (None when there are none).  The median of an even
+    count is the mean of the middle two."""
+    xs = sorted(float(v) for v in values if v is not None)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    med = xs[mid] if len(xs) % 2 else 0.5 * (xs[mid - 1] + xs[mid])
+    return {"median": med, "min": xs[0], "max": xs[-1], "n": len(xs)}
+
+
+def scaled(stats: Optional[Dict[str, Any]], by: Optional[float]) -> Optional[Dict[str, Any]]:
+    """``stats`` (of :func:`median_spread`) divided by ``by``: an FPS spread as a ratio-to-bound spread."""
+    if stats is None or not by:
+        return None
+    return {"median": stats["median"] / by, "min": stats["min"] / by, "max": stats["max"] / by, "n": stats["n"]}
+
+
+def point_key(row: Dict[str, Any]) -> Tuple[str, int, bool, str]:
+    """Which point a repetition's row belongs to (its variant without what ``auto`` resolved to)."""
+    return row["model"], int(row["streams"]), bool(row["render"]), str(row["variant"]).split("=")[0]
+
+
+def group_rows(rows: Sequence[Dict[str, Any]]) -> List[List[Dict[str, Any]]]:
+    """Repetitions grouped by point, in the order the points first ran."""
+    groups: Dict[Tuple[str, int, bool, str], List[Dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(point_key(row), []).append(row)
+    return list(groups.values())
+
+
+def nested_medians(dicts: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The per-key median of numbers nested in dicts of the same shape (per-stage times of each repetition): a
+    key missing in some repetitions takes the median of those that have it."""
+    out: Dict[str, Any] = {}
+    keys: List[str] = []
+    for d in dicts:
+        keys += [k for k in d if k not in keys]
+    for k in keys:
+        values = [d[k] for d in dicts if k in d and d[k] is not None]
+        if values and all(isinstance(v, dict) for v in values):
+            out[k] = nested_medians(values)
+        elif values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[k] = median_spread(values)["median"]  # type: ignore[index]
+    return out
+
+
+__all__ = ["GOAL_STREAMS", "MIN_REPS", "PlanSettings", "RENDER_ON_STREAMS", "Step", "estimate_s", "fits",
+           "group_rows", "guess_s", "median_spread", "nested_medians", "plan_steps", "point_key", "scaled"]
