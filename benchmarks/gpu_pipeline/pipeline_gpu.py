@@ -65,8 +65,9 @@ VARIANTS = {
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }
 DEFAULT_VARIANT = "auto"
-# The device call: at most 600 s in all.  Start-up (wheel, torch, models, graphs) takes ~60 s of it; the default
-# matrix (3 rounds of 8 goal points with their bounds, ~260 s on the H200's numbers) fits this budget with room.
+# The device call: at most 600 s in all.  The default matrix (3 rounds of 8 goal points with their bounds) takes
+# ~235 s by the step times of results/nvidia-h200_2026-12-01_gpu-path.json, ~285 s with --render-on: both fit this
+# budget, which leaves start-up (wheel, torch, models, graphs) and the report room inside --wall-limit-s 560.
 DEFAULT_BUDGET_S = 420.0
 
 sys.path.insert(0, str(ROOT))  # the checkout's root: benchmarks.common
