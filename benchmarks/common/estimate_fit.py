@@ -5,8 +5,8 @@ one entry per kernel; :func:`predict` applies :func:`jetforge.runtime.estimate.m
 roofline to them for a parameter vector in microseconds, thousands of times faster than re-running
 the estimator, so a fit can try many parameter sets.  A test checks that both give the same times.
 Parameters are a flat dict: ``gpu.<type>.compute``, ``gpu.<type>.memory``, ``dla.<type>.compute``,
-``dla.<type>.memory`` and the overheads ``gpu_kernel_us``, ``dla_layer_us``, ``dla_subgraph_us``,
-``transition_us``, ``inference_us``.
+``dla.<type>.memory``, optionally ``gpu.<type>.launch_us`` (a type's own per-kernel cost; absent: ``gpu_kernel_us``)
+and the overheads ``gpu_kernel_us``, ``dla_layer_us``, ``dla_subgraph_us``, ``transition_us``, ``inference_us``.
 """
 
 import copy
@@ -68,6 +68,8 @@ def params_of(eff: EfficiencySet) -> Dict[str, float]:
             f = eff.factor("DLA" if device == "dla" else "GPU", c) if device == "dla" else table[c]
             out["%s.%s.compute" % (device, c)] = f.compute
             out["%s.%s.memory" % (device, c)] = f.memory
+            if device == "gpu" and f.launch_us is not None:
+                out["gpu.%s.launch_us" % c] = f.launch_us
     for name in OVERHEADS:
         out[name] = getattr(eff.overheads, name)
     out["transition_memory_efficiency"] = eff.transition_memory_efficiency
@@ -84,7 +86,8 @@ def predict(f: Features, params: Dict[str, float]) -> np.ndarray:
     dc, dm = _table(params, "dla", "compute"), _table(params, "dla", "memory")
     ce = np.where(f.dla, dc[f.cat], gc[f.cat])
     me = np.where(f.dla, dm[f.cat], gm[f.cat])
-    over = np.where(f.dla, params["dla_layer_us"], params["gpu_kernel_us"])
+    launch = np.array([params.get("gpu.%s.launch_us" % c, params["gpu_kernel_us"]) for c in CATEGORIES])
+    over = np.where(f.dla, params["dla_layer_us"], launch[f.cat])
     t = np.maximum(f.flops / ce, f.mem / me) + over
     return np.where(f.live, t, 0.0)
 
@@ -102,7 +105,7 @@ def to_efficiency(base: EfficiencySet, params: Dict[str, float], obtained: str) 
     out.obtained = obtained
     for c in CATEGORIES:
         out.gpu[c] = Factor(params["gpu.%s.compute" % c], params["gpu.%s.memory" % c], base.gpu[c].calibrated,
-                            base.gpu[c].note)
+                            base.gpu[c].note, params.get("gpu.%s.launch_us" % c))
     for c in list(base.dla):
         out.dla[c] = Factor(params["dla.%s.compute" % c], params["dla.%s.memory" % c], base.dla[c].calibrated,
                             base.dla[c].note)

@@ -24,7 +24,14 @@ run cut short keeps what it measured; models not reached within ``--budget-s`` a
 kernel time, eager timing instead of the CUDA graph), to check the script before a device run.
 
     python benchmarks/estimator/estimate_h200.py                       # on the GPU machine (~5-6 min)
+    python benchmarks/estimator/estimate_h200.py --models unseen       # the 12 never-fitted models (~3 min)
     python benchmarks/estimator/estimate_h200.py --dry-run --out /tmp/dry.json
+    python benchmarks/estimator/estimate_h200.py --models unseen --dry-run    # CPU: builds them, prints the GPU command
+
+``--models unseen`` measures exactly ``estimate_models.UNSEEN_MODELS`` (the models no fit ever sees) and writes
+``$OUT/estimate_h200_unseen_measured.json`` (committed as ``results/<device>_<date>_unseen-measured.json``, which
+``estimate_h200_fit.py`` reports apart).  With ``--dry-run`` it builds each of them on the CPU, runs one forward
+pass at batch 1 and prints the command to run on the GPU.
 """
 
 import argparse
@@ -354,25 +361,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     use_checkout()
     import torch
 
-    from benchmarks.common.estimate_models import DRY_RUN_MODELS, H200_MODELS, by_name
+    from benchmarks.common.estimate_models import UNSEEN, select
 
     cuda = torch.cuda.is_available() and not args.dry_run
     if not cuda and not args.dry_run:
         log("no CUDA device: use --dry-run to check the script on the CPU")
         return 1
-    specs = DRY_RUN_MODELS if args.dry_run else H200_MODELS
-    if args.models:
-        table = by_name(list(H200_MODELS) + list(DRY_RUN_MODELS))
-        specs = [table[n] for n in args.models.split(",")]
+    specs = select(args.models or "", dry_run=args.dry_run)
+    if args.models == UNSEEN and args.dry_run:
+        return dry_run_unseen(specs)
     batches = [int(b) for b in (args.batches or ("1,2" if args.dry_run else "1,8,32")).split(",")]
+    stem = "estimate_h200_unseen_measured.json" if args.models == UNSEEN else "estimate_h200_measured.json"
     if args.out:
         out_path = Path(args.out)
     elif os.environ.get("OUT"):
-        out_path = Path(os.environ["OUT"]) / "estimate_h200_measured.json"
+        out_path = Path(os.environ["OUT"]) / stem
     elif args.dry_run:
         out_path = Path(tempfile.mkdtemp(prefix="jetforge-estimate-h200-dry-")) / "estimate_h200_measured.json"
     else:
-        out_path = result_path(__file__, "measured", gpu=True)
+        out_path = result_path(__file__, "unseen-measured" if args.models == UNSEEN else "measured", gpu=True)
     torch.backends.cudnn.benchmark = True
     start = time.perf_counter()
     data: Dict[str, Any] = {"schema": SCHEMA, "dry_run": bool(args.dry_run), "environment": environment(cuda),
@@ -418,6 +425,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     _write(out_path, data)
     log("wrote %s (%d models measured, %d skipped, %.0f s)" % (out_path, len(data["models"]), len(data["skipped"]),
                                                                data["elapsed_s"]))
+    return 0
+
+
+GPU_COMMAND = "python benchmarks/estimator/estimate_h200.py --models unseen --budget-s 400"
+
+
+def dry_run_unseen(specs: List[Any]) -> int:
+    """``--models unseen --dry-run``: build each never-fitted model on the CPU, one forward pass at batch 1 (what the
+    GPU run needs to work), then print the command that measures them on the GPU."""
+    import torch
+
+    for spec in specs:
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = spec.build()(torch.randn(1, *spec.input_shape))
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        log("%-22s builds and runs on the CPU: input %s -> %s (%.1f s)" % (
+            spec.name, "x".join(map(str, spec.input_shape)), "x".join(map(str, first.shape)),
+            time.perf_counter() - t0))
+    log("dry run only: nothing measured. On the CUDA GPU, from the checkout's root (~3-4 min, writes "
+        "$OUT/estimate_h200_unseen_measured.json):\n  %s" % GPU_COMMAND)
     return 0
 
 

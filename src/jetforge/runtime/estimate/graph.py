@@ -68,6 +68,7 @@ class Layer:
     const_elems: int = 0               # elements of other float constants (bias, scales)
     gemm: Optional[Tuple[int, int, int, int]] = None   # (M, N, K, groups) for tensor categories
     channels: Optional[Tuple[int, int]] = None         # (C_in, C_out) for the channel-alignment model
+    folded_norm: bool = False          # a Conv whose weight the exporter rewrote (a BatchNorm folded into it)
 
 
 @dataclass
@@ -207,6 +208,10 @@ def _costs(layer: Layer, node: Any, attrs: Mapping[str, Any], info: GraphInfo) -
     out_elems = sum(info.size(t) for t in layer.outputs)
     in_elems = sum(info.size(t) for t in layer.inputs)
     slot = _WEIGHT_SLOT.get(layer.op)
+    if layer.op == "Conv" and len(node.input) > 1:
+        # the TorchScript exporter names a parameter after its module (conv.weight) unless it computed the tensor:
+        # folding a BatchNorm into the convolution writes new weights called onnx::Conv_<n>
+        layer.folded_norm = node.input[1].startswith("onnx::")
     for i, t in enumerate(node.input):
         if t and t in info.constants and info.dtypes.get(t, 0) in _FLOAT_TYPES and info.elems.get(t):
             if i == slot:
@@ -258,8 +263,12 @@ def _costs(layer: Layer, node: Any, attrs: Mapping[str, Any], info: GraphInfo) -
         layer.flops = float(out_elems * (2 if cat in BATCHNORM_CATEGORIES else 1))
 
 
-def fuse(layers: Sequence[Layer], devices: Mapping[int, str], info: GraphInfo, fusion: str) -> List[Kernel]:
-    """Group ``layers`` into kernels (see the module docstring); ``devices`` maps node index -> "GPU"/"DLA"."""
+def fuse(layers: Sequence[Layer], devices: Mapping[int, str], info: GraphInfo, fusion: str,
+         unfold_batchnorm: bool = False) -> List[Kernel]:
+    """Group ``layers`` into kernels (see the module docstring); ``devices`` maps node index -> "GPU"/"DLA".
+
+    ``unfold_batchnorm`` (with ``fusion="none"``): a convolution whose BatchNorm the export folded gets that
+    BatchNorm back as a kernel of its own, as eager PyTorch runs it."""
     alias: Dict[str, str] = {}
     real: List[Layer] = []
     for layer in layers:
@@ -298,9 +307,22 @@ def fuse(layers: Sequence[Layer], devices: Mapping[int, str], info: GraphInfo, f
         target.layers.append(layer)
         for t in layer.outputs:
             owner[t] = target
+        if unfold_batchnorm and fusion == "none" and layer.folded_norm and layer.outputs:
+            kernels.append(_unfolded_norm(layer, info, device))
     for kernel in kernels:
         _io(kernel, consumers, outputs)
     return kernels
+
+
+def _unfolded_norm(conv: Layer, info: GraphInfo, device: str) -> Kernel:
+    """The BatchNorm kernel eager PyTorch runs after ``conv`` (folded away in the ONNX): reads and writes its output."""
+    out = conv.outputs[0]
+    shape = info.shapes.get(out)
+    channels = int(shape[1]) if shape and len(shape) > 1 and shape[1] else 0
+    category = "batchnorm_3d" if shape is not None and len(shape) == 5 else "batchnorm"
+    bn = Layer(conv.index, conv.name + "#unfolded_batchnorm", "BatchNormalization", category,
+               2.0 * info.size(out), [out], [out], const_elems=2 * channels)
+    return Kernel(bn.name, category, device, [bn])
 
 
 def _resolve(alias: Mapping[str, str], name: str) -> str:

@@ -199,8 +199,9 @@ def batch_shapes(proto: Any, batch: int, overrides: Optional[Mapping[str, Sequen
 
 def place(model: Union[str, Path, Any], batch: int, precision: str, *, target: Any = None,
           dla_core: Optional[int] = None, fusion: str = "tensorrt",
-          input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Placed:
-    """Shape-infer ``model`` at ``batch``, predict DLA placement (with ``dla_core``) and build the kernels."""
+          input_shapes: Optional[Mapping[str, Sequence[int]]] = None, unfold_batchnorm: bool = False) -> Placed:
+    """Shape-infer ``model`` at ``batch``, predict DLA placement (with ``dla_core``) and build the kernels
+    (``unfold_batchnorm``: the efficiency set's ``unfolded_batchnorm``, see :func:`graph.fuse`)."""
     from jetforge.runtime.tensorrt.dla.analyze import FOLDED, analyze_onnx
     from jetforge.runtime.tensorrt.dla.graph import OnnxGraph, load_model
 
@@ -233,7 +234,7 @@ def place(model: Union[str, Path, Any], batch: int, precision: str, *, target: A
             if node.op_type in ("Constant", "Identity", "Dropout") or \
                     (node.output and all(o in g.constant for o in node.output if o)):
                 folded.add(index)
-    placed.kernels = fuse(layers_of(proto, g, info, folded), devices, info, fusion)
+    placed.kernels = fuse(layers_of(proto, g, info, folded), devices, info, fusion, unfold_batchnorm)
     if not placed.kernels:
         raise ModelError("model %s has no layer that does work after constant folding" % name,
                          hint="check that the graph is the model (not a constant-only export)")
@@ -285,12 +286,11 @@ def kernel_time(kernel: Kernel, info: GraphInfo, rates: TargetRates, eff: Effici
         act = (reads + sum(info.size(t) for t in kernel.outputs)) * bpe
     moved = act + kernel.weight_elems * BYTES[precision] + kernel.const_elems * (4 if precision == "fp32" else 2)
     factor = eff.factor(kernel.device, kernel.category)
+    overhead = eff.launch_us(kernel.device, kernel.category)
     if kernel.device == DLA:
         peak = rates.dla_per_core or 0.0
-        overhead = eff.overheads.dla_layer_us
     else:
         peak = rates.gpu_tensor if kernel.category in TENSOR_CATEGORIES else rates.gpu_vector
-        overhead = eff.overheads.gpu_kernel_us
     shape = shape_factor(kernel, rates, eff, precision)
     compute = kernel.flops / (peak * factor.compute * shape) if kernel.flops and peak > 0 else 0.0
     memory = moved / (rates.bandwidth * factor.memory) if moved else 0.0

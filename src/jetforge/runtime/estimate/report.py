@@ -57,6 +57,9 @@ def format_table(est: Estimate, all_layers: bool = False) -> str:
     if est.dla_fallback:
         parts.append("GPU fallback layers (dla-check): " + ", ".join(est.dla_fallback[:12]) +
                      (" ..." if len(est.dla_fallback) > 12 else ""))
+    if est.validation:
+        parts.append("validation that applies to this estimate (efficiency set %r):\n" % est.efficiency.name
+                     + "\n".join("  " + v for v in est.validation))
     parts.append("\n".join("warning: " + w for w in est.warnings))
     if est.notes:
         parts.append("\n".join("note: " + n for n in est.notes))

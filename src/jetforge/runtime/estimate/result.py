@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from jetforge.errors import ConfigError
 from jetforge.runtime.estimate.efficiency import EfficiencySet, efficiency_set
-from jetforge.runtime.estimate.model import DLA, BatchEstimate, Placed, place, read_model, time_placed
+from jetforge.runtime.estimate.model import DLA, GPU, BatchEstimate, Placed, place, read_model, time_placed
 from jetforge.runtime.estimate.rates import TargetRates, target_rates
 
 MAX_BATCH = 4096
@@ -31,6 +31,7 @@ class Estimate:
     warnings: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     dla_fallback: List[str] = field(default_factory=list)
+    validation: List[str] = field(default_factory=list)   # the checks that cover this case (see validation_lines)
 
     def to_dict(self, layers: bool = True) -> Dict[str, Any]:
         return {
@@ -42,6 +43,7 @@ class Estimate:
             "rates": self.rates.to_dict(),
             "batches": [b.to_dict(layers=layers) for b in self.batches],
             "dla_gpu_fallback": list(self.dla_fallback),
+            "validation_for_this_case": list(self.validation),
             "warnings": list(self.warnings), "notes": list(self.notes),
             "model_kind": "roofline estimate (not a measurement)",
         }
@@ -67,10 +69,12 @@ def parse_batches(text: Union[str, Sequence[int]]) -> List[int]:
 
 def estimate(model: Union[str, Path, Any], target: Any, precision: str = "fp16", batches: Sequence[int] = (1,),
              dla_core: Optional[int] = None, power_mode: Optional[str] = None,
-             efficiency: Union[str, EfficiencySet] = "tensorrt", fusion: str = "tensorrt",
+             efficiency: Union[str, EfficiencySet] = "tensorrt", fusion: Optional[str] = None,
              input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Estimate:
-    """Estimate ``model`` on ``target`` (a profile) at each of ``batches``; see the package docstring."""
+    """Estimate ``model`` on ``target`` (a profile) at each of ``batches``; see the package docstring.
+    ``fusion=None``: the kernel grouping the efficiency set describes (its ``fusion``)."""
     eff = efficiency if isinstance(efficiency, EfficiencySet) else efficiency_set(efficiency)
+    fusion = fusion or eff.fusion
     precision, best_note = _resolve_best(target, precision, "dla" if dla_core is not None else "gpu")
     if dla_core is not None:
         if not target.has_dla:
@@ -96,7 +100,7 @@ def estimate(model: Union[str, Path, Any], target: Any, precision: str = "fp16",
     last: Optional[Placed] = None
     for batch in parse_batches(batches):
         last = place(proto, batch, precision, target=target, dla_core=dla_core, fusion=fusion,
-                     input_shapes=input_shapes)
+                     input_shapes=input_shapes, unfold_batchnorm=eff.unfolded_batchnorm)
         results.append(time_placed(last, rates, eff))
     assert last is not None
     over = [(b.batch, b.dla_subgraphs) for b in results if last.dla_loadable_limit and
@@ -105,6 +109,7 @@ def estimate(model: Union[str, Path, Any], target: Any, precision: str = "fp16",
                    efficiency=eff, rates=rates, batches=results, dla_fallback=list(last.dla_fallback),
                    notes=best_note + list(rates.notes) + list(last.notes))
     out.warnings = _warnings(out, last, target)
+    out.validation = validation_lines(out, target)
     for batch, count in over:
         out.warnings.insert(0, "batch %d: %d DLA subgraphs exceed the %d loadables per core: TensorRT would not "
                                "build this engine as estimated (see jetforge dla-check)"
@@ -121,6 +126,31 @@ def _resolve_best(target: Any, precision: str, device: str) -> Tuple[str, List[s
     return chosen, ["precision best estimated as %s: TensorRT picks the fastest kernel per layer, and %s is the "
                     "fastest precision the %s of %s runs" % (chosen.upper(), chosen.upper(), device.upper(),
                                                              target.name)]
+
+
+def validation_lines(est: Estimate, target: Any) -> List[str]:
+    """What the efficiency set was checked on that covers this case -- device (GPU, and DLA where layers run
+    there), precision and kind of target -- from its shipped validation entries; and, where none covers it, that
+    the number is unchecked and what was checked instead (issue 26, item 2)."""
+    eff = est.efficiency
+    devices = [GPU] + ([DLA] if any(k.kernel.device == DLA for k in est.batches[0].kernels) else [])
+    lines: List[str] = []
+    for device in devices:
+        checks = eff.checks_for(device, est.precision, target.kind)
+        for v in checks:
+            numbers = ""
+            if v.median_abs_pct is not None:
+                numbers = " -- median |error| %.1f %%, worst %.2fx over %d points (%s)" % (
+                    v.median_abs_pct, v.worst_ratio or float("nan"), v.points, v.kind.replace("_", " "))
+            lines.append("%s %s on %s: %s%s%s" % (device, est.precision.upper(), target.kind, v.text, numbers,
+                                                  " [%s]" % v.file if v.file else ""))
+        if not checks:
+            covered = sorted({"%s %s on %s" % (v.device, "/".join(p.upper() for p in v.precisions), v.targets)
+                              for v in eff.validation})
+            lines.append("%s %s on a %s target: NOT validated -- efficiency set %r was checked only for %s; treat "
+                         "the number as a first-order estimate" % (device, est.precision.upper(), target.kind,
+                                                                   eff.name, ", ".join(covered) or "nothing"))
+    return lines
 
 
 def _warnings(est: Estimate, placed: Placed, target: Any) -> List[str]:
@@ -151,18 +181,13 @@ def _warnings(est: Estimate, placed: Placed, target: Any) -> List[str]:
     if est.precision == "int8":
         out.append("INT8 assumes every convolution and GEMM runs in INT8 (a calibration cache or Q/DQ model); "
                    "layers TensorRT keeps in FP16 run slower than estimated")
-    if target.kind == "jetson" and est.efficiency.name != "tensorrt":
+    if target.kind == "jetson" and est.efficiency.fusion != "tensorrt":
         out.append("efficiency set %r was not made for TensorRT on Jetson" % est.efficiency.name)
     memory_gb = target.memory_gb
     peak = max(b.memory.total for b in est.batches)
     if memory_gb and peak > memory_gb * 1e9 * 0.8:
         out.append("estimated memory %.2f GB is above 80%% of the board's %.0f GB (shared with the CPU)"
                    % (peak / 1e9, memory_gb))
-    for line in est.efficiency.validation:
-        out.append("measured error of this efficiency set: " + line)
-    if not est.efficiency.validation:
-        out.append("efficiency set %r has no measured error yet: treat the numbers as a first-order estimate"
-                   % est.efficiency.name)
     if est.dla_core is not None and any(k.kernel.device == DLA for k in first.kernels):
         out.append("DLA FP16 rates are assumed upper bounds on Orin (NVIDIA publishes INT8 only)"
                    if est.precision == "fp16" and target.dla_version == "2.0" else
@@ -171,4 +196,4 @@ def _warnings(est: Estimate, placed: Placed, target: Any) -> List[str]:
     return out
 
 
-__all__ = ["Estimate", "estimate", "parse_batches"]
+__all__ = ["Estimate", "estimate", "parse_batches", "validation_lines"]
