@@ -58,7 +58,7 @@ def test_trt_and_tensorrt_parse_to_the_same_value(argv):
 def test_precision_has_the_one_choice_list_in_every_command():
     found = _actions_with("--precision")
     assert sorted(where for where, _ in found) == ["build", "bundle create", "dla-check", "estimate",
-                                                  "export-config deepstream", "export-config triton"]
+                                                  "export-config deepstream", "export-config triton", "prune"]
     for where, action in found:
         assert tuple(action.choices) == PRECISIONS, where
         assert getattr(action, arguments.SHARED, None) == "precision", where

@@ -209,6 +209,26 @@ def model_input_paths(args: argparse.Namespace) -> List[str]:
     return [p for p in (args.model, getattr(args, "weights", None), getattr(args, "prune_plan", None)) if p]
 
 
+LATENCY_SOURCES = ("estimate", "measured", "cpu")
+
+
+def add_latency_source_flag(parser: Any, help: str) -> None:
+    """``--latency-source estimate|measured|cpu``: what ranks latency-aware cuts (None unless given: the command
+    picks estimate when --target names a board, else cpu)."""
+    _mark(parser.add_argument("--latency-source", choices=LATENCY_SOURCES, default=None, help=help), "latency-source")
+
+
+def add_latency_table_flag(parser: Any, help: str) -> None:
+    """``--latency-table FILE.json``: measured latencies from the board (bench/board-check JSON)."""
+    _mark(parser.add_argument("--latency-table", metavar="FILE.json", default=None, help=help), "latency-table")
+
+
+def add_calibrate_from_flag(parser: Any, help: str) -> None:
+    """``--calibrate-from board-check.json``: a board's measured points to fold into a local efficiency set."""
+    _mark(parser.add_argument("--calibrate-from", metavar="BOARD-CHECK.json", default=None, help=help),
+          "calibrate-from")
+
+
 def add_decoder_flag(parser: Any, help: str) -> None:
     """``--decoder NAME``: a detector's output decoder (:data:`jetforge.vision.decode.DECODERS`), for a model whose
     sidecar names none or to override it; None unless given."""
@@ -242,8 +262,9 @@ def shared_actions(parser: argparse.ArgumentParser) -> List[Tuple[str, argparse.
     return found
 
 
-__all__ = ["SHARED", "TENSORRT_FLAGS", "add_bench_io_flags", "add_classes_flag", "add_config_flags",
-           "add_decoder_flag", "add_dla_core_flag", "add_json_flag",
+__all__ = ["LATENCY_SOURCES", "SHARED", "TENSORRT_FLAGS", "add_bench_io_flags", "add_calibrate_from_flag",
+           "add_classes_flag", "add_config_flags", "add_decoder_flag", "add_latency_source_flag",
+           "add_latency_table_flag", "add_dla_core_flag", "add_json_flag",
            "add_model_flags", "add_out_flag", "add_precision_flag", "add_run_length_flags", "add_shape_flag",
            "add_target_flag", "add_tensorrt_flag", "add_threads_flag", "dla_core", "load_model_from_args",
            "model_input_paths", "shape_values", "shared_actions"]

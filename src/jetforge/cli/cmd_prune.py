@@ -6,7 +6,8 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List
 
-from jetforge.cli.arguments import (add_config_flags, add_json_flag, add_model_flags, add_out_flag, add_target_flag,
+from jetforge.cli.arguments import (add_config_flags, add_json_flag, add_latency_source_flag, add_latency_table_flag,
+                                    add_model_flags, add_out_flag, add_precision_flag, add_target_flag,
                                     load_model_from_args, model_input_paths)
 from jetforge.cli.base import Command, parse_input_shape, print_config, print_json
 from jetforge.errors import CompressError, ConfigError
@@ -38,6 +39,8 @@ class PruneCommand(Command):
   jetforge export --model resnet50 --prune-plan r50/model.prune.json --weights r50/pruned.pt --out r50.onnx
   jetforge prune --model mobilenet_v2 --latency-reduction 1.5 --measure-latency --out fast/
   jetforge prune --model resnet50 --flops-reduction 2.0 --latency-aware --input-shape 1,3,224,224 --out la/
+  jetforge prune --model mobilenet_v2 --flops-reduction 2.0 --latency-aware --target orin-nx-16gb --out la/
+  jetforge prune --model mobilenet_v2 --flops-reduction 2.0 --latency-aware --latency-source cpu --out la/
   jetforge prune --model resnet50 --config prune.yaml --set min_keep=0.2 --ratio 0.4 --out r50/   (flags win)"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -51,7 +54,8 @@ class PruneCommand(Command):
         goal.add_argument("--flops-reduction", type=float, metavar="FACTOR", help="e.g. 2.0 = half the MACs")
         goal.add_argument("--params-reduction", type=float, metavar="FACTOR", help="e.g. 2.0 = half the parameters")
         goal.add_argument("--latency-reduction", type=float, metavar="FACTOR",
-                          help="measured on CPU ONNX Runtime, e.g. 1.5 = 1.5x faster")
+                          help="e.g. 1.5 = 1.5x faster, timed by --latency-source (CPU ONNX Runtime unless "
+                               "--target names a board: then the estimate on it)")
         from jetforge.compress.prune.importance import CRITERIA, criteria_without_data
 
         offered = criteria_without_data()
@@ -73,8 +77,16 @@ class PruneCommand(Command):
                             help="allow pruning the first convolution")
         parser.add_argument("--input-shape", default="1,3,224,224", help="example input, batch first")
         parser.add_argument("--latency-aware", action="store_true", default=None,
-                            help="time each channel group's cut in CPU ONNX Runtime at --input-shape and prune where "
+                            help="time each channel group's cut (--latency-source) at --input-shape and prune where "
                                  "the most time is saved per importance lost (needs a reduction goal, not --ratio)")
+        add_latency_source_flag(parser, "what times the cuts and the latency goal: estimate = jetforge estimate on "
+                                        "--target's board at --precision (the default when --target is a Jetson "
+                                        "board), measured = this machine's CUDA GPU or --latency-table, cpu = ONNX "
+                                        "Runtime on this CPU (the default otherwise)")
+        add_latency_table_flag(parser, "with --latency-source measured: the prune_report.json of a run measured on "
+                                       "the board or GPU (its latency table is reused, nothing is timed here)")
+        add_precision_flag(parser, "precision of --latency-source estimate (default int8 where the board's GPU "
+                                   "runs it, else fp16)")
         parser.add_argument("--measure-latency", action="store_true", default=None,
                             help="measure latency before/after in CPU ONNX Runtime for the report")
         parser.add_argument("--strict", action="store_true",
@@ -189,7 +201,9 @@ def _summary(result: Any, args: argparse.Namespace, files: Dict[str, str], warni
 FLAG_KEYS = {"ratio": "ratio", "flops_reduction": "flops_reduction", "params_reduction": "params_reduction",
              "latency_reduction": "latency_reduction", "importance": "importance", "global_ranking": "global_ranking",
              "min_keep": "min_keep", "round_to": "round_to", "target": "target", "protect": "protect",
-             "latency_aware": "latency_aware", "measure_latency": "measure_latency"}
+             "latency_aware": "latency_aware", "measure_latency": "measure_latency",
+             "latency_source": "latency_source", "latency_table": "latency_table_file",
+             "precision": "latency_precision"}
 
 
 def prune_options(args: argparse.Namespace) -> Any:

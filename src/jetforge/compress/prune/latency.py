@@ -54,7 +54,8 @@ class GroupCost:
     multiple: int = 1  # kept classes move in steps of this (alignment)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"group": self.name, "classes": self.size, "keeps": self.keeps,
+        return {"group": self.name, "index": self.group, "multiple": self.multiple, "classes": self.size,
+                "keeps": self.keeps,
                 "latency_ms": [round(v, 4) for v in self.latency_ms],
                 "importance_lost": [round(v, 4) for v in self.importance_lost]}
 
@@ -69,6 +70,23 @@ class LatencyTable:
     def to_dict(self) -> Dict[str, Any]:
         return {"base_ms": round(self.base_ms, 4), "seconds": round(self.seconds, 2),
                 "measurements": self.measurements, "groups": [c.to_dict() for c in self.costs]}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "latency table") -> "LatencyTable":
+        """The table :meth:`to_dict` wrote (a prune report's ``latency_table``); group indices are their order in
+        the model's dependency graph, which :func:`prune` checks against the group names."""
+        try:
+            costs = [GroupCost(int(g.get("index", i)), str(g["group"]), int(g["classes"]), [int(k) for k in g["keeps"]],
+                               [float(v) for v in g["latency_ms"]], [float(v) for v in g["importance_lost"]],
+                               int(g.get("multiple", 1)))
+                     for i, g in enumerate(data["groups"])]
+            return cls(float(data["base_ms"]), costs, float(data.get("seconds", 0.0)),
+                       int(data.get("measurements", 0)))
+        except (KeyError, TypeError, ValueError) as err:
+            from jetforge.errors import ConfigError
+
+            raise ConfigError("%s is not a latency table: %s" % (where, err),
+                              hint="pass the prune_report.json of a --latency-aware run") from None
 
 
 def candidate_keeps(group: Group, levels: Sequence[float], round_to: int, min_keep: float) -> List[int]:
@@ -90,14 +108,17 @@ def _order(group: Group, scores: torch.Tensor) -> torch.Tensor:
 
 def measure_table(graph: DependencyGraph, scores: torch.Tensor, latency_of: Callable[[torch.Tensor], float], *,
                   levels: Sequence[float] = DEFAULT_LEVELS, round_to: int = 8, min_keep: float = 0.1,
-                  base_ms: Optional[float] = None, progress: Optional[Callable[[str], None]] = None) -> LatencyTable:
+                  base_ms: Optional[float] = None, progress: Optional[Callable[[str], None]] = None,
+                  show_progress: bool = False) -> LatencyTable:
     """Measure each group's latency at each candidate level (``latency_of(removed_mask) -> ms``)."""
     t0 = time.perf_counter()
     empty = torch.zeros(graph.num_classes, dtype=torch.bool)
     base = float(base_ms) if base_ms is not None else float(latency_of(empty))
     costs = []
     n = 0
-    for g in graph.groups:
+    from jetforge.progress import progress_bar
+
+    for g in progress_bar(graph.groups, desc="latency table", unit="group", enabled=show_progress):
         keeps = candidate_keeps(g, levels, round_to, min_keep)
         if len(keeps) < 2:
             continue

@@ -68,6 +68,12 @@ class PruneOptions:
     latency_levels: List[float] = field(default_factory=lambda: list(DEFAULT_LEVELS))
     max_latency_iterations: int = 8
     strict: bool = False
+    # what times the latency-aware search's cuts: estimate (the estimator on --target's board; the default when the
+    # target is a Jetson board), measured (a local CUDA GPU, or latency_table_file from the board) or cpu (ONNX
+    # Runtime here; the default otherwise); see compress/prune/latency_sources.py
+    latency_source: Optional[str] = None
+    latency_precision: Optional[str] = None      # the estimate's precision (default INT8 where the GPU has it)
+    latency_table_file: Optional[str] = None     # measured: a prune_report.json (its latency_table) from the board
 
     def __post_init__(self) -> None:
         from jetforge.compress.prune.importance import CRITERIA
@@ -93,6 +99,10 @@ class PruneOptions:
                               hint="ratio=0.5, flops_reduction=2.0, params_reduction=2.0 or latency_reduction=1.5 "
                                    "(jetforge prune: --ratio, --flops-reduction, --params-reduction or "
                                    "--latency-reduction)")
+        if self.latency_source is not None and self.latency_source not in ("estimate", "measured", "cpu"):
+            from jetforge.errors import UnknownNameError
+
+            raise UnknownNameError("latency_source", self.latency_source, ["estimate", "measured", "cpu"])
         if self.latency_aware and self.ratio is not None:
             raise ConfigError("latency_aware needs a flops_reduction, params_reduction or latency_reduction goal, "
                               "not a ratio", hint="e.g. flops_reduction=2.0, latency_aware=True")

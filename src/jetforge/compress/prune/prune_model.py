@@ -130,6 +130,10 @@ def prune(model: nn.Module, example_inputs: Any, options: Optional[PruneOptions]
                       overrides=o.overrides)
 
     backend = "custom latency_fn" if latency_fn is not None else "onnxruntime CPU, 1 thread, median of 20"
+    if latency_fn is None and (o.latency_aware or o.latency_reduction is not None or o.latency_source is not None):
+        from jetforge.compress.prune.latency_sources import resolve
+
+        latency_fn, latency_table, backend = resolve(o, model, tuple(inputs[0].shape), latency_table, backend)
     latency_fn = latency_fn or (lambda m: ort_latency(m, tuple(inputs[0].shape)))
     extra: Dict[str, Any] = {}
     if o.latency_aware:
@@ -285,7 +289,7 @@ def _latency_aware(model: nn.Module, graph: DependencyGraph, scores: torch.Tenso
                               hint="reuse a table only with the same model, importance and round_to")
     else:
         table = measure_table(graph, scores, latency_of, levels=o.latency_levels, round_to=round_to,
-                              min_keep=o.min_keep, progress=log.debug)
+                              min_keep=o.min_keep, progress=log.debug, show_progress=True)
     log.info("latency table: %d measurements in %.1f s, base %.3f ms", table.measurements, table.seconds,
              table.base_ms)
     alloc = Allocator(graph, table, scores)
