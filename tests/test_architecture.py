@@ -26,7 +26,7 @@ FOLDERS = {"jetforge": "root", "targets": "targets", "runtime": "runtime", "visi
            "compress": "compress", "apps": "apps", "deploy": "deploy", "workflow": "workflow", "cli": "cli"}
 ROOT_MODULES = {"jetforge", "jetforge.errors", "jetforge.config", "jetforge.fileio", "jetforge.optional",
                 "jetforge.registry", "jetforge.progress", "jetforge.table", "jetforge.entry", "jetforge.assets",
-                "jetforge.assets.catalog", "jetforge.assets.store", "jetforge.output_set", "jetforge.jsonfile"}
+                "jetforge.assets.catalog", "jetforge.assets.store", "jetforge.assets.shipped_files", "jetforge.output_set", "jetforge.jsonfile"}
 # area -> areas it may import (besides itself and the root modules)
 ALLOWED: Dict[str, Set[str]] = {
     "root": set(),

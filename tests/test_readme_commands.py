@@ -184,9 +184,9 @@ STEPS: Dict[str, Step] = {
                           files=("ds/config_infer_primary_jetforge.txt", "ds/deepstream_app_config.txt")),
     "ws.triton": Step("jetforge export-config triton bundles/table --out models/", files=("models/build_engines.sh",)),
     # --- the inspect row, on the shipped person detector (its MACs are its card's, counted by torch at export)
-    "info.model": Step("jetforge info src/jetforge/workflow/shipped/ssdlite-person-192/model.onnx", cwd="<root>",
+    "info.model": Step("jetforge info src/jetforge/assets/shipped/ssdlite-person-192/model.onnx", cwd="<root>",
                        says=("MACs        95,474,760 at batch 1", "input       image:", "sha256      onnx")),
-    "info.json": Step("jetforge info src/jetforge/workflow/shipped/ssdlite-person-192/model.onnx --json",
+    "info.json": Step("jetforge info src/jetforge/assets/shipped/ssdlite-person-192/model.onnx --json",
                       cwd="<root>", says=('"parameters"', '"input_contract"', '"hash_matches": true')),
     # --- the export row, and a bundle of its model without a cache for the README's Triton excerpt
     "x.export": Step("jetforge export --model mobilenet_v2 --out model.onnx", cwd="export",

@@ -3,7 +3,7 @@
 ``make_on_gpu.py`` ran the recipe entry on the GPU and timed the results; this script, here on the CPU, takes the
 returned folder and for each model:
 
-1. copies the recipe's own ``student.onnx`` and sidecar into ``src/jetforge/workflow/shipped/NAME/`` unchanged
+1. copies the recipe's own ``student.onnx`` and sidecar into ``src/jetforge/assets/shipped/NAME/`` unchanged
    (``model.onnx``; the bytes the recipe exported, hash checked);
 2. calibrates it with the user's command, ``jetforge calibrate model.onnx --data FRAMES ...`` (``model.calib`` for
    TensorRT <= 10 and DLA, ``model.qdq.onnx`` for TensorRT >= 10 GPU), evaluated as TensorRT computes INT8;

@@ -1,6 +1,6 @@
 """The models jetforge ships: compressed by its own recipes, measured, and usable by name.
 
-Each shipped model is a folder ``workflow/shipped/<name>/`` of package data: ``model.onnx`` with its sidecar,
+Each shipped model is a folder ``assets/shipped/<name>/`` of package data: ``model.onnx`` with its sidecar,
 the INT8 calibration cache (TensorRT <= 10 and DLA) and the Q/DQ ONNX (TensorRT >= 10 GPU and 11), and
 ``card.json`` -- what made it (recipe, command, commit, machine), the data it was trained on, its accuracy against
 its teacher with 95 % intervals, its speed where it was executed, the estimator's latency where it was not, the
@@ -20,9 +20,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from jetforge.errors import ModelError, UnknownNameError
 from jetforge.fileio import sha256_file
+from jetforge.assets.shipped_files import SHIPPED_MODELS
 from jetforge.jsonfile import read_json
 
-SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
+SHIPPED_DIR = SHIPPED_MODELS
 CARD = "card.json"
 CARD_FORMAT = 1
 #: the files a shipped folder may hold, by role (the card lists those present, with their SHA-256)
