@@ -34,6 +34,22 @@ def _best_class(scores: np.ndarray) -> Candidates:
     return np.zeros((0, 4), np.float32), scores[np.arange(len(scores)), classes].astype(np.float32), classes
 
 
+def _check_candidate_axes(width: Optional[int], count: Optional[int], fixed: int, num_labels: Optional[int],
+                          axis: str, other_layout: str) -> Optional[str]:
+    """Why a YOLO output's static axes do not fit: ``width`` numbers per candidate (``fixed`` + C), ``count``
+    candidates (None: dynamic, checked when outputs come). More numbers per candidate than candidates means the
+    other YOLO layout (rows and columns swapped)."""
+    if width is not None and width < fixed + 1:
+        return "%s must be %d + C (at least %d), got %d" % (axis, fixed, fixed + 1, width)
+    if width is None:
+        return None
+    if num_labels is not None and width != fixed + num_labels:
+        return "%s is %d, not %d + %d classes" % (axis, width, fixed, num_labels)
+    if count is not None and count < width:
+        return "fewer candidates (%d) than numbers per candidate (%d): %s" % (count, width, other_layout)
+    return None
+
+
 @DECODERS.register("yolov5", summary="[N, A, 5+C]: cx, cy, w, h (input pixels), objectness, class probabilities")
 class YoloV5Decoder(OutputDecoder):
     """YOLOv5-style rows ``cx, cy, w, h, objectness, C probabilities`` (module docstring)."""
@@ -46,16 +62,8 @@ class YoloV5Decoder(OutputDecoder):
         why = _one_rank3(shapes)
         if why:
             return why
-        rows, width = static_dim(shapes[0][1]), static_dim(shapes[0][2])
-        if width is not None and width < 6:
-            return "the last axis must be 5 + C (at least 6), got %s" % (shapes[0][2],)
-        if width is None:  # dynamic: the outputs are checked when they come
-            return None
-        if num_labels is not None and width != 5 + num_labels:
-            return "the last axis is %d, not 5 + %d classes" % (width, num_labels)
-        if rows is not None and rows < width:
-            return "fewer candidate rows (%d) than numbers per row (%d): a [N, 4 + C, A] layout?" % (rows, width)
-        return None
+        return _check_candidate_axes(static_dim(shapes[0][2]), static_dim(shapes[0][1]), 5, num_labels,
+                                     "the last axis", "a [N, 4 + C, A] layout?")
 
     def candidates(self, outputs: Sequence[np.ndarray]) -> List[Candidates]:
         out = outputs[0]
@@ -84,16 +92,8 @@ class YoloV8Decoder(OutputDecoder):
         why = _one_rank3(shapes)
         if why:
             return why
-        width, anchors = static_dim(shapes[0][1]), static_dim(shapes[0][2])
-        if width is not None and width < 5:
-            return "axis 1 must be 4 + C (at least 5), got %s" % (shapes[0][1],)
-        if width is None:  # dynamic: the outputs are checked when they come
-            return None
-        if num_labels is not None and width != 4 + num_labels:
-            return "axis 1 is %d, not 4 + %d classes" % (width, num_labels)
-        if anchors is not None and anchors < width:
-            return "fewer candidates (%d) than numbers per candidate (%d): a [N, A, 5 + C] layout?" % (anchors, width)
-        return None
+        return _check_candidate_axes(static_dim(shapes[0][1]), static_dim(shapes[0][2]), 4, num_labels,
+                                     "axis 1", "a [N, A, 5 + C] layout?")
 
     def candidates(self, outputs: Sequence[np.ndarray]) -> List[Candidates]:
         out = outputs[0]
