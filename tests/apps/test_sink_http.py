@@ -16,7 +16,7 @@ from jetforge.errors import ConfigError
 from tests.apps.live_servers import chromium_page
 
 GREY_JS = """() => {
-  const img = document.getElementById("video");
+  const img = document.getElementById("video0");
   const c = document.createElement("canvas"); c.width = img.naturalWidth; c.height = img.naturalHeight;
   const g = c.getContext("2d"); g.drawImage(img, 0, 0);
   return g.getImageData(8, 8, 1, 1).data[0];
@@ -43,7 +43,7 @@ def test_the_page_shows_the_live_video_and_numbers_in_a_browser():
     try:
         with chromium_page() as (page, errors):
             page.goto(sink.url)
-            page.wait_for_function('document.getElementById("video").naturalWidth === 160', timeout=10000)
+            page.wait_for_function('document.getElementById("video0").naturalWidth === 160', timeout=10000)
             page.wait_for_function('document.getElementById("state").textContent === "live"', timeout=10000)
             greys, frames = [], []
             for _ in range(3):
@@ -126,3 +126,90 @@ def test_stats_json_and_the_addresses():
         parse_bind("http://@:http")
     with pytest.raises(ConfigError, match="path"):
         parse_bind("http://@:8080/live")
+
+
+def _tile_js(k: int) -> str:
+    """Tile k's left and right pixel greys: the left says which stream it shows, the right which frame."""
+    return """() => {
+  const img = document.getElementById("video%d");
+  if (!img.naturalWidth) return null;
+  const c = document.createElement("canvas"); c.width = img.naturalWidth; c.height = img.naturalHeight;
+  const g = c.getContext("2d"); g.drawImage(img, 0, 0);
+  return [g.getImageData(8, 60, 1, 1).data[0], g.getImageData(150, 60, 1, 1).data[0]];
+}""" % k
+
+
+def _tile(page, k: int):
+    """Tile k's greys, asked again while a pulling tile is between two JPEGs (no picture for a moment)."""
+    for _ in range(100):
+        value = page.evaluate(_tile_js(k))
+        if value is not None:
+            return value
+        page.wait_for_timeout(20)
+    raise AssertionError("tile %d shows no picture" % k)
+
+
+def feed_streams(sink: HttpSink, streams: int, stop: threading.Event, fps: float = 30.0) -> None:
+    """Stream k's frames: left half a flat grey of 40 * k + 20 (which stream), right half (i * 5) % 250 (which
+    frame); the streams' frames interleave as an app's do."""
+    i = 0
+    while not stop.is_set() and i < 1000:
+        for k in range(streams):
+            image = np.full((120, 160, 3), (i * 5) % 250, np.uint8)
+            image[:, :80] = 40 * k + 20
+            sink.write(image, k)
+        i += 1
+        time.sleep(1.0 / fps)
+
+
+@pytest.mark.parametrize("streams", [2, 6])
+def test_every_stream_has_its_own_live_tile_in_a_browser(streams):
+    """2 streams: MJPEG tiles; 6 (more than a browser's connections allow as MJPEG): tiles that pull JPEGs.
+    Each tile shows its own stream (the left grey, within JPEG's error of a flat area: a few levels, 15 asked)
+    and advances (the right grey changes)."""
+    sink = HttpSink("http://127.0.0.1:0", title="people", streams=streams)
+    stop = threading.Event()
+    feeder = threading.Thread(target=feed_streams, args=(sink, streams, stop), daemon=True)
+    feeder.start()
+    try:
+        with chromium_page() as (page, errors):
+            page.goto(sink.url)
+            for k in range(streams):
+                page.wait_for_function('document.getElementById("video%d").naturalWidth === 160' % k,
+                                       timeout=10000)
+            first = [_tile(page, k) for k in range(streams)]
+            page.wait_for_timeout(700)
+            later = [_tile(page, k) for k in range(streams)]
+            pulls = page.evaluate('document.getElementById("video0").src')
+    finally:
+        stop.set()
+        feeder.join()
+        sink.close()
+    for k in range(streams):
+        assert abs(first[k][0] - (40 * k + 20)) <= 15 and abs(later[k][0] - (40 * k + 20)) <= 15, (k, first, later)
+        assert first[k][1] != later[k][1], (k, first, later)  # the tile's picture advances
+    assert ("/frame/0.jpg" in pulls) == (streams > 4) and ("/stream/0.mjpg" in pulls) == (streams <= 4)
+    assert errors == []
+
+
+def test_stream_routes_and_the_fair_hand_off():
+    from jetforge.apps.video.sinks.live import KeyedDropSlot
+
+    slot: KeyedDropSlot[int] = KeyedDropSlot()
+    for i in range(3):
+        slot.put("a", i)  # stream a is fast: only its newest waits ...
+    slot.put("b", 10)
+    slot.put("a", 3)
+    assert slot.take(0.0) == ("a", 3) and slot.take(0.0) == ("b", 10)  # ... and b is not starved
+    assert slot.dropped == 3 and slot.take(0.01) is None
+    with HttpSink("http://127.0.0.1:0", streams=2) as sink:
+        sink.write(np.full((120, 160, 3), 200, np.uint8), 1)
+        sink.write(np.full((120, 160, 3), 200, np.uint8), 7)  # no tile for stream 7: ignored
+        deadline = time.monotonic() + 5
+        while sink.frames_of(1).jpeg is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        jpeg = urllib.request.urlopen(sink.url + "frame/1.jpg", timeout=5).read()
+        for missing in ("frame/0.jpg", "frame/2.jpg", "stream/2.mjpg", "stream/1.jpg"):
+            with pytest.raises(urllib.error.HTTPError):
+                urllib.request.urlopen(sink.url + missing, timeout=5)
+    assert jpeg[:2] == b"\xff\xd8" and sink.report()["frames"] == 1 and sink.report()["streams"] == 2

@@ -1,18 +1,23 @@
 """``http://@:8080``: a small web server (stdlib, a thread per client) with the live annotated video and numbers.
 
-Routes: ``/`` the page (:mod:`.http_page`), ``/stream.mjpg`` the video as MJPEG (``multipart/x-mixed-replace``,
-which every browser shows in an ``<img>``), ``/frame.jpg`` the newest frame, ``/stats.json`` the live numbers
-(:class:`~jetforge.apps.video.sinks.live.LiveStats` plus this sink's own counters).  ``@`` binds every interface,
+Routes: ``/`` the page (:mod:`.http_page`: one tile per stream), ``/stream/<k>.mjpg`` stream ``k``'s video as MJPEG
+(``multipart/x-mixed-replace``, which every browser shows in an ``<img>``; ``/stream.mjpg`` is stream 0),
+``/frame/<k>.jpg`` its newest frame (``/frame.jpg``: stream 0), ``/stats.json`` the live numbers
+(:class:`~jetforge.apps.video.sinks.live.LiveStats` plus this sink's own counters).  A browser keeps at most six
+connections to one server and an MJPEG stream holds one, so with more than :data:`MJPEG_TILES` streams the page
+pulls each tile's newest JPEG again as soon as the last one has loaded instead.  ``@`` binds every interface,
 as in jetson-inference; a host binds that address only; port 0 picks a free port (``port`` says which).
 
 Never stalls the pipeline: :meth:`HttpSink.write` hands the frame to the JPEG thread through a
 :class:`~jetforge.apps.video.sinks.live.DropSlot` and returns (a frame replaced before it was encoded counts in
-``dropped``); no frame is encoded while no one watches.  Each client has its own thread that sends the newest
+``dropped``; one pending frame per stream, so a busy stream never starves the others); no frame of a stream is
+encoded while no one watches it.  Each client has its own thread that sends the newest
 JPEG when it can: a slow client skips frames (counted in ``client_skipped``), a client that stops reading is
 dropped after ``send_timeout_s``, and neither slows the pipeline or the other clients.
 """
 
 import json
+import re
 import socket
 import threading
 import time
@@ -22,12 +27,14 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from jetforge.apps.video.sinks.http_page import PAGE
-from jetforge.apps.video.sinks.live import DropSlot, LiveStats
+from jetforge.apps.video.sinks.http_page import MJPEG_TILES, page
+from jetforge.apps.video.sinks.live import KeyedDropSlot, LiveStats
 from jetforge.errors import ConfigError, StreamError
 from jetforge.optional import require
 
 BOUNDARY = "jetforgeframe"
+PULL_WATCH_S = 2.0  # a stream whose frame.jpg was asked for this recently counts as watched
+_ROUTE = re.compile(r"^/(stream|frame)(?:/(\d+))?\.(mjpg|jpg)$")
 
 
 def parse_bind(uri: str, default_port: int = 8080) -> Tuple[str, int]:
@@ -80,19 +87,24 @@ class HttpSink:
     kind = "http"
 
     def __init__(self, uri: str, stats: Optional[LiveStats] = None, title: str = "jetforge", quality: int = 80,
-                 send_timeout_s: float = 5.0) -> None:
+                 send_timeout_s: float = 5.0, streams: int = 1) -> None:
         self._cv2 = require("cv2", "serving the video as JPEG")
-        self.uri = uri
+        if streams < 1:
+            raise ConfigError("the HTTP output needs at least one stream, got %d" % streams)
+        self.uri, self.streams = uri, int(streams)
         self.stats = stats or LiveStats()
         self.title, self.quality, self.send_timeout_s = title, int(quality), float(send_timeout_s)
         self.frames = 0
         self.encoded = 0
         self.client_skipped = 0
         self.clients_served = 0
-        self.watching = 0  # MJPEG clients connected now
+        self.watching = 0  # MJPEG clients connected now, all streams
         self.running = True
-        self._slot: DropSlot[np.ndarray] = DropSlot()
-        self._frames = _Frames()
+        self._slot: KeyedDropSlot[np.ndarray] = KeyedDropSlot()
+        self._all = [_Frames() for _ in range(self.streams)]
+        self._frames = self._all[0]
+        self._watchers = [0] * self.streams  # MJPEG clients per stream
+        self._pulled = [0.0] * self.streams  # when a frame.jpg of the stream was last asked for
         self._lock = threading.Lock()
         host, port = parse_bind(uri)
         try:
@@ -117,22 +129,36 @@ class HttpSink:
     def dropped(self) -> int:
         return self._slot.dropped
 
-    def write(self, image: np.ndarray) -> None:
-        """Hand a frame to the JPEG thread and return at once (nothing is encoded while no one watches)."""
+    def write(self, image: np.ndarray, stream: int = 0) -> None:
+        """Hand stream ``stream``'s frame to the JPEG thread and return at once (nothing is encoded while no one
+        watches that stream); a stream number this page has no tile for is ignored."""
+        if not 0 <= stream < self.streams:
+            return
         self.frames += 1
-        if self.watching > 0 or self._frames.jpeg is None:
-            self._slot.put(image.copy())
+        watched = self._watchers[stream] > 0 or time.monotonic() - self._pulled[stream] < PULL_WATCH_S
+        if watched or self._all[stream].jpeg is None:
+            self._slot.put(stream, image.copy())
 
     def _encode_loop(self) -> None:
         params = [int(self._cv2.IMWRITE_JPEG_QUALITY), self.quality]
         while not self._slot.closed:
-            image = self._slot.take()
-            if image is None:
+            taken = self._slot.take()
+            if taken is None:
                 continue
+            stream, image = taken
             ok, buf = self._cv2.imencode(".jpg", image, params)
             if ok:
-                self._frames.publish(buf.tobytes())
+                self._all[stream].publish(buf.tobytes())
                 self.encoded += 1
+
+    def frames_of(self, stream: int) -> Optional[_Frames]:
+        """Stream ``stream``'s newest JPEGs, or None for a stream this sink does not serve."""
+        return self._all[stream] if 0 <= stream < self.streams else None
+
+    def newest_jpeg(self, stream: int) -> Optional[bytes]:
+        """The newest JPEG of ``stream`` for ``/frame/<k>.jpg``; asking marks the stream as watched a while."""
+        self._pulled[stream] = time.monotonic()
+        return self._all[stream].jpeg
 
     def stats_json(self) -> bytes:
         data = self.stats.snapshot()
@@ -140,16 +166,18 @@ class HttpSink:
         data["sink"] = self.report()
         return json.dumps(data).encode("utf-8")
 
-    def serve_mjpeg(self, handler: BaseHTTPRequestHandler) -> None:
-        """Send the newest JPEG whenever there is a newer one, until the client goes or the sink closes."""
+    def serve_mjpeg(self, handler: BaseHTTPRequestHandler, stream: int = 0) -> None:
+        """Send ``stream``'s newest JPEG whenever there is a newer one, until the client goes or the sink closes."""
         handler.connection.settimeout(self.send_timeout_s)  # a client that stops reading is let go
+        frames = self._all[stream]
         with self._lock:
             self.watching += 1
+            self._watchers[stream] += 1
             self.clients_served += 1
         seq = 0
         try:
-            while not self._frames.closed:
-                newest, jpeg = self._frames.wait_newer(seq, 0.5)
+            while not frames.closed:
+                newest, jpeg = frames.wait_newer(seq, 0.5)
                 if jpeg is None or newest <= seq:
                     continue
                 if seq:
@@ -164,11 +192,13 @@ class HttpSink:
         finally:
             with self._lock:
                 self.watching -= 1
-                self.client_skipped += max(0, self._frames.seq - seq) if seq else 0
+                self._watchers[stream] -= 1
+                self.client_skipped += max(0, frames.seq - seq) if seq else 0
 
     def report(self) -> Dict[str, Any]:
         """This sink's part of ``metrics.json``."""
-        return {"uri": self.uri, "kind": self.kind, "url": self.url, "frames": self.frames, "encoded": self.encoded,
+        return {"uri": self.uri, "kind": self.kind, "url": self.url, "streams": self.streams, "frames": self.frames,
+                "encoded": self.encoded,
                 "dropped": self.dropped, "client_skipped": self.client_skipped,
                 "clients_served": self.clients_served}
 
@@ -178,9 +208,10 @@ class HttpSink:
             return
         self.running = False
         self._slot.close()
-        with self._frames.cond:
-            self._frames.closed = True
-            self._frames.cond.notify_all()
+        for frames in self._all:
+            with frames.cond:
+                frames.closed = True
+                frames.cond.notify_all()
         self._server.shutdown()
         self._server.server_close()
         deadline = time.monotonic() + 2.0
@@ -206,18 +237,24 @@ def _handler_for(sink: HttpSink) -> Any:
 
         def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
             path = self.path.split("?", 1)[0]
+            route = _ROUTE.match(path)
+            stream = int(route.group(2) or 0) if route else -1
+            if route and (sink.frames_of(stream) is None or (route.group(1) == "stream") != (route.group(3) == "mjpg")):
+                route = None  # no such stream, or /stream.jpg, /frame.mjpg
             if path == "/":
-                self._send(200, "text/html; charset=utf-8", (PAGE % {"title": sink.title}).encode("utf-8"))
+                self._send(200, "text/html; charset=utf-8", page(sink.title, sink.streams).encode("utf-8"))
             elif path == "/stats.json":
                 self._send(200, "application/json", sink.stats_json())
-            elif path == "/frame.jpg" and sink._frames.jpeg is not None:
-                self._send(200, "image/jpeg", sink._frames.jpeg)
-            elif path == "/stream.mjpg":
+            elif route and route.group(1) == "frame":
+                jpeg = sink.newest_jpeg(stream)
+                self._send(200 if jpeg is not None else 404, "image/jpeg" if jpeg is not None else "text/plain",
+                           jpeg if jpeg is not None else b"no frame yet\n")
+            elif route:
                 self.send_response(200)
                 self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=%s" % BOUNDARY)
                 self.send_header("Cache-Control", "no-store")
                 self.end_headers()
-                sink.serve_mjpeg(self)
+                sink.serve_mjpeg(self, stream)
             elif path == "/favicon.ico":
                 self._send(204, "image/x-icon", b"")
             else:
@@ -234,4 +271,4 @@ def _handler_for(sink: HttpSink) -> Any:
     return Handler
 
 
-__all__ = ["HttpSink", "parse_bind"]
+__all__ = ["HttpSink", "MJPEG_TILES", "parse_bind"]

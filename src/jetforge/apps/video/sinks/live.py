@@ -52,6 +52,45 @@ class DropSlot(Generic[T]):
         return self._closed
 
 
+class KeyedDropSlot(Generic[T]):
+    """:class:`DropSlot` with one pending item per key (a live output serving several streams): a stream's new
+    item replaces only that stream's pending one (counted in ``dropped``), and the consumer takes the keys in the
+    order their pending items arrived, so a busy stream never starves the others."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._items: "collections.OrderedDict[Any, T]" = collections.OrderedDict()
+        self._closed = False
+        self.put_count = 0
+        self.dropped = 0
+
+    def put(self, key: Any, item: T) -> None:
+        with self._cond:
+            if key in self._items:
+                self.dropped += 1
+            self._items[key] = item  # a replaced key keeps its place in the line
+            self.put_count += 1
+            self._cond.notify()
+
+    def take(self, timeout: float = 0.5) -> Optional[Tuple[Any, T]]:
+        """The oldest pending ``(key, item)``, waiting up to ``timeout`` s; None on a timeout or once closed."""
+        with self._cond:
+            if not self._items and not self._closed:
+                self._cond.wait(timeout)
+            if not self._items:
+                return None
+            return self._items.popitem(last=False)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
 class LiveStats:
     """The numbers a live page shows, from the per-frame records the app writes: frames, FPS over the last
     ``window_s`` seconds, frame-to-result latency (last and median of the window), and the record's scalar
@@ -115,4 +154,4 @@ def flat_counters(record: Dict[str, Any], prefix: str = "", depth: int = 0) -> D
     return out
 
 
-__all__ = ["DropSlot", "LiveStats", "flat_counters"]
+__all__ = ["DropSlot", "KeyedDropSlot", "LiveStats", "flat_counters"]

@@ -6,8 +6,10 @@ events and drops) and ``close()`` / ``abort(exc)`` at the end.  Which frames go 
 
 * a file (``out.mp4``) gets every frame of its stream; with several sources ``out.mp4`` becomes ``out_<k>.mp4``
   for stream ``k``; files never drop and their write errors end the run like any other output file's;
-* a live output (``http``, ``rtsp``, ``display``) gets stream 0's frames and drops what its client cannot
-  take (counted); an ``mqtt`` output gets every event of every stream;
+* a live output drops what its client cannot take (counted): ``http://@:PORT`` and ``rtsp://@:PORT/NAME`` serve
+  every stream (the page shows one tile per stream, ``/stream/<k>.mjpg``; RTSP mounts ``/NAME/<k>`` when there are
+  several streams, ``/NAME`` for one); ``display`` and a pushed ``rtsp://HOST``/``rtp://`` stream take stream 0's
+  frames; an ``mqtt`` output gets every event of every stream;
 * a failing live output is closed with one warning and counted in its ``errors``; the run goes on;
 * with an image folder as a source, ``images_dir`` gets one annotated JPEG per input image
   (:class:`~jetforge.apps.video.sinks.images.ImageFilesSink`).
@@ -31,11 +33,14 @@ from jetforge.fileio import check_not_input, check_output_path
 log = logging.getLogger(__name__)
 
 StreamShape = Tuple[float, Optional[Tuple[int, int]]]  # (fps, (width, height)) of one source
+ALL_STREAMS = -1  # a slot whose sink takes every stream's frames: ``write(image, stream)``
+SERVES_ALL = ("http", "rtsp")  # the kinds that serve every stream (rtsp only as a server here: rtsp://@...)
 
 
 @dataclass
 class _Slot:
-    """One opened output: which stream's frames it takes (None: events only), whether it is a file."""
+    """One opened output: which stream's frames it takes (None: events only; :data:`ALL_STREAMS`: every stream's,
+    through ``write(image, stream)``), whether it is a file."""
 
     uri: str
     sink: Any
@@ -84,6 +89,9 @@ def _open_one(uri: str, streams: Sequence[StreamShape], title: str, inputs: Sequ
     kind = output_kind(uri)
     if kind != "file":
         fps, size = streams[0]
+        if kind in SERVES_ALL and (kind == "http" or urlparse(uri).netloc.startswith("@")):
+            sizes = [s for _, s in streams]
+            return [_Slot(uri, open_video_sink(uri, fps, size, title=title, sizes=sizes), ALL_STREAMS, False)]
         stream = None if kind == "mqtt" else 0
         return [_Slot(uri, open_video_sink(uri, fps, size, title=title), stream, False)]
     path = Path(str(uri_to_path(uri)))
@@ -117,13 +125,21 @@ class Outputs:
         """The video files written so far."""
         return [Path(s.uri) for s in self.slots if s.is_file and getattr(s.sink, "frames", 0)]
 
+    def wants_frames(self, stream: int) -> bool:
+        """Whether an open output takes ``stream``'s frames (the GPU path copies a frame back only then)."""
+        return any(s.failed is None and hasattr(s.sink, "write") and s.stream in (stream, ALL_STREAMS)
+                   for s in self.slots)
+
     def frame(self, stream: int, image: np.ndarray, name: str = "") -> None:
         """One annotated frame of ``stream`` (``name``: its image file, for a folder of photos)."""
         if self.images is not None and name:
             self.images.write_named(image, name)
         for slot in self.slots:
-            if slot.stream == stream and slot.failed is None and hasattr(slot.sink, "write"):
-                self._call(slot, slot.sink.write, image)
+            if slot.failed is None and hasattr(slot.sink, "write"):
+                if slot.stream == stream:
+                    self._call(slot, slot.sink.write, image)
+                elif slot.stream == ALL_STREAMS:
+                    self._call(slot, lambda im: slot.sink.write(im, stream), image)
 
     def event(self, record: Dict[str, Any]) -> None:
         """One record of ``events.jsonl``: the live numbers, and every events output."""
@@ -161,7 +177,7 @@ class Outputs:
                     value = getattr(sink, name)
                     entry[name] = list(value) if isinstance(value, tuple) else value
             if slot.stream is not None:
-                entry["stream"] = slot.stream
+                entry["stream"] = "all" if slot.stream == ALL_STREAMS else slot.stream
             entry["errors"] = slot.errors
             if slot.failed:
                 entry["failed"] = slot.failed
@@ -192,4 +208,4 @@ class Outputs:
                 pass
 
 
-__all__ = ["Outputs", "open_sinks", "output_kind", "stream_path"]
+__all__ = ["ALL_STREAMS", "Outputs", "open_sinks", "output_kind", "stream_path"]

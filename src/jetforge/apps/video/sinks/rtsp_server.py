@@ -6,13 +6,14 @@ python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-ugly``; a virtualenv 
 ``--system-site-packages``).  Without them the sink refuses when it is created, naming the packages.
 
 The media is :func:`rtsp_launch` (``appsrc`` -> H.264 -> ``rtph264pay``): ``nvv4l2h264enc`` on a Jetson
-(NOT EXECUTED HERE: no Jetson), ``x264enc`` elsewhere.  One shared media serves every client; the pipeline
-pushes into ``appsrc`` only while a client watches and never waits: when ``appsrc`` already holds
-``max_buffers`` frames the new one is dropped and counted in ``dropped``.
+(NOT EXECUTED HERE: no Jetson), ``x264enc`` elsewhere.  Every stream of the run is served: one stream at
+``/NAME``, stream ``k`` of several at ``/NAME/<k>`` (:func:`mount_paths`), each its own shared media on the one
+server.  The pipeline pushes into a stream's ``appsrc`` only while a client watches it and never waits: when
+``appsrc`` already holds ``max_buffers`` frames the new one is dropped and counted in ``dropped``.
 """
 
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlparse
 
 import numpy as np
@@ -43,6 +44,11 @@ def parse_rtsp_bind(uri: str) -> Tuple[str, int, str]:
     if not name or name == "/":
         raise ConfigError("RTSP output %r names no stream" % uri, hint="e.g. rtsp://@:8554/live")
     return host or "0.0.0.0", port, name
+
+
+def mount_paths(name: str, streams: int) -> List[str]:
+    """Where each stream is served: ``/live`` for one stream, ``/live/0``, ``/live/1``, ... for several."""
+    return [name] if streams == 1 else ["%s/%d" % (name, k) for k in range(streams)]
 
 
 def rtsp_launch(width: int, height: int, fps: float, jetson: bool, bitrate_kbps: int = 4000) -> str:
@@ -78,26 +84,32 @@ class RtspServerSink:
 
     kind = "rtsp"
 
-    def __init__(self, uri: str, fps: float, size: Tuple[int, int], max_buffers: int = 2) -> None:
+    def __init__(self, uri: str, fps: float, size: Tuple[int, int], max_buffers: int = 2,
+                 sizes: Optional[Sequence[Tuple[int, int]]] = None) -> None:
         self.uri = uri
         host, port, self.name = parse_rtsp_bind(uri)
         self._gst, server_mod, glib = load_gst_rtsp()
-        self.size = (int(size[0]), int(size[1]))
+        self.sizes = [(int(w), int(h)) for w, h in (sizes or [size])]
+        self.size = self.sizes[0]
         self.fps, self.max_buffers = float(fps or 30.0), int(max_buffers)
         self.frames = self.pushed = self.dropped = self.letterboxed = self.clients = 0
-        self.launch = rtsp_launch(self.size[0], self.size[1], self.fps, jetson=is_jetson())
-        self._appsrc: Any = None
+        jetson = is_jetson()
+        self.launches = [rtsp_launch(w, h, self.fps, jetson=jetson) for w, h in self.sizes]
+        self.launch = self.launches[0]
+        self.mounts = mount_paths(self.name, len(self.sizes))
+        self._appsrcs: List[Any] = [None] * len(self.sizes)
         self._lock = threading.Lock()
         self._context = glib.MainContext.new()
         self._loop = glib.MainLoop.new(self._context, False)
         self._server = server_mod.RTSPServer.new()
         self._server.set_address(host)
         self._server.set_service(str(port))
-        factory = server_mod.RTSPMediaFactory.new()
-        factory.set_launch(self.launch)
-        factory.set_shared(True)
-        factory.connect("media-configure", self._on_media)
-        self._server.get_mount_points().add_factory(self.name, factory)
+        for k, (mount, launch) in enumerate(zip(self.mounts, self.launches)):
+            factory = server_mod.RTSPMediaFactory.new()
+            factory.set_launch(launch)
+            factory.set_shared(True)
+            factory.connect("media-configure", self._on_media, k)
+            self._server.get_mount_points().add_factory(mount, factory)
         self._server.connect("client-connected", self._on_client)
         self._source_id = self._server.attach(self._context)
         if not self._source_id:
@@ -109,30 +121,40 @@ class RtspServerSink:
 
     @property
     def url(self) -> str:
-        return "rtsp://127.0.0.1:%d%s" % (self.port, self.name)
+        """Stream 0's address on this machine."""
+        return self.urls[0]
+
+    @property
+    def urls(self) -> List[str]:
+        """Every stream's address on this machine, stream 0 first."""
+        return ["rtsp://127.0.0.1:%d%s" % (self.port, m) for m in self.mounts]
 
     def _on_client(self, server: Any, client: Any) -> None:
         self.clients += 1
 
-    def _on_media(self, factory: Any, media: Any) -> None:
+    def _on_media(self, factory: Any, media: Any, stream: int) -> None:
         appsrc = media.get_element().get_by_name_recurse_up("src")
-        media.connect("unprepared", self._on_unprepared)
+        media.connect("unprepared", self._on_unprepared, stream)
         with self._lock:
-            self._appsrc = appsrc
+            self._appsrcs[stream] = appsrc
 
-    def _on_unprepared(self, media: Any) -> None:
+    def _on_unprepared(self, media: Any, stream: int) -> None:
         with self._lock:
-            self._appsrc = None  # the last client left: stop pushing until the next one
+            self._appsrcs[stream] = None  # the last client left: stop pushing until the next one
 
-    def write(self, image: np.ndarray) -> None:
-        """Push a frame to the watching clients, or drop it (counted) when ``appsrc`` is full; never waits."""
+    def write(self, image: np.ndarray, stream: int = 0) -> None:
+        """Push stream ``stream``'s frame to its watching clients, or drop it (counted) when its ``appsrc`` is
+        full; never waits.  A stream this server has no mount for is ignored."""
+        if not 0 <= stream < len(self.sizes):
+            return
         self.frames += 1
         with self._lock:
-            appsrc = self._appsrc
+            appsrc = self._appsrcs[stream]
         if appsrc is None:
             return  # no one watches
-        if (int(image.shape[1]), int(image.shape[0])) != self.size:
-            image = fit_frame(image, self.size)
+        size = self.sizes[stream]
+        if (int(image.shape[1]), int(image.shape[0])) != size:
+            image = fit_frame(image, size)
             self.letterboxed += 1
         if appsrc.get_property("current-level-buffers") >= self.max_buffers:
             self.dropped += 1
@@ -143,16 +165,18 @@ class RtspServerSink:
 
     def report(self) -> Dict[str, Any]:
         """This sink's part of ``metrics.json``."""
-        return {"uri": self.uri, "kind": self.kind, "url": self.url, "frames": self.frames, "pushed": self.pushed,
+        return {"uri": self.uri, "kind": self.kind, "url": self.url, "urls": self.urls, "frames": self.frames,
+                "pushed": self.pushed,
                 "dropped": self.dropped, "clients": self.clients, "launch": self.launch}
 
     def close(self) -> None:
         if self._loop is None:
             return
         with self._lock:
-            appsrc, self._appsrc = self._appsrc, None
-        if appsrc is not None:
-            appsrc.emit("end-of-stream")
+            appsrcs, self._appsrcs = self._appsrcs, [None] * len(self.sizes)
+        for appsrc in appsrcs:
+            if appsrc is not None:
+                appsrc.emit("end-of-stream")
         loop, self._loop = self._loop, None
         loop.quit()
         self._thread.join(2.0)
@@ -170,4 +194,4 @@ class RtspServerSink:
         self.close()
 
 
-__all__ = ["NEEDS", "RtspServerSink", "load_gst_rtsp", "parse_rtsp_bind", "rtsp_launch"]
+__all__ = ["NEEDS", "RtspServerSink", "load_gst_rtsp", "mount_paths", "parse_rtsp_bind", "rtsp_launch"]

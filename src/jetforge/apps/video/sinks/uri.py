@@ -6,8 +6,10 @@ URI                                 sink
 ==================================  ===============================================================
 ``out.mp4``, ``file://…``           an annotated MP4 file, H.264 where an encoder exists (:mod:`.h264`:
                                     nvv4l2h264enc on a Jetson, PyAV elsewhere, OpenCV mp4v as fallback)
-``http://@:8080``                   a web page with the live video (MJPEG) and numbers (:mod:`.http`)
-``rtsp://@:8554/live``              an RTSP server in the app (GStreamer rtsp-server, :mod:`.rtsp_server`)
+``http://@:8080``                   a web page with the live video (MJPEG, a tile per stream) and numbers
+                                    (:mod:`.http`)
+``rtsp://@:8554/live``              an RTSP server in the app (GStreamer rtsp-server, :mod:`.rtsp_server`);
+                                    ``/live`` for one stream, ``/live/<k>`` for stream k of several
 ``rtsp://host:8554/live``           RTSP pushed to a server such as mediamtx (GStreamer ``rtspclientsink``)
 ``rtp://host:5000``                 RTP/UDP H.264 output through GStreamer ``udpsink``
 ``mqtt://host[:1883]/topic``        the events as JSON messages to an MQTT broker (:mod:`.mqtt`)
@@ -27,7 +29,7 @@ line below.
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 from urllib.parse import urlparse
 
 from jetforge.apps.video.sinks.h264 import open_mp4
@@ -45,7 +47,7 @@ from jetforge.registry import Registry
 class SinkKind:
     """One kind of video output: ``open(uri, fps, size, title)`` returns the sink; ``example`` is for --help."""
 
-    open: Callable[[str, float, Optional[Tuple[int, int]], str], Any]
+    open: Callable[..., Any]  # (uri, fps, size, title[, sizes=[(w, h) of every stream]])
     example: str
 
 
@@ -60,16 +62,18 @@ def _mp4(uri: str, fps: float, size: Optional[Tuple[int, int]], title: str) -> A
     return open_mp4(path, fps or 25.0, size)
 
 
-def _stream(uri: str, fps: float, size: Optional[Tuple[int, int]], title: str) -> Any:
+def _stream(uri: str, fps: float, size: Optional[Tuple[int, int]], title: str,
+            sizes: Optional[Sequence[Optional[Tuple[int, int]]]] = None) -> Any:
     if size is None:
         raise ConfigError("streaming to %s needs the frame size up front" % uri)
-    if urlparse(uri).netloc.startswith("@"):  # rtsp://@:8554/NAME: serve it here
-        return RtspServerSink(uri, fps, size)
+    if urlparse(uri).netloc.startswith("@"):  # rtsp://@:8554/NAME: serve it here, every stream
+        return RtspServerSink(uri, fps, size, sizes=[s or size for s in sizes] if sizes else None)
     return GstStreamSink(uri, fps, size)
 
 
-def _http(uri: str, fps: float, size: Optional[Tuple[int, int]], title: str) -> Any:
-    return HttpSink(uri, title=title)
+def _http(uri: str, fps: float, size: Optional[Tuple[int, int]], title: str,
+          sizes: Optional[Sequence[Any]] = None) -> Any:
+    return HttpSink(uri, title=title, streams=len(sizes) if sizes else 1)
 
 
 def _mqtt(uri: str, fps: float, size: Optional[Tuple[int, int]], title: str) -> Any:
@@ -97,11 +101,14 @@ def sink_usage() -> str:
 
 
 def open_video_sink(uri: Union[str, "os.PathLike[str]"], fps: float, size: Optional[Tuple[int, int]] = None,
-                    title: str = "jetforge") -> Any:
-    """Open a video output by URI (see the module docstring)."""
+                    title: str = "jetforge", sizes: Optional[Sequence[Optional[Tuple[int, int]]]] = None) -> Any:
+    """Open a video output by URI (see the module docstring); ``sizes``: every stream's frame size, for the outputs
+    that serve every stream (http, rtsp://@)."""
     text = os.fspath(uri)
     scheme = urlparse(text).scheme.lower()
     if scheme in SINKS:
+        if sizes is not None:
+            return SINKS.get(scheme).open(text, fps, size, title, sizes=sizes)
         return SINKS.get(scheme).open(text, fps, size, title)
     if uri_to_path(text) is None:
         raise ConfigError("video output %r: unknown scheme %s://" % (text, scheme),
