@@ -17,6 +17,13 @@ it is for: :mod:`jetforge.compress.recipes.detector`).
 4. ``student.pt`` (a plain state dict: :func:`detection_student.detector_from_state` rebuilds it),
    ``student.onnx`` + sidecar (``export_detector``: the teacher's SSD spec and preprocessing at the
    student's input size, its own anchors) and ``result.json`` in ``out_dir``.
+
+``student.layout: yolov8`` makes a student of another output layout instead: the anchor-free
+:class:`jetforge.compress.models.yolo_student.YoloStudent` (the port's backbone, a new head; one
+``[N, 4 + C, A]`` output read by the registered ``yolov8`` decoder), trained on the teacher's *decoded* boxes
+(:mod:`jetforge.compress.distill.detection_yolo`, the ``anchor_free`` block).  Its teacher is the port, or with
+``teacher.model`` any detector model whose sidecar (or ``teacher.decoder``) names a registered decoder, its
+``teacher.class_name`` boxes the targets.  ``recipes/distill_yolov8_person.yaml``.
 """
 
 import copy
@@ -26,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from jetforge.compress.distill.anchor_free import AnchorFreeConfig
 from jetforge.compress.distill.detection_crossgrid import CrossGridConfig
 from jetforge.compress.distill.detection_train import DetectorTrainConfig, ViewConfig
 from jetforge.errors import ConfigError
@@ -34,6 +42,8 @@ from jetforge.fileio import atomic_output, sha256_file, write_json_atomic
 log = logging.getLogger(__name__)
 
 PRUNERS = ("jetforge", "torch_pruning")
+LAYOUTS = ("ssd", "yolov8")  # the student's output layout: the port's SSD, or one YOLOv8-style output
+YOLO_DEFAULT_SIZE = 192  # a yolov8-layout student's input when student.input_size is null
 STUDENT_MODEL_NAME = "ssdlite_mobilenet_v2_person_student"  # what the apps print for a distilled student
 STUDENT_SOURCE = "distilled from the ssdlite_mobilenet_v2_person port (recipes/distill_ssdlite_person.yaml)"
 
@@ -54,13 +64,28 @@ class FramesConfig:
 
 
 @dataclass
+class TeacherConfig:
+    """The teacher (the recipe's ``teacher`` block): the port, or any detector model with a registered decoder."""
+
+    model: Optional[str] = None  # None: the SSDLite port; else a detector ONNX/engine (yolov8-layout students only)
+    decoder: Optional[str] = None  # the decoder of a model whose sidecar names none (as app detect's --decoder)
+    class_name: str = "person"  # the teacher's class the student learns
+
+
+@dataclass
 class StudentConfig:
+    layout: str = "ssd"  # ssd: the pruned port; yolov8: the anchor-free YOLO-layout student
     pruner: str = "jetforge"
     macs_factor: float = 2.5  # teacher MACs / student MACs (at the teacher's input size)
     input_size: Optional[int] = None  # pixels (square); None = the teacher's (300)
     init: Optional[str] = None  # a student's state dict to start from instead of pruning the teacher
 
     def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError("student.layout must be one of %s, got %r" % (", ".join(LAYOUTS), self.layout))
+        if self.layout == "yolov8" and self.input_size is not None and self.input_size % 32:
+            raise ValueError("a yolov8-layout student's input_size must be a multiple of 32 (e.g. 192), got %r"
+                             % self.input_size)
         if self.pruner not in PRUNERS:
             raise ValueError("student.pruner must be one of %s, got %r" % (", ".join(PRUNERS), self.pruner))
         if not self.macs_factor >= 1.0:
@@ -76,16 +101,21 @@ class DetectorDistillConfig:
     name: str = "ssdlite_person_student"
     out_dir: str = "runs/ssdlite_person_student"
     data: FramesConfig = field(default_factory=FramesConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
     student: StudentConfig = field(default_factory=StudentConfig)
     views: ViewConfig = field(default_factory=ViewConfig)
     train: DetectorTrainConfig = field(default_factory=DetectorTrainConfig)
     cross_grid: CrossGridConfig = field(default_factory=CrossGridConfig)  # used when the input sizes differ
+    anchor_free: AnchorFreeConfig = field(default_factory=AnchorFreeConfig)  # used by student.layout: yolov8
     device: str = "auto"
     export_onnx: bool = True
 
     def __post_init__(self) -> None:
         if self.kind != "detector":
             raise ValueError("kind must be 'detector' for a detector distillation recipe, got %r" % self.kind)
+        if self.teacher.model is not None and self.student.layout != "yolov8":
+            raise ValueError("teacher.model is for student.layout: yolov8 (an SSD student is the port pruned: its "
+                             "teacher is the port); set teacher.model: null or student.layout: yolov8")
 
 
 def make_student(teacher: Any, cfg: StudentConfig) -> Any:
@@ -134,6 +164,10 @@ def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
     if cfg.student.init is not None and not Path(cfg.student.init).is_file():
         raise ConfigError("student.init %s is not a file" % cfg.student.init,
                           hint="give the student.pt of an earlier run, or null to prune the teacher")
+    if cfg.teacher.model is not None and not Path(cfg.teacher.model).is_file():
+        raise ConfigError("teacher.model %s is not a file" % cfg.teacher.model,
+                          hint="give a detector ONNX (or engine) with a sidecar naming its decoder, or null for the "
+                               "SSDLite port")
     if cfg.data.assets_root is not None and not Path(cfg.data.assets_root).is_dir():
         raise ConfigError("data.assets_root %s is not a folder" % cfg.data.assets_root,
                           hint="give the folder holding the clips' assets (e.g. opencv_samples/vtest.avi), or "
@@ -148,6 +182,10 @@ def run_recipe(cfg: DetectorDistillConfig) -> Dict[str, Any]:
     bank = frame_bank_from_labels(root, preprocess, device, step=cfg.data.frame_step, clips=cfg.data.clips,
                                   limit=cfg.data.limit, labels=cfg.data.labels)
     teacher = load_from_graphdef(weights, graph=graph)
+    if cfg.student.layout == "yolov8":
+        from jetforge.compress.distill.detection_yolo_recipe import run_yolo_layout
+
+        return run_yolo_layout(cfg, bank, teacher, spec, preprocess, device)
     student = make_student(teacher, cfg.student)
     student_spec_, student_preprocess = student_contract(spec, preprocess, student)
     cross = None if student.image_size == teacher.image_size else CrossGridTargets(
@@ -218,5 +256,5 @@ def name_student_export(sidecar: Any, path: Any, name: str = STUDENT_MODEL_NAME)
     return sidecar
 
 
-__all__ = ["DetectorDistillConfig", "FramesConfig", "PRUNERS", "STUDENT_MODEL_NAME", "StudentConfig",
+__all__ = ["DetectorDistillConfig", "FramesConfig", "LAYOUTS", "PRUNERS", "TeacherConfig", "YOLO_DEFAULT_SIZE", "STUDENT_MODEL_NAME", "StudentConfig",
            "export_student_detector", "make_student", "name_student_export", "run_recipe"]

@@ -35,6 +35,10 @@ def _summary(result: Dict[str, Any]) -> Dict[str, Any]:
 def _lines(result: Dict[str, Any], cfg: Any) -> List[str]:
     summary = _summary(result)
     macs = summary["macs"]
+    if macs["teacher"] is None:  # a teacher model of its own (student.layout: yolov8): its MACs are not counted
+        lines = ["%s: student distilled on %s, %d step(s) on %d training frames, %.1f M MACs"
+                 % (cfg.name, summary["device"], summary["steps_done"], summary["frames"], macs["student"] / 1e6)]
+        return lines + ["  %-11s%s" % (k, v) for k, v in summary["files"].items()]
     lines = ["%s: student distilled on %s, %d step(s) on %d training frames, %.1f M MACs (teacher %.1f M, "
              "%.2fx fewer)" % (cfg.name, summary["device"], summary["steps_done"], summary["frames"],
                                macs["student"] / 1e6, macs["teacher"] / 1e6, macs["teacher"] / macs["student"])]
