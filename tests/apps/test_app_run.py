@@ -80,8 +80,8 @@ def test_cpu_and_gpu_paths_write_one_metrics_schema(tmp_path, monkeypatch, bikes
     assert main(["-q", "app", "classify", "--decode", "gpu", "--out", str(tmp_path / "gpu")] + common) == 0
     gpu_printed = capsys.readouterr().out
     cpu, dev = [json.loads((tmp_path / p / "metrics.json").read_text()) for p in ("cpu", "gpu")]
-    only_cpu = {"video", "sinks"}  # the CPU path's MP4 entries and live outputs; the GPU path encodes apart
-    assert set(cpu) - only_cpu == set(dev) - {"encoders"}
+    only_cpu = {"video"}  # the CPU path's MP4 entries; the GPU path encodes apart; both report their --output sinks
+    assert set(cpu) - only_cpu == set(dev) - {"encoders"} and cpu["sinks"] == dev["sinks"] == []
     assert (cpu["pipeline"]["path"], dev["pipeline"]["path"]) == ("cpu", "gpu")
     for m in (cpu, dev):
         assert m["frames"] == 8 and m["warmup"]["frames"] == 3 and m["latency_ms"]["end_to_end"]["count"] == 5

@@ -159,16 +159,14 @@ def run_gpu_path(app: App, args: argparse.Namespace, uris: List[Any]) -> int:
     """``--decode gpu``: NVDEC/jetson-utils -> GPU preprocessing -> batched session (jetforge.apps.pipeline.gpu_app)."""
     from jetforge.apps.pipeline.gpu_app import GpuAppOptions, default_encoders, open_gpu_sources, run_gpu_app
 
-    if getattr(args, "output", None):
-        raise ConfigError("--output is not available with --decode gpu (it writes stream_N.mpg)",
-                          hint="drop --decode gpu to use --output, or drop --output")
     options = GpuAppOptions(max_batch=min(args.batch, 32) if args.batch else 0, encoders=0 if args.no_video else
                             default_encoders(), warmup_frames=args.warmup_frames)
     sources = open_gpu_sources(uris, max_frames=args.max_frames, loop=getattr(args, "loop", False))
     try:
         prepared = prepare_app_models(app.name, args)
         task, inputs, notes = app.build(args, sources)
-        result = run_gpu_app(task, sources, Path(args.out), options, inputs=inputs, notes=prepared + notes)
+        result = run_gpu_app(task, sources, Path(args.out), options, inputs=inputs, notes=prepared + notes,
+                             outputs=args.output or (), display=args.display, stream_to=args.stream_to)
     finally:
         close_app_and_sources(app, sources)
     print_app_result(args, result.metrics, lambda: format_report(result.metrics, app.report_lines(task)))

@@ -6,9 +6,12 @@ Here the frames stay on the GPU from the decoder to the model, as in ``benchmark
     NVDEC / jetson-utils source per stream (a decode thread each)  ->  StreamBatcher (one frame per stream per
     batch, batched-push-timeout)  ->  GPU preprocessing (one NVRTC launch per batch, into a device buffer)  ->  the
     task's session fed that buffer (TensorRT: bound in place)  ->  outputs to the host  ->  the task's own
-    ``postprocess`` (tracking, counting: per stream, in frame order)  ->  events.jsonl, metrics.json, and the
+    ``postprocess`` (tracking, counting: per stream, in frame order)  ->  events.jsonl, metrics.json, the
     annotated video through CPU encoder processes (``stream_<s>.mpg``; ``--no-video``: events only, DeepStream's
-    render-off mode)
+    render-off mode), and the ``--output`` URIs (:func:`~jetforge.apps.video.sinks.outputs.open_sinks`, as on the
+    CPU path: every event to ``mqtt://``; annotated frames, copied back to the host and drawn as the encoders draw
+    them, to files (never dropped: the run waits for them) and to live outputs (dropped and counted when a
+    client is slow); a frame is copied back only when an output or the encoders take it)
 
 The task is the one the CPU path builds (``App.build``); its ``gpu_model()`` hook
 (:meth:`jetforge.apps.pipeline.stages.Task.gpu_model`) gives the session, the input contract and the output splitter.
@@ -25,13 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from jetforge.apps.pipeline.app import open_app_outputs
 from jetforge.apps.pipeline.app_run import AppResult, AppRun, AppRunner, RunEnd
 from jetforge.apps.pipeline.gpu_ops import AutoFrameOps, gpu_model_for
 from jetforge.apps.pipeline.metrics import WARMUP_FRAMES, PipelineMetrics
 from jetforge.apps.pipeline.stages import GpuModel, Item
 from jetforge.apps.pipeline.streams import BatchOps, StreamRunOptions, run_streams
-from jetforge.apps.video.sinks.encode_pool import SUFFIX, EncoderPool
+from jetforge.apps.video.sinks.encode_pool import SUFFIX, EncoderPool, draw_event
 from jetforge.apps.video.sinks.file import JsonLinesSink
+from jetforge.apps.video.sinks.outputs import Outputs as LiveOutputs
+from jetforge.apps.video.sources.gpu.frame import bgr_from_nv12
 from jetforge.apps.video.sources.base import Frame
 from jetforge.apps.video.sources.gpu.open import nvdec_files, open_gpu_source
 from jetforge.errors import ConfigError
@@ -162,12 +168,15 @@ class TaskOps(BatchOps):
 
 
 class _Outputs:
-    """events.jsonl (one record per frame, the task's events after it, as the CPU apps write them) and the
-    annotated video through the encoder pool; each frame recorded as done in the run's metrics."""
+    """events.jsonl (one record per frame, the task's events after it, as the CPU apps write them), the annotated
+    video through the encoder pool and the ``--output`` URIs (``live``); each frame recorded as done in the run's
+    metrics."""
 
-    def __init__(self, task: Any, events: JsonLinesSink, pool: Optional[EncoderPool], ops: TaskOps) -> None:
-        self.task, self.events, self.pool, self.ops = task, events, pool, ops
+    def __init__(self, task: Any, events: JsonLinesSink, pool: Optional[EncoderPool], ops: TaskOps,
+                 live: Optional[LiveOutputs] = None) -> None:
+        self.task, self.events, self.pool, self.ops, self.live = task, events, pool, ops, live
         self.frames = 0
+        self._cv2: Any = None
 
     def __call__(self, stream: int, frame: Any, event: Dict[str, Any], host: Any) -> None:
         t0, c0 = time.perf_counter(), time.thread_time()
@@ -177,16 +186,34 @@ class _Outputs:
                   "latency_ms": round((t0 - frame.captured) * 1000.0, 3)}
         record.update(event)
         self.events.write(record)
+        if self.live is not None:
+            self.live.event(record)
         for e in extra:
-            self.events.write(dict({"stream": stream, "frame": frame.index, "t": round(frame.timestamp, 4)}, **e))
+            extra_record = dict({"stream": stream, "frame": frame.index, "t": round(frame.timestamp, 4)}, **e)
+            self.events.write(extra_record)
+            if self.live is not None:
+                self.live.event(extra_record)
         if self.pool is not None and host is not None:
             self.pool.submit(stream, host, drawable(event))
+        if self.live is not None and host is not None and self.live.wants_frames(stream):
+            self.live.frame(stream, self._annotated(host, event))
         self.frames += 1
         done = time.perf_counter()
         metrics = self.ops.metrics
         metrics.add_stage("sink", done - t0, time.thread_time() - c0, frame=frame.index)
         metrics.add_done(stream, frame.captured, frame.captured, self.ops.t_result.pop((stream, frame.index), done),
                          done, frame=frame.index)
+
+
+    def _annotated(self, host: Any, event: Dict[str, Any]) -> Any:
+        """The frame as BGR with the encoders' overlay (an NV12 host copy is converted, BT.601 as OpenCV's own)."""
+        if self._cv2 is None:
+            import cv2
+
+            self._cv2 = cv2
+        image = bgr_from_nv12(self._cv2, host) if host.ndim == 2 else host.copy()
+        draw_event(image, drawable(event))
+        return image
 
 
 def drawable(event: Dict[str, Any]) -> Dict[str, Any]:
@@ -208,12 +235,16 @@ GPU_STAGES = ("launch", "results", "postprocess", "sink")  # the GPU path's time
 class GpuRunner(AppRunner):
     """The GPU path of :class:`~jetforge.apps.pipeline.app_run.AppRun`: GPU-frame sources -> batches ->
     the task's :class:`~jetforge.apps.pipeline.stages.GpuModel` (its ``gpu_model()`` hook) -> the task's
-    ``postprocess`` -> events and (with encoders) ``stream_<s>.mpg``."""
+    ``postprocess`` -> events, (with encoders) ``stream_<s>.mpg`` and the ``outputs`` URIs (with ``display`` and
+    ``stream_to``, as on the CPU path)."""
 
     path = "gpu"
 
-    def __init__(self, options: Optional[GpuAppOptions] = None) -> None:
+    def __init__(self, options: Optional[GpuAppOptions] = None, outputs: Sequence[str] = (), display: bool = False,
+                 stream_to: Optional[str] = None) -> None:
         self.opts = options or GpuAppOptions()
+        self.outputs, self.display, self.stream_to = list(outputs), display, stream_to
+        self.live: Optional[LiveOutputs] = None
         self._metrics = PipelineMetrics(GPU_STAGES, warmup_frames=self.opts.warmup_frames,
                                         model_stages=("launch", "results"))
         self.model: Optional[GpuModel] = None
@@ -228,6 +259,8 @@ class GpuRunner(AppRunner):
 
     def prepare(self, task: Any, sources: Sequence[Any], out: Path, inputs: Sequence[Any]) -> None:
         self.model = gpu_model_for(task)  # a task the GPU path cannot run fails before any output is opened
+        streams = [sources[k] for k in range(len(sources))]  # a stream group is a sequence of its streams
+        self.live = open_app_outputs(task, streams, out, self.outputs, self.display, self.stream_to, inputs)
 
     def metrics(self) -> PipelineMetrics:
         return self._metrics
@@ -241,23 +274,29 @@ class GpuRunner(AppRunner):
         if opts.encoders:
             self.pool = EncoderPool(files["events"].parent, first.width, first.height, first.fps or 30.0,
                                     workers=opts.encoders)
-        sink = _Outputs(task, events, self.pool, ops)
+        sink = _Outputs(task, events, self.pool, ops, self.live)
+        render = self.pool is not None or (self.live is not None and
+                                           any(self.live.wants_frames(s) for s in range(len(sources))))
         run_options = StreamRunOptions(max_batch=self.max_batch, batch_timeout_s=opts.batch_timeout_s,
                                        per_stream=opts.per_stream, depth=max(2, opts.per_stream))
         switch = sys.getswitchinterval()
         self._metrics.start()
         try:
             sys.setswitchinterval(opts.gil_switch_ms / 1000.0)
-            self.result = run_streams(sources, ops, run_options, sink=sink, render=self.pool is not None)
+            self.result = run_streams(sources, ops, run_options, sink=sink, render=render)
         finally:
             sys.setswitchinterval(switch)
             self._metrics.stop()
         return RunEnd("end of stream", [])
 
     def close(self) -> None:
-        self.encoded = self.pool.close() if self.pool is not None else []
-        if self.frame_ops is not None:
-            self.frame_ops.close()
+        try:
+            self.encoded = self.pool.close() if self.pool is not None else []
+            if self.frame_ops is not None:
+                self.frame_ops.close()
+        finally:
+            if self.live is not None:
+                self.live.close()
 
     def add_to_report(self, report: Dict[str, Any], files: Dict[str, Any]) -> None:
         o = self.opts
@@ -272,6 +311,9 @@ class GpuRunner(AppRunner):
                                               "cores_per_30fps_stream")})
             block["decode_ms_per_frame"] = run["stage_wall_ms_per_frame"].get("decode")
         report["pipeline"] = block
+        if self.live is not None:
+            report["sinks"] = self.live.report()
+            report["outputs"]["files"] = [str(p) for p in self.live.files]
         if self.encoded:
             frames = sum(r["frames"] for r in self.encoded)
             report["encoders"] = {"workers": len(self.encoded), "frames": frames, "cpu_ms_per_encoded_frame":
@@ -279,10 +321,13 @@ class GpuRunner(AppRunner):
 
 
 def run_gpu_app(task: Any, sources: Sequence[Any], out_dir: Any, options: Optional[GpuAppOptions] = None,
-                inputs: Sequence[Any] = (), notes: Sequence[str] = ()) -> AppResult:
+                inputs: Sequence[Any] = (), notes: Sequence[str] = (), outputs: Sequence[str] = (),
+                display: bool = False, stream_to: Optional[str] = None) -> AppResult:
     """Run ``task`` over GPU-frame ``sources`` on the GPU path; writes events.jsonl, metrics.json (the CPU path's
-    schema) and (with encoders) ``stream_<s>.mpg`` into ``out_dir``.  Outputs are kept when the run ends early."""
-    return AppRun(task, sources, out_dir, GpuRunner(options), inputs=inputs, notes=notes).run()
+    schema) and (with encoders) ``stream_<s>.mpg`` into ``out_dir``, and feeds the ``outputs`` URIs (``--output``:
+    files, http://@:8080, rtsp://@:8554/NAME, mqtt://HOST/TOPIC).  Outputs are kept when the run ends early."""
+    runner = GpuRunner(options, outputs=outputs, display=display, stream_to=stream_to)
+    return AppRun(task, sources, out_dir, runner, inputs=inputs, notes=notes).run()
 
 
 __all__ = ["GPU_STAGES", "GpuAppOptions", "GpuRunner", "TaskOps", "default_encoders", "drawable", "open_gpu_sources",

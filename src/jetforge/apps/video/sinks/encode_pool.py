@@ -423,6 +423,14 @@ def _open_writer(cv2: Any, path: str, width: int, height: int, fps: float, codec
     return writer
 
 
+def draw_event(image: np.ndarray, event: Optional[Dict[str, Any]]) -> None:
+    """Draw a GPU-path frame's event (``boxes_xyxy``, ``label``) on ``image`` in place, as the encoder workers do: the
+    GPU path's live outputs and ``--output`` files show the same overlay as its ``stream_<s>.mpg``."""
+    import cv2
+
+    _draw(cv2, image, _drawable(event))
+
+
 def _draw(cv2: Any, image: np.ndarray, draw: Dict[str, Any]) -> None:
     for x1, y1, x2, y2 in draw.get("boxes", ()):
         cv2.rectangle(image, (int(x1), int(y1)), (int(x2), int(y2)), (0, 220, 0), 2)
@@ -431,4 +439,4 @@ def _draw(cv2: Any, image: np.ndarray, draw: Dict[str, Any]) -> None:
         cv2.putText(image, draw["label"], (10, 30), cv2.FONT_HERSHEY_SIMPLEX, 0.8, (255, 255, 255), 1, cv2.LINE_AA)
 
 
-__all__ = ["EncoderPool", "SegmentAssembler", "SUFFIX"]
+__all__ = ["draw_event", "EncoderPool", "SegmentAssembler", "SUFFIX"]
