@@ -585,8 +585,8 @@ def test_cli_decode_gpu_without_cuda_for_device_frames_is_one_line_and_exit_1(tm
 
 
 def test_gpu_path_refuses_a_task_it_cannot_run_before_writing_anything(tmp_path):
-    """A task whose gpu_model() hook says None (HOG has no model to feed; the base Task's default) or refuses its
-    configuration (tiles) fails before any output is opened."""
+    """A task whose gpu_model() hook says None (HOG has no model to feed; the base Task's default) fails before any
+    output is opened (tiles run on the GPU path: tests/apps/test_gpu_tiles.py)."""
     from jetforge.apps.pipeline.gpu_app import run_gpu_app
     from jetforge.apps.pipeline.stages import Task
     from jetforge.apps.tasks.people import PeopleTask
@@ -598,12 +598,6 @@ def test_gpu_path_refuses_a_task_it_cannot_run_before_writing_anything(tmp_path)
 
     with pytest.raises(ConfigError, match="the task app with .* has no GPU path"):
         run_gpu_app(Task(), [object()], tmp_path / "o")
-    assert not (tmp_path / "o").exists()
-
-    # --detector-tiles: the GPU path would feed whole frames and silently drop the tiles
-    tiled = type("Tiled", (), {"tile_grid": 2, "session": object(), "label": "tiled"})()
-    with pytest.raises(ConfigError, match="--detector-tiles runs on the CPU path only"):
-        run_gpu_app(PeopleTask(tiled), [object()], tmp_path / "o")
     assert not (tmp_path / "o").exists()
 
 

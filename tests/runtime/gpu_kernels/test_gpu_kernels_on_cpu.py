@@ -131,6 +131,33 @@ def test_the_kernel_source_computes_the_reference(cpu_gpu, bikes_frames, contrac
     assert np.array_equal(fp32.astype(np.float16).view(np.uint16), fp16.view(np.uint16))
 
 
+@pytest.mark.parametrize("contract", CONTRACTS[:3], ids=["crop", "letterbox", "stretch-bgr"])
+def test_the_kernel_source_crops_tiles_as_if_cut_out_first(cpu_gpu, bikes_frames, contract):
+    """``--detector-tiles 2`` on the GPU path: each tile of a 2x2 grid (0.6 of the side; on 640x272 frames an odd
+    origin, y0 = 109, and odd sizes) through the kernel's crop equals the reference of the tile cut out of the
+    frame's RGB first: the tile resampled as an image of its own, its chroma on the frame's 2x2 grid."""
+    from jetforge.runtime.cuda.kernels.plan import plan_for
+    from jetforge.runtime.cuda.kernels.reference import normalise_reference, nv12_to_rgb, resize_reference
+    from jetforge.vision.tiles import tile_pixels, tile_rects, tile_side_for
+
+    frames = [nv12_in_memory(bikes_frames[i]) for i in (5, 160)]
+    pre = GpuPreprocessor(contract, batch=2, color=BT601_LIMITED)
+    odd = False
+    for rect in tile_rects(2, tile_side_for(2)):
+        y0, x0, y1, x1 = tile_pixels((272, 640), rect)
+        odd = odd or bool(y0 % 2 or x0 % 2 or (y1 - y0) % 2)
+        out = np.zeros(pre.output_nbytes, np.uint8)
+        pre.run([f[2] for f in frames], out_ptr=address(out), crop=(y0, x0, y1, x1))
+        got = out.view(np.float32).reshape(pre.output_shape)
+        plan = plan_for(contract, (y1 - y0, x1 - x0))
+        want = np.stack([normalise_reference(resize_reference(nv12_to_rgb(y, uv, BT601_LIMITED)[y0:y1, x0:x1], plan),
+                                             plan) for y, uv in (f[0] for f in frames)])
+        assert np.abs(got - want).max() <= 1e-3  # as the whole frames: float32 sampling against float64
+    assert odd
+    with pytest.raises(Exception, match="not inside"):
+        pre.run([frames[0][2]], out_ptr=address(np.zeros(pre.output_nbytes, np.uint8)), crop=(0, 0, 300, 10))
+
+
 @pytest.mark.parametrize("order", ["rgb", "bgr"])
 def test_packed_frames_through_the_kernel_source(cpu_gpu, bikes_frames, order):
     contract = CONTRACTS[0]

@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from jetforge.apps.pipeline.app import open_app_outputs
 from jetforge.apps.pipeline.app_run import AppResult, AppRun, AppRunner, RunEnd
+from jetforge.apps.pipeline.batching import DEFAULT_BUCKETS
 from jetforge.apps.pipeline.gpu_ops import AutoFrameOps, gpu_model_for
 from jetforge.apps.pipeline.metrics import WARMUP_FRAMES, PipelineMetrics
 from jetforge.apps.pipeline.stages import GpuModel, Item
@@ -94,6 +95,14 @@ def decode_layout(streams: int, processes_from: int = DECODE_PROCESSES_FROM, fee
 def default_encoders() -> int:
     """Encoder processes for the annotated video: half the cores, 1..8 (the decode and launch threads need some)."""
     return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
+def default_max_batch(frames: int, rows_per_frame: int = 1, rows: int = 32) -> int:
+    """Frames a batch takes by default: ``frames`` (every stream's share), at most ``rows`` input rows once padded
+    to its bucket; with tiles (``rows_per_frame`` = 1 + N^2) a frame is that many rows, so 2x2 tiles take 4 frames
+    (20 rows: 8 frames would pad to 40), which keeps a batch within the 32-row profile engines are built with."""
+    fit = [b for b in DEFAULT_BUCKETS if b * rows_per_frame <= rows]
+    return max(1, min(frames, max(fit) if fit else 1))
 
 
 def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop: bool = False,
@@ -267,7 +276,8 @@ class GpuRunner(AppRunner):
 
     def run(self, task: Any, sources: Sequence[Any], events: JsonLinesSink, files: Dict[str, Any]) -> RunEnd:
         opts = self.opts
-        self.max_batch = opts.max_batch or min(len(sources) * opts.per_stream, 32)
+        self.max_batch = opts.max_batch or default_max_batch(len(sources) * opts.per_stream,
+                                                             self.model.rows_per_frame)  # type: ignore[union-attr]
         self.frame_ops = AutoFrameOps(self.model, self.max_batch)  # type: ignore[arg-type]
         ops = TaskOps(task, self.model, self.frame_ops, self._metrics)  # type: ignore[arg-type]
         first = sources[0]
@@ -330,5 +340,5 @@ def run_gpu_app(task: Any, sources: Sequence[Any], out_dir: Any, options: Option
     return AppRun(task, sources, out_dir, runner, inputs=inputs, notes=notes).run()
 
 
-__all__ = ["GPU_STAGES", "GpuAppOptions", "GpuRunner", "TaskOps", "default_encoders", "drawable", "open_gpu_sources",
+__all__ = ["GPU_STAGES", "GpuAppOptions", "GpuRunner", "TaskOps", "default_encoders", "default_max_batch", "drawable", "open_gpu_sources",
            "run_gpu_app"]

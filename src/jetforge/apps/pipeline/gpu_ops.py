@@ -11,17 +11,25 @@
   cuda-python; not executed in CI (no GPU).
 * :class:`HostFrameOps` - frames in host memory (OpenCV decode, or a CPU stand-in for NVDEC in tests): the
   contract's CPU preprocessing, then the session.  Same flow and outputs, so the CPU tests check the path.
+
+A model with tiles (``GpuModel.tiles``: ``--detector-tiles``) gets each frame's tiles as extra rows of the same
+batch, in blocks of one tile each (:class:`~jetforge.apps.pipeline.stages.GpuModel`): on the GPU one preprocessing
+launch per block, the kernel cropping the tile out of every frame of the batch (its ``crop``: the tile is
+resampled as if cut out first, at any pixel origin, NV12 chroma on the frame's grid), so no tile is ever copied;
+on the host the tiles are cut (:func:`jetforge.vision.tiles.cut_tile`, views) and preprocessed like frames.
 """
 
 from typing import Any, List, Optional
 
 import numpy as np
 
+from jetforge.apps.pipeline.batching import bucket_for
 from jetforge.apps.pipeline.stages import GpuModel
 from jetforge.apps.pipeline.streams import BatchOps
 from jetforge.apps.video.sources.gpu.frame import bgr_from_nv12, nv12_from_bgr
 from jetforge.errors import ConfigError
 from jetforge.optional import require
+from jetforge.vision.tiles import cut_tile, tile_pixels
 
 
 def gpu_model_for(task: Any) -> GpuModel:
@@ -59,9 +67,13 @@ class HostFrameOps(BatchOps):
         self._prep = model.contract.fused()
 
     def launch(self, frames: List[Any], padded: int) -> Any:
-        x = np.stack([self._prep(host_bgr(f)) for f in frames])
+        images = [host_bgr(f) for f in frames]
+        blocks = [np.stack([self._prep(im) for im in images])]
+        for rect in (self.model.tiles if self.model.tiles is not None else ()):  # one block per tile (GpuModel)
+            blocks.append(np.stack([self._prep(cut_tile(im, rect)) for im in images]))
         if padded > len(frames):
-            x = np.concatenate([x, np.repeat(x[-1:], padded - len(frames), axis=0)])
+            blocks = [np.concatenate([x, np.repeat(x[-1:], padded - len(frames), axis=0)]) for x in blocks]
+        x = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
         return self.model.session.infer({self.model.input_name: x})
 
     def finish(self, handle: Any, frames: List[Any]) -> List[Any]:
@@ -88,7 +100,9 @@ class DeviceFrameOps(BatchOps):
         self.pre = GpuPreprocessor(model.contract, batch=max_batch, out_dtype=self.dtype, input_format=first.layout,
                                    color=ColorSpec(first.matrix, "full" if first.full_range else "limited"))
         self.stream = cuda.Stream()
-        self.buffer = cuda.DeviceBuffer(self.pre.output_nbytes)
+        self.row_bytes = self.pre.output_nbytes // max_batch
+        # the padded batch (a bucket, possibly more rows than max_batch) for every block (the frames, each tile)
+        self.buffer = cuda.DeviceBuffer(self.row_bytes * bucket_for(max_batch) * model.rows_per_frame)
         self.device_input = hasattr(model.session, "submit_device")
         self.kind = "GPU: NVRTC preprocessing, %s" % ("device input bound in place (set_tensor_address)"
                                                      if self.device_input else "input batch copied to the host "
@@ -102,8 +116,13 @@ class DeviceFrameOps(BatchOps):
         return [PackedFrame(f.y_ptr, f.pitch, f.width, f.height) for f in frames]
 
     def launch(self, frames: List[Any], padded: int) -> Any:
-        self.pre.run(self._table(frames), self.stream, out_ptr=self.buffer.ptr)
-        shape = (padded,) + tuple(self.pre.output_shape[1:])
+        table = self._table(frames)
+        self.pre.run(table, self.stream, out_ptr=self.buffer.ptr)
+        hw = (frames[0].height, frames[0].width)
+        for block, rect in enumerate(self.model.tiles if self.model.tiles is not None else (), 1):
+            self.pre.run(table, self.stream, out_ptr=self.buffer.ptr + GpuModel.row(block, 0, padded) * self.row_bytes,
+                         crop=tile_pixels(hw, rect))
+        shape = (padded * self.model.rows_per_frame,) + tuple(self.pre.output_shape[1:])
         if self.device_input:
             from jetforge.runtime.tensorrt.session import DeviceTensor
 

@@ -67,15 +67,32 @@ class GpuModel:
     """The part of a task the GPU path (``jetforge app NAME --decode gpu``) runs: ``session`` fed whole frames
     preprocessed on the GPU by ``contract`` (the model's input contract, the CPU path's own), and
     ``to_outputs(batch outputs, frames) -> item.output per frame`` (what the task's ``postprocess`` reads; None for
-    a frame the task skips)."""
+    a frame the task skips).
+
+    ``tiles``: the ``(T, 4)`` tile rects (fractions ``y0, x0, y1, x1``, :func:`jetforge.vision.tiles.tile_rects`) the
+    model also sees of every frame (``--detector-tiles``), or None.  With tiles a batch of ``n`` frames padded to
+    ``padded`` is ``padded * (1 + T)`` input rows in blocks: rows ``[0, padded)`` the whole frames, block ``1 + k``
+    (rows ``[(1 + k) * padded, (2 + k) * padded)``) tile ``k`` of each frame, frame ``i`` at row ``i`` of each block
+    (:meth:`row`): one block is one preprocessing launch of one size, and ``to_outputs`` merges each frame's rows."""
 
     session: Any
     contract: Any
     to_outputs: Callable[[Outputs, List[Any]], List[Any]]
+    tiles: Optional[np.ndarray] = None
 
     @property
     def input_name(self) -> str:
         return str(self.session.inputs[0].name)
+
+    @property
+    def rows_per_frame(self) -> int:
+        """Input rows a frame takes: 1, or 1 + its tiles."""
+        return 1 + (0 if self.tiles is None else len(self.tiles))
+
+    @staticmethod
+    def row(block: int, frame: int, padded: int) -> int:
+        """The input row of ``frame``'s ``block`` (0: the whole frame, 1 + k: tile k) in a batch padded to ``padded``."""
+        return block * padded + frame
 
 
 def split_per_frame(outputs: Outputs, frames: List[Any]) -> List[Dict[str, np.ndarray]]:

@@ -23,6 +23,8 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from jetforge.config import PROBABILITY
 from jetforge.errors import ConfigError
 from jetforge.apps.pipeline.stages import GpuModel, Outputs
@@ -35,7 +37,7 @@ from jetforge.vision.counting import LineCounter, Zone
 from jetforge.vision.detections import Detections
 from jetforge.vision.hog import PYRAMID_SCALE, UPSCALE, HogPeopleDetector, score_to_unit
 from jetforge.vision.ssd_detector import DEFAULT_SCORE_THRESHOLD, SsdPeopleDetector
-from jetforge.vision.tiles import MAX_TILE_GRID, TiledPeopleDetector
+from jetforge.vision.tiles import MAX_TILE_GRID, TiledPeopleDetector, merge_tiled, tile_pixels
 from jetforge.vision.tracking import Tracker, TrackerOptions
 
 DETECTORS = ("ssd", "hog")  # --detector choices; the first is the default
@@ -109,16 +111,15 @@ class PeopleTask(DetectTask):
         return head + "  |  tracks so far %d" % self.trackers[stream].ids_issued
 
     def gpu_model(self) -> Optional[GpuModel]:
-        """The GPU path for the CNN detector (its session, SSD outputs -> Detections in frame pixels); None for HOG,
-        which has no model the GPU path can feed."""
-        if getattr(self.detector, "tile_grid", 0):  # the GPU path feeds whole frames: tiles would be ignored
-            raise ConfigError("--detector-tiles runs on the CPU path only: --decode gpu feeds whole frames to the model",
-                              hint="drop --detector-tiles, or use --decode cpu")
+        """The GPU path for the CNN detector (its session, SSD outputs -> Detections in frame pixels; with
+        ``--detector-tiles`` each frame's tiles as extra rows of the batch, merged per frame as the CPU path merges
+        them); None for HOG, which has no model the GPU path can feed."""
         session = getattr(self.detector, "session", None)
         if session is None:
             return None
         threshold = float(getattr(self.detector, "score_threshold", DEFAULT_SCORE_THRESHOLD))
-        return ssd_gpu_model(session, threshold, self.detect_every)
+        tiled = self.detector if getattr(self.detector, "tile_grid", 0) else None
+        return ssd_gpu_model(session, threshold, self.detect_every, tiled=tiled)
 
     def summary(self) -> Dict[str, Any]:
         per_stream = []
@@ -157,10 +158,14 @@ class PeopleTask(DetectTask):
         return out
 
 
-def ssd_gpu_model(session: Any, score_threshold: float, detect_every: int = 1) -> GpuModel:
+def ssd_gpu_model(session: Any, score_threshold: float, detect_every: int = 1,
+                  tiled: Optional[TiledPeopleDetector] = None) -> GpuModel:
     """An SSD person detector's session as the GPU path runs it: a batch's raw outputs -> the Detections in each
     frame's pixels that the CPU detectors hand :meth:`PeopleTask.postprocess` (None on a frame ``detect_every``
-    skips: the tracks coast, as on the CPU path)."""
+    skips: the tracks coast, as on the CPU path).  ``tiled``: the ``--detector-tiles`` detector whose tiles
+    (``rects``) the batch also holds (:class:`~jetforge.apps.pipeline.stages.GpuModel`'s row blocks); each frame's
+    own and tile detections are merged by :func:`~jetforge.vision.tiles.merge_tiled` with its ``edge`` and
+    ``merge_iou``, the one rule :class:`~jetforge.vision.tiles.TiledPeopleDetector` merges by on the CPU path."""
     from jetforge.runtime.inputs import input_contract
     from jetforge.runtime.model_facts import model_facts
     from jetforge.vision.ssd import spec_from_sidecar
@@ -172,16 +177,42 @@ def ssd_gpu_model(session: Any, score_threshold: float, detect_every: int = 1) -
     anchors = spec.anchors()
     names = [t.name for t in session.outputs[:2]]
     every = max(1, int(detect_every))
+    rects = tiled.rects if tiled is not None else None
+    blocks = 1 + (0 if rects is None else len(rects))
+    model_hw = (contract.height, contract.width)
 
     def to_outputs(outputs: Outputs, frames: List[Any]) -> List[Any]:
         n = len(frames)
-        found = postprocess_batch(outputs[names[0]][:n], outputs[names[1]][:n], spec, score_threshold=score_threshold,
-                                  anchors=anchors)
-        return [None if frame.index % every else
-                det.to_detections(contract.geometry((frame.height, frame.width)), (contract.height, contract.width))
-                for frame, det in zip(frames, found)]
+        padded = len(outputs[names[0]]) // blocks
+        rows = [GpuModel.row(b, i, padded) for b in range(blocks) for i in range(n)]  # block-major: b * n + i
+        found = postprocess_batch(outputs[names[0]][rows], outputs[names[1]][rows], spec,
+                                  score_threshold=score_threshold, anchors=anchors)
+        out: List[Any] = []
+        for i, frame in enumerate(frames):
+            hw = (frame.height, frame.width)
+            if frame.index % every:
+                out.append(None)
+            elif rects is None:
+                out.append(found[i].to_detections(contract.geometry(hw), model_hw))
+            else:
+                out.append(merged(hw, [found[b * n + i] for b in range(blocks)]))
+        return out
 
-    return GpuModel(session, contract, to_outputs)
+    def merged(hw: Tuple[int, int], mine: List[Any]) -> Detections:
+        """One frame's own and tile detections in frame pixels, merged as TiledPeopleDetector.detect_batch does."""
+        sizes = [hw] + [_tile_hw(hw, r) for r in rects]  # type: ignore[union-attr]
+        dets = [d.to_detections(contract.geometry(size), model_hw) for d, size in zip(mine, sizes)]
+        boxes, scores = merge_tiled(hw, rects, [d.boxes for d in dets], [d.scores for d in dets],
+                                    tiled.edge, tiled.merge_iou)  # type: ignore[union-attr]
+        return Detections(boxes.astype(np.float32), scores.astype(np.float32))
+
+    return GpuModel(session, contract, to_outputs, tiles=rects)
+
+
+def _tile_hw(hw: Tuple[int, int], rect: Any) -> Tuple[int, int]:
+    """A tile's (height, width) in pixels, as :func:`~jetforge.vision.tiles.cut_tile` cuts it."""
+    y0, x0, y1, x1 = tile_pixels(hw, rect)
+    return y1 - y0, x1 - x0
 
 
 class PeopleApp(App):

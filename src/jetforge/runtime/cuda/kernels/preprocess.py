@@ -75,7 +75,7 @@ class PreArgs(ctypes.Structure):
                                                  "region_y0", "region_x1", "region_y1", "shift_x", "shift_y")]
                 + [(n, ctypes.c_float) for n in ("y_offset", "cy", "crv", "cgu", "cgv", "cbu",
                                                  "a0", "a1", "a2", "b0", "b1", "b2", "pad")]
-                + [("reserved", ctypes.c_int32)])
+                + [("crop_x", ctypes.c_int32), ("crop_y", ctypes.c_int32), ("reserved", ctypes.c_int32)])
 
 
 def fill_args(args: PreArgs, plan: KernelPlan, color: ColorSpec, fp16: bool) -> None:
@@ -121,7 +121,7 @@ class GpuPreprocessor:
         self.output_shape = self._shape(self.batch)
         self.output_nbytes = nbytes_of(self.output_shape, self.out_dtype)
         self._output: Optional[DeviceBuffer] = None
-        self._args: Dict[Tuple[int, int], PreArgs] = {}
+        self._args: Dict[Tuple[int, ...], PreArgs] = {}
 
     def _shape(self, n: int) -> Tuple[int, ...]:
         c = self.contract
@@ -137,18 +137,24 @@ class GpuPreprocessor:
     def plan(self, frame_hw: Tuple[int, int]) -> KernelPlan:
         return plan_for(self.contract, frame_hw)
 
-    def _args_for(self, frame_hw: Tuple[int, int]) -> PreArgs:
-        args = self._args.get(frame_hw)
+    def _args_for(self, frame_hw: Tuple[int, int], crop: Tuple[int, int, int, int]) -> PreArgs:
+        key = tuple(frame_hw) + tuple(crop)
+        args = self._args.get(key)
         if args is None:
-            args = self._args[frame_hw] = PreArgs()
-            fill_args(args, self.plan(frame_hw), self.color, self.out_dtype == "float16")
+            y0, x0, y1, x1 = crop
+            args = self._args[key] = PreArgs()
+            fill_args(args, self.plan((y1 - y0, x1 - x0)), self.color, self.out_dtype == "float16")
+            args.crop_x, args.crop_y = x0, y0
         return args
 
-    def run(self, frames: Sequence[Any], stream: Any = None, out_ptr: Optional[int] = None) -> int:
+    def run(self, frames: Sequence[Any], stream: Any = None, out_ptr: Optional[int] = None,
+            crop: Optional[Tuple[int, int, int, int]] = None) -> int:
         """Queue the kernel for ``frames`` (Nv12Frame or PackedFrame, one size) on ``stream``; return the output pointer.
 
         Output row ``i`` is frame ``i``; rows past ``len(frames)`` are left as they were.  Nothing
-        is synchronised: the output is ready when the stream reaches this point.
+        is synchronised: the output is ready when the stream reaches this point.  ``crop``: ``(y0, x0, y1, x1)``
+        frame pixels (:func:`jetforge.vision.tiles.tile_pixels`): the model sees that tile of each frame as if it
+        had been cut out first (the tiles of ``--detector-tiles``); any origin and size, NV12 included.
         """
         frames = list(frames)
         if not 1 <= len(frames) <= self.batch:
@@ -165,7 +171,10 @@ class GpuPreprocessor:
                                   % (hw[1], hw[0], f.width, f.height), hint="batch streams of one size together")
         if self.input_format == "nv12" and (hw[0] % 2 or hw[1] % 2):
             raise ConfigError("an NV12 frame has an even size, got %dx%d" % (hw[1], hw[0]))
-        args = self._args_for(hw)
+        crop = (0, 0, hw[0], hw[1]) if crop is None else tuple(int(v) for v in crop)
+        if not (0 <= crop[0] < crop[2] <= hw[0] and 0 <= crop[1] < crop[3] <= hw[1]):
+            raise ConfigError("crop %r (y0, x0, y1, x1) is not inside the %dx%d frames" % (crop, hw[1], hw[0]))
+        args = self._args_for(hw, crop)  # type: ignore[arg-type]
         for i, f in enumerate(frames):
             entry = args.frames[i]
             entry.plane0, entry.plane1, entry.pitch0, entry.pitch1 = f.table_entry()

@@ -40,6 +40,7 @@ struct PreArgs {
     float y_offset, cy, crv, cgu, cgv, cbu;
     float a0, a1, a2, b0, b1, b2;
     float pad;
+    int crop_x, crop_y;          /* the frame pixel of the source's (0, 0): a tile (ROI) of the frames, or 0, 0 */
     int reserved;
 };
 
@@ -95,11 +96,14 @@ extern "C" __global__ void jf_preprocess(const PreArgs p) {
         int x1 = min(x0 + 1, p.src_w - 1), y1 = min(y0 + 1, p.src_h - 1);
         float ax = (float)(fx - (double)x0), ay = (float)(fy - (double)y0);
         const FrameRef f = p.frames[n];
+        /* a tile is sampled as an image of its own (clamped to its own border, as cv2.resize of the cut tile);
+           its pixels are read at their frame position, so NV12 chroma keeps the frame's 2x2 grid at any origin */
+        const int cx0 = x0 + p.crop_x, cx1 = x1 + p.crop_x, cy0 = y0 + p.crop_y, cy1 = y1 + p.crop_y;
         float r00, g00, b00, r01, g01, b01, r10, g10, b10, r11, g11, b11;
-        fetch_rgb(f, p, x0, y0, r00, g00, b00);
-        fetch_rgb(f, p, x1, y0, r01, g01, b01);
-        fetch_rgb(f, p, x0, y1, r10, g10, b10);
-        fetch_rgb(f, p, x1, y1, r11, g11, b11);
+        fetch_rgb(f, p, cx0, cy0, r00, g00, b00);
+        fetch_rgb(f, p, cx1, cy0, r01, g01, b01);
+        fetch_rgb(f, p, cx0, cy1, r10, g10, b10);
+        fetch_rgb(f, p, cx1, cy1, r11, g11, b11);
         float rt = r00 + (r01 - r00) * ax, gt = g00 + (g01 - g00) * ax, bt = b00 + (b01 - b00) * ax;
         float rb = r10 + (r11 - r10) * ax, gb = g10 + (g11 - g10) * ax, bb = b10 + (b11 - b10) * ax;
         r = rt + (rb - rt) * ay; g = gt + (gb - gt) * ay; b = bt + (bb - bt) * ay;
