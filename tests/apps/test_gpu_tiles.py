@@ -86,3 +86,67 @@ def test_tile_rows_are_blocks_of_one_tile_each():
     assert GpuModel(None, None, None, tiles=np.zeros((4, 4))).rows_per_frame == 5
     assert default_max_batch(32) == 32 and default_max_batch(64, 5) == 4 and default_max_batch(3, 10) == 2
     assert default_max_batch(8, 17) == 1  # a 4x4 grid: one frame is 17 rows
+
+
+def _cuda_gpu() -> bool:
+    from jetforge.optional import is_available
+
+    if not is_available("cuda.bindings.runtime") or not is_available("cuda.bindings.nvrtc"):
+        return False
+    from jetforge.runtime.cuda import device_count
+
+    return device_count() > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_gpu(), reason="no CUDA GPU (or no cuda-python NVRTC)")
+def test_device_frame_ops_crop_the_tiles_on_a_gpu_as_the_cpu_tiled_detector(person_detector_path):
+    """On a CUDA GPU: vtest.avi frames uploaded as NV12 device frames (as NVDEC leaves them), 3 frames in a batch
+    padded to 4 (so the tile blocks start at rows 4, 8, 12, 16 of the device buffer), through DeviceFrameOps (the
+    kernel's crop per tile block; ONNX Runtime on the CPU gets the input batch copied back) and the people task's
+    tiled to_outputs: the same people as TiledPeopleDetector on the same frames, boxes within 0.5 px and scores
+    within 0.005 (the host test's bounds: the kernel equals the float64 reference within 1e-3 of a normalised
+    value, about the fused CPU path's rounding)."""
+    from jetforge.apps.pipeline.gpu_ops import DeviceFrameOps
+    from jetforge.apps.tasks.people import PeopleTask
+    from jetforge.apps.video.sources.gpu.frame import GpuFrame
+    from jetforge.assets import asset_path
+    from jetforge.runtime.cuda.kernels.upload import upload_nv12
+    from jetforge.vision.ssd_detector import SsdPeopleDetector
+    from jetforge.vision.tiles import TiledPeopleDetector
+
+    cap = cv2.VideoCapture(str(asset_path("opencv_samples", "vtest.avi")))
+    images = [cap.read()[1] for _ in range(3)]
+    cap.release()
+    nv12 = [_nv12_planes(im) for im in images]
+    tiled = TiledPeopleDetector(SsdPeopleDetector(person_detector_path, score_threshold=0.3), grid=2)
+    held, frames = [], []
+    try:
+        for i, (y, uv) in enumerate(nv12):
+            bufs, h = upload_nv12(y, uv, pitch=y.shape[1] + 256, contiguous=True)
+            held += bufs
+            frames.append(GpuFrame(i, i / 10.0, h.width, h.height, None, h.y_ptr, h.uv_ptr, h.y_pitch))
+        model = PeopleTask(tiled).gpu_model()
+        ops = DeviceFrameOps(model, 4, frames[0])
+        try:
+            got = ops.finish(ops.launch(frames, 4), frames)
+        finally:
+            ops.close()
+        want = tiled.detect_batch([bgr_from_nv12(cv2, np.concatenate(p)) for p in nv12])
+    finally:
+        for b in held:
+            b.close()
+        tiled.close()
+    for g, w in zip(got, want):
+        assert len(g.boxes) == len(w.boxes) >= 1
+        order_g, order_w = np.lexsort(g.boxes.T[::-1]), np.lexsort(w.boxes.T[::-1])
+        assert np.abs(g.boxes[order_g] - w.boxes[order_w]).max() <= 0.5
+        assert np.abs(g.scores[order_g] - w.scores[order_w]).max() <= 0.005
+
+
+def _nv12_planes(image):
+    from jetforge.apps.video.sources.gpu.frame import nv12_from_bgr
+
+    nv12 = nv12_from_bgr(cv2, image)
+    h = image.shape[0]
+    return nv12[:h], nv12[h:]

@@ -150,6 +150,32 @@ def test_packed_frames_match_the_reference(bunny_frames, stream, order):
     assert np.abs(out - reference_packed(frames, contract, order)).max() <= FP32_TOLERANCE
 
 
+@pytest.mark.parametrize("name", ["crop224_rgb", "stretch300_bgr", "letterbox320_rgb"])
+def test_tiles_cropped_by_the_kernel_match_the_reference_cut_first(cut_frames, stream, name):
+    """``--detector-tiles 2``: each 2x2 tile (0.6 of the side; odd origins and sizes on 768x576 and 640x272) that the
+    kernel crops out of a batch of frames equals the reference of the tile cut out of the frame's RGB first."""
+    from jetforge.runtime.cuda.kernels.plan import plan_for
+    from jetforge.runtime.cuda.kernels.reference import normalise_reference, nv12_to_rgb, resize_reference
+    from jetforge.vision.tiles import tile_pixels, tile_rects, tile_side_for
+
+    contract, color = CONTRACTS[name], ColorSpec("bt709", "limited")
+    for frame in cut_frames:
+        y, uv = bgr_to_nv12(frame)
+        bufs, handle = upload_nv12(y, uv, pitch=y.shape[1] + 64, contiguous=True)
+        try:
+            with GpuPreprocessor(contract, batch=2, color=color) as pre:
+                for rect in tile_rects(2, tile_side_for(2)):
+                    y0, x0, y1, x1 = tile_pixels(y.shape, rect)
+                    out = download(pre.run([handle, handle], stream, crop=(y0, x0, y1, x1)), pre.output_shape,
+                                   np.float32, stream)
+                    plan = plan_for(contract, (y1 - y0, x1 - x0))
+                    want = normalise_reference(resize_reference(nv12_to_rgb(y, uv, color)[y0:y1, x0:x1], plan), plan)
+                    assert np.abs(out[0] - want).max() <= FP32_TOLERANCE and np.array_equal(out[0], out[1])
+        finally:
+            for b in bufs:
+                b.close()
+
+
 def test_part_batch_into_a_callers_buffer_leaves_the_rest(cut_frames, stream):
     """``out_ptr`` writes into the caller's buffer (a session input); rows past the frames given stay untouched."""
     from jetforge.runtime.cuda import DeviceBuffer
