@@ -346,3 +346,10 @@ PUBLISHED_NETWORKS: Dict[str, Callable[[], nn.Module]] = {
     "resnet34_backbone_1280x768": _backbone("resnet34"),
     "retinanet_resnet34_1280x768": _retinanet("resnet34", 4),
 }
+# torchvision classifiers of torch2trt's published Jetson benchmarks (FP16 on AGX Xavier and Jetson Nano; ResNet-18 on
+# Xavier NX's GPU and DLA): the same constructors its tests call, random weights (timing does not depend on them)
+TORCH2TRT_NETWORKS = ("alexnet", "squeezenet1_0", "squeezenet1_1", "resnet18", "resnet34", "resnet50", "resnet101",
+                      "resnet152", "densenet121", "densenet169", "densenet201", "densenet161", "vgg11", "vgg13", "vgg16",
+                      "vgg19", "mobilenet_v2", "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5",
+                      "shufflenet_v2_x2_0", "mnasnet0_5", "mnasnet0_75", "mnasnet1_0", "mnasnet1_3")
+PUBLISHED_NETWORKS.update({"tv_" + name: _tv(name) for name in TORCH2TRT_NETWORKS})

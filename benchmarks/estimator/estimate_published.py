@@ -1,16 +1,20 @@
 """Check ``jetforge estimate`` against published Jetson results: error on every point, fitted and leave-one-board-out.
 
 Reads ``benchmarks/estimator/data/published_jetson.yaml`` (MLPerf Inference results of AGX Orin, Orin NX,
-Xavier NX and AGX Xavier; NVIDIA's DLA figures for AGX Orin at four power modes), builds each
+Xavier NX and AGX Xavier; NVIDIA's DLA figures for AGX Orin at four power modes; torch2trt's published FP16
+benchmarks on AGX Xavier and Jetson Nano and its ResNet-18 GPU/DLA figures on Xavier NX), builds each
 network with random weights (``estimate_models.PUBLISHED_NETWORKS``), exports it to ONNX (cached in
-``build/estimate_onnx/``) and estimates every point with the ``tensorrt`` efficiency set: INT8, the
-point's board, power mode and batch, on the GPU, on the DLA cores, or both at once (MLPerf Offline:
-throughput of the GPU engine plus that of one engine per DLA core, each timed as if alone).
+``build/estimate_onnx/``) and estimates every point with the ``tensorrt`` efficiency set: the point's
+precision (INT8 or FP16), board, power mode and batch, on the GPU, on the DLA cores, or both at once (MLPerf
+Offline: throughput of the GPU engine plus that of one engine per DLA core, each timed as if alone).
+
+Points marked ``fit: false`` are checks only: estimated, reported per group (device x precision), never fitted
+on -- their "fitted" column is the shipped fit applied to data it never saw.
 
 Three numbers per point:
 
 * **a priori**: the efficiency set's starting factors (hand-set), without its ``fit`` block;
-* **fitted**: eight parameters fitted on all used points -- a scale on every GPU compute factor, one on
+* **fitted**: eight parameters fitted on all used points that are not ``fit: false`` -- a scale on every GPU compute factor, one on
   every DLA compute factor, one more on the DLA's depthwise convolutions, one on the GPU's and one on
   the DLA's memory factors, and the per-GPU-kernel, per-DLA-loadable and per-inference overheads --
   minimising the squared log error plus a weak pull towards the starting values (``PRIOR_WEIGHT``);
@@ -46,6 +50,7 @@ from jetforge.targets import get_target  # noqa: E402
 DATA = HERE / "data" / "published_jetson.yaml"
 ONNX_DIR = ROOT / "build" / "estimate_onnx"
 DEVICES = ("gpu", "dla", "gpu+dla")
+PRECISIONS = ("int8", "fp16")
 METRICS = ("latency_ms", "throughput_per_s")
 REQUIRED = ("id", "source", "board", "power_mode", "jetpack", "tensorrt", "network", "precision", "devices", "batch",
             "metric", "value", "statistic")
@@ -77,6 +82,10 @@ def load_points(path: Path = DATA) -> Dict[str, Any]:
             problems.append("%s: no source" % where)
         if p.get("devices") not in DEVICES or p.get("metric") not in METRICS:
             problems.append("%s: devices must be one of %s and metric one of %s" % (where, DEVICES, METRICS))
+        if p.get("precision") not in PRECISIONS:
+            problems.append("%s: precision must be one of %s" % (where, PRECISIONS))
+        if not isinstance(p.get("fit", True), bool):
+            problems.append("%s: fit must be true or false" % where)
         if p.get("network") not in (data.get("networks") or {}):
             problems.append("%s: network %r is not described under networks:" % (where, p.get("network")))
         if p.get("use", True):
@@ -172,12 +181,16 @@ def run(data: Dict[str, Any], items: Optional[List[Tuple[Dict[str, Any], List[Di
              "dla_subgraph_us": base["dla_subgraph_us"], "inference_us": base["inference_us"]}
     items = prepare(data) if items is None else items
     used = [p for p, _ in items]
-    fitted = fit(objective(items, base, start), start, FITTED, BOUNDS)
+    fit_items = [it for it in items if in_fit(it[0])]
+    fitted = fit(objective(fit_items, base, start), start, FITTED, BOUNDS)
     held: Dict[str, float] = {}
     held_params: Dict[str, Dict[str, float]] = {}
     for board in sorted({p["board"] for p in used}):
-        train = [it for it in items if it[0]["board"] != board]
-        params = fit(objective(train, base, start), start, FITTED, BOUNDS) if train else start
+        train = [it for it in fit_items if it[0]["board"] != board]
+        if len(train) == len(fit_items):      # a board with check points only: its left-out fit is the full fit
+            params = fitted
+        else:
+            params = fit(objective(train, base, start), start, FITTED, BOUNDS) if train else start
         held_params[board] = params
         for pt, e in items:
             if pt["board"] == board:
@@ -185,22 +198,51 @@ def run(data: Dict[str, Any], items: Optional[List[Tuple[Dict[str, Any], List[Di
         print("held out %-14s (fitted on %d points of other boards)" % (board, len(train)), flush=True)
     rows = []
     for pt, e in items:
-        row = {k: pt.get(k) for k in ("id", "board", "power_mode", "network", "devices", "batch", "metric", "value")}
+        row = {k: pt.get(k) for k in ("id", "board", "power_mode", "network", "precision", "devices", "batch", "metric",
+                                      "value")}
+        row["in_fit"] = in_fit(pt)
         for label, value in (("a_priori", predict_point(pt, e, scaled(base, start))),
                              ("fitted", predict_point(pt, e, scaled(base, fitted))), ("held_out", held[pt["id"]])):
             row[label] = value
             row[label + "_error_pct"] = 100.0 * (value - pt["value"]) / pt["value"]
         rows.append(row)
-    stats = {label: summary([(r[label], r["value"]) for r in rows]) for label in ("a_priori", "fitted", "held_out")}
-    per_board = {b: {label: summary([(r[label], r["value"]) for r in rows if r["board"] == b])
-                     for label in ("fitted", "held_out")} for b in sorted({r["board"] for r in rows})}
-    return {"schema": 1, "data_file": str(DATA.relative_to(ROOT)), "points_used": len(rows),
+    fit_rows = [r for r in rows if r["in_fit"]]
+    stats = {label: summary([(r[label], r["value"]) for r in fit_rows]) for label in ("a_priori", "fitted", "held_out")}
+    per_board = {b: {label: summary([(r[label], r["value"]) for r in fit_rows if r["board"] == b])
+                     for label in ("fitted", "held_out")} for b in sorted({r["board"] for r in fit_rows})}
+    return {"schema": 2, "data_file": str(DATA.relative_to(ROOT)), "points_used": len(fit_rows),
+            "points_checked": len(rows) - len(fit_rows), "groups": groups(rows),
             "points_excluded": [{"id": p["id"], "reason": p.get("exclude_reason")} for p in data["points"]
                                 if not p.get("use", True)],
             "fitted_parameters": {k: round(v, 4) for k, v in fitted.items()},
             "held_out_parameters": {b: {k: round(v, 4) for k, v in p.items()} for b, p in held_params.items()},
             "summary": stats, "per_board": per_board, "rows": rows,
+            "summary_scope": "summary and per_board: the points the fit uses; groups: every used point by device, "
+                             "precision and whether it is in the fit (fit: false = checks only)",
             "model": "roofline per kernel, efficiency set 'tensorrt'; GPU+DLA offline = sum of engine throughputs"}
+
+
+def in_fit(point: Dict[str, Any]) -> bool:
+    """Whether a used point takes part in the fit (``fit: false`` marks a check-only point)."""
+    return bool(point.get("fit", True))
+
+
+def group_of(row: Dict[str, Any]) -> str:
+    """The validation group of a row: where it ran (GPU, DLA, GPU+DLA), its precision, fitted on or check only."""
+    return "%s %s %s" % (row["devices"].upper(), row["precision"].upper(), "fitted-on" if row["in_fit"] else "check")
+
+
+def groups(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Error statistics per group (``group_of``), with the boards the group covers: what efficiency.yaml's
+    validation entries quote for each case the command can be asked about (GPU or DLA, INT8 or FP16)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for name in sorted({group_of(r) for r in rows}):
+        sub = [r for r in rows if group_of(r) == name]
+        entry: Dict[str, Any] = {label: summary([(r[label], r["value"]) for r in sub])
+                                 for label in ("a_priori", "fitted", "held_out")}
+        entry["boards"] = sorted({r["board"] for r in sub})
+        out[name] = entry
+    return out
 
 
 def print_table(result: Dict[str, Any]) -> None:
@@ -213,6 +255,11 @@ def print_table(result: Dict[str, Any]) -> None:
     for label, s in result["summary"].items():
         print("%-9s n=%d median |err| %.1f %%, mean %.1f %%, within 2x %.0f %%, worst %.2fx" % (
             label, s["n"], s["median_abs_pct"], s["mean_abs_pct"], s["within_2x_pct"], s["worst_ratio"]))
+    for name, g in result["groups"].items():
+        print("  %-22s n=%-3d a priori %.1f %% | fitted %.1f %%, worst %.2fx | board left out %.1f %%, worst %.2fx (%s)" % (
+            name, g["fitted"]["n"], g["a_priori"]["median_abs_pct"], g["fitted"]["median_abs_pct"],
+            g["fitted"]["worst_ratio"], g["held_out"]["median_abs_pct"], g["held_out"]["worst_ratio"],
+            ", ".join(g["boards"])))
     for board, s in result["per_board"].items():
         print("  %-14s n=%d fitted median %.1f %% | held out median %.1f %%, worst %.2fx" % (
             board, s["fitted"]["n"], s["fitted"]["median_abs_pct"], s["held_out"]["median_abs_pct"],
@@ -244,8 +291,8 @@ def plot(result: Dict[str, Any], path: str) -> None:
         ax.set(xscale="log", yscale="log", xlabel="published %s" % unit, ylabel="estimated %s" % unit,
                title="%s (x: fitted on all points; dotted: 2x)" % metric)
         ax.legend(fontsize=7)
-    fig.suptitle("jetforge estimate vs published Jetson results (MLPerf, NVIDIA DLA-SW): %d points"
-                 % result["points_used"], fontsize=9)
+    fig.suptitle("jetforge estimate vs published Jetson results (MLPerf, NVIDIA DLA-SW, torch2trt): %d points in the "
+                 "fit, %d checks" % (result["points_used"], result["points_checked"]), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

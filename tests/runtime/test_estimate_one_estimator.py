@@ -116,7 +116,8 @@ def test_shipped_eager_set_carries_its_provenance_and_its_own_fusion():
 
 @pytest.mark.parametrize("target, precision, dla, expect", [
     ("orin-nx-16gb", "int8", None, "GPU INT8 on jetson: 34 published Jetson points"),
-    ("orin-nx-16gb", "fp16", None, "GPU FP16 on a jetson target: NOT validated"),
+    ("orin-nx-16gb", "fp16", None, "GPU FP16 on jetson: GPU FP16, never fitted on"),
+    ("orin-nx-16gb", "fp32", None, "GPU FP32 on a jetson target: NOT validated"),
     (H200, "fp16", None, "GPU FP16 on server: held out of a 5-fold fit"),
 ])
 def test_the_validation_printed_is_the_one_for_the_users_case(exports, target, precision, dla, expect):
@@ -126,14 +127,18 @@ def test_the_validation_printed_is_the_one_for_the_users_case(exports, target, p
     est = estimate(str(exports[0]), get_target(target), precision, [1], dla_core=dla, efficiency=eff)
     assert any(line.startswith(expect) for line in est.validation), est.validation
     if "NOT" in expect:
-        assert "checked only for DLA INT8 on jetson, GPU INT8 on jetson" in est.validation[0]
+        assert "checked only for DLA FP16 on jetson, DLA INT8 on jetson, GPU FP16 on jetson, GPU INT8 on jetson" \
+            in est.validation[0]
 
 
 def test_dla_case_prints_the_dla_check(exports):
     from jetforge.runtime.estimate.result import estimate
 
     est = estimate(str(exports[0]), get_target("orin-nx-16gb"), "int8", [1], dla_core=0)
-    assert [v.split(":")[0] for v in est.validation] == ["GPU INT8 on jetson", "DLA INT8 on jetson"]
+    assert [v.split(":")[0] for v in est.validation] == ["GPU INT8 on jetson", "DLA INT8 on jetson", "DLA INT8 on jetson"]
+    fp16 = estimate(str(exports[0]), get_target("orin-nx-16gb"), "fp16", [1], dla_core=0)
+    assert [v.split(":")[0] for v in fp16.validation] == ["GPU FP16 on jetson", "DLA FP16 on jetson"]
+    assert "Orin DLA FP16 is unchecked" in fp16.validation[1]
 
 
 # ---------------------------------------------------------------------------------------------------------------

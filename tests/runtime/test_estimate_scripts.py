@@ -21,7 +21,7 @@ from estimate_graphs import tiny_net  # noqa: E402
 
 from jetforge.targets import get_target  # noqa: E402
 
-PUBLISHED_FIT = ROOT / "benchmarks" / "estimator" / "results" / "epyc-2core_2026-12-01_published-jetson.json"
+PUBLISHED_FIT = ROOT / "benchmarks" / "estimator" / "results" / "xeon-2core_2026-12-06_published-jetson.json"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -34,16 +34,21 @@ def test_every_published_point_has_a_source_board_and_mode():
     points = data["points"]
     assert len(points) >= 30
     boards = {p["board"] for p in points}
-    assert boards == {"agx-orin-64gb", "orin-nx-16gb", "xavier-nx", "agx-xavier"}
+    assert boards == {"agx-orin-64gb", "orin-nx-16gb", "xavier-nx", "agx-xavier", "jetson-nano"}
     for p in points:
-        assert p["source"].startswith(("mlcommons/", "NVIDIA/")), p["id"]
+        assert p["source"].startswith(("mlcommons/", "NVIDIA/", "NVIDIA-AI-IOT/")), p["id"]
         target = get_target(p["board"])
         if p["power_mode"] is not None:
             target.power_mode(p["power_mode"])            # raises if the profile does not have the mode
-        assert p["precision"] == "int8" and p["value"] > 0
+        assert target.supports_precision(p["precision"], "dla" if p["devices"] == "dla" else "gpu"), p["id"]
+        assert p["value"] > 0
         if p.get("use", True) and p["devices"] != "dla":
             assert p["devices"] == "gpu" or p.get("batch_source"), p["id"]   # GPU+DLA batches are sourced
-    assert sum(1 for p in points if not p.get("use", True)) == 2
+    fitted_on = [p for p in points if p.get("use", True) and p.get("fit", True)]
+    assert len(fitted_on) == 34 and {p["precision"] for p in fitted_on} == {"int8"}   # the fit is MLPerf's and DLA-SW's
+    checks = {(p["devices"], p["precision"]) for p in points if p.get("use", True) and not p.get("fit", True)}
+    assert {("gpu", "fp16"), ("dla", "fp16"), ("dla", "int8")} <= checks            # FP16 and DLA are checked
+    assert sum(1 for p in points if not p.get("use", True)) == 9       # 2 MLPerf without batch sizes, 7 VGG-BN twins
 
 
 def test_published_points_file_is_checked(tmp_path):
@@ -55,6 +60,10 @@ def test_published_points_file_is_checked(tmp_path):
     broken.write_text(text)
     with pytest.raises(ValueError, match="agx-xavier-resnet50-singlestream: missing source"):
         load_points(broken)
+    fp32 = tmp_path / "fp32.yaml"
+    fp32.write_text(DATA.read_text().replace("    precision: fp16\n", "    precision: fp32\n", 1))
+    with pytest.raises(ValueError, match="precision must be one of"):
+        load_points(fp32)
 
 
 # ---------------------------------------------------------------------------------------------------------------
