@@ -187,8 +187,8 @@ def reference_detections(model: YoloStudent, x: torch.Tensor, frames_hw: Sequenc
     model.eval()
     with torch.no_grad():
         dist, logits = model.raw(x)
-        boxes = boxes_from_distances(model.points, dist).double().numpy()
-        probs = torch.sigmoid(logits).double().numpy()
+        boxes = boxes_from_distances(model.points, dist).numpy()  # float32, as the model computes (and ranks)
+        probs = torch.sigmoid(logits).numpy()
     found = []
     for b, p, (h, w) in zip(boxes, probs, frames_hw):
         classes = p.argmax(axis=1)
