@@ -141,6 +141,8 @@ def recipe_overrides(stage: str, runs: Path, out_runs: Path, args: argparse.Name
         sets.append("train.budget_s=%s" % budget)
     if stage == "action":
         sets.append("tracks_dir=%s" % (carry / "action_tracks"))
+    sets += [s for s in args.recipe_set if s.startswith(stage + ":")]
+    sets = [s.split(":", 1)[1] if s.startswith(stage + ":") else s for s in sets]
     if args.dry_run:
         sets += {"detector300": ["train.steps=3", "train.batch=4", "data.limit=8", "train.log_every=1"],
                  "lowres": ["train.steps=3", "train.batch=4", "data.limit=8", "train.log_every=1"],
@@ -297,6 +299,9 @@ def main(argv: Any = None) -> int:
                         "the clock, so the stages fit one device call; default lowres=420)")
     p.add_argument("--rounds", type=int, default=7, help="timing rounds (models alternate within each)")
     p.add_argument("--dry-run", action="store_true", help="a few steps on any machine (checks the plumbing)")
+    p.add_argument("--recipe-set", action="append", default=[], metavar="STAGE:KEY=VALUE",
+                   help="one more --set for a stage's recipe, e.g. action:teacher.budget_s=1200 (repeatable; recorded "
+                        "in the stage's command)")
     p.add_argument("--pack", action="store_true", help="end with runs/ and shipped/ packed into one tar in the output")
     args = p.parse_args(argv)
     carry = Path(args.carry).resolve()
