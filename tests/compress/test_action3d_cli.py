@@ -179,3 +179,21 @@ def test_qat_after_a_shrunk_distill_takes_the_runs_training_settings(int8_reache
     assert (recipe.crop, recipe.max_clips, recipe.teacher.epochs, recipe.student.epochs) == (32, 4, 1, 1)
     assert recipe.int8.qat_steps == 16 and recipe.out_dir == str(out)
     assert "crop, max_clips, student, teacher taken from that run" in caplog.text
+
+
+def test_ptq_alone_needs_no_teacher_weights(tmp_path):
+    """PTQ calibrates the student alone, so a run without teacher.pt (e.g. a device call that returned only some
+    files) can still get its INT8 stage; QAT distils from the teacher and still requires it, by name."""
+    from jetforge.compress.action.action3d import Action3DRecipe
+    from jetforge.compress.action.mobilenet3d_recipe import trained_run
+    from jetforge.config import load_config
+    from jetforge.errors import InputFileError
+
+    out = tmp_path / "run"
+    recipe = load_config(Action3DRecipe, "recipes/action_mobilenet3d.yaml", ["out_dir=%s" % out, "int8.qat_steps=0"])
+    _placeholder_run(out, recipe)
+    (out / "teacher.pt").unlink()
+    assert trained_run(recipe)["files"] == {}
+    with_qat = load_config(Action3DRecipe, "recipes/action_mobilenet3d.yaml", ["out_dir=%s" % out, "int8.qat_steps=2"])
+    with pytest.raises(InputFileError, match=r"\(teacher.pt missing\)"):
+        trained_run(with_qat)

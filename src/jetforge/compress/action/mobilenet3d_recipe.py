@@ -168,7 +168,9 @@ def trained_run(recipe: Action3DRecipe) -> Dict[str, Any]:
     from jetforge.errors import ConfigError, InputFileError
 
     out = Path(recipe.out_dir)
-    needed = [out / "report.json", out / "teacher.pt", out / "student.pt", out / "student.onnx"]
+    needed = [out / "report.json", out / "student.pt", out / "student.onnx"]
+    if recipe.int8.qat_steps:  # QAT distils from the teacher; PTQ needs the student alone
+        needed.insert(1, out / "teacher.pt")
     missing = [p.name for p in needed if not p.is_file()]
     if missing:
         raise InputFileError("%s holds no trained run of this recipe (%s missing)" % (out, ", ".join(missing)),
@@ -189,7 +191,9 @@ def trained_run(recipe: Action3DRecipe) -> Dict[str, Any]:
 def run_int8_stage(recipe: Action3DRecipe, video: Path, progress: bool = True) -> Dict[str, Any]:
     """The ``int8`` stage alone on the models a finished run left in ``recipe.out_dir`` (``jetforge qat --config``
     with a ``kind: action3d`` recipe): rebuilds the clips, reloads ``teacher.pt``/``student.pt``, runs PTQ and/or
-    ``int8.qat_steps`` QAT steps, and updates ``report.json`` (its ``int8`` block and files); returns the report."""
+    ``int8.qat_steps`` QAT steps, and updates ``report.json`` (its ``int8`` block and files); returns the report.
+    PTQ alone (``int8.qat_steps: 0``) needs no ``teacher.pt``: a run whose teacher weights are gone can still be
+    calibrated."""
     from jetforge.compress.checkpoint import read_weights
     from jetforge.compress.models.mobilenet3d import mobilenet3d_from_state
     from jetforge.errors import ConfigError
@@ -203,7 +207,7 @@ def run_int8_stage(recipe: Action3DRecipe, video: Path, progress: bool = True) -
     out = Path(recipe.out_dir)
     data = build_data(recipe, video, progress=progress)
     teacher, student = (mobilenet3d_from_state(read_weights(out / ("%s.pt" % n), "%s weights" % n)).eval()
-                        for n in ("teacher", "student"))
+                        if n == "student" or recipe.int8.qat_steps else None for n in ("teacher", "student"))
     files = {k: v for k, v in report["files"].items() if k not in INT8_FILES}
     report["int8"] = run_int8(recipe, video, data, teacher, student, out, files)
     report["int8"]["seconds"] = round(time.perf_counter() - t0, 1)
@@ -215,7 +219,7 @@ def run_int8_stage(recipe: Action3DRecipe, video: Path, progress: bool = True) -
 INT8_FILES = ("student_calib", "student_ptq_qdq", "student_qat_qdq")  # what run_int8 adds to the report's files
 
 
-def run_int8(recipe: Action3DRecipe, video: Path, data: ClipData, teacher: torch.nn.Module,
+def run_int8(recipe: Action3DRecipe, video: Path, data: ClipData, teacher: Optional[torch.nn.Module],
              student: torch.nn.Module, out: Path, files: Dict[str, str]) -> Dict[str, Any]:
     """The optional ``int8`` stage on the exported student (:mod:`jetforge.compress.action.action3d_int8`): PTQ
     from per-track clips of the training frames and/or ``qat_steps`` QAT steps, each evaluated on the held-out
