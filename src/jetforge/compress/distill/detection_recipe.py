@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 
 PRUNERS = ("jetforge", "torch_pruning")
 LAYOUTS = ("ssd", "yolov8")  # the student's output layout: the port's SSD, or one YOLOv8-style output
-YOLO_DEFAULT_SIZE = 192  # a yolov8-layout student's input when student.input_size is null
 STUDENT_MODEL_NAME = "ssdlite_mobilenet_v2_person_student"  # what the apps print for a distilled student
 STUDENT_SOURCE = "distilled from the ssdlite_mobilenet_v2_person port (recipes/distill_ssdlite_person.yaml)"
 
@@ -256,5 +255,6 @@ def name_student_export(sidecar: Any, path: Any, name: str = STUDENT_MODEL_NAME)
     return sidecar
 
 
-__all__ = ["DetectorDistillConfig", "FramesConfig", "LAYOUTS", "PRUNERS", "TeacherConfig", "YOLO_DEFAULT_SIZE", "STUDENT_MODEL_NAME", "StudentConfig",
+__all__ = ["DetectorDistillConfig", "FramesConfig", "LAYOUTS", "PRUNERS", "TeacherConfig", "STUDENT_MODEL_NAME",
+           "StudentConfig",
            "export_student_detector", "make_student", "name_student_export", "run_recipe"]

@@ -19,19 +19,18 @@ from typing import Any, Dict
 import torch
 
 from jetforge.compress.distill.detection_yolo import DecodedTeacher, PortTeacher, distill_yolo_student
-from jetforge.compress.models.yolo_student import YoloStudent, yolo_student_from_state
+from jetforge.compress.models.yolo_student import DEFAULT_IMAGE_SIZE, YoloStudent, yolo_student_from_state
 from jetforge.fileio import atomic_output, sha256_file, write_json_atomic
 
 log = logging.getLogger(__name__)
 
-STUDENT_SOURCE = "distilled from the teacher's decoded boxes (student.layout: yolov8, recipes/distill_yolov8_person.yaml)"
+STUDENT_SOURCE = ("distilled from the teacher's decoded boxes (student.layout: yolov8, "
+                  "recipes/distill_yolov8_person.yaml)")
 
 
 def make_yolo_student(cfg: Any, port: Any) -> YoloStudent:
     """``student.init``'s weights, or a new student with the port's backbone, at ``student.input_size``."""
-    from jetforge.compress.distill.detection_recipe import YOLO_DEFAULT_SIZE
-
-    size = int(cfg.student.input_size or YOLO_DEFAULT_SIZE)
+    size = int(cfg.student.input_size or DEFAULT_IMAGE_SIZE)
     if cfg.student.init is not None:
         from jetforge.compress.checkpoint import read_weights
 

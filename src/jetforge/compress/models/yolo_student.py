@@ -37,6 +37,7 @@ from jetforge.errors import CompressError
 
 STRIDE8_BLOCK = 5  # MobileNetV2's last stride-8 block (32 channels)
 STRIDE16_BLOCK = 12  # its last stride-16 block (96 channels); block 13's expansion (576) is the port's first map
+DEFAULT_IMAGE_SIZE = 192  # the recipe's student input when student.input_size is null
 PRIOR = 0.01  # the class bias starts every probability at this (RetinaNet's prior: no flood of early positives)
 
 
@@ -71,7 +72,7 @@ class Head(nn.Module):
 class YoloStudent(nn.Module):
     """The student (module docstring): ``(N, 3, S, S)`` preprocessed input -> ``(N, 4 + C, A)``."""
 
-    def __init__(self, image_size: int = 192, num_classes: int = 1, channels: int = 64) -> None:
+    def __init__(self, image_size: int = DEFAULT_IMAGE_SIZE, num_classes: int = 1, channels: int = 64) -> None:
         super().__init__()
         if image_size % 32:
             raise CompressError("the YOLO-layout student's input size must be a multiple of 32, got %d" % image_size,
@@ -205,4 +206,5 @@ def reference_detections(model: YoloStudent, x: torch.Tensor, frames_hw: Sequenc
     return found
 
 
-__all__ = ["YoloStudent", "anchor_points", "boxes_from_distances", "reference_detections", "yolo_student_from_state"]
+__all__ = ["DEFAULT_IMAGE_SIZE", "YoloStudent", "anchor_points", "boxes_from_distances", "reference_detections",
+           "yolo_student_from_state"]
