@@ -16,10 +16,11 @@ timing JSON) and, here on the CPU:
 * the H200 numbers from the device JSON (FP16 CUDA graph, batch 32 and 1, measured GPU-memory increase).
 
 Goals (issue 17): student >= 2x faster than the teacher on the H200 (batch 32) and on the CPU (batch 1), memory at
-most half, held-out accuracy within 2 points.  Writes ``results/<device>_<date>_student-vs-teacher.{json,png,txt}``; ``--install``
-also writes the student as the app's bundled model (``apps/data/action_mobilenet3d.onnx``).
+most half, held-out accuracy within 2 points.  Writes ``results/<device>_<date>_student-vs-teacher.{json,png,txt}``.
+The model the app ships is no longer installed from here: it is the recipe's own output, made on a GPU by
+``benchmarks/shipped_models/make_on_gpu.py`` and measured by ``finish.py`` (``jetforge models show action-mobilenet3d``).
 
-    .venv/bin/python benchmarks/action3d/action_mobilenet3d.py --device-out DEVICE_OUT/action3d --install   (the device run's $OUT folder, copied here)
+    .venv/bin/python benchmarks/action3d/action_mobilenet3d.py --device-out DEVICE_OUT/action3d   (the device run's $OUT folder, copied here)
 """
 
 import argparse
@@ -43,7 +44,6 @@ from jetforge.compress.action.action3d_int8 import heldout_batches, heldout_eval
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "action_mobilenet3d.yaml"
-APP_MODEL = ROOT / "src" / "jetforge" / "apps" / "data" / "action_mobilenet3d.onnx"
 TARGET = "orin-nx-16gb"
 CARRIED_TEACHER = ROOT / "build" / "action3d_device" / "teacher_trained.pt"
 #: which of the device run's students this run measures (``--student``; the run may hold several)
@@ -293,10 +293,7 @@ def main(argv: Any = None) -> int:
     p.add_argument("--work", default=str(ROOT / "build" / "action3d" / "bench"))
     p.add_argument("--out", default=None, help="results stem: .json, .txt, .png (default results/<device>_<date>_"
                                                 "student-vs-teacher; with --limit a temporary folder)")
-    p.add_argument("--install-from", default="", metavar="RESULT.json",
-                   help="only install the student, with the held-out numbers of this earlier result of the same run")
     p.add_argument("--student", default="student", help="which student of the device run (student, student_m4, ...)")
-    p.add_argument("--install", action="store_true", help="also write the student as apps/data/action_mobilenet3d.onnx")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--qat-steps", type=int, default=40)
@@ -316,12 +313,6 @@ def main(argv: Any = None) -> int:
     device_out, work, results = Path(args.device_out), Path(args.work), Path(args.out)
     STUDENT["name"] = args.student
     recipe, data = load_data()
-    if args.install_from:
-        earlier = json.loads(Path(args.install_from).read_text())
-        if earlier.get("student", "student") != args.student or earlier.get("limit"):
-            raise SystemExit("%s is not a full result for %s" % (args.install_from, args.student))
-        install(device_out, data, earlier)
-        return 0
     if args.limit:
         keep = np.linspace(0, len(data.heldout) - 1, min(args.limit, len(data.heldout))).astype(int)
         data.heldout, data.heldout_clips = [data.heldout[i] for i in keep], data.heldout_clips[keep]
@@ -379,8 +370,6 @@ def main(argv: Any = None) -> int:
                     log("QAT failed: %s" % err)
             finish(result, results)
     print(finish(result, results))
-    if args.install:
-        install(device_out, data, result)
     return 0
 
 
@@ -396,26 +385,6 @@ def finish(result: Dict[str, Any], stem: Path) -> str:
     Path(str(stem) + ".txt").write_text(text + "\n")
     plot(result, Path(str(stem) + ".png"))
     return text
-
-
-def install(device_out: Path, data: Any, result: Dict[str, Any]) -> None:
-    """The student as the app's bundled model, its held-out numbers in the sidecar."""
-    import torch
-
-    from jetforge.compress.action.mobilenet3d_recipe import export_action_model
-    from jetforge.compress.models.mobilenet3d import mobilenet3d_from_state
-
-    model = mobilenet3d_from_state(torch.load(str(checkpoint(device_out, "student")), map_location="cpu",
-                                              weights_only=True))
-    acc = result["accuracy_fp32"]
-    held = result["heldout_student"]
-    evaluation = {"test_accuracy": acc["student"]["accuracy"], "test_accuracy_ci": acc["student"]["ci"],
-                  "teacher_accuracy": acc["teacher"]["accuracy"], "test_windows": acc["clips"],
-                  "test_tracks": acc["tracks"], "heldout_frames": data.info["heldout_frames"],
-                  "majority_baseline": held["majority_baseline"], "per_class_recall": held["per_class_recall"]}
-    export_action_model(model, APP_MODEL, data, "action_mobilenet3d", evaluation,
-                        provenance={"recipe": "action_mobilenet3d", "trained_on": "H200 (benchmarks/action3d/action_mobilenet3d_gpu.py)"})
-    log("installed %s" % APP_MODEL)
 
 
 if __name__ == "__main__":

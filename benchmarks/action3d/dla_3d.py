@@ -22,7 +22,7 @@ standard 16x112x112 RGB clip, and jetforge's 3-D MobileNetV2 (`jetforge.compress
 depthwise, 1x1x1 pointwise) at 8x112x112 (its clip shape) and 16x112x112.
 
     python benchmarks/action3d/dla_3d.py [--models r2plus1d_18,mobilenet3d]   # -> results/<device>_<date>_dla-fold.*
-    python benchmarks/action3d/dla_3d.py --models '' --onnx src/jetforge/apps/data/action_mobilenet3d.onnx \
+    python benchmarks/action3d/dla_3d.py --models '' --onnx src/jetforge/assets/shipped/action-mobilenet3d/model.onnx \
         --out benchmarks/action3d/results/<device>_<date>_dla-fold-action-model.json     # the bundled model
     python benchmarks/action3d/dla_3d.py --dry-run      # tiny shapes, checks every step in about a minute
 
@@ -258,7 +258,7 @@ def main(argv=None):
     parser.add_argument("--plot-only", action="store_true", help="redraw the plot from --out's JSON")
     parser.add_argument("--onnx", action="append", default=[], metavar="MODEL.onnx",
                         help="also measure this clip model (input named clip, static T, H, W), e.g. "
-                             "apps/data/action_mobilenet3d.onnx; --models '' measures only these")
+                             "assets/shipped/action-mobilenet3d/model.onnx; --models '' measures only these")
     args = parser.parse_args(argv)
     if args.out is None:
         args.out = str(Path(tempfile.mkdtemp(prefix="jetforge-dla-3d-dry-")) / "dla_3d.json") if args.dry_run \

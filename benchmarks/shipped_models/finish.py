@@ -285,6 +285,7 @@ def main(argv: Any = None) -> int:
                                                                   "action-mobilenet3d")
     p.add_argument("--tracks", default=str(ROOT / "build" / "shipped_carry" / "action_tracks"),
                    help="the person tracks the device call's action stage used (make_on_gpu.py --prepare)")
+    p.add_argument("--gpu-name", default="", help="the device's GPU, where the call's files do not name it")
     p.add_argument("--trial", default="", metavar="DIR",
                    help="write the shipped folder, card, docs page and result JSON into DIR instead of the repository "
                         "(a check of a dry run's output)")
@@ -301,7 +302,7 @@ def main(argv: Any = None) -> int:
         elif name == "action-mobilenet3d":
             from benchmarks.shipped_models.finish_action import action_card, finish_action
 
-            result = finish_action(device_out, Path(args.tracks), estimates, shipped_dir)
+            result = finish_action(device_out, Path(args.tracks), estimates, shipped_dir, args.gpu_name)
             result.update(commit=args.commit, machine=machine())
             ship(result, lambda r, f: action_card(r, f, stage_command, CARD_FORMAT, list(NOT_EXECUTED_TRT)),
                  shipped_dir, args.trial)

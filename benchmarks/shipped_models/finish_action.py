@@ -19,6 +19,7 @@ CPU, ships those files unchanged and measures them:
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -86,17 +87,54 @@ def copy_shipped(run_dir: Path, folder: Path) -> Dict[str, Path]:
     return out
 
 
-def finish_action(device_out: Path, tracks_dir: Path, estimates: Any, shipped_dir: Path) -> Dict[str, Any]:
+def from_make_log(device_out: Path) -> Dict[str, Any]:
+    """The action stage's record and the GPU timing parsed from ``make.log``, for a call that returned only some
+    files (before ``--pack``: ``shipped/action.json`` and ``time.json`` were left out): the command, its seconds and
+    exit code, and the time stage's medians (its min/max stayed on the device)."""
+    import re
+
+    text = (device_out / "make.log").read_text()
+    command = re.search(r"stage action: (.+)", text).group(1).split()
+    done = re.search(r"stage action: exit (\d+) after (\d+) s", text)
+    timing: Dict[str, Any] = {}
+    for batch, line in re.findall(r"action batch (\d+): (.+)", text):
+        for name, ms in re.findall(r"(action_\w+) ([\d.]+) ms", line):
+            timing.setdefault(name, {"group": "action"})["batch%s" % batch] = {"median_ms": float(ms)}
+    gpu = re.search(r"^(NVIDIA [^\n]+)$", (device_out / "gpu_tests.log").read_text() + "\n" + text, re.M)
+    env = {"gpu": gpu.group(1) if gpu else None}
+    parsed = "parsed from the device call's make.log (the call returned a limited number of files)"
+    return {"action": {"command": command, "returncode": int(done.group(1)), "seconds": float(done.group(2)),
+                       "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((device_out / "make.log").stat().st_mtime)),
+                       "environment": env, "source": parsed},
+            "time": {"models": timing, "environment": env, "source": parsed,
+                     "method": "FP16, channels-last 3D, replayed CUDA graphs; models alternating per round; median"}}
+
+
+def stage_records(device_out: Path, gpu_name: str) -> Dict[str, Dict[str, Any]]:
+    """``shipped/action.json`` and ``time.json`` as the call wrote them, else parsed from its ``make.log``."""
+    shipped = device_out / "shipped"
+    if (shipped / "action.json").is_file() and (shipped / "time.json").is_file():
+        return {"action": json.loads((shipped / "action.json").read_text()),
+                "time": json.loads((shipped / "time.json").read_text())}
+    records = from_make_log(device_out)
+    for r in records.values():
+        r["environment"]["gpu"] = r["environment"]["gpu"] or gpu_name
+    return records
+
+
+def finish_action(device_out: Path, tracks_dir: Path, estimates: Any, shipped_dir: Path,
+                  gpu_name: str = "") -> Dict[str, Any]:
     from jetforge.fileio import sha256_file
 
     run_dir = device_out / "runs" / RUN
-    train = json.loads((device_out / "shipped" / "action.json").read_text())
+    records = stage_records(device_out, gpu_name)
+    train = records["action"]
     report = json.loads((run_dir / "report.json").read_text())  # the recipe's full report (--json prints a summary)
     files = copy_shipped(run_dir, shipped_dir / NAME)
     data = read_action_data(tracks_dir)
     paths = {"teacher": run_dir / "teacher.onnx", "student": files["model.onnx"]}
     accuracy = heldout_accuracy(paths, data)
-    timing = json.loads((device_out / "shipped" / "time.json").read_text())
+    timing = records["time"]
     window = int(report["recipe"]["window"])
     crop = int(report["recipe"]["crop"])
     return {"name": NAME, "kind": "action3d", "train": train, "recipe_report": report, "accuracy": accuracy,
@@ -104,6 +142,17 @@ def finish_action(device_out: Path, tracks_dir: Path, estimates: Any, shipped_di
             "estimates": estimates(files["model.onnx"], []), "input": [1, 3, window, crop, crop],
             "macs": {"teacher": report["prune"]["macs_teacher"], "student": report["prune"]["macs_student"]},
             "data": report["data"], "shipped_onnx_sha256": sha256_file(files["model.onnx"])}
+
+
+def export_note(train: Dict[str, Any], report: Dict[str, Any]) -> str:
+    if not train.get("returncode"):
+        return "the recipe's own student.onnx, student.calib and student.qdq.onnx, copied unchanged"
+    return ("the recipe's own student.onnx, copied unchanged (exported on the GPU before the recipe's INT8 stage "
+            "stopped: onnx-graphsurgeon was missing on that machine); student.calib and student.qdq.onnx from the "
+            "recipe's INT8 stage rerun here on the run's student with `jetforge qat --config "
+            "recipes/action_mobilenet3d.yaml --set out_dir=RUN --set int8.qat_steps=0` (PTQ, %s calibration clips; "
+            "QAT skipped: the call did not return teacher.pt)" % report.get("int8", {}).get("ptq", {}).get(
+                "calibration", {}).get("clips", "?"))
 
 
 def action_card(result: Dict[str, Any], result_file: str, stage_command: Any, card_format: int,
@@ -121,9 +170,9 @@ def action_card(result: Dict[str, Any], result_file: str, stage_command: Any, ca
            "batch1": {"ms": cpu_lat["student"]["median_ms"], "teacher_ms": cpu_lat["teacher"]["median_ms"]},
            "speedup_batch1": cpu_lat["teacher"]["median_ms"] / cpu_lat["student"]["median_ms"]}
     ptq = report.get("int8", {}).get("ptq", {}).get("clip_accuracy", {})
-    labels = ", ".join(report["recipe"]["labels"])
     return {
-        "format": card_format, "name": NAME, "task": "action (one tracked person's motion: %s)" % labels,
+        "format": card_format, "name": NAME, "task": "action (a tracked person's motion, %d classes)" % len(
+            report["recipe"]["labels"]), "classes": list(report["recipe"]["labels"]),
         "summary": "A 3D MobileNetV2 (ImageNet MobileNetV2 inflated to 3D) trained on clips of vtest.avi labelled by "
                    "a motion rule from the CNN person detector's tracks, pruned by L1 to 1/%.1f of its MACs and "
                    "distilled from itself (recipes/action_mobilenet3d.yaml). Its accuracy is agreement with that rule "
@@ -134,7 +183,7 @@ def action_card(result: Dict[str, Any], result_file: str, stage_command: Any, ca
         "made_by": {"recipe": "recipes/action_mobilenet3d.yaml", "command": stage_command(train),
                     "commit": result["commit"], "device": gpu_name, "date": train["utc"][:10],
                     "seconds": {"recipe": train["seconds"]},
-                    "export": "the recipe's own student.onnx, student.calib and student.qdq.onnx, copied unchanged"},
+                    "export": export_note(train, report)},
         "training_data": "clips of vtest.avi frames 0-519 (8 frames, 112x112 crops around one person's track), "
                          "labelled by the recipe's velocity rule from the person detector's tracks",
         "accuracy": {"metric": "held-out clip accuracy (agreement with the motion rule)", "metric_short": "accuracy",

@@ -126,10 +126,11 @@ def person_detector():
 
 @pytest.fixture(scope="session")
 def action_model():
-    """The action app's shipped 3D MobileNetV2 clip model (src/jetforge/apps/data), with its sidecar."""
+    """The action app's default model: the shipped 3D MobileNetV2 clip model (assets/shipped/action-mobilenet3d),
+    with its sidecar."""
     from jetforge.apps.tasks import action
 
-    path = Path(action.__file__).resolve().parents[1] / "data" / "action_mobilenet3d.onnx"
+    path = action.DEFAULT_MODEL
     assert path.is_file() and Path(str(path) + ".json").is_file()
     return path
 

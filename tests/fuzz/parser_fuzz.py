@@ -561,7 +561,7 @@ def _sidecar_seeds() -> List[Dict[str, Any]]:
 
     sidecar_cls = public("model_sidecar_class")
     spec = importlib.import_module(sidecar_cls.__module__).TensorSpec
-    real = json.loads((REPO / "src" / "jetforge" / "apps" / "data" / "action_mobilenet3d.onnx.json").read_text())
+    real = json.loads((REPO / "src" / "jetforge" / "assets" / "shipped" / "action-mobilenet3d" / "model.onnx.json").read_text())
     made = sidecar_cls(task="classify", model_name="tiny", inputs=[spec("x", [-1, 3, 32, 32])],
                        outputs=[spec("y", ["N", 8], "float16")], preprocess=Preprocess(height=32, width=32),
                        labels=["c%d" % i for i in range(8)], produced_by={"tool": "jetforge"}).to_dict()
@@ -625,8 +625,9 @@ def _bundle_manifest(work: Path) -> ParserTarget:
     write = public("calibration_cache_writer")
     src = work / "bundle-src"
     src.mkdir()
-    for name in ("action_mobilenet3d.onnx", "action_mobilenet3d.onnx.json"):
-        (src / name).write_bytes((REPO / "src" / "jetforge" / "apps" / "data" / name).read_bytes())
+    shipped = REPO / "src" / "jetforge" / "assets" / "shipped" / "action-mobilenet3d"
+    for name, stored in (("action_mobilenet3d.onnx", "model.onnx"), ("action_mobilenet3d.onnx.json", "model.onnx.json")):
+        (src / name).write_bytes((shipped / stored).read_bytes())
     cache = src / "model.calib"
     cache.write_text(write(100300, "EntropyCalibration2", {"clip": 0.02, "logits": 0.05}))
     bundle = create(src / "action_mobilenet3d.onnx", work / "cam", ["orin-nx-16gb"], calib=[cache],

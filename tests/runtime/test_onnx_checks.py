@@ -124,7 +124,7 @@ def test_estimate_refuses_a_batch_0_model_instead_of_estimating_it(tmp_path, cap
 def test_real_models_pass_the_checks(tmp_path):
     from pathlib import Path
 
-    action = Path(__file__).resolve().parents[2] / "src" / "jetforge" / "apps" / "data" / "action_mobilenet3d.onnx"
+    action = Path(__file__).resolve().parents[2] / "src" / "jetforge" / "assets" / "shipped" / "action-mobilenet3d" / "model.onnx"
     assert read_onnx(action).graph.node
     parse_model_bytes(action.read_bytes(), "action")
     # typed (not raw) weights, a Constant holding its data, int64 packed values, a Q/DQ pair, external data

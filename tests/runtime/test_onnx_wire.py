@@ -22,7 +22,7 @@ from jetforge.runtime.onnx_wire import parse_model_bytes, read_graph_facts  # no
 from tests.fuzz.parser_fuzz import onnx_package_facts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-ACTION = ROOT / "src" / "jetforge" / "apps" / "data" / "action_mobilenet3d.onnx"
+ACTION = ROOT / "src" / "jetforge" / "assets" / "shipped" / "action-mobilenet3d" / "model.onnx"
 DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16", 11: "float64",
           16: "bfloat16"}
 

@@ -30,7 +30,7 @@ from jetforge.targets import get_target  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 NX = "orin-nx-16gb"
-ACTION = ROOT / "src" / "jetforge" / "apps" / "data" / "action_mobilenet3d.onnx"
+ACTION = ROOT / "src" / "jetforge" / "assets" / "shipped" / "action-mobilenet3d" / "model.onnx"
 
 
 def _onnx(path, inputs, outputs):
