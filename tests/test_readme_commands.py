@@ -460,6 +460,15 @@ COVERAGE: Dict[str, object] = {
                                             "`jetforge models list` and `models show` in process"),
     "jetforge models show ssdlite-person-192": Elsewhere(
         "tests/test_shipped_models.py::test_models_list_and_show_through_the_cli", "every shipped model's card"),
+    "jetforge models show action-mobilenet3d": Elsewhere(
+        "tests/test_shipped_models.py::test_models_list_and_show_through_the_cli", "every shipped model's card"),
+    "python -m jetforge.compress.recipes recipes/action_mobilenet3d.yaml": Elsewhere(
+        "tests/compress/test_action3d_cli.py::test_module_entry_refuses_a_missing_video_in_one_line",
+        "the recipe entry routes the action recipe (the full run is the GPU call of benchmarks/shipped_models/; the "
+        "README's distill chain runs the same recipe at tiny settings)"),
+    "jetforge qat --config recipes/action_mobilenet3d.yaml --set int8.qat_steps=0": Elsewhere(
+        "tests/compress/test_action3d_cli.py::test_ptq_alone_needs_no_teacher_weights",
+        "the PTQ-only INT8 stage's check of a run without teacher.pt; the stage itself runs in the README's chain"),
     "jetforge app people --detector-model ssdlite-person-192": Elsewhere(
         "tests/test_shipped_models.py::test_a_shipped_detector_runs_in_the_people_app_by_name", "3 frames"),
     "jetforge bundle create ssdlite-person-192 --target orin-nx-16gb --qdq --out b/": Elsewhere(
