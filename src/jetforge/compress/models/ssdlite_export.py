@@ -70,6 +70,16 @@ def export_detector(model: Any, spec: SSDSpec, preprocess: Preprocess, path: Pat
         sidecar = export_onnx(model, path, shape, task="detect", model_name=MODEL_NAME, labels=list(spec.labels),
                               preprocess=preprocess, input_name=INPUT_NAME, output_name=OUTPUT_NAMES,
                               dynamic_batch=dynamic_batch, opset=opset, extra=extra, provenance=details)
+    folded = fold_pads_in_exported(path, sidecar)
+    log.info("exported the SSD body to %s (%d anchors, %d Pad nodes folded)", path, spec.num_anchors, folded)
+    return sidecar
+
+
+def fold_pads_in_exported(path: PathLike, sidecar: ModelSidecar) -> int:
+    """Fold the exported ONNX's explicit ``Pad`` nodes into the convolutions after them (:func:`fold_pads_into_convs`),
+    rewrite the file atomically and checked, and restamp its sidecar (the content hash changed); the number folded.
+    Why after export: TF-style "same" padding leaves a Pad before each strided conv, which TensorRT and DLA run as
+    a layer of its own."""
     onnx = require("onnx", "folding pads into convolutions")
     proto = onnx.load(str(path))
     folded = fold_pads_into_convs(proto)
@@ -79,8 +89,7 @@ def export_detector(model: Any, spec: SSDSpec, preprocess: Preprocess, path: Pat
             onnx.checker.check_model(str(tmp))
         sidecar.extra["pads_folded_into_convs"] = folded
         write_sidecar(path, sidecar)  # the file changed: stamp its new hash
-    log.info("exported the SSD body to %s (%d anchors, %d Pad nodes folded)", path, spec.num_anchors, folded)
-    return sidecar
+    return folded
 
 
 def _constant_value(model: Any, name: str) -> Optional[np.ndarray]:

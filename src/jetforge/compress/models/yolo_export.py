@@ -13,11 +13,10 @@ import logging
 import warnings
 from typing import Any, Mapping, Optional, Sequence
 
-from jetforge.compress.models.ssdlite_export import fold_pads_into_convs
-from jetforge.fileio import PathLike, atomic_output
-from jetforge.optional import require
+from jetforge.compress.models.ssdlite_export import fold_pads_in_exported
+from jetforge.fileio import PathLike
 from jetforge.runtime.inputs import Preprocess
-from jetforge.runtime.sidecar import ModelSidecar, write_sidecar
+from jetforge.runtime.sidecar import ModelSidecar
 from jetforge.vision.decode import DecoderOptions, decoder_block
 
 log = logging.getLogger(__name__)
@@ -51,15 +50,7 @@ def export_yolo_student(model: Any, preprocess: Preprocess, path: PathLike, labe
                               model_name=model_name, labels=list(labels), preprocess=preprocess,
                               input_name="images", output_name=OUTPUT_NAME, dynamic_batch=dynamic_batch, opset=opset,
                               extra=extra, provenance=dict(provenance or {}))
-    onnx = require("onnx", "folding pads into convolutions")
-    proto = onnx.load(str(path))
-    folded = fold_pads_into_convs(proto)
-    if folded:
-        with atomic_output(path, suffix=".onnx") as tmp:
-            onnx.save(proto, str(tmp))
-            onnx.checker.check_model(str(tmp))
-        sidecar.extra["pads_folded_into_convs"] = folded
-        write_sidecar(path, sidecar)  # the file changed: stamp its new hash
+    folded = fold_pads_in_exported(path, sidecar)
     log.info("exported the YOLO-layout student to %s (%d candidates, %d Pad nodes folded)", path, model.num_anchors,
              folded)
     return sidecar
