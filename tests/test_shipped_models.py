@@ -202,3 +202,24 @@ def test_demo_compare_shows_the_port_beside_the_shipped_student(tmp_path: Path, 
     student = result["detectors"]["ssdlite-person-192"]
     assert student["input"] == "192x192" and student["minus_reference_ci"][0] <= student["minus_reference"]
     assert "ssdlite-person-192" in printed and "FPS" in printed
+
+
+@pytest.mark.parametrize("model", SHIPPED, ids=[m.name for m in SHIPPED])
+def test_card_estimates_are_what_jetforge_estimate_gives_today(model: sm.ShippedModel,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    """The card's Jetson rows are the user's command on the shipped file, with this checkout's estimator: when an
+    efficiency set changes, the cards must be refreshed (``finish.py --refresh-estimates NAME``), not left stale.
+    Tolerance 1e-9 relative: the same code on the same graph (float sums in a fixed order)."""
+    from jetforge.cli.main import main
+
+    for row in model.card["estimated"]["rows"]:
+        args = ["estimate", str(model.onnx), "--target", row["target"], "--precision", row["precision"], "--json"]
+        args += ["--dla-core", "0"] if row["where"].startswith("DLA") else []
+        code = main(args)
+        out = capsys.readouterr().out
+        if row["ms"] is None:  # the card records a refusal (a board without DLA): the command still refuses
+            assert code == 1, row
+            continue
+        assert code == 0, row
+        first = json.loads(out)["batches"][0]  # the card's rows are batch 1
+        assert first["batch"] == 1 and first["latency_ms"] == pytest.approx(row["ms"], rel=1e-9), row

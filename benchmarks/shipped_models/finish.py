@@ -277,8 +277,39 @@ def ship(result: Dict[str, Any], card_of: Any, shipped_dir: Path, trial: str) ->
     log(render_card(ShippedModel(card["name"], folder, card)))
 
 
+def refresh_estimates(name: str) -> None:
+    """A shipped model's Jetson estimates again, with today's estimator (``jetforge estimate`` changes with its
+    efficiency sets): the result JSON's ``estimates`` replaced (the earlier ones kept under ``estimates_before``,
+    with the commit that refreshed them), then the card and its page rebuilt from that result. Nothing measured
+    changes."""
+    from benchmarks.shipped_models.finish_action import action_card
+
+    folder = SHIPPED_DIR / name
+    card = json.loads((folder / CARD).read_text())
+    out = ROOT / card["results"][0]
+    result = json.loads(out.read_text())
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=str(ROOT), stdout=subprocess.PIPE,
+                            universal_newlines=True).stdout.strip()
+    result["estimates_before"] = result["estimates"]
+    result["estimates"] = dict(estimates(folder / "model.onnx", []), refreshed_at_commit=commit,
+                               refreshed_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    out.write_text(json.dumps(result, indent=1, sort_keys=True, default=float) + "\n")
+    if result["kind"] == "detector":
+        card = detector_card(result, card["results"][0])
+    else:
+        card = action_card(result, card["results"][0], stage_command, CARD_FORMAT, list(NOT_EXECUTED_TRT))
+    write_card(attach_files(card, folder), folder)
+    log(render_card(ShippedModel(name, folder, card)))
+
+
 def main(argv: Any = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    if argv is None and "--refresh-estimates" in sys.argv:  # its own small command: no device output needed
+        q = argparse.ArgumentParser(description=refresh_estimates.__doc__.split("\n\n")[0])
+        q.add_argument("--refresh-estimates", required=True, metavar="NAME[,NAME]")
+        for name in filter(None, q.parse_args().refresh_estimates.split(",")):
+            refresh_estimates(name)
+        return 0
     p.add_argument("--device-out", required=True, help="the device call's files (runs/, shipped/)")
     p.add_argument("--commit", required=True, help="the commit the device call ran (prepare.json)")
     p.add_argument("--models", default="ssdlite-person-192", help="comma-separated: ssdlite-person-192, "
