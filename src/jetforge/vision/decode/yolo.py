@@ -50,8 +50,26 @@ def _check_candidate_axes(width: Optional[int], count: Optional[int], fixed: int
     return None
 
 
+class _YoloRows(OutputDecoder):
+    """What both YOLO layouts share once the candidates are rows: ``cx, cy, w, h`` in input pixels, then
+    (YOLOv5) an objectness that multiplies the class probabilities, then the C class probabilities."""
+
+    def decode_rows(self, out: np.ndarray, objectness: bool) -> List[Candidates]:
+        """``out`` [N, A, 4 + (1) + C] -> per image (boxes, best class score, class)."""
+        first = 5 if objectness else 4
+        self.check_classes(out.shape[2] - first)
+        self.check_finite(out[..., :4], "box numbers")
+        self.check_scores(out[..., 4:], "scores")
+        found = []
+        for rows in out.astype(np.float32, copy=False):
+            scores = rows[:, 5:] * rows[:, 4:5] if objectness else rows[:, 4:]
+            _, score, classes = _best_class(scores)
+            found.append((cxcywh_to_xyxy(rows[:, :4]), score, classes))
+        return found
+
+
 @DECODERS.register("yolov5", summary="[N, A, 5+C]: cx, cy, w, h (input pixels), objectness, class probabilities")
-class YoloV5Decoder(OutputDecoder):
+class YoloV5Decoder(_YoloRows):
     """YOLOv5-style rows ``cx, cy, w, h, objectness, C probabilities`` (module docstring)."""
 
     name = "yolov5"
@@ -70,18 +88,11 @@ class YoloV5Decoder(OutputDecoder):
         if out.ndim != 3 or out.shape[2] < 6:
             raise ModelError("yolov5 needs %s, got shape %s" % (self.layout, out.shape),
                              hint="choose the decoder of the model's layout (--decoder)")
-        self.check_classes(out.shape[2] - 5)
-        self.check_finite(out[..., :4], "box numbers")
-        self.check_scores(out[..., 4:], "scores")
-        found = []
-        for rows in out.astype(np.float32, copy=False):
-            _, score, classes = _best_class(rows[:, 5:] * rows[:, 4:5])
-            found.append((cxcywh_to_xyxy(rows[:, :4]), score, classes))
-        return found
+        return self.decode_rows(out, objectness=True)
 
 
 @DECODERS.register("yolov8", summary="[N, 4+C, A]: cx, cy, w, h (input pixels), class probabilities; YOLOv8/v11")
-class YoloV8Decoder(OutputDecoder):
+class YoloV8Decoder(_YoloRows):
     """YOLOv8/v11-style columns ``cx, cy, w, h, C probabilities``, no objectness (module docstring)."""
 
     name = "yolov8"
@@ -100,15 +111,7 @@ class YoloV8Decoder(OutputDecoder):
         if out.ndim != 3 or out.shape[1] < 5:
             raise ModelError("yolov8 needs %s, got shape %s" % (self.layout, out.shape),
                              hint="choose the decoder of the model's layout (--decoder)")
-        self.check_classes(out.shape[1] - 4)
-        self.check_finite(out[:, :4], "box numbers")
-        self.check_scores(out[:, 4:], "scores")
-        found = []
-        for columns in out.astype(np.float32, copy=False):
-            rows = columns.T
-            _, score, classes = _best_class(rows[:, 4:])
-            found.append((cxcywh_to_xyxy(rows[:, :4]), score, classes))
-        return found
+        return self.decode_rows(out.transpose(0, 2, 1), objectness=False)
 
 
 __all__ = ["YoloV5Decoder", "YoloV8Decoder"]

@@ -1,5 +1,6 @@
 """What the live outputs share: the run's live numbers (:class:`LiveStats`) and a one-slot hand-off
-(:class:`DropSlot`) that never makes the pipeline wait.
+(:class:`KeyedDropSlot`, one pending item per stream; :class:`DropSlot`, its one-key form) that never makes
+the pipeline wait.
 
 Why: a live output (a browser, an RTSP client, an MQTT broker) runs at its own pace; the pipeline must not.
 The pipeline thread puts each item into a :class:`DropSlot` and returns at once; the output's own thread takes
@@ -15,45 +16,8 @@ from typing import Any, Deque, Dict, Generic, Optional, Tuple, TypeVar
 T = TypeVar("T")
 
 
-class DropSlot(Generic[T]):
-    """One pending item between a producer that never waits and a consumer thread; replaced items are drops."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._item: Optional[T] = None
-        self._closed = False
-        self.put_count = 0
-        self.dropped = 0
-
-    def put(self, item: T) -> None:
-        """Hand ``item`` over; a pending one not taken yet is replaced and counted in ``dropped``."""
-        with self._cond:
-            if self._item is not None:
-                self.dropped += 1
-            self._item = item
-            self.put_count += 1
-            self._cond.notify()
-
-    def take(self, timeout: float = 0.5) -> Optional[T]:
-        """The pending item, waiting up to ``timeout`` s; None on a timeout or once closed and empty."""
-        with self._cond:
-            if self._item is None and not self._closed:
-                self._cond.wait(timeout)
-            item, self._item = self._item, None
-            return item
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-
 class KeyedDropSlot(Generic[T]):
-    """:class:`DropSlot` with one pending item per key (a live output serving several streams): a stream's new
+    """One pending item per key (a live output serving several streams): a stream's new
     item replaces only that stream's pending one (counted in ``dropped``), and the consumer takes the keys in the
     order their pending items arrived, so a busy stream never starves the others."""
 
@@ -89,6 +53,20 @@ class KeyedDropSlot(Generic[T]):
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+class DropSlot(KeyedDropSlot[T]):
+    """One pending item between a producer that never waits and a consumer thread; replaced items are drops
+    (:class:`KeyedDropSlot` with a single key)."""
+
+    def put(self, item: T) -> None:  # type: ignore[override]
+        """Hand ``item`` over; a pending one not taken yet is replaced and counted in ``dropped``."""
+        super().put(None, item)
+
+    def take(self, timeout: float = 0.5) -> Optional[T]:  # type: ignore[override]
+        """The pending item, waiting up to ``timeout`` s; None on a timeout or once closed and empty."""
+        pair = super().take(timeout)
+        return None if pair is None else pair[1]
 
 
 class LiveStats:
