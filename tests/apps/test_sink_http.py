@@ -213,3 +213,88 @@ def test_stream_routes_and_the_fair_hand_off():
             with pytest.raises(urllib.error.HTTPError):
                 urllib.request.urlopen(sink.url + missing, timeout=5)
     assert jpeg[:2] == b"\xff\xd8" and sink.report()["frames"] == 1 and sink.report()["streams"] == 2
+
+
+def test_an_unwatched_page_wants_a_first_frame_then_only_while_someone_watches():
+    """``wants`` is what the GPU path asks before copying a frame back and drawing it: a page nobody watches must
+    cost no copies after its first frame; an MJPEG client or a recent still pull turns it back on."""
+    import jetforge.apps.video.sinks.http as http_module
+
+    with HttpSink("http://127.0.0.1:0", streams=2) as sink:
+        assert sink.wants(0) and sink.wants(1)  # no JPEG yet: the first frame is taken
+        assert not sink.wants(2) and not sink.wants(-1)  # no tile for these streams
+        sink.write(np.full((120, 160, 3), 90, np.uint8), 0)
+        deadline = time.monotonic() + 5
+        while sink.frames_of(0).jpeg is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not sink.wants(0) and sink.wants(1)  # stream 0 has its still; nobody watches it
+        taken = sink.report()["frames"]
+        sink.write(np.full((120, 160, 3), 91, np.uint8), 0)  # counted, not copied or encoded
+        assert sink.report()["frames"] == taken + 1 and sink._slot.take(0.0) is None
+        urllib.request.urlopen(sink.url + "frame/0.jpg", timeout=5).read()  # a page pulling stills watches
+        assert sink.wants(0)
+        sink._pulled[0] -= http_module.PULL_WATCH_S + 1.0  # the pull is older than the watch window
+        assert not sink.wants(0)
+        client = urllib.request.urlopen(sink.url + "stream/0.mjpg", timeout=5)  # an MJPEG client watches
+        try:
+            deadline = time.monotonic() + 5
+            while not sink.wants(0) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert sink.wants(0)
+        finally:
+            client.close()
+
+
+def test_outputs_want_a_stream_while_a_file_takes_it_or_its_page_is_watched(tmp_path):
+    """``Outputs.wants_frames`` (asked per frame by both paths before drawing): a file output always wants its
+    stream's frames; an http page only until it has a still and then while watched; ``takes_frames`` (asked once at
+    the start) stays true for the page."""
+    from jetforge.apps.video.sinks.outputs import open_sinks
+
+    shape = (30.0, (160, 120))
+    with open_sinks(["http://127.0.0.1:0"], [shape, shape]) as outputs:
+        page = outputs.slots[0].sink
+        assert outputs.wants_frames(0) and outputs.wants_frames(1)
+        outputs.frame(0, np.full((120, 160, 3), 50, np.uint8))
+        deadline = time.monotonic() + 5
+        while page.frames_of(0).jpeg is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not outputs.wants_frames(0) and outputs.takes_frames(0) and outputs.wants_frames(1)
+    video = tmp_path / "out.mp4"
+    with open_sinks(["http://127.0.0.1:0", str(video)], [shape]) as outputs:
+        outputs.frame(0, np.full((120, 160, 3), 50, np.uint8))
+        deadline = time.monotonic() + 5
+        while outputs.slots[0].sink.frames_of(0).jpeg is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert outputs.wants_frames(0)  # the file takes every frame
+
+
+def test_the_cpu_app_draws_a_frame_only_when_an_output_takes_it(tmp_path):
+    """The CPU app's sink with no annotated MP4 (``--no-video``) and only an unwatched page: after the page's first
+    still, frames are recorded in events.jsonl but not drawn (drawing is the task's per-frame overlay work)."""
+    from jetforge.apps.pipeline.app import _AppSink
+    from jetforge.apps.pipeline.stages import Item, Status
+    from jetforge.apps.video.sinks.file import JsonLinesSink
+    from jetforge.apps.video.sinks.outputs import open_sinks
+    from jetforge.apps.video.sources.base import Frame
+
+    class CountingTask:
+        name = "probe"
+        drawn = 0
+
+        def annotate(self, image, item, status):
+            CountingTask.drawn += 1
+
+    events = JsonLinesSink(tmp_path / "events.jsonl")
+    with open_sinks(["http://127.0.0.1:0"], [(30.0, (160, 120))]) as outputs:
+        sink = _AppSink(CountingTask(), events, [None], outputs)
+        page = outputs.slots[0].sink
+        sink(Item(Frame(0, 0.0, np.zeros((120, 160, 3), np.uint8)), event={}), Status())
+        deadline = time.monotonic() + 5
+        while page.frames_of(0).jpeg is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for i in range(1, 5):
+            sink(Item(Frame(i, i / 30.0, np.zeros((120, 160, 3), np.uint8)), event={}), Status())
+    events.close()
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert CountingTask.drawn == 1 and len(lines) == 5

@@ -84,11 +84,15 @@ class _AppSink:
         image = item.frame.image
         if image is None:
             return
+        video = self.videos[item.stream] if self.videos else None
+        name = getattr(item.frame, "name", "")
+        if video is None and not name and not self.outputs.wants_frames(item.stream):
+            return  # no file, window or watched page takes this frame: drawing it would be wasted work
         if event.get("type") not in NOT_PROCESSED:
             self.task.annotate(image, item, status)
-        if self.videos and self.videos[item.stream] is not None:
-            self.videos[item.stream].write(image)  # type: ignore[union-attr]
-        self.outputs.frame(item.stream, image, getattr(item.frame, "name", ""))
+        if video is not None:
+            video.write(image)
+        self.outputs.frame(item.stream, image, name)
         if self.outputs.stop_requested and self.pipeline is not None:
             self.pipeline.request_stop()
 

@@ -285,8 +285,12 @@ class GpuRunner(AppRunner):
             self.pool = EncoderPool(files["events"].parent, first.width, first.height, first.fps or 30.0,
                                     workers=opts.encoders)
         sink = _Outputs(task, events, self.pool, ops, self.live)
-        render = self.pool is not None or (self.live is not None and
-                                           any(self.live.wants_frames(s) for s in range(len(sources))))
+        live = self.live
+        render: Any = False
+        if self.pool is not None:
+            render = True
+        elif live is not None and any(live.takes_frames(s) for s in range(len(sources))):
+            render = live.wants_frames  # per frame: an unwatched page costs no copy back
         run_options = StreamRunOptions(max_batch=self.max_batch, batch_timeout_s=opts.batch_timeout_s,
                                        per_stream=opts.per_stream, depth=max(2, opts.per_stream))
         switch = sys.getswitchinterval()

@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -169,7 +169,8 @@ class _Clock:
 
 
 def run_streams(sources: Any, ops: BatchOps, options: Optional[StreamRunOptions] = None,
-                sink: Optional[StreamSink] = None, render: bool = False) -> StreamRunResult:
+                sink: Optional[StreamSink] = None,
+                render: Union[bool, Callable[[int], bool]] = False) -> StreamRunResult:
     """Run ``sources`` (iterables of frames with ``.stream`` = their index, or one stream group) through ``ops``;
     see the module."""
     opts = options or StreamRunOptions()
@@ -213,7 +214,7 @@ def run_streams(sources: Any, ops: BatchOps, options: Optional[StreamRunOptions]
 class _Run:
     """The state shared by the threads of one :func:`run_streams` call."""
 
-    def __init__(self, streams: int, ops: BatchOps, sink: Optional[StreamSink], render: bool, in_flight: int,
+    def __init__(self, streams: int, ops: BatchOps, sink: Optional[StreamSink], render: Any, in_flight: int,
                  release: Optional[Callable[[List[Any]], None]] = None) -> None:
         self.ops, self.sink, self.render, self.release = ops, sink, render, release
         self.handles: "queue.Queue[Any]" = queue.Queue(maxsize=in_flight)
@@ -273,7 +274,7 @@ class _Run:
             handle, frames = item
             try:
                 events = finish.run(self.ops.finish, handle, frames)
-                hosts = self.ops.host_frames(handle, frames) if self.render else [None] * len(frames)
+                hosts = self._host_frames(handle, frames)
                 done = time.perf_counter()
                 for frame, event, host in zip(frames, events, hosts):
                     self._record(frame, done)
@@ -283,6 +284,18 @@ class _Run:
                     self.release(frames)
             except BaseException as err:
                 self.errors.append(err)
+
+    def _host_frames(self, handle: Any, frames: List[Any]) -> List[Any]:
+        """Host copies of the frames ``render`` asks for (all, none, or per stream when it is a callable), None for
+        the rest: a copy back costs PCIe time and host work per frame, so only frames an output uses are copied."""
+        if self.render is True:
+            return self.ops.host_frames(handle, frames)
+        if not self.render:
+            return [None] * len(frames)
+        wanted = [bool(self.render(f.stream)) for f in frames]
+        picked = [f for f, w in zip(frames, wanted) if w]
+        copies = iter(self.ops.host_frames(handle, picked) if picked else [])
+        return [next(copies) if w else None for w in wanted]
 
     def _record(self, frame: Any, done: float) -> None:
         s = frame.stream

@@ -135,9 +135,17 @@ class HttpSink:
         if not 0 <= stream < self.streams:
             return
         self.frames += 1
-        watched = self._watchers[stream] > 0 or time.monotonic() - self._pulled[stream] < PULL_WATCH_S
-        if watched or self._all[stream].jpeg is None:
+        if self.wants(stream):
             self._slot.put(stream, image.copy())
+
+    def wants(self, stream: int) -> bool:
+        """Whether a frame of ``stream`` would be used now: someone watches it (an MJPEG client, or a page that
+        pulled a still lately), or it has no JPEG yet (a page opening later shows a frame at once).  The GPU path
+        asks before copying a frame back and drawing it, so an unwatched page costs no copies."""
+        if not 0 <= stream < self.streams:
+            return False
+        watched = self._watchers[stream] > 0 or time.monotonic() - self._pulled[stream] < PULL_WATCH_S
+        return watched or self._all[stream].jpeg is None
 
     def _encode_loop(self) -> None:
         params = [int(self._cv2.IMWRITE_JPEG_QUALITY), self.quality]

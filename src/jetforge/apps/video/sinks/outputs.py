@@ -125,10 +125,16 @@ class Outputs:
         """The video files written so far."""
         return [Path(s.uri) for s in self.slots if s.is_file and getattr(s.sink, "frames", 0)]
 
-    def wants_frames(self, stream: int) -> bool:
-        """Whether an open output takes ``stream``'s frames (the GPU path copies a frame back only then)."""
+    def takes_frames(self, stream: int) -> bool:
+        """Whether an open output takes ``stream``'s frames at all (decided once, when a run starts)."""
         return any(s.failed is None and hasattr(s.sink, "write") and s.stream in (stream, ALL_STREAMS)
                    for s in self.slots)
+
+    def wants_frames(self, stream: int) -> bool:
+        """Whether an open output would use ``stream``'s frame now (the GPU path copies a frame back and draws it
+        only then): a file or window always, a live page only while someone watches (its sink's ``wants``)."""
+        return any(s.failed is None and hasattr(s.sink, "write") and s.stream in (stream, ALL_STREAMS)
+                   and (not hasattr(s.sink, "wants") or s.sink.wants(stream)) for s in self.slots)
 
     def frame(self, stream: int, image: np.ndarray, name: str = "") -> None:
         """One annotated frame of ``stream`` (``name``: its image file, for a folder of photos)."""
@@ -199,6 +205,16 @@ class Outputs:
                 first = first or err
         if first is not None:
             raise first
+
+    def __enter__(self) -> "Outputs":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
+        """Close on success; on an error, abort (a file with a half-written frame is not left looking whole)."""
+        if exc is None:
+            self.close()
+        else:
+            self.abort(exc)
 
     def abort(self, exc: Optional[BaseException] = None) -> None:
         for slot in self.slots:
