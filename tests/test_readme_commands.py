@@ -230,6 +230,11 @@ STEPS: Dict[str, Step] = {
     # --- the person detector
     "d.export": Step("jetforge export --model ssdlite_mobilenet_v2_person --out det.onnx --efficient-nms",
                      files=("det.onnx", "det.onnx.json", "det.nms.onnx")),
+    "d.coco": Step("python -c \"from jetforge.vision.person_coco import export_person_coco; "
+                   "export_person_coco('val.coco.json')\"", files=("val.coco.json",)),
+    "d.bench_accuracy": Step("jetforge bench det.onnx --accuracy val.coco.json --accuracy-samples 8 --iterations 20 "
+                             "--warmup 2", says=("accuracy     8 of 94 images of val.coco.json (COCO JSON",
+                                                 "AP@0.5 [95% CI images]", "person")),
     "d.dla_check": Step("jetforge dla-check det.onnx --target orin-nx-16gb", says=("layers: 181 on DLA, 2 GPU fallback",)),
     "d.calibrate": Step("jetforge calibrate det.onnx --data frames/ --labels %s --eval-samples 8 --no-plots" % LABELS_JSON,
                         says=("person AP@0.5 on 8 frames: FP32",)),
@@ -317,6 +322,10 @@ COVERAGE: Dict[str, object] = {
     "jetforge distill --config R.yaml": Run(("f.train", "f.distill"), "R.yaml: the classifier recipes; " + FASHION_WHY),
     "jetforge qat --config R.yaml": Run(("f.qat",), "R.yaml: the classifier QAT recipe; " + FASHION_WHY),
     "jetforge calibrate": Mention("the command that calibrates the detector student"),
+    "jetforge bench det.onnx --accuracy val.coco.json": Run(
+        ("d.coco", "d.bench_accuracy"), "det.onnx = the person detector's export (d.export); val.coco.json = its "
+                                        "held-out frames exported to COCO by export_person_coco (d.coco); 8 of the 94 "
+                                        "images (--accuracy-samples 8), 20 timed calls"),
     "jetforge export-sidecar yolov8n.onnx --decoder yolov8 --classes coco80": Elsewhere(
         "tests/cli/test_export_sidecar.py::test_a_yolov8_onnx_gets_its_sidecar_and_decodes_through_it",
         "the same command on a tiny ONNX with YOLOv8's (1, 84, 8400) output, then decoded through the sidecar"),

@@ -37,7 +37,8 @@ def is_detection_label_file(path: Union[str, Path]) -> bool:
     return is_label_set_path(path)
 
 
-def _is_person_file(path: Union[str, Path]) -> bool:
+def is_person_box_file(path: Union[str, Path]) -> bool:
+    """Whether ``path`` is jetforge's person-box file (evaluated on its held-out frames), not a label set."""
     from jetforge.jsonfile import read_json
     from jetforge.vision.person_labels import FORMAT
 
@@ -64,13 +65,11 @@ def class_map(names: Sequence[str], model_labels: Sequence[str], where: str) -> 
     return np.asarray([list(model_labels).index(n) for n in names], np.int64)
 
 
-def label_set_evaluation(labels: Union[str, Path], preprocess: Any, model_labels: Sequence[str],
-                         fixed_batch: Optional[int] = None, samples: Optional[int] = None, batch_size: int = 8
-                         ) -> Tuple[EvaluationSet, List[DetectionTarget]]:
-    """The images of a label set (:func:`jetforge.vision.label_files.read_label_set`) as preprocessed batches, with
-    their :class:`DetectionTarget` (classes mapped to the model's); ``samples`` spreads that many evenly."""
-    from jetforge.calibrate.evaluate import preprocess_samples
-    from jetforge.runtime.image_files import read_image
+def label_set_targets(labels: Union[str, Path], model_labels: Sequence[str], samples: Optional[int] = None
+                      ) -> Tuple[List[Any], List[DetectionTarget], int]:
+    """(images, their :class:`DetectionTarget`, images available) of a label set
+    (:func:`jetforge.vision.label_files.read_label_set`), classes mapped to the model's, ``samples`` spread evenly;
+    no pixel is read (``bench --accuracy`` streams them, :func:`label_set_evaluation` holds them)."""
     from jetforge.vision.label_files import read_label_set
 
     label_set = read_label_set(labels)
@@ -79,19 +78,42 @@ def label_set_evaluation(labels: Union[str, Path], preprocess: Any, model_labels
     available = len(images)
     if samples is not None and samples < available:
         images = [images[int(i)] for i in np.linspace(0, available - 1, int(samples)).round().astype(int)]
+    targets = [DetectionTarget(im.truth.boxes, im.difficult, im.image_hw, im.group, mapping[im.truth.classes])
+               for im in images]
+    return images, targets, available
+
+
+def read_label_image(labels: Union[str, Path], image: Any) -> np.ndarray:
+    """The pixels of one :class:`~jetforge.vision.label_files.LabelledImage`, refused when OpenCV cannot decode them
+    or their size is not the one the labels give (the labels belong to other images)."""
+    from jetforge.runtime.image_files import read_image
+
+    pixels = read_image(image.path)
+    if pixels is None:
+        raise CalibrationError("labels %s: OpenCV cannot decode the image %s" % (labels, image.path.name),
+                               hint="give JPEG/PNG/BMP/WebP/TIFF images")
+    if pixels.shape[:2] != tuple(image.image_hw):
+        raise CalibrationError("labels %s: image %s is %dx%d but the labels say %dx%d"
+                               % (labels, image.path.name, pixels.shape[1], pixels.shape[0],
+                                  image.image_hw[1], image.image_hw[0]), hint="the labels belong to other images")
+    return pixels
+
+
+def label_set_evaluation(labels: Union[str, Path], preprocess: Any, model_labels: Sequence[str],
+                         fixed_batch: Optional[int] = None, samples: Optional[int] = None, batch_size: int = 8
+                         ) -> Tuple[EvaluationSet, List[DetectionTarget]]:
+    """The images of a label set (:func:`label_set_targets`) as preprocessed batches, with their
+    :class:`DetectionTarget`; ``samples`` spreads that many evenly."""
+    from jetforge.calibrate.evaluate import preprocess_samples
+
+    images, all_targets, available = label_set_targets(labels, model_labels, samples)
     names = ["%s#%d" % (im.path.name, i) for i, im in enumerate(images)]
-    by_name = dict(zip(names, images))
-    pixels = {n: read_image(im.path) for n, im in by_name.items()}
-    for n, im in by_name.items():
-        if pixels[n].shape[:2] != tuple(im.image_hw):
-            raise CalibrationError("labels %s: image %s is %dx%d but the labels say %dx%d"
-                                   % (labels, im.path.name, pixels[n].shape[1], pixels[n].shape[0],
-                                      im.image_hw[1], im.image_hw[0]), hint="the labels belong to other images")
+    by_name = dict(zip(names, all_targets))
+    pixels = {n: read_label_image(labels, im) for n, im in zip(names, images)}
     hashes = [(n, phash.perceptual_hash(pixels[n])) for n in names]
     batches, kept = preprocess_samples(((n, pixels[n]) for n in names), preprocess, batch_size=batch_size,
                                        fixed_batch=fixed_batch)
-    targets = [DetectionTarget(by_name[n].truth.boxes, by_name[n].difficult, by_name[n].image_hw, by_name[n].group,
-                               mapping[by_name[n].truth.classes]) for n in kept]
+    targets = [by_name[n] for n in kept]
     limit = "all" if samples is None or samples >= available else "--eval-samples %d" % samples
     ev = EvaluationSet(batches, list(kept), [h for h in hashes if h[0] in set(kept)], available, len(kept), limit)
     return ev, targets
@@ -158,14 +180,14 @@ def detection_evaluator(model: Any, sidecar: Any, labels: Union[str, Path], fixe
 
     contract = input_contract(sidecar, "image", purpose="INT8 evaluation")
     model_labels = decoder_for(sidecar).labels  # refuses a model without a decoder before any image is read
-    if _is_person_file(labels):
+    if is_person_box_file(labels):
         data, targets = detection_evaluation_set(labels, contract, fixed_batch, samples, model_labels=model_labels)
     else:
         data, targets = label_set_evaluation(labels, contract, model_labels, fixed_batch, samples)
     evaluator = Evaluator(model, data.batches, metrics=("detection_ap", "output_sqnr"), targets=targets,
                           metric_options={"detection_ap": {"sidecar": sidecar}})
     held = ({"split": "held-out segments of the label file (guard gaps to its training segments); no perceptual "
-                      "hash check: the segments of one fixed camera look alike"} if _is_person_file(labels) else
+                      "hash check: the segments of one fixed camera look alike"} if is_person_box_file(labels) else
             {"split": "the label file's images (keep them out of --data: calibrating on them makes the numbers "
                       "optimistic)"})
     return data, evaluator, held
@@ -192,5 +214,6 @@ def detection_eval_lines(label: str, det: Dict[str, Any]) -> List[str]:
     return lines
 
 
-__all__ = ["BLOCK_FRAMES", "check_detection_args", "class_map", "detection_eval_lines", "detection_evaluation_set",
-           "detection_evaluator", "is_detection_label_file", "label_set_evaluation"]
+__all__ = ["BLOCK_FRAMES", "check_detection_args", "class_map", "detection_eval_lines",
+           "detection_evaluation_set", "detection_evaluator", "is_detection_label_file", "is_person_box_file",
+           "label_set_evaluation", "label_set_targets", "read_label_image"]

@@ -211,6 +211,39 @@ def read_labels(path: Union[str, Path], names: Sequence[str], class_names: Seque
     Samples without a line get -1 (not counted in accuracy).
     """
     p = Path(path)
+    table = label_table(p, class_names)
+    by_base: Dict[str, List[int]] = {}
+    for key, label in table.items():
+        by_base.setdefault(Path(key.split("#")[0]).name + ("#" + key.split("#")[1] if "#" in key else ""),
+                           []).append(label)
+    resolved = {str((p.parent / k.split("#")[0]).resolve()) + ("#" + k.split("#")[1] if "#" in k else ""): v
+                for k, v in table.items()}
+    out = np.full(len(names), -1, dtype=np.int64)
+    for i, name in enumerate(names):
+        path_part, hash_, frame = name.partition("#")
+        full = str(Path(path_part).resolve()) + (hash_ + frame)
+        base = Path(path_part).name + (hash_ + frame)
+        if name in table:
+            out[i] = table[name]
+        elif full in resolved:
+            out[i] = resolved[full]
+        elif len(by_base.get(base, ())) == 1:
+            out[i] = by_base[base][0]
+    if not (out >= 0).any():
+        raise InputFileError("none of the %d evaluation samples is named in %s (first sample: %s)"
+                             % (len(names), p, names[0] if names else "-"),
+                             hint="name samples by path relative to the label file, or by file name")
+    missing = int((out < 0).sum())
+    if missing:
+        log.warning("%d of %d evaluation samples have no label in %s; accuracy counts the labelled ones",
+                    missing, len(names), p)
+    return out
+
+
+def label_table(path: Union[str, Path], class_names: Sequence[str] = ()) -> Dict[str, int]:
+    """``{sample: class index}`` of a classification label file, as :func:`read_labels` reads it (its format); the
+    samples as the file writes them (``bench --accuracy`` resolves them to images itself)."""
+    p = Path(path)
     text = read_text(p, "label file", hint="give a text file with one `image label` per line")  # binary: one line
     index = {str(c): i for i, c in enumerate(class_names)}
     table: Dict[str, int] = {}
@@ -241,35 +274,10 @@ def read_labels(path: Union[str, Path], names: Sequence[str], class_names: Seque
         table[key] = label
     if not table:
         raise InputFileError("label file %s has no labels" % p, hint="one `image_path<TAB>class` per line")
-    by_base: Dict[str, List[int]] = {}
-    for key, label in table.items():
-        by_base.setdefault(Path(key.split("#")[0]).name + ("#" + key.split("#")[1] if "#" in key else ""),
-                           []).append(label)
-    resolved = {str((p.parent / k.split("#")[0]).resolve()) + ("#" + k.split("#")[1] if "#" in k else ""): v
-                for k, v in table.items()}
-    out = np.full(len(names), -1, dtype=np.int64)
-    for i, name in enumerate(names):
-        path_part, hash_, frame = name.partition("#")
-        full = str(Path(path_part).resolve()) + (hash_ + frame)
-        base = Path(path_part).name + (hash_ + frame)
-        if name in table:
-            out[i] = table[name]
-        elif full in resolved:
-            out[i] = resolved[full]
-        elif len(by_base.get(base, ())) == 1:
-            out[i] = by_base[base][0]
-    if not (out >= 0).any():
-        raise InputFileError("none of the %d evaluation samples is named in %s (first sample: %s)"
-                             % (len(names), p, names[0] if names else "-"),
-                             hint="name samples by path relative to the label file, or by file name")
-    missing = int((out < 0).sum())
-    if missing:
-        log.warning("%d of %d evaluation samples have no label in %s; accuracy counts the labelled ones",
-                    missing, len(names), p)
-    return out
+    return table
 
 
 __all__ = ["ARITHMETICS", "CONFIDENCE", "DEFAULT_METRICS", "EvalResult", "Evaluator",
            "QuantizedLayer", "SIMULATED_LABEL", "arithmetic_label", "compare_outputs",
-           "dequantize_layers", "load", "only_layers", "preprocess_samples", "quantized_layers",
+           "dequantize_layers", "label_table", "load", "only_layers", "preprocess_samples", "quantized_layers",
            "read_labels", "run_model", "session", "softmax"]

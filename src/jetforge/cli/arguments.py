@@ -19,7 +19,8 @@ options by hand.
 * **output**: ``-o``/``--out PATH``.
 * **shapes**: ``--shape NAME=DIMS`` with ``--shapes`` (trtexec's spelling) as the same option, comma lists allowed.
 * **measurements** (``bench``): the run length (``--iterations``, ``--duration``, ``--warmup``, ``--warmup-ms``) and
-  the inputs/outputs group (``--shapes``, ``--load-inputs``, ``--export-times``, ``--profile``), as argument groups.
+  the inputs/outputs group (``--shapes``, ``--load-inputs``, ``--export-times``, ``--profile``), as argument groups;
+  the accuracy group (``--accuracy``, ``--accuracy-samples``, ``--accuracy-images``).
 * ``--json``, and the model-loading flags of ``export`` and ``prune`` (``--weights``, ``--prune-plan``,
   ``--trust-pickle``).
 * **numbers**: a numeric flag's ``type=`` is a :class:`~jetforge.config.Bound`'s ``argtype`` (the same object that
@@ -197,6 +198,24 @@ def add_bench_io_flags(parser: Any) -> None:
                                   "after the timed one (ONNX models)"), "profile")
 
 
+def add_accuracy_flags(parser: Any) -> None:
+    """``--accuracy LABELS``, ``--accuracy-samples N`` and ``--accuracy-images DIR``: after a measurement, the
+    accuracy of the same session on labelled images (:mod:`jetforge.calibrate.bench_accuracy`); None unless given."""
+    group = parser.add_argument_group("accuracy (on the session just timed)")
+    _mark(group.add_argument("--accuracy", metavar="LABELS",
+                             help="then run labelled images through the same session and report accuracy: a "
+                                  "detector takes what calibrate --labels takes (COCO .json, YOLO classes .txt, VOC "
+                                  ".xml or folder, people_boxes.json: its held-out frames) and reports AP@0.5 and "
+                                  "AP@[.5:.95] per class with bootstrap intervals; a classifier takes "
+                                  "`image_path<TAB>class` lines and reports top-1/top-5"), "accuracy")
+    _mark(group.add_argument("--accuracy-samples", type=COUNT.argtype, default=None, metavar="N",
+                             help="use N labelled images spread evenly over the set (default: all)"),
+          "accuracy-samples")
+    _mark(group.add_argument("--accuracy-images", metavar="DIR",
+                             help="folder a classifier's label list names its images relative to (default: the "
+                                  "label file's folder)"), "accuracy-images")
+
+
 def load_model_from_args(args: argparse.Namespace) -> Tuple[Any, dict]:
     """:func:`~jetforge.workflow.model_refs.load_torch_model` with the flags of :func:`add_model_flags`."""
     return load_torch_model(args.model, weights=getattr(args, "weights", None),
@@ -262,7 +281,8 @@ def shared_actions(parser: argparse.ArgumentParser) -> List[Tuple[str, argparse.
     return found
 
 
-__all__ = ["LATENCY_SOURCES", "SHARED", "TENSORRT_FLAGS", "add_bench_io_flags", "add_calibrate_from_flag",
+__all__ = ["LATENCY_SOURCES", "SHARED", "TENSORRT_FLAGS", "add_accuracy_flags", "add_bench_io_flags",
+           "add_calibrate_from_flag",
            "add_classes_flag", "add_config_flags", "add_decoder_flag", "add_latency_source_flag",
            "add_latency_table_flag", "add_dla_core_flag", "add_json_flag",
            "add_model_flags", "add_out_flag", "add_precision_flag", "add_run_length_flags", "add_shape_flag",

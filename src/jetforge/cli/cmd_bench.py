@@ -4,8 +4,8 @@ import argparse
 from pathlib import Path
 from typing import Any, Dict, List
 
-from jetforge.cli.arguments import (add_bench_io_flags, add_dla_core_flag, add_json_flag, add_out_flag,
-                                    add_run_length_flags, add_threads_flag)
+from jetforge.cli.arguments import (add_accuracy_flags, add_bench_io_flags, add_dla_core_flag, add_json_flag,
+                                    add_out_flag, add_run_length_flags, add_threads_flag)
 from jetforge.cli.base import Command, print_json
 from jetforge.config import COUNT
 from jetforge.errors import ConfigError
@@ -24,7 +24,8 @@ class BenchCommand(Command):
                    "ITERATIONS blocking calls (mean, p50/p90/p95/p99, throughput), then a pass with stage timing "
                    "(CUDA events: host-to-device, compute, device-to-host, like trtexec) giving the host overhead "
                    "per call. Memory: process RSS, GPU memory through NVML, tegrastats on a Jetson (with energy per "
-                   "inference when power rails are readable).")
+                   "inference when power rails are readable).  --accuracy LABELS then runs labelled images through "
+                   "the same session: AP per class (detectors) or top-1/top-5 (classifiers), with intervals.")
     examples = """examples:
   jetforge bench model.onnx                              # ONNX Runtime on this machine
   jetforge bench model.engine --dla-core 0 --batch 1     # a TensorRT engine on DLA core 0
@@ -33,6 +34,9 @@ class BenchCommand(Command):
   jetforge bench model.onnx --out results/               # writes results/bench.json and results/latency.png
   jetforge bench model.onnx --shapes input=8x3x224x224 --duration 10 --warmup-ms 500
   jetforge bench model.onnx --load-inputs input:frame.npy --export-times times.json --profile profile.json
+  jetforge bench det.engine --accuracy val.coco.json      # latency, then AP per class of that engine
+  jetforge bench det.onnx --accuracy people_boxes.json --accuracy-samples 20
+  jetforge bench cls.onnx --accuracy val.txt --accuracy-images val/   # top-1/top-5 of a classifier
 every run prints the equivalent trtexec command line"""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -54,6 +58,7 @@ every run prints the equivalent trtexec command line"""
         add_threads_flag(parser, "ONNX Runtime intra-op threads: 0 (its choice) up to this machine's CPUs "
                                  "(default: the CPUs)")
         add_bench_io_flags(parser)
+        add_accuracy_flags(parser)
         parser.add_argument("--plot", metavar="FILE.png", help="write a latency histogram")
         add_out_flag(parser, "DIR", "write DIR/bench.json (and DIR/latency.png)")
         parser.add_argument("--seed", type=SEED.argtype, default=0, help="seed of the random inputs, 0 or more "
@@ -81,6 +86,7 @@ every run prints the equivalent trtexec command line"""
                                   "jetforge (TensorRT's per-layer IProfiler is not)" % session.backend,
                                   hint="on the board run: %s" % _trtexec(args, session, {}))
             feeds = bench_feeds(session, args.shape, args.load_inputs, args.batch, args.seed)
+            accuracy = _accuracy_plan(args, session, feeds)  # checked before the timed run, measured after it
             result = run_benchmark(session, feeds=feeds, iterations=args.iterations, warmup=args.warmup,
                                    seed=args.seed, progress=not args.json, duration_s=args.duration,
                                    warmup_ms=args.warmup_ms or 0.0)
@@ -88,6 +94,10 @@ every run prints the equivalent trtexec command line"""
             data = result.to_dict()
             data["trtexec"] = _trtexec(args, session, shapes)
             data["trtexec_notes"] = notes_for_bench(args.load_inputs, _is_engine(session))
+            if accuracy is not None:
+                from jetforge.calibrate.bench_accuracy import measure_accuracy
+
+                data["accuracy"] = measure_accuracy(accuracy, progress=not args.json)
         written = self._write(args, result, data, feeds, options)
         if args.json:
             print_json(dict(data, files=written))
@@ -121,6 +131,18 @@ every run prints the equivalent trtexec command line"""
 #: calls the profiling pass makes at most (a profile's per-call numbers settle in tens of calls; the trace of
 #: thousands of calls is hundreds of MB)
 PROFILE_CALLS = 50
+
+
+def _accuracy_plan(args: argparse.Namespace, session: Any, feeds: Dict[str, Any]) -> Any:
+    """What ``--accuracy`` will measure on ``session`` (None without it); its refusals come before the timed run."""
+    if args.accuracy is None:
+        if args.accuracy_samples is not None or args.accuracy_images is not None:
+            raise ConfigError("--accuracy-samples and --accuracy-images go with --accuracy LABELS",
+                              hint="add --accuracy LABELS, or drop them")
+        return None
+    from jetforge.calibrate.bench_accuracy import plan_accuracy
+
+    return plan_accuracy(session, args.accuracy, feeds, args.accuracy_samples, args.accuracy_images)
 
 
 def _is_engine(session: Any) -> bool:
@@ -202,6 +224,10 @@ def format_report(data: Dict[str, Any]) -> str:
         lines.append("energy       not measured: %s" % energy.get("reason", "unknown"))
     if data.get("profile"):
         lines.append(format_profile(data["profile"]))
+    if data.get("accuracy"):
+        from jetforge.calibrate.bench_accuracy import accuracy_lines
+
+        lines += accuracy_lines(data["accuracy"])
     if data.get("trtexec"):
         lines.append("trtexec      %s" % data["trtexec"])
         lines += ["             (%s)" % note for note in data.get("trtexec_notes", [])]

@@ -265,7 +265,7 @@ def paired_bootstrap(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence
 
 def class_bootstrap(gt: Tuple[Sequence[object], Optional[Sequence[object]], Sequence[object]],
                     detections_a: Tuple[Sequence[object], Sequence[object], Sequence[object]],
-                    detections_b: Tuple[Sequence[object], Sequence[object], Sequence[object]],
+                    detections_b: Optional[Tuple[Sequence[object], Sequence[object], Sequence[object]]],
                     classes: Sequence[int], n_resamples: int = 2000, seed: int = 0, confidence: float = 0.95,
                     groups: Optional[Sequence[object]] = None) -> Dict[str, object]:
     """:func:`paired_bootstrap` per class and of the mean over classes (COCO's mAP), on the same resamples.
@@ -275,6 +275,8 @@ def class_bootstrap(gt: Tuple[Sequence[object], Optional[Sequence[object]], Sequ
     :func:`paired_bootstrap` does with the same seed, and scores every class on them, so the mean's interval is
     that of the mean (a class with no positive in a resample is left out of that resample's mean, as COCO leaves out
     classes without ground truth).  With one class, the mean is exactly :func:`paired_bootstrap`'s result.
+    ``detections_b`` None: one detector's intervals only (``bench --accuracy``), each block then has ``a`` alone,
+    the same numbers side ``a`` gets with any ``b`` (the resamples do not depend on the detections).
     """
     def of_class(boxes, scores_or_flags, labels, c, pad_flags=False):
         picked_b, picked_s = [], []
@@ -285,34 +287,37 @@ def class_bootstrap(gt: Tuple[Sequence[object], Optional[Sequence[object]], Sequ
                                        np.zeros(len(mask), bool)).reshape(-1)[mask])
         return picked_b, picked_s
 
+    sides = [detections_a] if detections_b is None else [detections_a, detections_b]
+    names = ("a", "b")[:len(sides)]
     ranked = {}
     for c in classes:
         gb, gd = of_class(gt[0], gt[1], gt[2], c)
-        ranked[c] = [rank_detections(gb, gd, *of_class(d[0], d[1], d[2], c)) for d in (detections_a, detections_b)]
+        ranked[c] = [rank_detections(gb, gd, *of_class(d[0], d[1], d[2], c)) for d in sides]
     n = len(gt[0])
     labels = np.arange(n) if groups is None else np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)[1]
     n_units = int(labels.max()) + 1 if n else 0
     rng = np.random.default_rng(seed)
     t50 = [round(float(t), 4) for t in COCO_IOU_THRESHOLDS].index(0.5)
-    samples = np.full((len(classes), 2, n_resamples, 2), np.nan)
+    samples = np.full((len(classes), len(sides), n_resamples, 2), np.nan)
     for r in range(n_resamples):
         weights = np.bincount(rng.integers(0, n_units, size=n_units), minlength=n_units)[labels].astype(np.float64)
         for i, c in enumerate(classes):
-            for k in range(2):
+            for k in range(len(sides)):
                 per_t = ap_per_threshold(ranked[c][k], weights)
                 samples[i, k, r] = (per_t[t50], np.mean(per_t))
     lo, hi = 100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2
 
-    def block(values: np.ndarray) -> Dict[str, object]:  # values: (2 sides, resamples, 2), full: (2 sides, 2)
+    def block(values: np.ndarray) -> Dict[str, object]:  # values: (sides, resamples, 2), full: (sides, 2)
         out: Dict[str, object] = {}
-        for k, side in enumerate(("a", "b")):
+        for k, side in enumerate(names):
             out[side] = {"ap50_ci": _interval(values[k, :, 0], lo, hi), "ap_ci": _interval(values[k, :, 1], lo, hi)}
-        diff = values[0] - values[1]
-        out["difference"] = {"ap50_ci": _interval(diff[:, 0], lo, hi), "ap_ci": _interval(diff[:, 1], lo, hi)}
+        if len(sides) == 2:
+            diff = values[0] - values[1]
+            out["difference"] = {"ap50_ci": _interval(diff[:, 0], lo, hi), "ap_ci": _interval(diff[:, 1], lo, hi)}
         return out
 
-    full = np.array([[[(lambda p: (p[t50], np.mean(p)))(ap_per_threshold(ranked[c][k]))][0] for k in range(2)]
-                     for c in classes])  # (classes, 2 sides, 2)
+    full = np.array([[[(lambda p: (p[t50], np.mean(p)))(ap_per_threshold(ranked[c][k]))][0]
+                      for k in range(len(sides))] for c in classes])  # (classes, sides, 2)
     result: Dict[str, object] = {"classes": {}, "units": n_units, "n_resamples": n_resamples, "seed": seed}
     for i, c in enumerate(classes):
         entry = block(samples[i])
@@ -334,11 +339,12 @@ def _interval(values: np.ndarray, lo: float, hi: float) -> List[float]:
 
 
 def _fill(entry: Dict[str, object], full: np.ndarray) -> None:
-    """Point values into a :func:`class_bootstrap` block: ``full`` is (2 sides, (ap50, ap))."""
-    for k, side in enumerate(("a", "b")):
+    """Point values into a :func:`class_bootstrap` block: ``full`` is (sides, (ap50, ap)), one side or two."""
+    for k, side in enumerate(("a", "b")[:len(full)]):
         entry[side].update({"ap50": float(full[k, 0]), "ap": float(full[k, 1])})  # type: ignore[union-attr]
-    entry["difference"].update({"ap50": float(full[0, 0] - full[1, 0]),  # type: ignore[union-attr]
-                                "ap": float(full[0, 1] - full[1, 1])})
+    if len(full) == 2:
+        entry["difference"].update({"ap50": float(full[0, 0] - full[1, 0]),  # type: ignore[union-attr]
+                                    "ap": float(full[0, 1] - full[1, 1])})
 
 
 __all__ = ["APResult", "COCO_IOU_THRESHOLDS", "FP", "IGNORED", "RECALL_POINTS", "RankedDetections", "TP",
