@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device call: the GPU-marked tests (stand-in TensorRT on real CUDA buffers), then the estimator's
 # never-fitted models measured on this GPU. Kept in the repo so the call is repeatable:
-#   run(command="bash benchmarks/common/device_checks.sh", carry=["build/gpu_test_wheels"])
-# (build/gpu_test_wheels: pytest and the test-only wheels, made by `pip download` here; the device has torch.)
+#   run(command="bash benchmarks/common/device_checks.sh", carry=["build/gpu_test_wheels", "build/yolov8_carry"])
+# (build/gpu_test_wheels: pytest and the test-only wheels, made by `pip download` here; the device has torch.
+# An asset cache carried as build/yolov8_carry/cache (the person detector's graph, vtest.avi: the folder
+# `make_on_gpu.py --prepare` writes, less the ImageNet weights) is used where present: the tiles test needs it.)
 # Writes into $OUT: gpu_tests.log, estimate.log, estimate_h200_unseen_measured.json.
 set -u
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -10,10 +12,12 @@ cd "$ROOT"
 OUT="${OUT:-/tmp/device_checks}"; mkdir -p "$OUT"
 pip install -q --no-deps --target /tmp/site build/gpu_test_wheels/*.whl >"$OUT/pip.log" 2>&1
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+if [ -d build/yolov8_carry/cache ]; then export JETFORGE_CACHE="$ROOT/build/yolov8_carry/cache" JETFORGE_OFFLINE=1; fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/board_path \
   tests/runtime/test_cuda_layer.py tests/apps/test_gpu_video.py tests/apps/test_gpu_tiles.py \
-  tests/apps/test_gpu_outputs.py 2>&1 | tail -60 | tee "$OUT/gpu_tests.log"
+  tests/apps/test_gpu_outputs.py 2>&1 | tail -150 | tee "$OUT/gpu_tests.log"
 echo "tests rc ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tests.log"
+[ "${SKIP_ESTIMATE:-0}" = 1 ] && exit 0
 timeout "${ESTIMATE_S:-330}" python3 benchmarks/estimator/estimate_h200.py --models unseen \
   --budget-s "${ESTIMATE_BUDGET_S:-260}" 2>&1 | tee "$OUT/estimate.log" | tail -40

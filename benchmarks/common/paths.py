@@ -87,7 +87,14 @@ def gpu_tag(gpus: int = 1) -> str:
     """``nvidia-h200`` (``-x2`` for two GPUs) from the CUDA device's name; needs torch and a GPU."""
     import torch
 
-    return _slug(torch.cuda.get_device_name(0)) + ("-x%d" % gpus if gpus > 1 else "")
+    return gpu_slug(torch.cuda.get_device_name(0)) + ("-x%d" % gpus if gpus > 1 else "")
+
+
+def gpu_slug(name: str) -> str:
+    """A GPU's name as a result-name device: the memory size and type dropped ("NVIDIA H100 80GB HBM3" ->
+    ``nvidia-h100``, as "NVIDIA H200" -> ``nvidia-h200``), so results of one GPU model share one name."""
+    kept = [w for w in name.split() if not re.fullmatch(r"(?i)\d+gb|hbm\d*e?|gddr\d*x?", w)]
+    return _slug(" ".join(kept))
 
 
 def device_tag(gpu: bool = False, gpus: int = 1) -> str:

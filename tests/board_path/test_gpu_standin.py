@@ -48,7 +48,7 @@ def conv_model(path):
          helper.make_node("Relu", ["c"], ["y"], name="relu")], "conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, "h", "w"])], [numpy_helper.from_array(w, "w")])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
     return path
 
 
