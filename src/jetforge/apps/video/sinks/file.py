@@ -39,7 +39,27 @@ def fit_frame(image: np.ndarray, size: Tuple[int, int]) -> np.ndarray:
     return Preprocess(height=height, width=width, resize="letterbox", interpolation="area").resize_crop(image)
 
 
-class _AtomicSink:
+class CloseOrAbortOnExit:
+    """``with sink:`` closes it when the block ends normally and aborts it on an error, so a half-written output
+    never looks whole (the one rule of every sink and of :class:`~.outputs.Outputs`)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def abort(self, exc: Optional[BaseException] = None) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self.abort(exc)
+
+
+class _AtomicSink(CloseOrAbortOnExit):
     """Common open/commit/abort logic around :func:`jetforge.fileio.atomic_output`."""
 
     def __init__(self, path: PathLike, suffix: str) -> None:
@@ -72,16 +92,6 @@ class _AtomicSink:
             self._release()
         err = exc or StreamError("sink %s aborted" % self.path)
         self._stack.__exit__(type(err), err, err.__traceback__)
-
-    def __enter__(self) -> "_AtomicSink":
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self.abort(exc)
-
 
 class Mp4Sink(_AtomicSink):
     """Frames (HxWx3 uint8 BGR) -> an MP4 file with the ``mp4v`` codec.

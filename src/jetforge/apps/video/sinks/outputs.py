@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from jetforge.apps.video.sinks.file import CloseOrAbortOnExit
 from jetforge.apps.video.sinks.images import ImageFilesSink
 from jetforge.apps.video.sinks.live import LiveStats
 from jetforge.apps.video.sinks.uri import SINKS, open_video_sink
@@ -104,7 +105,7 @@ def _open_one(uri: str, streams: Sequence[StreamShape], title: str, inputs: Sequ
     return slots
 
 
-class Outputs:
+class Outputs(CloseOrAbortOnExit):
     """The opened outputs of a run (see the module); ``stats`` are the live numbers the http page shows."""
 
     def __init__(self, slots: List[_Slot], images: Optional[ImageFilesSink] = None) -> None:
@@ -205,16 +206,6 @@ class Outputs:
                 first = first or err
         if first is not None:
             raise first
-
-    def __enter__(self) -> "Outputs":
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
-        """Close on success; on an error, abort (a file with a half-written frame is not left looking whole)."""
-        if exc is None:
-            self.close()
-        else:
-            self.abort(exc)
 
     def abort(self, exc: Optional[BaseException] = None) -> None:
         for slot in self.slots:
