@@ -25,7 +25,7 @@ def test_list_table(capsys):
     assert "* = uncertain" in out
     for name in ("agx-orin-64gb", "agx-orin-32gb", "orin-nx-8gb", "orin-nano-8gb", "agx-xavier", "xavier-nx",
                  "jetson-nano", "jetson-thor", "desktop-ampere", "desktop-ada", "desktop-blackwell",
-                 "server-hopper-h200"):
+                 "server-hopper-h100", "server-hopper-h200"):
         assert any(line.startswith(name + " ") for line in lines), name
 
 
@@ -35,7 +35,7 @@ def test_list_dla_only_and_kind(capsys):
     names = [line.split()[0] for line in out.splitlines()[2:] if line and not line.startswith(("*", "Run"))]
     assert names == ["agx-orin-64gb", "agx-orin-32gb", "orin-nx-16gb", "orin-nx-8gb", "agx-xavier", "xavier-nx"]
     code, out, _ = run(capsys, "targets", "list", "--kind", "server", "--json")
-    assert code == 0 and [t["name"] for t in json.loads(out)] == ["server-hopper-h200"]
+    assert code == 0 and [t["name"] for t in json.loads(out)] == ["server-hopper-h100", "server-hopper-h200"]
 
 
 def test_list_json(capsys):

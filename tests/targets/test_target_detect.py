@@ -163,7 +163,9 @@ def test_tx2_is_not_a_profile(tmp_path):
     ("NVIDIA GeForce RTX 5090", "desktop-blackwell"),
     ("NVIDIA A100-SXM4-80GB", None),
     ("Tesla T4", None),
-    ("NVIDIA H100 80GB HBM3", None),
+    ("NVIDIA H100 80GB HBM3", "server-hopper-h100"),  # the lent H100 (SXM5)
+    ("NVIDIA H100 PCIe", None),  # another board: fewer SMs, lower clocks
+    ("NVIDIA H100 NVL", None),
 ])
 def test_gpu_names(tmp_path, name, expected):
     t = match_gpu_name(name)

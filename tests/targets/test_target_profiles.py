@@ -17,7 +17,7 @@ from jetforge.targets.detect import jetpack_for_l4t
 
 REQUIRED = ["agx-orin-64gb", "agx-orin-32gb", "orin-nx-16gb", "orin-nx-8gb", "orin-nano-8gb", "orin-nano-4gb",
             "agx-xavier", "xavier-nx", "jetson-nano", "jetson-thor",
-            "desktop-ampere", "desktop-ada", "desktop-blackwell", "server-hopper-h200"]
+            "desktop-ampere", "desktop-ada", "desktop-blackwell", "server-hopper-h100", "server-hopper-h200"]
 
 
 def test_every_required_profile_loads():
@@ -102,6 +102,7 @@ VERIFIED = [
     ("xavier-nx", "dla_max_clock_mhz", 1100.8),
     ("jetson-nano", "max_gpu_clock_mhz", 921.6),
     ("server-hopper-h200", "sm_count", 132),
+    ("server-hopper-h100", "sm_count", 132),  # torch.cuda.get_device_properties on the lent H100, 2026-12-07
     ("server-hopper-h200", "max_gpu_clock_mhz", 1980),
 ]
 
@@ -149,7 +150,7 @@ def test_dla_sram_and_loadables():
 
 def test_compute_capabilities():
     cc = {"agx-orin-64gb": (8, 7), "orin-nano-4gb": (8, 7), "agx-xavier": (7, 2), "jetson-nano": (5, 3),
-          "jetson-thor": (11, 0), "desktop-ampere": (8, 6), "desktop-ada": (8, 9), "server-hopper-h200": (9, 0),
+          "jetson-thor": (11, 0), "desktop-ampere": (8, 6), "desktop-ada": (8, 9), "server-hopper-h200": (9, 0), "server-hopper-h100": (9, 0),
           "desktop-blackwell": (12, 0)}
     for name, want in cc.items():
         assert get_target(name).compute_capability == want

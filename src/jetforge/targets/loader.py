@@ -456,7 +456,7 @@ def _load_all(directory: str) -> Tuple[Dict[str, Target], Dict[str, str]]:
 # The order of `jetforge targets list`: Jetson (Orin family first: the DLA targets), then desktop, then server.
 _ORDER = ("agx-orin-64gb", "agx-orin-32gb", "orin-nx-16gb", "orin-nx-8gb", "orin-nano-8gb", "orin-nano-4gb",
           "jetson-thor", "agx-xavier", "xavier-nx", "jetson-nano",
-          "desktop-ampere", "desktop-ada", "desktop-blackwell", "server-hopper-h200")
+          "desktop-ampere", "desktop-ada", "desktop-blackwell", "server-hopper-h100", "server-hopper-h200")
 
 
 def _ordered(targets: Dict[str, Target]) -> Dict[str, Target]:
