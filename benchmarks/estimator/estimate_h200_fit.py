@@ -92,11 +92,12 @@ def onnx_for(name: str) -> Path:
     return path
 
 
-def load_configs(measured: Dict[str, Any], start: EfficiencySet) -> List[Dict[str, Any]]:
-    """One config per measured (model, batch): the command's placed model, its fast features, the measured total."""
+def load_configs(measured: Dict[str, Any], start: EfficiencySet, target_name: str = TARGET) -> List[Dict[str, Any]]:
+    """One config per measured (model, batch): the command's placed model (on ``target_name``'s profile), its fast
+    features, the measured total."""
     from benchmarks.common.estimate_models import all_specs
 
-    specs, target = all_specs(), get_target(TARGET)
+    specs, target = all_specs(), get_target(target_name)
     rates = target_rates(target, "fp16")
     configs = []
     for entry in measured["models"]:
@@ -108,6 +109,7 @@ def load_configs(measured: Dict[str, Any], start: EfficiencySet) -> List[Dict[st
                            unfold_batchnorm=start.unfolded_batchnorm)
             f = features(placed, rates, start)
             configs.append({"model": entry["name"], "group": entry["group"], "batch": b["batch"], "placed": placed,
+                            "target": target_name,
                             "features": f, "graph_us": b["graph_ms"] * 1e3, "measured_kernels": b.get("kernels"),
                             "types": type_targets(f, b.get("modules") or {})})
         print("placed %-34s %d kernels at batch %d" % (entry["name"], len(placed.kernels), b["batch"]), flush=True)
@@ -199,8 +201,18 @@ def choose_weight(configs: Sequence[Dict[str, Any]], start: Dict[str, float]) ->
 
 def command_ms(config: Dict[str, Any], eff: EfficiencySet) -> float:
     """The command's number: ``time_placed`` (what ``estimate()`` runs after ``place()``) with ``eff``."""
-    rates = target_rates(get_target(TARGET), "fp16")
+    rates = target_rates(get_target(config.get("target", TARGET)), "fp16")
     return time_placed(config["placed"], rates, eff).latency_s * 1e3
+
+
+def measured_target(measured: Dict[str, Any]) -> str:
+    """The target profile of the GPU a measurement ran on (``jetforge``'s own GPU-name detection: an H100 run is
+    estimated as ``server-hopper-h100``), else the fit's own H200 profile."""
+    from jetforge.targets.detect import match_gpu_name
+
+    gpu = (measured.get("environment") or {}).get("gpu") or ""
+    found = match_gpu_name(gpu) if gpu else None
+    return found.name if found is not None else TARGET
 
 
 def as_set(start_set: EfficiencySet, params: Dict[str, float], how: str) -> EfficiencySet:
@@ -264,9 +276,11 @@ def unseen_report(path: Optional[Path], eff: EfficiencySet) -> Dict[str, Any]:
                 "how": "python benchmarks/estimator/estimate_h200.py --models unseen (on the GPU), then commit "
                        "results/<device>_<date>_unseen-measured.json and rerun this script"}
     measured = json.loads(path.read_text())
-    configs = load_configs(measured, eff)
+    target = measured_target(measured)
+    configs = load_configs(measured, eff, target)
     rows = [row(c, shipped=command_ms(c, eff)) for c in configs]
     return {"status": "measured", "file": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
+            "gpu": (measured.get("environment") or {}).get("gpu"), "target_profile": target,
             "models": sorted({r["model"] for r in rows}), "stats": stats_by_batch(rows, "shipped"), "rows": rows}
 
 
@@ -313,6 +327,7 @@ def print_table(result: Dict[str, Any]) -> None:
     if unseen["status"] != "measured":
         print("never in the fit (%d models): not measured -- %s" % (len(unseen["models"]), unseen["how"]))
     else:
+        print("never in the fit: measured on %s, estimated on the %s profile" % (unseen["gpu"], unseen["target_profile"]))
         for key, s in unseen["stats"].items():
             print("unseen    %-8s n=%-3d median |err| %5.1f %%, worst %.2fx" % (key, s["n"], s["median_abs_pct"],
                                                                            s["worst_ratio"]))
@@ -336,9 +351,10 @@ def readme_table(result: Dict[str, Any]) -> str:
     unseen = result["unseen"]
     if unseen["status"] == "measured":
         for key, s in unseen["stats"].items():
-            lines.append("| never in the fit (%d models) | %s | %d | %.1f %% | %.0f %% | %.2fx |" % (
-                len(unseen["models"]), key.replace("batch_", ""), s["n"], s["median_abs_pct"], s["within_2x_pct"],
-                s["worst_ratio"]))
+            lines.append("| never in the fit (%d models; measured on %s, estimated as `%s`) | %s | %d | %.1f %% | %.0f %% "
+                         "| %.2fx |" % (len(unseen["models"]), unseen["gpu"], unseen["target_profile"],
+                                        key.replace("batch_", "") if key != "all" else "1/8/32", s["n"],
+                                        s["median_abs_pct"], s["within_2x_pct"], s["worst_ratio"]))
     else:
         lines.append("| never in the fit (%d models) | | | not measured | | |" % len(unseen["models"]))
     return "\n".join(lines)
