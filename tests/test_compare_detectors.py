@@ -10,6 +10,7 @@ resample, a check of the pairing.
 """
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,47 @@ def test_blocks_never_span_two_segments() -> None:
     frames = [F("a", "heldout")] * 12 + [F("b", "heldout")] * 3
     blocks = frame_blocks(frames, size=10)
     assert blocks == ["a:heldout:0"] * 10 + ["a:heldout:1"] * 2 + ["b:heldout:0"] * 3
+
+
+def test_a_detector_of_another_layout_is_measured_as_the_people_apps_detector_would_be(tmp_path: Path) -> None:
+    """A model without an SSD block runs through ``app detect``'s decoder-driven detector at the people app's score
+    threshold (:class:`DecodedPersons`).  Checked on the port itself, which both paths can run (its sidecar's SSD
+    block is read by the ``ssd-tf`` decoder): on 10 held-out frames the boxes agree within 1e-3 px and the scores
+    exactly, so a YOLOv8-layout student in the table is measured as the SSD ones are.  Then the shipped YOLOv8-layout
+    student goes through the chooser to that path, and a model whose labels name no person is refused."""
+    import numpy as np
+
+    from jetforge.assets import asset_dir
+    from jetforge.errors import ModelError
+    from jetforge.vision.person_labels import load_person_labels
+    from jetforge.vision.ssd_detector import SsdPeopleDetector
+    from jetforge.workflow.compare_detectors import DecodedPersons, person_detector
+    from jetforge.workflow.shipped_models import shipped_model
+
+    port, _ = ensure_person_detector()
+    frames = load_person_labels("heldout", assets_root=asset_dir("opencv_samples").parent)[::9][:10]
+    found = 0
+    with SsdPeopleDetector(port) as app:
+        decoded = DecodedPersons(Path(port))
+        try:
+            for f in frames:
+                a, b = app(f.image), decoded(f.image)
+                assert len(a) == len(b)
+                np.testing.assert_allclose(b.boxes, a.boxes, rtol=0, atol=1e-3)
+                np.testing.assert_array_equal(b.scores, a.scores)
+                found += len(a)
+        finally:
+            decoded.close()
+    assert found >= 20
+    student = person_detector(shipped_model("yolov8-person-192").onnx)
+    try:
+        assert isinstance(student, DecodedPersons) and student.image_size == (192, 192)
+        assert "yolov8 decoder" in student.label and len(student(frames[0].image)) > 0
+    finally:
+        student.close()
+    car = tmp_path / "car.onnx"  # the same model, its sidecar naming another class
+    shutil.copyfile(str(shipped_model("yolov8-person-192").onnx), str(car))
+    sidecar = json.loads(Path(str(shipped_model("yolov8-person-192").onnx) + ".json").read_text())
+    Path(str(car) + ".json").write_text(json.dumps(dict(sidecar, labels=["car"])))
+    with pytest.raises(ModelError, match="not people"):
+        person_detector(car)

@@ -14,6 +14,7 @@ YOLO export should take one flag; ``jetforge export-sidecar`` records the real c
 Torch-free, numpy only, Python 3.8 (the device side).
 """
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -35,11 +36,14 @@ class DecodedDetector:
     """Frames (BGR, any size) -> :class:`Detections` through a detector model and its output decoder.
 
     ``decoder``: the decoder's name for a model whose sidecar names none (or to override it); ``threads``/
-    ``spinning``: ONNX Runtime's session options (idle workers do not spin by default, as the people detector's).
+    ``spinning``: ONNX Runtime's session options (idle workers do not spin by default, as the people detector's);
+    ``score_threshold``: the caller's score threshold instead of the sidecar's (``demo --compare`` runs every
+    person detector at the people app's).
     """
 
     def __init__(self, model_path: Union[str, Path], decoder: Optional[str] = None, threads: Optional[int] = None,
-                 spinning: Optional[bool] = False, backend: str = "auto") -> None:
+                 spinning: Optional[bool] = False, backend: str = "auto",
+                 score_threshold: Optional[float] = None) -> None:
         from jetforge.runtime.session import open_session
 
         self.model_path = Path(model_path)
@@ -49,6 +53,8 @@ class DecodedDetector:
         try:
             self.contract, self.decoder, self.has_sidecar = _contract_and_decoder(self.session, self.model_path,
                                                                                   decoder)
+            if score_threshold is not None:  # DecoderOptions checks it is in [0, 1)
+                self.decoder.options = replace(self.decoder.options, score_threshold=float(score_threshold))
         except Exception:
             self.session.close()
             raise
