@@ -285,6 +285,9 @@ COVERAGE: Dict[str, object] = {
         "tests/apps/test_detect_app.py::test_classes_car_drops_persons_and_leaves_the_car_exactly_as_it_was",
         "a YOLOv8-layout ONNX made in the test (yolov8n.onnx cannot be downloaded here) with --classes, on a clip "
         "whose person and car are known"),
+    "jetforge app detect --model yolov8-person-192": Elsewhere(
+        "tests/apps/test_detect_app.py::test_shipped_yolov8_layout_detector_in_detect_gives_the_reference_decoders_boxes",
+        "the same command on 8 frames of vtest.avi, its boxes checked against the reference decoder's"),
     "./dev jetforge app faces": Run(("apps.faces",), "3 frames instead of the whole clip"),
     "./dev jetforge app action": Run(("apps.action",), "16 frames (two 8-frame clips) into app-action/"),
     "jetforge app people --output out.mp4 --output http://@:8080 --output mqtt://127.0.0.1/jetforge/events": Elsewhere(

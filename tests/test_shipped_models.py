@@ -126,6 +126,10 @@ def test_docs_show_the_card_as_it_is(model: sm.ShippedModel) -> None:
     assert doc.read_text() == sm.render_card(model)
 
 
+#: a detector's recipe run, as the GPU call's time stage names it (the port is ssdlite_person_port)
+DETECTOR_RUNS = {"ssdlite-person-192": "ssdlite_person_student_192", "yolov8-person-192": "yolov8_person_student"}
+
+
 def expected_from_result(kind: str, name: str, result: dict) -> dict:
     """What the card must say, read from the result JSON by the result's own keys (one reading per model kind)."""
     timing = result["gpu_timing"]["models"]
@@ -134,7 +138,7 @@ def expected_from_result(kind: str, name: str, result: dict) -> dict:
         return {"value": ap["ap50"], "teacher": result["ap"]["teacher"]["ap50"],
                 "minus_teacher": ap["minus_teacher"]["ap50"], "minus_teacher_ci95": list(ap["minus_teacher"]["ap50_ci"]),
                 "int8": result["int8"]["report"]["evaluation"]["int8"]["metrics"]["detection_ap"]["ap50_int8"],
-                "gpu": (timing["ssdlite_person_student_192"], timing["ssdlite_person_port"]),
+                "gpu": (timing[DETECTOR_RUNS[name]], timing["ssdlite_person_port"]),
                 "cpu_ms": result["cpu_latency"][name]["median_ms"]}
     acc = result["accuracy"]
     return {"value": acc["student"]["accuracy"], "teacher": acc["teacher"]["accuracy"],
@@ -176,6 +180,24 @@ def test_models_list_and_show_through_the_cli(capsys: pytest.CaptureFixture) -> 
     assert "unknown shipped model" in capsys.readouterr().err
 
 
+def test_the_yolov8_layout_student_is_a_yolov8_export_to_jetforge(capsys: pytest.CaptureFixture) -> None:
+    """``yolov8-person-192`` is what a YOLOv8 export looks like to jetforge: one ``[N, 4 + 1, A]`` output, a sidecar
+    naming the ``yolov8`` decoder and the class ``person``; the card's MACs (counted by finish.py from the run's
+    student.pt with the torch-side counter) equal what ``jetforge info`` counts on the shipped ONNX."""
+    from jetforge.cli.main import main
+    from jetforge.runtime.model_facts import model_facts
+    from jetforge.vision.decode import decoder_for, matching_decoders
+
+    model = sm.shipped_model("yolov8-person-192")
+    facts = model_facts(model.onnx)
+    assert decoder_for(facts).name == "yolov8" and list(facts.labels) == ["person"]
+    assert [list(o.shape) for o in facts.outputs] == [["batch", 5, 756]]
+    assert matching_decoders([[1, 5, 756]], 1) == ["yolov8"]
+    assert model.card["input"] == "1x3x192x192" and model.card["task"] == "detect (person)"
+    assert main(["info", "yolov8-person-192", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["macs"]["total"] == model.card["macs"]
+
+
 def test_a_shipped_detector_runs_in_the_people_app_by_name(tmp_path: Path) -> None:
     from jetforge.cli.main import main
 
@@ -199,9 +221,11 @@ def test_demo_compare_shows_the_port_beside_the_shipped_student(tmp_path: Path, 
     committed = json.loads((ROOT / "benchmarks" / "people_app" / "results" / "epyc-2core_2026-12-01_ap.json"
                             ).read_text())["detectors"]["ssd"]["ap50"]
     assert port["ap50"] == pytest.approx(committed, abs=1e-6) and port["input"] == "300x300"
-    student = result["detectors"]["ssdlite-person-192"]
-    assert student["input"] == "192x192" and student["minus_reference_ci"][0] <= student["minus_reference"]
-    assert "ssdlite-person-192" in printed and "FPS" in printed
+    for name in ("ssdlite-person-192", "yolov8-person-192"):  # an SSD student and one of another output layout
+        student = result["detectors"][name]
+        assert student["input"] == "192x192" and student["minus_reference_ci"][0] <= student["minus_reference"]
+        assert name in printed
+    assert "yolov8 decoder" in result["detectors"]["yolov8-person-192"]["label"] and "FPS" in printed
 
 
 @pytest.mark.parametrize("model", SHIPPED, ids=[m.name for m in SHIPPED])

@@ -181,7 +181,7 @@ def detections(sess: Any, metric: Any, frames, preprocess) -> Tuple[List[np.ndar
 
     name = sess.get_inputs()[0].name
     outs = [sess.run(None, {name: preprocess.apply(f.image)[None]}) for f in frames]
-    raw = [np.concatenate([o[i] for o in outs]) for i in range(2)]
+    raw = [np.concatenate([o[i] for o in outs]) for i in range(len(outs[0]))]  # every output, any layout
     targets = [DetectionTarget(f.boxes, f.difficult, f.image.shape[:2]) for f in frames]
     return metric.detections(raw, targets)
 

@@ -1,6 +1,6 @@
 """`jetforge app detect`: any detector ONNX, tracked and counted per class, on real components.
 
-Two real models:
+Three real models:
 
 * a YOLOv8-layout ONNX made here with ``onnx.helper`` whose output is a known function of its input: candidate 0 is
   a ``person`` box whose centre x is the mean red level of the frame (``R / 255 * 96``), candidate 1 a ``car`` box
@@ -8,7 +8,10 @@ Two real models:
   left to right and the car drives right to left across a vertical line, so every detection, track class, count and
   crossing is known in advance;
 * the shipped SSD person detector (``ssdlite-person-192``, decoder ``ssd-tf``) on vtest.avi, whose tracks and counts
-  in ``app detect`` must be the people app's own (one implementation of tracking and counting).
+  in ``app detect`` must be the people app's own (one implementation of tracking and counting);
+* the shipped YOLOv8-layout person detector (``yolov8-person-192``, decoder ``yolov8``; distilled from the SSD port
+  by ``recipes/distill_yolov8_person.yaml``), a real model of that layout: its detections on vtest.avi must be the
+  independent reference decoder's (tests/vision/test_output_decoders.py) on its raw outputs.
 """
 
 import json
@@ -214,6 +217,48 @@ def test_shipped_person_detector_in_detect_tracks_and_counts_as_the_people_app(t
         assert {n: o["person"] for n, o in d["occupancy"].items()} == p["occupancy"]
     assert [{k: v for k, v in c.items() if k not in ("class", "latency_ms")} for c in det_cross] == \
         [{k: v for k, v in c.items() if k != "latency_ms"} for c in ppl_cross]
+
+
+def test_shipped_yolov8_layout_detector_in_detect_gives_the_reference_decoders_boxes(tmp_path):
+    """`app detect --model yolov8-person-192` on the first 8 frames of vtest.avi.  Each frame's detections equal the
+    reference decoder's (its own argmax, threshold, greedy per-class NMS and stretch inverse: ref_yolo with
+    ref_unstretch) on the model's raw output for that frame, run here through ONNX Runtime on an input made here
+    with OpenCV from the sidecar's numbers (resize to 192x192 bilinear, BGR -> RGB, ``x * scale - mean``).
+    Tolerance: the events round boxes to 0.1 px and scores to 0.001, so within half a step plus 1e-3 px and 1e-6."""
+    import onnxruntime as ort
+
+    from jetforge.assets import asset_path
+    from jetforge.jsonfile import read_json
+    from jetforge.workflow.shipped_models import shipped_model
+    from tests.vision.test_output_decoders import ref_unstretch, ref_yolo
+
+    model = shipped_model("yolov8-person-192")
+    sidecar = read_json(model.file("sidecar"), "sidecar")
+    size, pre, options = sidecar["input"]["height"], sidecar["input"], sidecar["extra"]["decoder"]["options"]
+    assert sidecar["extra"]["decoder"]["name"] == "yolov8" and pre["resize"] == "stretch" and pre["color"] == "rgb"
+    assert main(["app", "detect", "--model", "yolov8-person-192", "--max-frames", "8", "--no-video", "--no-plots",
+                 "--out", str(tmp_path / "y"), "-q"]) == 0
+    frames, _ = read_events(tmp_path / "y")
+    assert [e["frame"] for e in frames] == list(range(8))
+    session = ort.InferenceSession(str(model.onnx), providers=["CPUExecutionProvider"])
+    cap = cv2.VideoCapture(str(asset_path("opencv_samples", "vtest.avi")))
+    compared = 0
+    for event in frames:
+        ok, frame = cap.read()
+        assert ok
+        rgb = cv2.cvtColor(cv2.resize(frame, (size, size), interpolation=cv2.INTER_LINEAR), cv2.COLOR_BGR2RGB)
+        x = (rgb.astype(np.float32) * np.float32(pre["scale"]) - np.float32(pre["mean"][0])) / np.float32(pre["std"][0])
+        (output,) = session.run(None, {"images": x.transpose(2, 0, 1)[None]})
+        boxes, scores, classes = ref_yolo(output[0].T, options["score_threshold"], options["iou_threshold"],
+                                          options["max_detections"], frame.shape[:2], objectness=False,
+                                          unmap=lambda b, hw: ref_unstretch(b, hw, (size, size)))
+        got = event["detections"]  # in the decoder's order: best score first, as the reference keeps them
+        assert [r[5] for r in got] == [sidecar["labels"][c] for c in classes]
+        np.testing.assert_allclose([r[:4] for r in got], np.reshape(boxes, (-1, 4)), rtol=0, atol=0.05 + 1e-3)
+        np.testing.assert_allclose([r[4] for r in got], scores, rtol=0, atol=0.0005 + 1e-6)
+        compared += len(got)
+    cap.release()
+    assert compared >= 16  # vtest's walkers are found: not a comparison of empty frames
 
 
 def test_photos_are_counted_per_class_without_tracks(fixture_model, tmp_path):

@@ -55,8 +55,17 @@ def ref_unletterbox(boxes, frame_hw, size=640):
     return np.asarray(out, np.float64).reshape(-1, 4)
 
 
-def ref_yolo(rows, conf, iou, max_det, frame_hw, objectness):
-    """rows: (A, 4 + [1] + C) cx, cy, w, h, [objectness], class probabilities, in input pixels."""
+def ref_unstretch(boxes, frame_hw, input_hw):
+    """A stretched input's boxes in frame pixels: each axis scaled by frame / input, clipped to the frame."""
+    (h, w), (ih, iw) = frame_hw, input_hw
+    out = [[min(max(x1 * w / iw, 0), w), min(max(y1 * h / ih, 0), h), min(max(x2 * w / iw, 0), w),
+            min(max(y2 * h / ih, 0), h)] for x1, y1, x2, y2 in boxes]
+    return np.asarray(out, np.float64).reshape(-1, 4)
+
+
+def ref_yolo(rows, conf, iou, max_det, frame_hw, objectness, unmap=None):
+    """rows: (A, 4 + [1] + C) cx, cy, w, h, [objectness], class probabilities, in input pixels.  ``unmap(boxes,
+    frame_hw)`` takes them to the frame (default: the 640 letterbox's inverse)."""
     boxes, scores, classes = [], [], []
     for r in rows:
         probs = r[5:] * r[4] if objectness else r[4:]
@@ -67,7 +76,8 @@ def ref_yolo(rows, conf, iou, max_det, frame_hw, objectness):
             scores.append(float(probs[c]))
             classes.append(c)
     keep = ref_nms(boxes, scores, classes, iou, max_det)
-    return ref_unletterbox([boxes[k] for k in keep], frame_hw), [scores[k] for k in keep], [classes[k] for k in keep]
+    unmap = unmap or ref_unletterbox
+    return unmap([boxes[k] for k in keep], frame_hw), [scores[k] for k in keep], [classes[k] for k in keep]
 
 
 def synthetic_rows(rng, count, classes, objectness):
@@ -109,6 +119,39 @@ def test_yolov8_layout_against_the_reference(frame_hw):
     dets = decoder.decode_frames([output], LETTERBOX, [frame_hw])[0]
     assert_same(dets, ref_yolo(rows, 0.25, 0.45, 300, frame_hw, objectness=False))
     assert dets.labels[0] == "person"
+
+
+def test_yolov8_decoder_on_a_real_yolov8_layout_model_against_the_reference():
+    """The shipped ``yolov8-person-192`` (a real YOLOv8-layout ONNX, distilled from the SSD port: its card) on 6
+    frames of vtest.avi: its raw ``[1, 5, 756]`` outputs decoded by the registered decoder equal the reference's,
+    with the sidecar's own options (score > 0.25, per-class NMS at IoU 0.5, 300 at most) and its stretched input."""
+    cv2 = pytest.importorskip("cv2")
+    ort = pytest.importorskip("onnxruntime")
+    from jetforge.assets import asset_path
+    from jetforge.runtime.model_facts import model_facts
+    from jetforge.workflow.shipped_models import shipped_model
+
+    model = shipped_model("yolov8-person-192")
+    facts = model_facts(model.onnx)
+    decoder = decoder_for(facts)
+    options = facts.extra["decoder"]["options"]
+    assert decoder.name == "yolov8" and facts.input.resize == "stretch"
+    session = ort.InferenceSession(str(model.onnx), providers=["CPUExecutionProvider"])
+    cap = cv2.VideoCapture(str(asset_path("opencv_samples", "vtest.avi")))
+    found = 0
+    for _ in range(6):
+        ok, frame = cap.read()
+        assert ok
+        (output,) = session.run(None, {"images": facts.input.apply(frame)[None]})
+        assert output.shape == (1, 5, 756)
+        dets = decoder.decode_frames([output], facts.input, [frame.shape[:2]])[0]
+        ref = ref_yolo(output[0].T, options["score_threshold"], options["iou_threshold"], options["max_detections"],
+                       frame.shape[:2], objectness=False,
+                       unmap=lambda b, hw: ref_unstretch(b, hw, (facts.input.height, facts.input.width)))
+        assert_same(dets, ref)
+        found += len(dets)
+    cap.release()
+    assert found >= 12  # vtest's walkers are found: the comparison is not of empty frames
 
 
 def test_yolov5_layout_against_the_reference():
