@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One device call: the GPU-marked tests (stand-in TensorRT on real CUDA buffers), then the estimator's
 # never-fitted models measured on this GPU. Kept in the repo so the call is repeatable:
-#   run(command="bash benchmarks/common/device_checks.sh", carry=["build/gpu_test_wheels", "build/yolov8_carry"])
+#   run(command="bash benchmarks/common/device_checks.sh", carry=["build/gpu_test_wheels", "build/gpu_test_cache"])
 # (build/gpu_test_wheels: pytest and the test-only wheels, made by `pip download` here; the device has torch.
-# An asset cache carried as build/yolov8_carry/cache (the person detector's graph, vtest.avi: the folder
-# `make_on_gpu.py --prepare` writes, less the ImageNet weights) is used where present: the tiles test needs it.)
+# An asset cache carried as build/gpu_test_cache (assets/ssdlite_mobilenet_v2_person and assets/opencv_samples copied
+# from the asset cache with their .verified.json; 21 MB) or build/yolov8_carry/cache is used where present: the tiles
+# test needs the person detector and vtest.avi.)
 # Writes into $OUT: gpu_tests.log, estimate.log, estimate_h200_unseen_measured.json.
 set -u
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -12,7 +13,9 @@ cd "$ROOT"
 OUT="${OUT:-/tmp/device_checks}"; mkdir -p "$OUT"
 pip install -q --no-deps --target /tmp/site build/gpu_test_wheels/*.whl >"$OUT/pip.log" 2>&1
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-if [ -d build/yolov8_carry/cache ]; then export JETFORGE_CACHE="$ROOT/build/yolov8_carry/cache" JETFORGE_OFFLINE=1; fi
+for cache in build/gpu_test_cache build/yolov8_carry/cache; do  # the first carried asset cache found
+  if [ -d "$cache/assets" ]; then export JETFORGE_CACHE="$ROOT/$cache" JETFORGE_OFFLINE=1; break; fi
+done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/board_path \
   tests/runtime/test_cuda_layer.py tests/apps/test_gpu_video.py tests/apps/test_gpu_tiles.py \
