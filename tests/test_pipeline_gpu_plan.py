@@ -2,11 +2,14 @@
 time-budget skip, and how repetitions become a point against its bound.  No timing, no GPU: every expected value is
 worked out by hand from the inputs in the test (exact arithmetic on a few numbers; float comparisons to 1e-12)."""
 
+from argparse import Namespace
+
 import pytest
 
-from benchmarks.common.pipeline_gpu_plan import (PlanSettings, Step, estimate_s, fits, group_rows, median_spread,
-                                                 nested_medians, plan_steps, scaled)
-from benchmarks.common.pipeline_gpu_report import bound_medians, goals_summary, make_point, point_bound
+from benchmarks.common.pipeline_gpu_plan import (PlanSettings, Step, base_model, estimate_s, fits, group_rows,
+                                                 known_model, median_spread, nested_medians, plan_steps,
+                                                 rows_per_frame, scaled, tile_grid_of)
+from benchmarks.common.pipeline_gpu_report import bound_medians, goals_summary, make_point, point_bound, report, table
 
 
 def test_median_spread_odd_even_and_missing():
@@ -33,7 +36,7 @@ def test_nested_medians_per_key():
 
 def _settings(**kw):
     base = dict(models=["classify", "people"], streams=[1, 4, 16, 32], reps=3,
-                buckets_of=lambda n, v: min(32, 2 * n))
+                buckets_of=lambda n, v, m: min(32, 2 * n) if rows_per_frame(m) == 1 else min(4, 2 * n))
     base.update(kw)
     return PlanSettings(**base)
 
@@ -65,6 +68,35 @@ def test_plan_without_options_has_goal_rows_only():
     steps = plan_steps(_settings(decode_procs=False))
     assert {s.group for s in steps} == {"goal"}
     assert not any(s.kind == "decode_alone_procs" for s in steps)
+
+
+def test_tiled_model_names():
+    assert [tile_grid_of(m) for m in ("people-tiles2", "people-tiles4", "people", "classify")] == [2, 4, 0, 0]
+    assert base_model("people-tiles2") == "people" and base_model("classify") == "classify"
+    assert rows_per_frame("people-tiles2") == 5 and rows_per_frame("people-tiles3") == 10
+    assert rows_per_frame("people") == 1
+    assert all(known_model(m) for m in ("classify", "people", "people-tiles2"))
+    assert not any(known_model(m) for m in ("people-tiles1", "people-tiles5", "classify-tiles2", "ssd"))
+
+
+def test_tiles_come_after_the_goal_rows_which_stay_as_they_were():
+    """With people-tiles2 the goal rows are step for step the plan without it; then the tiled detector's check once,
+    its rounds (model alone at its own batches, its four points), then render on and the exploratory variants,
+    neither of which runs the tiled model."""
+    plain = plan_steps(_settings())
+    steps = plan_steps(_settings(models=["classify", "people", "people-tiles2"], render_on=True,
+                                 exploratory=["feed-pairs"]))
+    groups = [s.group for s in steps]
+    assert groups == sorted(groups, key=["goal", "tiles", "render", "exploratory"].index)
+    assert [s for s in steps if s.group == "goal"] == plain
+    tiles = [s for s in steps if s.group == "tiles"]
+    assert tiles[0] == Step("tiles_check", "people-tiles2", None, 0, "tiles")
+    assert [s.kind for s in tiles[1:]] == (["model_only"] + ["pipeline"] * 4) * 3
+    # its batches: buckets_of(n, variant, model) for the tiled model (2n capped at 4 frames -> 2, 4)
+    assert {s.arg for s in tiles if s.kind == "model_only"} == {(2, 4)}
+    assert [s.arg for s in tiles if s.kind == "pipeline"][:4] == [(n, False, "auto") for n in (1, 4, 16, 32)]
+    assert [s.rep for s in tiles[1:]] == [0] * 5 + [1] * 5 + [2] * 5
+    assert all(s.model != "people-tiles2" for s in steps if s.group in ("goal", "render", "exploratory"))
 
 
 def test_estimate_uses_longest_earlier_repetition_else_guess():
@@ -111,6 +143,32 @@ def test_short_point_is_flagged_and_goals_listed():
     assert p["enough_reps"] is False and p["goal_met"] is False and p["cpu_goal_met"] is False
     goals = goals_summary([p])
     assert [g["met"] for g in goals] == [False, False] and goals[0]["reps"] == 1
+
+
+def test_tiled_point_against_its_per_frame_bound_in_the_report():
+    """A tiled point's bound is its model alone at its padded batch of frames (stored per frame: rows / 5) against
+    NVDEC alone; the report puts it in its own list and table with the check's line."""
+    bounds = {"model_only": {"people-tiles2": {"4": [{"fps": 200.0}, {"fps": 220.0}, {"fps": 210.0}]}},
+              "decode_alone": {"16": [{"fps": 900.0}]}}
+    rows = [dict(_row("people-tiles2", 16, f, r), max_batch=4, group="tiles") for r, f in enumerate([189.0, 168.0,
+                                                                                                   199.5])]
+    check = {"people": [3, 3, 3], "reference_people": [3, 3, 3], "reference_people_whole_frame": [2, 2, 3],
+             "max_box_px": 0.01, "max_score": 1e-4, "tolerance": {"box_px": 0.5, "score": 0.005}, "equal": True,
+             "frames": [0, 1, 2], "padded": 4, "preprocess": "nvrtc-kernel", "ssd_decode": "gpu"}
+    args = Namespace(dry_run=False, streams=[16], models=["people-tiles2"], reps=3, seconds=3.0, decode_seconds=3.0,
+                     model_seconds=0.5, default_variant="auto", exploratory=[], render_on=False, budget_s=420.0,
+                     encoders=8)
+    doc = report({"bounds_runs": bounds, "runs": rows, "tiles_check": {"people-tiles2": check}}, args, {}, {}, 1.0)
+    assert doc["points"] == [] and len(doc["tiles"]) == 1
+    p = doc["tiles"][0]
+    assert p["bound"]["fps"] == 210.0 and p["bound"]["limited_by"] == "model_alone_fps"  # median 210 < 900
+    assert p["ratio_to_bound"]["median"] == pytest.approx(0.9, abs=1e-12)  # 189 / 210
+    assert p["ratio_to_bound"]["min"] == pytest.approx(0.8, abs=1e-12)  # 168 / 210
+    assert [g["model"] for g in doc["goal_results"]] == ["people-tiles2"] * 2
+    text = table(doc)
+    assert "person detector with tiles" in text and "people-tiles2  16" in text
+    assert "tiles check people-tiles2 (3 frames padded to 4, nvrtc-kernel preprocessing, gpu decode): equal to the " \
+           "CPU reference" in text
 
 
 def test_group_rows_keeps_points_apart():

@@ -7,9 +7,12 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from benchmarks.common.pipeline_gpu_plan import base_model, rows_per_frame
+
 MAX_BATCH = 64  # the largest batch (and CUDA graph) of a pipeline point
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 STREAMS = {"classify": "people720.mp4", "people": "people720.mp4"}  # one file opened N times: a small carry
+SSD_THRESHOLD = 0.5  # the SSD heads' score threshold (people and its tiles)
 
 
 def log(*parts: Any) -> None:
@@ -36,9 +39,12 @@ class Env:
             from jetforge.apps.video.sources.gpu.nvdec import load_pynvvideocodec
 
             self.codec = load_pynvvideocodec()
-        self.streams = {m: carry / "streams" / STREAMS[m] for m in args.models}
+        # people-tilesN is the people model run with tiles: its module, contract, stream; a session of its own (its
+        # CUDA graphs are of 1 + N^2 rows a frame)
+        self.streams = {m: carry / "streams" / STREAMS[base_model(m)] for m in args.models}
         self.keep = keep_hook(torch, self.device, nonblocking=False)  # the device-pool stand-in's frames
-        self.models = load_models(carry / "assets", args.models)
+        loaded = load_models(carry / "assets", sorted({base_model(m) for m in args.models}))
+        self.models = {m: loaded[base_model(m)] for m in args.models}
         self.sessions = {m: open_torch_session(mod, c, self.device) for m, (mod, c, _) in self.models.items()}
         self.pre_kind: Dict[str, str] = {}
         self.scratch = Path(args.scratch)
@@ -51,15 +57,20 @@ class Env:
         from benchmarks.common.pipeline_gpu_ops import ClassifyHead, SsdHead, TorchStreamOps
 
         _, contract, spec = self.models[model]
-        batch = batch_of(n, per_stream)
+        rows = rows_per_frame(model)
+        batch = batch_of(n, per_stream, rows)
+        if rows > 1:
+            from benchmarks.common.pipeline_gpu_tiles import tiled_ops
+
+            return tiled_ops(self, model, batch, nonblocking, SSD_THRESHOLD, self._ssd_decoder(spec, batch))
         pre = self._preprocessor(model, contract, batch)
         if model == "classify":
             from jetforge.apps.labels import load_labels
 
             head: Any = ClassifyHead(self.torch, load_labels("imagenet"))
         else:
-            head = SsdHead(spec, contract, (720, 1280), threshold=0.5, gpu_decoder=self._ssd_decoder(spec, batch),
-                           torch=self.torch)
+            head = SsdHead(spec, contract, (720, 1280), threshold=SSD_THRESHOLD,
+                           gpu_decoder=self._ssd_decoder(spec, batch), torch=self.torch)
         return TorchStreamOps(self.torch, self.sessions[model], pre, head, self.device, nonblocking=nonblocking)
 
     def _preprocessor(self, model: str, contract: Any, batch: int) -> Any:
@@ -101,8 +112,13 @@ def _json_default(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
-def batch_of(n: int, per_stream: int = 1) -> int:
-    """The pipeline's batch for N streams: N x frames per stream, at most 32 (64 with four frames a stream)."""
+def batch_of(n: int, per_stream: int = 1, rows_per_frame: int = 1) -> int:
+    """The pipeline's batch for N streams: N x frames per stream, at most 32 (64 with four frames a stream); a frame
+    of several input rows (tiles) as the app batches it: at most 32 rows once padded (2x2 tiles: 4 frames)."""
+    if rows_per_frame > 1:
+        from jetforge.apps.pipeline.gpu_app import default_max_batch
+
+        return default_max_batch(n * per_stream, rows_per_frame)
     return min(n * per_stream, 32 if per_stream < 4 else MAX_BATCH)
 
 
@@ -112,16 +128,17 @@ def bucket(n: int) -> int:
     return bucket_for(min(n, MAX_BATCH), BUCKETS)
 
 
-def capture_graphs(env: "Env", session: Any, contract: Any, upto: int) -> None:
+def capture_graphs(env: "Env", session: Any, contract: Any, upto: int, rows_per_frame: int = 1) -> None:
     """Capture the CUDA graph of every bucket up to ``upto`` before a run: a partial batch (a batch timeout, the end
     of a stream) needs a smaller bucket, and capturing one while the decode threads make CUDA calls is unsafe
     (torch captures in the global mode: other threads' unsafe calls fail, NVDEC's among them).  The device-pool
-    point, which hung in both H200 runs that reached it, captured its first session's missing buckets that way."""
+    point, which hung in both H200 runs that reached it, captured its first session's missing buckets that way.
+    ``rows_per_frame``: a bucket of frames is that many input rows (tiles)."""
     done = env.captured.setdefault(id(session), set())
     for b in BUCKETS:
         if b > upto or b in done:
             continue
-        x = env.torch.zeros(b, 3, contract.height, contract.width, device=env.device)
+        x = env.torch.zeros(b * rows_per_frame, 3, contract.height, contract.width, device=env.device)
         for _ in range(2):
             session.infer_tensors({session.inputs[0].name: x})
         done.add(b)
@@ -165,4 +182,5 @@ def copy_module(module: Any) -> Any:
     return copy.deepcopy(module)
 
 
-__all__ = ["BUCKETS", "Env", "MAX_BATCH", "STREAMS", "batch_of", "bucket", "capture_graphs", "device_pool_run"]
+__all__ = ["BUCKETS", "Env", "MAX_BATCH", "SSD_THRESHOLD", "STREAMS", "batch_of", "bucket", "capture_graphs",
+           "device_pool_run"]

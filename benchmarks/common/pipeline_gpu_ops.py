@@ -131,6 +131,11 @@ class TorchNv12Preprocess:
         self.a, self.b = contract.scale / std, -mean / std
 
     def __call__(self, frames: List[Any], padded: int) -> Any:
+        self.out[:len(frames)] = self.fit(self.rgb(frames))
+        return self.out[:padded]
+
+    def rgb(self, frames: List[Any]) -> Any:
+        """The frames' NV12 -> ``(n, 3, H, W)`` float RGB in [0, 255] (chroma nearest, the frames' colour)."""
         torch, F = self.torch, self.torch.nn.functional
         f0 = frames[0]
         h, w = f0.height, f0.width
@@ -139,21 +144,25 @@ class TorchNv12Preprocess:
         y = nv[:, :h, :]
         uv = nv[:, h:, :].reshape(len(frames), h // 2, w // 2, 2).permute(0, 3, 1, 2)
         uv = F.interpolate(uv, size=(h, w), mode="nearest")
-        rgb = yuv_to_rgb(torch, y, uv[:, 0], uv[:, 1], f0.matrix, f0.full_range)
-        plan = self.c.geometry((h, w))
+        return yuv_to_rgb(torch, y, uv[:, 0], uv[:, 1], f0.matrix, f0.full_range)
+
+    def fit(self, rgb: Any) -> Any:
+        """``(n, 3, h, w)`` RGB of any size (whole frames, or a tile cut out of them) -> the contract's normalised
+        input: resized, cropped or letterboxed as the contract's geometry for ``(h, w)`` says."""
+        torch, F = self.torch, self.torch.nn.functional
+        plan = self.c.geometry(tuple(rgb.shape[2:]))
         rgb = F.interpolate(rgb, size=(plan.resized_wh[1], plan.resized_wh[0]), mode="bilinear", align_corners=False)
         if self.c.resize == "short_side_crop":
             y0, x0 = int(-plan.offset_y), int(-plan.offset_x)
             rgb = rgb[:, :, y0:y0 + self.c.height, x0:x0 + self.c.width]
         elif self.c.resize == "letterbox":
-            canvas = torch.full((len(frames), 3, self.c.height, self.c.width), 114.0, device=self.device)
+            canvas = torch.full((len(rgb), 3, self.c.height, self.c.width), 114.0, device=self.device)
             y0, x0 = int(plan.offset_y), int(plan.offset_x)
             canvas[:, :, y0:y0 + rgb.shape[2], x0:x0 + rgb.shape[3]] = rgb
             rgb = canvas
         if self.c.color == "bgr":
             rgb = rgb.flip(1)
-        self.out[:len(frames)] = rgb * self.a + self.b
-        return self.out[:padded]
+        return rgb * self.a + self.b
 
 
 def yuv_to_rgb(torch: Any, y: Any, u: Any, v: Any, matrix: str, full_range: bool) -> Any:
@@ -172,14 +181,18 @@ def yuv_to_rgb(torch: Any, y: Any, u: Any, v: Any, matrix: str, full_range: bool
 class F2Preprocess:
     """F2's fused NVRTC kernel (jetforge.runtime.cuda.kernels.GpuPreprocessor) writing into a torch buffer."""
 
-    def __init__(self, torch: Any, contract: Any, max_batch: int, device: str) -> None:
+    def __init__(self, torch: Any, contract: Any, max_batch: int, device: str, rows: Optional[int] = None,
+                 fallback: Optional[Any] = None) -> None:
+        """``max_batch``: frames a launch takes; ``rows``: the output buffer's rows (default ``max_batch``; more
+        where a frame is several rows: tiles); ``fallback``: what runs if the kernel fails (default the torch
+        conversion)."""
         from jetforge.runtime.cuda.kernels import GpuPreprocessor  # noqa: F401  (fails here if the package is absent)
 
         self.torch, self.contract, self.max_batch = torch, contract, max_batch
-        self.out = torch.zeros(max_batch, 3, contract.height, contract.width, device=device)
+        self.out = torch.zeros(rows or max_batch, 3, contract.height, contract.width, device=device)
         self.pre: Any = None
         self.kind = "nvrtc-kernel"
-        self._fallback = TorchNv12Preprocess(torch, contract, max_batch, device)
+        self._fallback = fallback if fallback is not None else TorchNv12Preprocess(torch, contract, max_batch, device)
 
     def _make(self, matrix: str, full_range: bool) -> Any:
         """The kernel for the streams' colour description (the frames carry it; one per pipeline run)."""
@@ -188,21 +201,31 @@ class F2Preprocess:
         return GpuPreprocessor(self.contract, batch=self.max_batch, out_dtype="float32", input_format="nv12",
                                color=ColorSpec(matrix, "full" if full_range else "limited"))
 
-    def __call__(self, frames: List[Any], padded: int) -> Any:
-        from jetforge.runtime.cuda.kernels import Nv12Frame
-
+    def kernel(self, frames: List[Any]) -> Optional[Any]:
+        """The kernel for the frames' colour (made on first use), or None once it failed (then the fallback runs)."""
         if self.kind != "nvrtc-kernel":
-            return self._fallback(frames, padded)
+            return None
         if self.pre is None:
             try:
                 self.pre = self._make(frames[0].matrix, frames[0].full_range)
             except Exception as err:  # NVRTC/driver trouble: measured with the fallback and labelled so
                 print("NVRTC preprocessing kernel failed (%s: %s); torch fallback" % (type(err).__name__, err))
                 self.kind = "torch-fallback (kernel failed)"
-                return self._fallback(frames, padded)
-        table = [Nv12Frame(f.y_ptr, f.pitch, f.uv_ptr, f.pitch, f.width, f.height) for f in frames]  # any keep
-        stream = self.torch.cuda.current_stream().cuda_stream
-        self.pre.run(table, stream, out_ptr=self.out.data_ptr())
+                return None
+        return self.pre
+
+    @staticmethod
+    def table(frames: List[Any]) -> List[Any]:
+        """The kernel's frame table (any keep: torch tensors, ring slots)."""
+        from jetforge.runtime.cuda.kernels import Nv12Frame
+
+        return [Nv12Frame(f.y_ptr, f.pitch, f.uv_ptr, f.pitch, f.width, f.height) for f in frames]
+
+    def __call__(self, frames: List[Any], padded: int) -> Any:
+        pre = self.kernel(frames)
+        if pre is None:
+            return self._fallback(frames, padded)
+        pre.run(self.table(frames), self.torch.cuda.current_stream().cuda_stream, out_ptr=self.out.data_ptr())
         return self.out[:padded]
 
 
@@ -336,23 +359,24 @@ class SsdHead(Head):
         self.anchors = spec.anchors()
 
     def to_host(self, outs: Dict[str, Any], n: int) -> Any:
-        values = list(outs.values())
-        enc = next(v for v in values if v.shape[-1] == 4)
-        logits = next(v for v in values if v is not enc)
+        enc, logits = ssd_outputs(outs)
         if self.gpu is not None:
             return ("gpu", enc[:n].float().clone(), logits[:n].float().clone(), n)  # the graph's outputs get reused
         return ("host", enc[:n].float().to("cpu", non_blocking=True), logits[:n].float().to("cpu", non_blocking=True))
 
-    def events(self, host: Any, frames: List[Any]) -> List[Dict[str, Any]]:
+    def decode(self, host: Any) -> List[Any]:
+        """What :meth:`to_host` handed over -> one SsdOutput per row: F2's GPU decoder, or the host's batched decode."""
         from jetforge.vision.ssd_batch import postprocess_batch
 
         if host[0] == "gpu":
             _, enc, logits, n = host
             stream = self.torch.cuda.current_stream().cuda_stream
-            dets = self.gpu.run(enc.data_ptr(), logits.data_ptr(), n, stream, score_threshold=self.threshold)
-        else:
-            dets = postprocess_batch(host[1].numpy(), host[2].numpy(), self.spec, score_threshold=self.threshold,
-                                     anchors=self.anchors)
+            return self.gpu.run(enc.data_ptr(), logits.data_ptr(), n, stream, score_threshold=self.threshold)
+        return postprocess_batch(host[1].numpy(), host[2].numpy(), self.spec, score_threshold=self.threshold,
+                                 anchors=self.anchors)
+
+    def events(self, host: Any, frames: List[Any]) -> List[Dict[str, Any]]:
+        dets = self.decode(host)
         out = []
         hw = (self.contract.height, self.contract.width)
         for f, d in zip(frames, dets):
@@ -362,8 +386,15 @@ class SsdHead(Head):
         return out
 
 
+def ssd_outputs(outs: Dict[str, Any]) -> Tuple[Any, Any]:
+    """An SSD body's outputs as ``(box encodings (.., A, 4), class logits)``."""
+    values = list(outs.values())
+    enc = next(v for v in values if v.shape[-1] == 4)
+    return enc, next(v for v in values if v is not enc)
+
+
 __all__ = ["ClassifyHead", "F2Preprocess", "SsdHead", "TorchNv12Preprocess", "TorchStreamOps", "keep_hook",
-           "load_models", "model_only", "open_torch_session", "yuv_to_rgb"]
+           "load_models", "model_only", "open_torch_session", "ssd_outputs", "yuv_to_rgb"]
 
 
 class PooledTorchOps(BatchOps):

@@ -8,20 +8,47 @@ same call, and the goal rows (the app's default host layout, render off) come fi
 brings them back.
 """
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 GOAL_STREAMS = (1, 4, 16, 32)  # issue 29: render off at 1 / 4 / 16 / 32 streams, both models
 RENDER_ON_STREAMS = 16  # issue 29: render on at 16 streams (optional: --render-on)
 MIN_REPS = 3  # issue 29: the median of at least 3 repetitions inside one call
+MODELS = ("classify", "people")  # the goal rows' models
+TILED = re.compile(r"^(people)-tiles([2-4])$")  # the person detector with --detector-tiles N (2..MAX_TILE_GRID)
+
+
+def tile_grid_of(model: str) -> int:
+    """N of ``people-tilesN`` (the person detector on the frame and an NxN grid of tiles), else 0."""
+    m = TILED.match(model)
+    return int(m.group(2)) if m else 0
+
+
+def base_model(model: str) -> str:
+    """The model a name runs: ``people`` for ``people-tilesN``, else the name itself."""
+    m = TILED.match(model)
+    return m.group(1) if m else model
+
+
+def rows_per_frame(model: str) -> int:
+    """Input rows one frame takes: 1, or 1 + N^2 for ``people-tilesN`` (the frame and its tiles)."""
+    grid = tile_grid_of(model)
+    return 1 + grid * grid if grid else 1
+
+
+def known_model(model: str) -> bool:
+    return model in MODELS or bool(tile_grid_of(model))
 
 
 @dataclass(frozen=True)
 class Step:
     """One measurement: ``kind`` (model_only, decode_alone, decode_alone_procs, encode_alone, pipeline,
-    device_pool), ``model`` (or None), ``arg`` (batches; streams; (streams, render, variant)), ``rep`` (0-based)
-    and ``group``: ``goal`` (render off, the app's default path, and their bounds), ``render`` (the optional
-    render-on point and the encoders' bound) or ``exploratory`` (other host layouts, recorded apart)."""
+    tiles_check, device_pool), ``model`` (or None), ``arg`` (batches; streams; (streams, render, variant)), ``rep``
+    (0-based) and ``group``: ``goal`` (render off, the app's default path, and their bounds), ``tiles`` (the person
+    detector with tiles, ``people-tilesN``: its check against the CPU reference, its model-alone bound, its points),
+    ``render`` (the optional render-on point and the encoders' bound) or ``exploratory`` (other host layouts,
+    recorded apart)."""
 
     kind: str
     model: Optional[str]
@@ -52,34 +79,46 @@ class PlanSettings:
     render_on: bool = False
     decode_procs: bool = True
     device_pool: int = 0
-    buckets_of: Callable[[int, str], int] = field(default=lambda n, variant: n)
+    # the padded batch (frames) of a point: (streams, variant, model) -> bucket
+    buckets_of: Callable[[int, str, str], int] = field(default=lambda n, variant, model: n)
 
 
 def plan_steps(s: PlanSettings) -> List[Step]:
     """Every step in priority order.  Rounds of the goal rows first (round r: each model's model-alone bound at the
     batches its points use, NVDEC alone for every stream count, then every render-off point of the default path),
     so repetitions of one point are spread over the call (a drift of the host shows in the spread, not in one
-    point); then the render-on rounds (if asked); then the exploratory variants; the device-pool stand-in last."""
+    point); then the tiled detector (``people-tilesN`` in ``models``: its check against the CPU reference once, then
+    rounds of its model-alone bound and its render-off points; the NVDEC bounds are the goal rounds'); then the
+    render-on rounds (if asked); then the exploratory variants; the device-pool stand-in last."""
     steps: List[Step] = []
     streams = sorted(set(s.streams), key=lambda n: (n not in GOAL_STREAMS, n))
+    models = [m for m in s.models if not tile_grid_of(m)]
+    tiled = [m for m in s.models if tile_grid_of(m)]
+
+    def bound(model: str, variant: str, rep: int, group: str) -> Step:
+        return Step("model_only", model, tuple(sorted({s.buckets_of(n, variant, model) for n in streams})), rep,
+                    group)
+
     for rep in range(s.reps):
-        for model in s.models:
-            batches = sorted({s.buckets_of(n, s.default_variant) for n in streams})
-            steps.append(Step("model_only", model, tuple(batches), rep))
+        steps += [bound(m, s.default_variant, rep, "goal") for m in models]
         steps += [Step("decode_alone", None, n, rep) for n in streams]
         if s.decode_procs:
             steps += [Step("decode_alone_procs", None, n, rep) for n in streams]
-        steps += [Step("pipeline", m, (n, False, s.default_variant), rep) for m in s.models for n in streams]
-    if s.render_on:
+        steps += [Step("pipeline", m, (n, False, s.default_variant), rep) for m in models for n in streams]
+    steps += [Step("tiles_check", m, None, 0, "tiles") for m in tiled]
+    for rep in range(s.reps):
+        for model in tiled:
+            steps.append(bound(model, s.default_variant, rep, "tiles"))
+            steps += [Step("pipeline", model, (n, False, s.default_variant), rep, "tiles") for n in streams]
+    if s.render_on and models:
         n_on = RENDER_ON_STREAMS if RENDER_ON_STREAMS in streams else max(streams)
         for rep in range(s.reps):
             steps.append(Step("encode_alone", None, n_on, rep, "render"))
-            steps += [Step("pipeline", m, (n_on, True, s.default_variant), rep, "render") for m in s.models]
+            steps += [Step("pipeline", m, (n_on, True, s.default_variant), rep, "render") for m in models]
     for variant in s.exploratory:
         for rep in range(s.reps):
-            for model in s.models:
-                steps.append(Step("model_only", model, tuple(sorted({s.buckets_of(n, variant) for n in streams})),
-                                  rep, "exploratory"))
+            for model in models:
+                steps.append(bound(model, variant, rep, "exploratory"))
                 steps += [Step("pipeline", model, (n, False, variant), rep, "exploratory") for n in streams]
     if s.device_pool and "classify" in s.models:
         steps.append(Step("device_pool", "classify", max(streams), 0, "exploratory"))
@@ -97,6 +136,8 @@ def guess_s(step: Step, seconds: float, decode_seconds: float, encode_seconds: f
         return decode_seconds + 3.0 + 0.05 * step.arg
     if step.kind == "encode_alone":
         return encode_seconds + 3.0
+    if step.kind == "tiles_check":  # one decoded batch, its graphs, the float64 reference of 3 frames' 15 images
+        return 10.0
     n, render = (step.arg[0], step.arg[1]) if step.kind == "pipeline" else (step.arg, False)
     return seconds + 1.0 + 0.05 * n + (6.0 if render else 0.0)
 
@@ -160,5 +201,6 @@ def nested_medians(dicts: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     return out
 
 
-__all__ = ["GOAL_STREAMS", "MIN_REPS", "PlanSettings", "RENDER_ON_STREAMS", "Step", "estimate_s", "fits",
-           "group_rows", "guess_s", "median_spread", "nested_medians", "plan_steps", "point_key", "scaled"]
+__all__ = ["GOAL_STREAMS", "MIN_REPS", "MODELS", "PlanSettings", "RENDER_ON_STREAMS", "Step", "base_model",
+           "estimate_s", "fits", "group_rows", "guess_s", "known_model", "median_spread", "nested_medians",
+           "plan_steps", "point_key", "rows_per_frame", "scaled", "tile_grid_of"]

@@ -112,6 +112,7 @@ def report(res: Dict[str, Any], args: Any, tests: Dict[str, Any], machine: Dict[
     bounds = bound_medians(res.get("bounds_runs", {}))
     points = [make_point(reps, bounds, args.reps) for reps in group_rows(res.get("runs", []))]
     main = [p for p in points if p["group"] in ("goal", "render")]
+    tiles = [p for p in points if p["group"] == "tiles"]
     return {"schema": SCHEMA, "benchmark": "pipeline_gpu", "dry_run": bool(args.dry_run), "machine": machine,
             "settings": {"streams": args.streams, "models": args.models, "reps": args.reps,
                          "seconds_per_point": args.seconds, "decode_seconds": args.decode_seconds,
@@ -119,8 +120,9 @@ def report(res: Dict[str, Any], args: Any, tests: Dict[str, Any], machine: Dict[
                          "exploratory_variants": list(args.exploratory), "render_on": bool(args.render_on),
                          "app_defaults": getattr(args, "app_defaults", {}), "budget_s": args.budget_s,
                          "encoders": args.encoders, "stream_files": "720p H.264, 900 frames (30 s): people720.mp4"},
-            "gpu_tests": tests, "goals": GOALS, "goal_results": goals_summary(main), "bounds": bounds,
-            "points": main, "exploratory": [p for p in points if p["group"] == "exploratory"],
+            "gpu_tests": tests, "goals": GOALS, "goal_results": goals_summary(main + tiles), "bounds": bounds,
+            "points": main, "tiles": tiles, "tiles_check": res.get("tiles_check", {}),
+            "exploratory": [p for p in points if p["group"] == "exploratory"],
             "skipped": res.get("skipped", []), "errors": res.get("errors", []), "results": res,
             "run_seconds": seconds,
             "notes": ["every point: the median of its repetitions in this call, with min and max; repetitions of "
@@ -131,6 +133,11 @@ def report(res: Dict[str, Any], args: Any, tests: Dict[str, Any], machine: Dict[
                       "worker processes (4 streams each, frames released at once); the bound takes the faster",
                       "model alone: one static batch on device tensors, the session's CUDA graph of that size; the "
                       "model runs in a PyTorch CUDA-graph session standing in for the app's TensorRT engine",
+                      "tiles (people-tilesN: `jetforge app people --detector-tiles N --decode gpu`): a frame is 1 + N^2 "
+                      "input rows (the frame, then each tile, in blocks); batches as the app makes them (at most 32 "
+                      "rows once padded); FPS and the model-alone bound count frames (the same rows / (1 + N^2)); "
+                      "tiles_check: the tiled GPU result against TiledPeopleDetector over the float64 reference "
+                      "preprocessing on the same decoded frames",
                       "goal rows: the app's default host layout and options (variant auto = `jetforge app --decode "
                       "gpu`); exploratory variants are under 'exploratory', never goal rows",
                       "stages_ms_per_frame: launch/results/postprocess/sink as the app's metrics.json latency block "
@@ -184,6 +191,16 @@ def table(doc: Dict[str, Any]) -> str:
     lines = ["host: %s, %s usable cores, GPU %s; every number a median of repetitions [min-max]"
              % (m.get("cpu", "?"), m.get("cpu_cores_usable", "?"), m.get("gpu", "none (dry run)")),
              format_table(HEAD, point_rows(doc["points"]))]
+    if doc.get("tiles"):
+        lines += ["", "person detector with tiles (--detector-tiles: 1 + N^2 rows a frame; FPS and bound in frames):",
+                  format_table(HEAD, point_rows(doc["tiles"]))]
+    for model, c in (doc.get("tiles_check") or {}).items():
+        lines.append("tiles check %s (%d frames padded to %d, %s preprocessing, %s decode): %s; people %s vs "
+                     "reference %s (whole frame alone %s), max box %.3f px, max score %.4f (tolerance %s px, %s)"
+                     % (model, len(c["frames"]), c["padded"], c["preprocess"], c["ssd_decode"],
+                        "equal to the CPU reference" if c["equal"] else "DIFFERENT from the CPU reference",
+                        c["people"], c["reference_people"], c.get("reference_people_whole_frame"), c["max_box_px"],
+                        c["max_score"], c["tolerance"]["box_px"], c["tolerance"]["score"]))
     if doc["exploratory"]:
         lines += ["", "exploratory variants (not goal rows):", format_table(HEAD, point_rows(doc["exploratory"]))]
     b = doc["bounds"]
@@ -213,7 +230,7 @@ def plot(doc: Dict[str, Any], path: Path) -> Optional[Path]:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    points = doc["points"] + doc["exploratory"]
+    points = doc["points"] + doc.get("tiles", []) + doc["exploratory"]
     models = sorted({p["model"] for p in points})
     if not models:
         return None
@@ -227,7 +244,8 @@ def plot(doc: Dict[str, Any], path: Path) -> Optional[Path]:
             err = [[m - p["fps"]["min"] for m, p in zip(med, ps)], [p["fps"]["max"] - m for m, p in zip(med, ps)]]
             ax.errorbar([p["streams"] for p in ps], med, yerr=err, fmt="s--" if render else "o-", capsize=3,
                         label="pipeline, render %s, %s" % ("on" if render else "off", variant))
-        off = sorted((p for p in doc["points"] if p["model"] == model and not p["render"]), key=lambda p: p["streams"])
+        off = sorted((p for p in doc["points"] + doc.get("tiles", []) if p["model"] == model and not p["render"]),
+                     key=lambda p: p["streams"])
         for key, style, label in (("model_alone_fps", ":", "model alone"), ("decode_alone_fps", "-.", "decode alone")):
             pts = [(p["streams"], p["bound"][key]) for p in off if p["bound"].get(key)]
             if pts:

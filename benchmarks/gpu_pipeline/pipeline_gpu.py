@@ -5,15 +5,16 @@ Three steps, each one command:
 
     .venv/bin/python benchmarks/gpu_pipeline/pipeline_gpu.py --prep     # here: streams + wheel + weights -> build/gpu_pipeline/
     .venv/bin/python benchmarks/gpu_pipeline/pipeline_gpu.py --dry-run  # here: the whole script on the CPU (FakeNvDecoder)
-    python3 benchmarks/gpu_pipeline/pipeline_gpu.py --wall-limit-s 560  # the GPU (one device call, carry build/gpu_pipeline)
+    python3 benchmarks/gpu_pipeline/pipeline_gpu.py --models classify,people,people-tiles2 --wall-limit-s 560  # the GPU
 
 Every point is the MEDIAN of ``--reps`` (3) repetitions inside the one call, with min and max (issue 29: the spread
 between calls was as large as the gap to the goal).  The repetitions run in rounds (round r: the bounds, then every
 goal point once), in priority order: the goal rows first - render off at 1/4/16/32 streams of both models
 (MobileNetV2 classify, the SSDLite person detector) on the app's default host layout (``auto``: what
 ``jetforge app --decode gpu`` does, with ``GpuAppOptions``' defaults) - and in each round their bounds: the model
-alone at the pipeline's batch (device tensors, CUDA graph) and NVDEC alone of the same N streams.  Then, if asked,
-render on at 16 streams (``--render-on``, with the encoder pool alone as its bound), then other host layouts
+alone at the pipeline's batch (device tensors, CUDA graph) and NVDEC alone of the same N streams.  Then the person
+detector with 2x2 tiles (``people-tiles2``: the app's ``--detector-tiles 2`` path, checked once against the CPU
+reference, then its rounds; :mod:`benchmarks.common.pipeline_gpu_tiles`), then, if asked, render on at 16 streams (``--render-on``, with the encoder pool alone as its bound), then other host layouts
 (``--variants``: exploratory, recorded apart).  A step whose estimated time (the longest earlier repetition of it,
 else a guess) would end after ``--budget-s`` is skipped and recorded as skipped.
 
@@ -66,7 +67,8 @@ VARIANTS = {
 }
 DEFAULT_VARIANT = "auto"
 # The device call: at most 600 s in all.  The default matrix (3 rounds of 8 goal points with their bounds) takes
-# ~235 s by the step times of results/nvidia-h200_2026-12-01_gpu-path.json, ~285 s with --render-on: both fit this
+# ~235 s by the step times of results/nvidia-h200_2026-12-01_gpu-path.json, ~285 s with --render-on; the tiled detector
+# (people-tiles2: a check, 3 rounds of 4 points) adds ~70 s by the detector's step times of the H100 run: all fit this
 # budget, which leaves start-up (wheel, torch, models, graphs) and the report room inside --wall-limit-s 560.
 DEFAULT_BUDGET_S = 420.0
 
@@ -121,8 +123,6 @@ def run_gpu_tests(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
     return {"returncode": rc, "summary": tail[0] if tail else "", "seconds": time.perf_counter() - t0}
 
 
-
-
 # ------------------------------------------------------------------------------------------------- a point
 def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> Dict[str, Any]:
     """One repetition of the whole GPU path for N streams of ``model`` run the ``variant`` way (:data:`VARIANTS`),
@@ -132,6 +132,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
     from benchmarks.common.pipeline_gpu_measure import (app_timed, app_timed_sink, open_group, open_sources,
                                                         source_label, stage_block)
     from benchmarks.common.pipeline_gpu_ops import keep_hook
+
+    from benchmarks.common.pipeline_gpu_plan import rows_per_frame
 
     v = VARIANTS[resolve_variant(variant, n)]
     inner = env.ops(model, n, v["nonblocking"], v["per_stream"])
@@ -159,7 +161,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         sink = app_timed_sink(lambda s, f, e, host: pool.submit(s, host, e), ops)
     else:
         sink = app_timed_sink(env.event_sink(), ops)
-    batch = batch_of(n, v["per_stream"])
+    batch = batch_of(n, v["per_stream"], rows_per_frame(model))
     opts = StreamRunOptions(max_batch=batch, batch_timeout_s=env.args.batch_timeout_ms / 1000.0, buckets=BUCKETS,
                             time_limit_s=env.args.seconds, per_stream=v["per_stream"], depth=max(2, v["per_stream"]))
     switch = sys.getswitchinterval()
@@ -182,6 +184,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         row["fps"] = row["frames"] / (row["wall_s"] + drain_s)
     row.update({"model": model, "render": render, "preprocess": getattr(inner.pre, "kind", env.pre_kind[model]),
                 "variant": _variant_label(variant, n), "max_batch": batch, "per_stream": v["per_stream"],
+                "rows_per_frame": rows_per_frame(model),
                 "keep": v["keep"], "source": source_label(v),
                 "gil_switch_interval_ms": v["switch_ms"] or 1000.0 * switch,
                 "cuda_streams": "non-blocking + events" if v["nonblocking"] else "legacy default stream",
@@ -197,10 +200,10 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
 
 # --------------------------------------------------------------------------------------------------- the matrix
 def plan_settings(args: argparse.Namespace) -> Any:
-    from benchmarks.common.pipeline_gpu_plan import PlanSettings
+    from benchmarks.common.pipeline_gpu_plan import PlanSettings, rows_per_frame
 
-    def buckets_of(n: int, variant: str) -> int:
-        return bucket(batch_of(n, VARIANTS[resolve_variant(variant, n)]["per_stream"]))
+    def buckets_of(n: int, variant: str, model: str) -> int:
+        return bucket(batch_of(n, VARIANTS[resolve_variant(variant, n)]["per_stream"], rows_per_frame(model)))
 
     return PlanSettings(models=args.models, streams=args.streams, reps=args.reps, default_variant=args.default_variant,
                         exploratory=args.exploratory, render_on=args.render_on, decode_procs=args.decode_procs,
@@ -244,15 +247,20 @@ def run_step(env: "Env", args: argparse.Namespace, res: Dict[str, Any], step: An
     """One step; bound repetitions go to ``res["bounds_runs"]``, pipeline repetitions to ``res["runs"]``."""
     from benchmarks.common.pipeline_gpu_measure import decode_alone, decode_alone_procs, encode_alone, host_frames
     from benchmarks.common.pipeline_gpu_ops import model_only
-    from benchmarks.common.pipeline_gpu_plan import Step
+    from benchmarks.common.pipeline_gpu_plan import Step, rows_per_frame
+    from benchmarks.common.pipeline_gpu_tiles import per_frame, run_tiles_check
 
     kind, model, arg, bounds = step.kind, step.model, step.arg, res["bounds_runs"]
     files = sorted(set(env.streams.values()))
+    rows = rows_per_frame(model) if model else 1  # tiles: a frame is 1 + N^2 input rows, FPS counts frames
     if kind == "model_only":
         for b in arg:
-            r = model_only(env.torch, env.sessions[model], env.models[model][1], b, args.model_seconds, env.device)
+            r = per_frame(model_only(env.torch, env.sessions[model], env.models[model][1], b * rows,
+                                     args.model_seconds, env.device), rows)
             bounds["model_only"][model].setdefault(str(b), []).append(dict(r, rep=step.rep))
             log("model alone %-8s batch %2d: %8.1f FPS" % (model, b, r["fps"]))
+    elif kind == "tiles_check":
+        run_tiles_check(env, res, model)
     elif kind in ("decode_alone", "decode_alone_procs"):
         r = (decode_alone(files, arg, env.codec, args.decode_seconds) if kind == "decode_alone"
              else decode_alone_procs(files, arg, args.dry_run, args.decode_seconds))
@@ -265,10 +273,10 @@ def run_step(env: "Env", args: argparse.Namespace, res: Dict[str, Any], step: An
                                                                            r["cpu_ms_per_encoded_frame"]))
     elif kind == "pipeline":
         n, render, variant = arg
-        b = bucket(batch_of(n, VARIANTS[resolve_variant(variant, n)]["per_stream"]))
+        b = bucket(batch_of(n, VARIANTS[resolve_variant(variant, n)]["per_stream"], rows))
         if str(b) not in bounds["model_only"][model]:  # its graph and its bound first
             run_step(env, args, res, Step("model_only", model, (b,), step.rep, step.group))
-        capture_graphs(env, env.sessions[model], env.models[model][1], b)
+        capture_graphs(env, env.sessions[model], env.models[model][1], b, rows)
         before = list(os.getloadavg())
         row = pipeline_run(env, model, n, render, variant)
         row.update(rep=step.rep, group=step.group,
@@ -304,7 +312,6 @@ def _variant_label(variant: str, n: int) -> str:
     return variant if used == variant else "%s=%s" % (variant, used)
 
 
-
 def _guard(res: Dict[str, Any], what: str, fn: Any) -> Any:
     """One failing measurement is recorded and the matrix goes on (one device call must bring back the rest)."""
     try:
@@ -315,7 +322,6 @@ def _guard(res: Dict[str, Any], what: str, fn: Any) -> Any:
         res["errors"].append({"what": what, "error": "%s: %s" % (type(err).__name__, err)})
         log("FAILED %s: %s" % (what, traceback.format_exc()))
         return None
-
 
 
 def main(argv: Any = None) -> int:
@@ -367,7 +373,8 @@ def print_device_command(carry: Path) -> None:
 
 
 DEVICE_COMMAND = ("set -o pipefail; PYTHONUNBUFFERED=1 python3 benchmarks/gpu_pipeline/pipeline_gpu.py "
-                  "--wall-limit-s 560 2>&1 | tee $OUT/pipeline_gpu.log   # carry: build/gpu_pipeline, timeout_s 600")
+                  "--models classify,people,people-tiles2 --wall-limit-s 560 2>&1 | tee $OUT/pipeline_gpu.log   "
+                  "# carry: build/gpu_pipeline, timeout_s 600")
 
 
 def start_watchdog(seconds: float, state: Dict[str, Any], checkpoint: Any) -> None:
@@ -389,7 +396,6 @@ def start_watchdog(seconds: float, state: Dict[str, Any], checkpoint: Any) -> No
     timer = threading.Timer(seconds, fire)
     timer.daemon = True
     timer.start()
-
 
 
 
@@ -417,7 +423,9 @@ def parse_args(argv: Any) -> argparse.Namespace:
     ap.add_argument("--carry", default=str(CARRY))
     ap.add_argument("--ffmpeg", default=None, help="ffmpeg with libx264 for --prep (default: imageio-ffmpeg's)")
     ap.add_argument("--wheel-dir", default="/tmp/whl", help="folder with the PyNvVideoCodec wheel for --prep")
-    ap.add_argument("--models", default="classify,people", type=lambda s: s.split(","))
+    ap.add_argument("--models", default="classify,people", type=lambda s: s.split(","),
+                    help="classify (MobileNetV2), people (the SSD person detector): the goal rows; people-tiles2: the "
+                         "detector with --detector-tiles 2 (5 rows a frame), measured after the goal rows")
     ap.add_argument("--streams", default="1,4,16,32", type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--reps", type=int, default=3, help="repetitions per point (the median is reported; >= 3)")
     ap.add_argument("--render-on", action="store_true", help="also render on at 16 streams, both models (after "
@@ -449,6 +457,11 @@ def parse_args(argv: Any) -> argparse.Namespace:
     ap.add_argument("--tag", default="gpu-path", help="the variant part of the result name "
                                                        "(<device>_<date>_<tag>.{json,txt,png}; default gpu-path)")
     args = ap.parse_args(argv)
+    from benchmarks.common.pipeline_gpu_plan import known_model
+
+    if not all(known_model(m) for m in args.models):
+        ap.error("unknown model(s) %s; known: classify, people, people-tiles2 (people-tilesN, N 2..4)"
+                 % ", ".join(m for m in args.models if not known_model(m)))
     unknown = [v for v in args.exploratory if v not in VARIANTS]
     if unknown:
         ap.error("unknown variant(s) %s; known: %s" % (", ".join(unknown), ", ".join(VARIANTS)))

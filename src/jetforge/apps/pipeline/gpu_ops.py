@@ -116,12 +116,8 @@ class DeviceFrameOps(BatchOps):
         return [PackedFrame(f.y_ptr, f.pitch, f.width, f.height) for f in frames]
 
     def launch(self, frames: List[Any], padded: int) -> Any:
-        table = self._table(frames)
-        self.pre.run(table, self.stream, out_ptr=self.buffer.ptr)
-        hw = (frames[0].height, frames[0].width)
-        for block, rect in enumerate(self.model.tiles if self.model.tiles is not None else (), 1):
-            self.pre.run(table, self.stream, out_ptr=self.buffer.ptr + GpuModel.row(block, 0, padded) * self.row_bytes,
-                         crop=tile_pixels(hw, rect))
+        preprocess_blocks(self.pre, self._table(frames), self.stream, self.buffer.ptr, self.row_bytes, padded,
+                          (frames[0].height, frames[0].width), self.model.tiles)
         shape = (padded * self.model.rows_per_frame,) + tuple(self.pre.output_shape[1:])
         if self.device_input:
             from jetforge.runtime.tensorrt.session import DeviceTensor
@@ -147,6 +143,18 @@ class DeviceFrameOps(BatchOps):
         self.pre.close()
         self.buffer.close()
         self.stream.close()
+
+
+def preprocess_blocks(pre: Any, table: List[Any], stream: Any, out_ptr: int, row_bytes: int, padded: int,
+                      hw: Any, tiles: Optional[np.ndarray]) -> None:
+    """One preprocessing launch per block of a batch padded to ``padded`` frames (:class:`GpuModel`'s layout): the
+    whole frames at row 0, tile ``k`` of every frame (the kernel's ``crop``, :func:`tile_pixels` of the frames'
+    ``hw``) at block ``1 + k``; ``row_bytes`` is one input row's size.  Also what ``benchmarks/common/
+    pipeline_gpu_tiles.py`` launches into its torch buffer, so the benchmark measures this layout."""
+    pre.run(table, stream, out_ptr=out_ptr)
+    for block, rect in enumerate(tiles if tiles is not None else (), 1):
+        pre.run(table, stream, out_ptr=out_ptr + GpuModel.row(block, 0, padded) * row_bytes,
+                crop=tile_pixels(hw, rect))
 
 
 class AutoFrameOps(BatchOps):
@@ -181,4 +189,5 @@ class AutoFrameOps(BatchOps):
             self.ops.close()  # type: ignore[union-attr]
 
 
-__all__ = ["AutoFrameOps", "DeviceFrameOps", "GpuModel", "HostFrameOps", "gpu_model_for", "host_bgr"]
+__all__ = ["AutoFrameOps", "DeviceFrameOps", "GpuModel", "HostFrameOps", "gpu_model_for", "host_bgr",
+           "preprocess_blocks"]

@@ -183,8 +183,7 @@ def ssd_gpu_model(session: Any, score_threshold: float, detect_every: int = 1,
 
     def to_outputs(outputs: Outputs, frames: List[Any]) -> List[Any]:
         n = len(frames)
-        padded = len(outputs[names[0]]) // blocks
-        rows = [GpuModel.row(b, i, padded) for b in range(blocks) for i in range(n)]  # block-major: b * n + i
+        rows = tile_block_rows(n, len(outputs[names[0]]) // blocks, blocks)
         found = postprocess_batch(outputs[names[0]][rows], outputs[names[1]][rows], spec,
                                   score_threshold=score_threshold, anchors=anchors)
         out: List[Any] = []
@@ -192,21 +191,37 @@ def ssd_gpu_model(session: Any, score_threshold: float, detect_every: int = 1,
             hw = (frame.height, frame.width)
             if frame.index % every:
                 out.append(None)
-            elif rects is None:
+            elif tiled is None:
                 out.append(found[i].to_detections(contract.geometry(hw), model_hw))
             else:
-                out.append(merged(hw, [found[b * n + i] for b in range(blocks)]))
+                out.append(merge_tile_blocks(found, n, i, hw, tiled, contract))
         return out
 
-    def merged(hw: Tuple[int, int], mine: List[Any]) -> Detections:
-        """One frame's own and tile detections in frame pixels, merged as TiledPeopleDetector.detect_batch does."""
-        sizes = [hw] + [_tile_hw(hw, r) for r in rects]  # type: ignore[union-attr]
-        dets = [d.to_detections(contract.geometry(size), model_hw) for d, size in zip(mine, sizes)]
-        boxes, scores = merge_tiled(hw, rects, [d.boxes for d in dets], [d.scores for d in dets],
-                                    tiled.edge, tiled.merge_iou)  # type: ignore[union-attr]
-        return Detections(boxes.astype(np.float32), scores.astype(np.float32))
-
     return GpuModel(session, contract, to_outputs, tiles=rects)
+
+
+def tile_block_rows(n: int, padded: int, blocks: int) -> List[int]:
+    """The input rows of ``n`` frames' ``blocks`` (the whole frame, then each tile) in a batch padded to ``padded``
+    (:meth:`~jetforge.apps.pipeline.stages.GpuModel.row`), block-major: entry ``b * n + i`` is frame ``i``'s block
+    ``b``, the order :func:`merge_tile_blocks` reads.  Shared with ``benchmarks/common/pipeline_gpu_tiles.py``, which
+    measures this path, so both read the same rows."""
+    return [GpuModel.row(b, i, padded) for b in range(blocks) for i in range(n)]
+
+
+def merge_tile_blocks(found: Sequence[Any], n: int, i: int, hw: Tuple[int, int], tiled: Any,
+                      contract: Any) -> Detections:
+    """Frame ``i`` of ``n``: its own and its tiles' SSD outputs (``found[b * n + i]``, block-major as
+    :func:`tile_block_rows` orders them; each with ``to_detections(geometry, model_hw)``) in the frame's ``hw``
+    pixels, merged as :meth:`TiledPeopleDetector.detect_batch` merges on the CPU path (:func:`merge_tiled` with
+    ``tiled``'s ``rects``, ``edge`` and ``merge_iou``).  ``contract``: the model's input contract (its geometry per
+    frame or tile size).  The GPU path's one merge: the app's :func:`ssd_gpu_model` and the GPU benchmark call it."""
+    rects = tiled.rects
+    model_hw = (contract.height, contract.width)
+    sizes = [hw] + [_tile_hw(hw, r) for r in rects]
+    dets = [found[b * n + i].to_detections(contract.geometry(size), model_hw) for b, size in enumerate(sizes)]
+    boxes, scores = merge_tiled(hw, rects, [d.boxes for d in dets], [d.scores for d in dets], tiled.edge,
+                                tiled.merge_iou)
+    return Detections(boxes.astype(np.float32), scores.astype(np.float32))
 
 
 def _tile_hw(hw: Tuple[int, int], rect: Any) -> Tuple[int, int]:
@@ -314,4 +329,4 @@ def make_person_detector(args: Any, hog_min_score: float = 0.2, hog_tighten: boo
 
 
 __all__ = ["DETECTORS", "PeopleApp", "PeopleTask", "VTEST_LINE", "VTEST_ZONE", "add_detector_arguments",
-           "make_person_detector"]
+           "make_person_detector", "merge_tile_blocks", "tile_block_rows"]
