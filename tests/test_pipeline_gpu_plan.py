@@ -198,3 +198,25 @@ def test_slim_wheel_drops_unused_members_and_their_record_lines(tmp_path):
         assert z.read("Pkg/lib.so") == members["Pkg/lib.so"]  # byte for byte
         assert z.read("pkg-1.dist-info/RECORD").decode().splitlines() == [
             "Pkg/__init__.py,sha256=x,1", "Pkg/lib.so,sha256=x,1", "pkg-1.dist-info/RECORD,,"]
+
+
+def test_an_untimed_variant_is_its_own_point_with_the_same_layout():
+    """``--variants auto-untimed``: the default layout without the app's per-frame stage timing (the measurement
+    harness's own A/B) -- the same decode layout as ``auto`` for every stream count, its repetitions never merged into
+    the goal rows' point, and an unknown base name refused."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_pipeline" / "pipeline_gpu.py"
+    spec = importlib.util.spec_from_file_location("pipeline_gpu_script", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for n in (1, 4, 16, 32):
+        assert module.resolve_variant("auto-untimed", n) == module.resolve_variant("auto", n)
+    assert module.split_untimed("feed-pairs-untimed") == ("feed-pairs", False)
+    assert module.split_untimed("auto") == ("auto", True)
+    timed = {"model": "classify", "streams": 16, "render": False, "variant": module._variant_label("auto", 16)}
+    untimed = dict(timed, variant=module._variant_label("auto-untimed", 16))
+    assert untimed["variant"].startswith("auto-untimed=") and len(group_rows([timed, untimed])) == 2
+    with pytest.raises(SystemExit):
+        module.parse_args(["--variants", "nosuch-untimed"])

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -136,8 +136,9 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
     from benchmarks.common.pipeline_gpu_plan import rows_per_frame
 
     v = VARIANTS[resolve_variant(variant, n)]
+    timed = split_untimed(variant)[1]
     inner = env.ops(model, n, v["nonblocking"], v["per_stream"])
-    ops = app_timed(inner, env.args.warmup_frames)
+    ops = app_timed(inner, env.args.warmup_frames) if timed else inner
     if v.get("source") == "ipc":
         sources: Any = open_group([env.streams[model]], n, env.args.dry_run, v["workers"], v["per_stream"])
         first = sources.infos[0]
@@ -158,20 +159,24 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         pool = EncoderPool(env.scratch / ("%s_%d" % (model, n)), first["width"], first["height"], 30.0,
                            workers=env.args.encoders)
         pool.wait_ready()
-        sink = app_timed_sink(lambda s, f, e, host: pool.submit(s, host, e), ops)
+        sink = lambda s, f, e, host: pool.submit(s, host, e)  # noqa: E731
     else:
-        sink = app_timed_sink(env.event_sink(), ops)
+        sink = env.event_sink()
+    if timed:
+        sink = app_timed_sink(sink, ops)
     batch = batch_of(n, v["per_stream"], rows_per_frame(model))
     opts = StreamRunOptions(max_batch=batch, batch_timeout_s=env.args.batch_timeout_ms / 1000.0, buckets=BUCKETS,
                             time_limit_s=env.args.seconds, per_stream=v["per_stream"], depth=max(2, v["per_stream"]))
     switch = sys.getswitchinterval()
     if v["switch_ms"]:
         sys.setswitchinterval(v["switch_ms"] / 1000.0)
-    ops.metrics.start()
+    if timed:
+        ops.metrics.start()
     try:
         result = run_streams(sources, ops, opts, sink=sink, render=render)
     finally:
-        ops.metrics.stop()
+        if timed:
+            ops.metrics.stop()
         sys.setswitchinterval(switch)
         t_drain = time.perf_counter()
         enc = pool.close() if pool is not None else []  # render on: the frames still queued get encoded here
@@ -189,7 +194,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
                 "gil_switch_interval_ms": v["switch_ms"] or 1000.0 * switch,
                 "cuda_streams": "non-blocking + events" if v["nonblocking"] else "legacy default stream",
                 "launch_parts_ms_per_batch": inner.launch_parts(),
-                "stages": stage_block(row, ops.metrics.to_dict(), inner.launch_parts()),
+                "stages": stage_block(row, ops.metrics.to_dict() if timed else {}, inner.launch_parts()),
+                "app_stage_timing": timed,
                 "colour": "%s %s range" % (first["matrix"], "full" if first["full_range"] else "limited")})
     if enc:
         row["encoded_frames"] = sum(r["frames"] for r in enc)
@@ -298,8 +304,20 @@ def _ms(stage: Optional[Dict[str, Any]]) -> str:
     return "-" if not stage else "%.3f/%.3f ms" % (stage["mean_ms"], stage["cpu_ms"])
 
 
+#: a variant name ending so runs that layout without the app's per-frame stage timing (TaskOps/PipelineMetrics,
+#: added on 2026-12-06): the A/B of the measurement harness itself (``--variants auto-untimed``)
+UNTIMED = "-untimed"
+
+
+def split_untimed(variant: str) -> Tuple[str, bool]:
+    """(the layout's name, whether the app's per-frame stage timing is on)."""
+    return (variant[:-len(UNTIMED)], False) if variant.endswith(UNTIMED) else (variant, True)
+
+
 def resolve_variant(variant: str, n: int) -> str:
-    """``auto`` -> the variant `jetforge app --decode gpu` uses for N streams; any other name as it is."""
+    """``auto`` -> the variant `jetforge app --decode gpu` uses for N streams; any other name as it is (an
+    ``-untimed`` suffix dropped: the layout is the same)."""
+    variant = split_untimed(variant)[0]
     if variant != "auto":
         return variant
     from jetforge.apps.pipeline.gpu_app import decode_layout
@@ -309,7 +327,8 @@ def resolve_variant(variant: str, n: int) -> str:
 
 def _variant_label(variant: str, n: int) -> str:
     used = resolve_variant(variant, n)
-    return variant if used == variant else "%s=%s" % (variant, used)
+    base = split_untimed(variant)[0]
+    return variant if used == base else "%s=%s" % (variant, used)  # "auto-untimed=feed-pairs": its own point
 
 
 def _guard(res: Dict[str, Any], what: str, fn: Any) -> Any:
@@ -442,8 +461,9 @@ def parse_args(argv: Any) -> argparse.Namespace:
     ap.add_argument("--batch-timeout-ms", type=float, default=1000.0 * app.batch_timeout_s,
                     help="batched-push-timeout (default: the app's)")
     ap.add_argument("--variants", dest="exploratory", default="", type=lambda s: [v for v in s.split(",") if v],
-                    help="exploratory host layouts, measured after everything else and recorded apart: %s"
-                         % ", ".join(VARIANTS))
+                    help="exploratory host layouts, measured after everything else and recorded apart: %s; "
+                         "NAME%s: the same layout without the app's per-frame stage timing (the harness's own A/B)"
+                         % (", ".join(VARIANTS), UNTIMED))
     ap.add_argument("--wall-limit-s", type=float, default=0.0,
                     help="exit (code 3) after this many seconds of the whole script, keeping the partial JSON")
     ap.add_argument("--torch-preprocess", action="store_true", help="use the torch fallback, not the NVRTC kernel")
@@ -462,9 +482,10 @@ def parse_args(argv: Any) -> argparse.Namespace:
     if not all(known_model(m) for m in args.models):
         ap.error("unknown model(s) %s; known: classify, people, people-tiles2 (people-tilesN, N 2..4)"
                  % ", ".join(m for m in args.models if not known_model(m)))
-    unknown = [v for v in args.exploratory if v not in VARIANTS]
+    unknown = [v for v in args.exploratory if split_untimed(v)[0] not in VARIANTS]
     if unknown:
-        ap.error("unknown variant(s) %s; known: %s" % (", ".join(unknown), ", ".join(VARIANTS)))
+        ap.error("unknown variant(s) %s; known: %s (each also as NAME%s: without the app's per-frame stage timing)"
+                 % (", ".join(unknown), ", ".join(VARIANTS), UNTIMED))
     if args.reps < 1:
         ap.error("--reps must be at least 1 (the issue asks for 3 or more)")
     args.default_variant = DEFAULT_VARIANT
