@@ -1,6 +1,7 @@
 """``http://@:8080``: the live page in a real headless browser (Debian's chromium through Playwright), and a
 client that never reads, which must neither stall the writer nor go uncounted."""
 
+import contextlib
 import json
 import socket
 import threading
@@ -34,29 +35,44 @@ def feed(sink: HttpSink, stats: LiveStats, stop: threading.Event, fps: float = 3
         time.sleep(1.0 / fps)
 
 
-def test_the_page_shows_the_live_video_and_numbers_in_a_browser():
-    stats = LiveStats()
-    sink = HttpSink("http://127.0.0.1:0", stats=stats, title="people")
+def wait_until(condition, seconds: float = 5.0) -> None:
+    """Poll ``condition`` every 10 ms until it holds or ``seconds`` pass (the assertions after it say which)."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def fed_page(sink: HttpSink, feeder_fn, *args):
+    """A browser page of ``sink`` while ``feeder_fn(sink, *args, stop)`` writes frames on a thread; the feeder is
+    stopped and joined and the sink closed after, whatever the test did."""
     stop = threading.Event()
-    feeder = threading.Thread(target=feed, args=(sink, stats, stop), daemon=True)
+    feeder = threading.Thread(target=feeder_fn, args=(sink,) + args + (stop,), daemon=True)
     feeder.start()
     try:
         with chromium_page() as (page, errors):
             page.goto(sink.url)
-            page.wait_for_function('document.getElementById("video0").naturalWidth === 160', timeout=10000)
-            page.wait_for_function('document.getElementById("state").textContent === "live"', timeout=10000)
-            greys, frames = [], []
-            for _ in range(3):
-                greys.append(page.evaluate(GREY_JS))
-                frames.append(int(page.inner_text("#frames")))
-                page.wait_for_timeout(700)
-            fps = float(page.inner_text("#fps"))
-            counters = page.inner_text("#counters")
-            assert page.title() == "jetforge people"
+            yield page, errors
     finally:
         stop.set()
         feeder.join()
         sink.close()
+
+
+def test_the_page_shows_the_live_video_and_numbers_in_a_browser():
+    stats = LiveStats()
+    sink = HttpSink("http://127.0.0.1:0", stats=stats, title="people")
+    with fed_page(sink, feed, stats) as (page, errors):
+        page.wait_for_function('document.getElementById("video0").naturalWidth === 160', timeout=10000)
+        page.wait_for_function('document.getElementById("state").textContent === "live"', timeout=10000)
+        greys, frames = [], []
+        for _ in range(3):
+            greys.append(page.evaluate(GREY_JS))
+            frames.append(int(page.inner_text("#frames")))
+            page.wait_for_timeout(700)
+        fps = float(page.inner_text("#fps"))
+        counters = page.inner_text("#counters")
+        assert page.title() == "jetforge people"
     assert len(set(greys)) == 3, greys  # the picture changes: new frames arrive
     assert frames[0] < frames[1] < frames[2], frames  # the counters change
     assert 10.0 < fps < 40.0, fps  # fed at ~30 fps (sleep-paced, so at most 30; a loaded CI machine is slower)
@@ -85,9 +101,7 @@ def test_a_client_that_never_reads_never_stalls_the_writer_and_is_counted():
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     client.connect(("127.0.0.1", sink.port))
     client.sendall(b"GET /stream.mjpg HTTP/1.1\r\nHost: x\r\n\r\n")  # ... and never reads
-    deadline = time.monotonic() + 5
-    while sink.watching == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: sink.watching > 0)
     stalled = write_all(sink)
     time.sleep(1.5)  # past send_timeout_s: the server lets the silent client go
     sink.close()
@@ -168,23 +182,14 @@ def test_every_stream_has_its_own_live_tile_in_a_browser(streams):
     Each tile shows its own stream (the left grey, within JPEG's error of a flat area: a few levels, 15 asked)
     and advances (the right grey changes)."""
     sink = HttpSink("http://127.0.0.1:0", title="people", streams=streams)
-    stop = threading.Event()
-    feeder = threading.Thread(target=feed_streams, args=(sink, streams, stop), daemon=True)
-    feeder.start()
-    try:
-        with chromium_page() as (page, errors):
-            page.goto(sink.url)
-            for k in range(streams):
-                page.wait_for_function('document.getElementById("video%d").naturalWidth === 160' % k,
-                                       timeout=10000)
-            first = [_tile(page, k) for k in range(streams)]
-            page.wait_for_timeout(700)
-            later = [_tile(page, k) for k in range(streams)]
-            pulls = page.evaluate('document.getElementById("video0").src')
-    finally:
-        stop.set()
-        feeder.join()
-        sink.close()
+    with fed_page(sink, feed_streams, streams) as (page, errors):
+        for k in range(streams):
+            page.wait_for_function('document.getElementById("video%d").naturalWidth === 160' % k,
+                                   timeout=10000)
+        first = [_tile(page, k) for k in range(streams)]
+        page.wait_for_timeout(700)
+        later = [_tile(page, k) for k in range(streams)]
+        pulls = page.evaluate('document.getElementById("video0").src')
     for k in range(streams):
         assert abs(first[k][0] - (40 * k + 20)) <= 15 and abs(later[k][0] - (40 * k + 20)) <= 15, (k, first, later)
         assert first[k][1] != later[k][1], (k, first, later)  # the tile's picture advances
@@ -205,9 +210,7 @@ def test_stream_routes_and_the_fair_hand_off():
     with HttpSink("http://127.0.0.1:0", streams=2) as sink:
         sink.write(np.full((120, 160, 3), 200, np.uint8), 1)
         sink.write(np.full((120, 160, 3), 200, np.uint8), 7)  # no tile for stream 7: ignored
-        deadline = time.monotonic() + 5
-        while sink.frames_of(1).jpeg is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: sink.frames_of(1).jpeg is not None)
         jpeg = urllib.request.urlopen(sink.url + "frame/1.jpg", timeout=5).read()
         for missing in ("frame/0.jpg", "frame/2.jpg", "stream/2.mjpg", "stream/1.jpg"):
             with pytest.raises(urllib.error.HTTPError):
@@ -224,9 +227,7 @@ def test_an_unwatched_page_wants_a_first_frame_then_only_while_someone_watches()
         assert sink.wants(0) and sink.wants(1)  # no JPEG yet: the first frame is taken
         assert not sink.wants(2) and not sink.wants(-1)  # no tile for these streams
         sink.write(np.full((120, 160, 3), 90, np.uint8), 0)
-        deadline = time.monotonic() + 5
-        while sink.frames_of(0).jpeg is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: sink.frames_of(0).jpeg is not None)
         assert not sink.wants(0) and sink.wants(1)  # stream 0 has its still; nobody watches it
         taken = sink.report()["frames"]
         sink.write(np.full((120, 160, 3), 91, np.uint8), 0)  # counted, not copied or encoded
@@ -237,9 +238,7 @@ def test_an_unwatched_page_wants_a_first_frame_then_only_while_someone_watches()
         assert not sink.wants(0)
         client = urllib.request.urlopen(sink.url + "stream/0.mjpg", timeout=5)  # an MJPEG client watches
         try:
-            deadline = time.monotonic() + 5
-            while not sink.wants(0) and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_until(lambda: sink.wants(0))
             assert sink.wants(0)
         finally:
             client.close()
@@ -256,16 +255,12 @@ def test_outputs_want_a_stream_while_a_file_takes_it_or_its_page_is_watched(tmp_
         page = outputs.slots[0].sink
         assert outputs.wants_frames(0) and outputs.wants_frames(1)
         outputs.frame(0, np.full((120, 160, 3), 50, np.uint8))
-        deadline = time.monotonic() + 5
-        while page.frames_of(0).jpeg is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: page.frames_of(0).jpeg is not None)
         assert not outputs.wants_frames(0) and outputs.takes_frames(0) and outputs.wants_frames(1)
     video = tmp_path / "out.mp4"
     with open_sinks(["http://127.0.0.1:0", str(video)], [shape]) as outputs:
         outputs.frame(0, np.full((120, 160, 3), 50, np.uint8))
-        deadline = time.monotonic() + 5
-        while outputs.slots[0].sink.frames_of(0).jpeg is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: outputs.slots[0].sink.frames_of(0).jpeg is not None)
         assert outputs.wants_frames(0)  # the file takes every frame
 
 
@@ -290,9 +285,7 @@ def test_the_cpu_app_draws_a_frame_only_when_an_output_takes_it(tmp_path):
         sink = _AppSink(CountingTask(), events, [None], outputs)
         page = outputs.slots[0].sink
         sink(Item(Frame(0, 0.0, np.zeros((120, 160, 3), np.uint8)), event={}), Status())
-        deadline = time.monotonic() + 5
-        while page.frames_of(0).jpeg is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: page.frames_of(0).jpeg is not None)
         for i in range(1, 5):
             sink(Item(Frame(i, i / 30.0, np.zeros((120, 160, 3), np.uint8)), event={}), Status())
     events.close()
