@@ -10,7 +10,7 @@ gives the same boxes) and a head scaled so that scores spread.  Its boxes mean n
 user's path (``export-sidecar --decoder torchvision``, then ``app detect``) reads them exactly.
 
 The reference decoder is written here from the layout's definition, independently of jetforge's decoder: the ONNX
-run through ONNX Runtime on the input the app feeds (the sidecar contract's batch, checked against one made here with
+run through ONNX Runtime (opened with the app's session options) on the input the app feeds (the sidecar contract's batch, checked against one made here with
 OpenCV from the sidecar's numbers: stretch to 320x320 bilinear, BGR -> RGB, / 255), detections scoring above the sidecar's threshold kept, best first, at most ``max_detections``,
 each box scaled from the input to the frame per axis and clipped.  Equal scores have no defined order, so each
 frame's detections are compared as sets (each event row matched to one reference detection, then removed).  Tolerance: the events round boxes to 0.1 px and scores to
@@ -28,7 +28,7 @@ from jetforge.cli.main import main
 cv2 = pytest.importorskip("cv2")
 torch = pytest.importorskip("torch")
 tv_detection = pytest.importorskip("torchvision.models.detection")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 
 SIZE = 320
 FRAMES = 6
@@ -98,7 +98,7 @@ def reference(session, frame, max_detections, contract):
     exactly, on one input."""
     x = contract.batch([frame])
     np.testing.assert_allclose(x, model_input(frame), rtol=0, atol=2e-6)  # the same pixels to float32 rounding
-    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"images": x})))
+    outputs = session.infer({"images": x})
     boxes, scores, labels = outputs["boxes"], outputs["scores"], outputs["labels"]
     keep = np.flatnonzero(scores > SCORE_THRESHOLD)
     keep = keep[np.argsort(-scores[keep], kind="stable")][:max_detections]
@@ -120,10 +120,13 @@ def test_a_torchvision_detector_onnx_in_detect_gives_the_reference_decoders_boxe
     frames = [e for e in events if "tracks" in e]
     assert [e["frame"] for e in frames] == list(range(FRAMES))
     from jetforge.runtime.inputs import input_contract
+    from jetforge.runtime.session import open_session
     from jetforge.runtime.sidecar import read_sidecar
 
     contract = input_contract(read_sidecar(torchvision_onnx), "image")
-    session = ort.InferenceSession(str(torchvision_onnx), providers=["CPUExecutionProvider"])
+    # ONNX Runtime with the session options the app's detector opens it with (same threads, graph optimisation):
+    # this model's amplified head would turn another configuration's last-bit differences into other detections
+    session = open_session(torchvision_onnx, threads=None, spinning=False)
     names = CLASSES.split(",")
     compared = 0
     for event, frame in zip(frames, vtest_frames(FRAMES)):
@@ -141,3 +144,4 @@ def test_a_torchvision_detector_onnx_in_detect_gives_the_reference_decoders_boxe
     assert compared >= FRAMES  # detections on every frame on average: not a comparison of empty frames
     # and they follow the frames (the BatchNorm statistics keep the network alive): not one constant answer
     assert len({len(e["detections"]) for e in frames}) > 1
+    session.close()

@@ -38,7 +38,13 @@ class Detections:
 
     def above(self, threshold: float) -> "Detections":
         """The detections whose score is at least ``threshold``."""
-        keep = self.scores >= threshold
+        return self._kept(self.scores >= threshold)
+
+    def of_class(self, index: int) -> "Detections":
+        """The detections of class ``index``."""
+        return self._kept(self.classes == index)
+
+    def _kept(self, keep: np.ndarray) -> "Detections":
         return Detections(self.boxes[keep], self.scores[keep], self.classes[keep], self.labels)  # type: ignore[index]
 
     def to_list(self) -> List[List[float]]:

@@ -59,9 +59,7 @@ class DecodedPersons:
         self.image_size = (self._det.contract.height, self._det.contract.width)
 
     def __call__(self, image: np.ndarray) -> Any:
-        found = self._det(image)
-        keep = found.classes == self._person
-        return type(found)(found.boxes[keep], found.scores[keep], found.classes[keep], found.labels)
+        return self._det(image).of_class(self._person)
 
     def close(self) -> None:
         self._det.close()

@@ -126,16 +126,19 @@ class Outputs(CloseOrAbortOnExit):
         """The video files written so far."""
         return [Path(s.uri) for s in self.slots if s.is_file and getattr(s.sink, "frames", 0)]
 
+    def _frame_slots(self, stream: int) -> List[_Slot]:
+        """The open outputs that take ``stream``'s frames."""
+        return [s for s in self.slots
+                if s.failed is None and hasattr(s.sink, "write") and s.stream in (stream, ALL_STREAMS)]
+
     def takes_frames(self, stream: int) -> bool:
         """Whether an open output takes ``stream``'s frames at all (decided once, when a run starts)."""
-        return any(s.failed is None and hasattr(s.sink, "write") and s.stream in (stream, ALL_STREAMS)
-                   for s in self.slots)
+        return bool(self._frame_slots(stream))
 
     def wants_frames(self, stream: int) -> bool:
         """Whether an open output would use ``stream``'s frame now (the GPU path copies a frame back and draws it
         only then): a file or window always, a live page only while someone watches (its sink's ``wants``)."""
-        return any(s.failed is None and hasattr(s.sink, "write") and s.stream in (stream, ALL_STREAMS)
-                   and (not hasattr(s.sink, "wants") or s.sink.wants(stream)) for s in self.slots)
+        return any(not hasattr(s.sink, "wants") or s.sink.wants(stream) for s in self._frame_slots(stream))
 
     def frame(self, stream: int, image: np.ndarray, name: str = "") -> None:
         """One annotated frame of ``stream`` (``name``: its image file, for a folder of photos)."""
