@@ -68,3 +68,29 @@ def test_short_runs_keep_every_sample_so_their_statistics_are_exact():
     for v in values:
         samples.append(v)
     assert samples.stats() == latency_stats(values)
+
+
+def test_recording_a_frame_builds_no_new_series(monkeypatch):
+    # Each Samples seeds its own Random (~25 us); a ``setdefault(stage, Samples())`` built one per call for every
+    # frame and stage, on the thread that launches the GPU path's batches.  After each stage's first frame (and its
+    # first warm-up frame), recording builds nothing.
+    metrics = PipelineMetrics(warmup_frames=2)
+    metrics.start()
+    built = []
+    real_init = Samples.__init__
+
+    def counting_init(self, *args, **kwargs):
+        built.append(1)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Samples, "__init__", counting_init)
+    for stage in STAGES:
+        metrics.add_stage(stage, 0.01, 0.001, frame=0)  # a warm-up frame: its series is made once
+    first = len(built)
+    assert first == len(STAGES)  # the warm-up series only: the per-stage ones exist from the start
+    for frame in range(1, 50):
+        for stage in STAGES:
+            metrics.add_stage(stage, 0.01, 0.001, frame=frame, batch=4)
+    assert len(built) == first
+    stats = metrics.to_dict()["latency_ms"]["stages"]
+    assert stats["infer"]["count"] == 48 and metrics.busy["infer"][0] == 50

@@ -82,6 +82,14 @@ class Samples:
                                    min=self.min, max=self.max)
 
 
+def _series(table: Dict[str, Samples], stage: str) -> Samples:
+    """``table[stage]``, made on first use."""
+    series = table.get(stage)
+    if series is None:
+        series = table[stage] = Samples()
+    return series
+
+
 class PipelineMetrics:
     """Thread-safe collector fed by the pipeline's stages."""
 
@@ -136,15 +144,20 @@ class PipelineMetrics:
     def add_stage(self, stage: str, wall: float, cpu: float, frame: Optional[int] = None, batch: int = 1) -> None:
         """One frame's time in ``stage`` (``wall``: what the frame waited; ``cpu``: its share); ``frame``: its
         index in its stream (a warm-up frame's time is kept apart); ``batch``: frames that shared the call."""
+        # no ``setdefault(stage, Samples())`` here: its default is built on every call, and this runs for every
+        # frame and stage (a Samples with its seeded Random cost ~25 us a call, measured, under the GIL the GPU
+        # path's launch thread needs)
         with self._lock:
-            busy = self.busy.setdefault(stage, [0, 0.0])
+            busy = self.busy.get(stage)
+            if busy is None:
+                busy = self.busy[stage] = [0, 0.0]
             busy[0] += 1
             busy[1] += wall / max(1, batch)
             if self.is_warmup(frame):
-                self.warmup_wall.setdefault(stage, Samples()).append(wall)
+                _series(self.warmup_wall, stage).append(wall)
                 return
-            self.wall.setdefault(stage, Samples()).append(wall)
-            self.cpu.setdefault(stage, Samples()).append(cpu)
+            _series(self.wall, stage).append(wall)
+            _series(self.cpu, stage).append(cpu)
 
     def add_batch(self, size: int) -> None:
         with self._lock:
