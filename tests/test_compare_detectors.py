@@ -54,7 +54,7 @@ def test_blocks_never_span_two_segments() -> None:
 
 def test_a_detector_of_another_layout_is_measured_as_the_people_apps_detector_would_be(tmp_path: Path) -> None:
     """A model without an SSD block runs through ``app detect``'s decoder-driven detector at the people app's score
-    threshold (:class:`DecodedPersons`).  Checked on the port itself, which both paths can run (its sidecar's SSD
+    threshold (:class:`~jetforge.vision.person_detectors.DecodedPersonDetector`).  Checked on the port itself, which both paths can run (its sidecar's SSD
     block is read by the ``ssd-tf`` decoder): on 10 held-out frames the boxes agree within 1e-3 px and the scores
     exactly, so a YOLOv8-layout student in the table is measured as the SSD ones are.  Then the shipped YOLOv8-layout
     student goes through the chooser to that path, and a model whose labels name no person is refused."""
@@ -64,14 +64,15 @@ def test_a_detector_of_another_layout_is_measured_as_the_people_apps_detector_wo
     from jetforge.errors import ModelError
     from jetforge.vision.person_labels import load_person_labels
     from jetforge.vision.ssd_detector import SsdPeopleDetector
-    from jetforge.workflow.compare_detectors import DecodedPersons, person_detector
+    from jetforge.vision.person_detectors import DecodedPersonDetector
+    from jetforge.workflow.compare_detectors import person_detector
     from jetforge.workflow.shipped_models import shipped_model
 
     port, _ = ensure_person_detector()
     frames = load_person_labels("heldout", assets_root=asset_dir("opencv_samples").parent)[::9][:10]
     found = 0
     with SsdPeopleDetector(port) as app:
-        decoded = DecodedPersons(Path(port))
+        decoded = DecodedPersonDetector(Path(port))
         try:
             for f in frames:
                 a, b = app(f.image), decoded(f.image)
@@ -84,7 +85,7 @@ def test_a_detector_of_another_layout_is_measured_as_the_people_apps_detector_wo
     assert found >= 20
     student = person_detector(shipped_model("yolov8-person-192").onnx)
     try:
-        assert isinstance(student, DecodedPersons) and student.image_size == (192, 192)
+        assert isinstance(student, DecodedPersonDetector) and student.image_size == (192, 192)
         assert "yolov8 decoder" in student.label and len(student(frames[0].image)) > 0
     finally:
         student.close()

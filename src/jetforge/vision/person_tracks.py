@@ -11,7 +11,8 @@ every decoded frame in order), for the code below the apps that needs them:
   track cache (:mod:`jetforge.compress.action.track_clips`).
 
 A detector is any object called with a BGR frame that returns :class:`~jetforge.vision.detections.Detections`
-(``vision.ssd_detector.SsdPeopleDetector``, ``vision.hog.HogPeopleDetector``, ``vision.tiles.TiledPeopleDetector``);
+(``vision.ssd_detector.SsdPeopleDetector``, ``vision.person_detectors.DecodedPersonDetector`` for another output
+layout, ``vision.hog.HogPeopleDetector``, ``vision.tiles.TiledPeopleDetector``);
 its ``to_confidence`` (HOG's :func:`~jetforge.vision.hog.score_to_unit` when it has none) turns scores into the
 tracker's confidences.  Torch-free; OpenCV decodes the video.
 """

@@ -104,9 +104,7 @@ class SsdPeopleDetector:
     def __init__(self, model_path: Union[str, Path], threads: Optional[int] = None, spinning: Optional[bool] = False,
                  score_threshold: float = DEFAULT_SCORE_THRESHOLD, backend: str = "auto",
                  label: Optional[str] = None) -> None:
-        if not 0.0 <= float(score_threshold) < 1.0:
-            raise ModelError("the detector's score threshold must be in [0, 1), got %r" % (score_threshold,),
-                             hint="e.g. --detector-threshold 0.2")
+        check_score_threshold(score_threshold)
         onnx = backend in ("auto", "onnxruntime") and str(model_path).endswith(".onnx")
         # threads/spinning are ONNX Runtime's; another backend (a TensorRT engine) refuses options it lacks
         options: Dict[str, Any] = {"threads": threads, "spinning": spinning} if onnx else {}
@@ -159,6 +157,15 @@ class SsdPeopleDetector:
         self.close()
 
 
+def check_score_threshold(score_threshold: float) -> float:
+    """A person detector's score threshold, which must lie in [0, 1) (one ModelError otherwise): shared with
+    :class:`~jetforge.vision.person_detectors.DecodedPersonDetector`, so every layout refuses the same values."""
+    if not 0.0 <= float(score_threshold) < 1.0:
+        raise ModelError("the detector's score threshold must be in [0, 1), got %r" % (score_threshold,),
+                         hint="e.g. --detector-threshold 0.2")
+    return float(score_threshold)
+
+
 def _label_from_sidecar(sidecar: Any, preprocess: Any) -> str:
     """What the summary calls the model: its sidecar's name and the input size it runs at (a student may be smaller)."""
     name = str(getattr(sidecar, "model_name", "") or "")
@@ -168,4 +175,4 @@ def _label_from_sidecar(sidecar: Any, preprocess: Any) -> str:
     return "%s (CNN person detector, %s)" % (name, size)
 
 
-__all__ = ["DEFAULT_SCORE_THRESHOLD", "SSDDetector", "SSD_LABEL", "SsdPeopleDetector"]
+__all__ = ["DEFAULT_SCORE_THRESHOLD", "SSDDetector", "SSD_LABEL", "SsdPeopleDetector", "check_score_threshold"]

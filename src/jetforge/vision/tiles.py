@@ -124,7 +124,9 @@ class TiledPeopleDetector:
     where accuracy matters more than frames per second.  All tiles of all frames of a step go to ``inner`` in one
     batch (one session call), as the frames of several streams already do.
 
-    Wraps a detector with ``detect_batch(images) -> [Detections]`` (boxes in each image's pixels).
+    Wraps any person detector with ``detect_batch(images) -> [Detections]`` (boxes in each image's pixels): the SSD
+    (:class:`~jetforge.vision.ssd_detector.SsdPeopleDetector`) or the person class of another output layout
+    (:class:`~jetforge.vision.person_detectors.DecodedPersonDetector`); the tiles and the merge do not depend on it.
     """
 
     def __init__(self, inner: Any, grid: int = 2, side: Optional[float] = None, edge: float = 0.01,
@@ -158,13 +160,16 @@ class TiledPeopleDetector:
         per_frame = 1 + len(self.rects)
         crops = [crop for image in images for crop in [image] + [cut_tile(image, r) for r in self.rects]]
         found = self.inner.detect_batch(crops)
-        out = []
-        for n, image in enumerate(images):
-            mine = found[n * per_frame:(n + 1) * per_frame]
-            boxes, scores = merge_tiled(image.shape[:2], self.rects, [d.boxes for d in mine],
-                                        [d.scores for d in mine], self.edge, self.merge_iou)
-            out.append(Detections(boxes.astype(np.float32), scores.astype(np.float32)))
-        return out
+        return [self.merge(image.shape[:2], found[n * per_frame:(n + 1) * per_frame])
+                for n, image in enumerate(images)]
+
+    def merge(self, frame_hw: Sequence[int], found: Sequence[Detections]) -> Detections:
+        """One frame's own detections (its pixels) and each tile's (that tile's pixels), in ``rects`` order, merged
+        by :func:`merge_tiled` with this detector's ``edge`` and ``merge_iou``: the one merge of the CPU path and of
+        the people app's GPU path, whatever the inner detector's output layout."""
+        boxes, scores = merge_tiled(frame_hw, self.rects, [d.boxes for d in found], [d.scores for d in found],
+                                    self.edge, self.merge_iou)
+        return Detections(boxes.astype(np.float32), scores.astype(np.float32))
 
     def to_confidence(self, scores: np.ndarray) -> np.ndarray:
         return self.inner.to_confidence(scores)

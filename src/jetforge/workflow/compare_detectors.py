@@ -5,7 +5,8 @@ detector (:class:`~jetforge.vision.ssd_detector.SsdPeopleDetector`: the model's 
 anchors and preprocessing; the app's score threshold) on the held-out frames of jetforge's labelled person set, so
 the AP is the app's, not a separate evaluation's.  A detector of another output layout (the shipped YOLOv8-layout
 student) runs through ``app detect``'s :class:`~jetforge.vision.decoded_detector.DecodedDetector` at the same score
-threshold, its person class only.  The first detector is the reference: every other one gets its
+threshold, its person class only (:class:`~jetforge.vision.person_detectors.DecodedPersonDetector`, the people app's
+detector for that layout).  The first detector is the reference: every other one gets its
 AP minus the reference's with a paired bootstrap interval (frames resampled in blocks of consecutive frames, as the
 calibration report does, because neighbouring video frames are not independent).
 
@@ -24,7 +25,7 @@ import numpy as np
 from jetforge.progress import progress_bar
 from jetforge.vision.detection_metrics import paired_bootstrap
 from jetforge.vision.person_labels import LabelledFrame, load_person_labels
-from jetforge.vision.ssd_detector import DEFAULT_SCORE_THRESHOLD, SsdPeopleDetector
+from jetforge.vision.person_detectors import open_person_detector
 
 BLOCK_FRAMES = 10  # consecutive labelled frames drawn together by the bootstrap (calibrate's detection report too)
 
@@ -41,39 +42,10 @@ def frame_blocks(frames: Sequence[LabelledFrame], size: int = BLOCK_FRAMES) -> L
     return out
 
 
-class DecodedPersons:
-    """A detector of any registered output layout as the comparison calls it: frames in, its ``person`` detections
-    out (at the people app's score threshold), with ``label``, ``image_size`` (height, width) and ``close``."""
-
-    def __init__(self, path: Path) -> None:
-        from jetforge.errors import ModelError
-        from jetforge.vision.decoded_detector import DecodedDetector
-
-        self._det = DecodedDetector(path, score_threshold=DEFAULT_SCORE_THRESHOLD)
-        if "person" not in self._det.labels:
-            self._det.close()
-            raise ModelError("%s detects %s, not people" % (path, list(self._det.labels)),
-                             hint="compare person detectors: a sidecar whose labels name person")
-        self._person = self._det.labels.index("person")
-        self.label = self._det.label
-        self.image_size = (self._det.contract.height, self._det.contract.width)
-
-    def __call__(self, image: np.ndarray) -> Any:
-        return self._det(image).of_class(self._person)
-
-    def close(self) -> None:
-        self._det.close()
-
-
 def person_detector(path: Path) -> Any:
-    """The people app's detector for an SSD model (its sidecar's SSD block), :class:`DecodedPersons` otherwise."""
-    from jetforge.runtime.model_facts import model_facts
-    from jetforge.vision.ssd import SSD_EXTRA_KEY
-
-    facts = model_facts(path)
-    if facts is not None and SSD_EXTRA_KEY in facts.extra:
-        return SsdPeopleDetector(path, threads=None)
-    return DecodedPersons(path)
+    """The people app's detector for ``path`` (:func:`~jetforge.vision.person_detectors.open_person_detector`: the
+    SSD's own for an SSD sidecar, another layout's person class otherwise), at the app's score threshold."""
+    return open_person_detector(path)
 
 
 def run_side_by_side(detectors: Dict[str, Any], frames: Sequence[LabelledFrame], progress: bool = True
@@ -155,5 +127,5 @@ def comparison_table(result: Dict[str, Any]) -> Tuple[List[str], List[List[str]]
     return header, rows
 
 
-__all__ = ["BLOCK_FRAMES", "DecodedPersons", "compare_person_detectors", "comparison_table", "frame_blocks",
+__all__ = ["BLOCK_FRAMES", "compare_person_detectors", "comparison_table", "frame_blocks",
            "person_detector", "run_side_by_side"]

@@ -31,7 +31,7 @@ FILE_ROLES = ("onnx", "sidecar", "calib", "qdq", "qdq_sidecar")
 #: command -> the argument attributes that take a model file (a shipped name is resolved to its ONNX)
 MODEL_ARGUMENTS: Dict[str, Tuple[str, ...]] = {
     "app": ("model", "detector_model"), "bundle": ("model",), "bench": ("model",), "estimate": ("model",),
-    "calibrate": ("model", "model_opt"), "build": ("model",), "dla-check": ("model",),
+    "calibrate": ("model", "model_opt", "detector_model"), "build": ("model",), "dla-check": ("model",),
     "info": ("model",)}
 
 

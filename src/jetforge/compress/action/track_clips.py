@@ -41,7 +41,7 @@ from jetforge.fileio import write_text_atomic
 from jetforge.progress import progress_bar
 from jetforge.runtime.inputs.clip import ClipContract
 from jetforge.vision.person_tracks import track_video
-from jetforge.vision.ssd_detector import SsdPeopleDetector
+from jetforge.vision.person_detectors import open_person_detector
 from jetforge.vision.tracking import tracker_options
 
 Tracks = Dict[int, Dict[int, np.ndarray]]
@@ -115,15 +115,16 @@ def ensure_track_cache(video: Path, out_dir: Path, max_frames: int = 0, detector
                        progress: bool = False) -> Path:
     """``out_dir/events.jsonl``, made by :func:`track_cache_events` when missing.
 
-    The detector is ``detector_model`` (an exported person detector with its sidecar), by default the people app's
-    CNN exported from its verified asset into ``out_dir/person_detector.onnx`` (needs torch, as this recipe does).
+    The detector is ``detector_model`` (an exported person detector with its sidecar: the SSD, or any registered
+    output layout's person class, as ``app people --detector-model`` takes it), by default the people app's CNN
+    exported from its verified asset into ``out_dir/person_detector.onnx`` (needs torch, as this recipe does).
     """
     events = Path(out_dir) / "events.jsonl"
     if events.is_file():
         return events
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     model = Path(detector_model) if detector_model else _export_person_detector(Path(out_dir))
-    with SsdPeopleDetector(model) as detector:
+    with open_person_detector(model) as detector:
         lines = [json.dumps(e) for e in progress_bar(track_cache_events(Path(video), detector, max_frames),
                                                      desc="person tracks", unit="frame", enabled=progress)]
     write_text_atomic(events, "".join(line + "\n" for line in lines))
