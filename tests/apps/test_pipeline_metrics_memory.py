@@ -94,3 +94,22 @@ def test_recording_a_frame_builds_no_new_series(monkeypatch):
     assert len(built) == first
     stats = metrics.to_dict()["latency_ms"]["stages"]
     assert stats["infer"]["count"] == 48 and metrics.busy["infer"][0] == 50
+
+
+def test_reservoir_keeps_every_value_with_the_same_probability():
+    # Algorithm L draws which value is kept next instead of a random number per value.  Every one of n values
+    # must be kept with probability k/n: over 300 reservoirs (seeds 0..299) of k = 64 out of n = 4096 values, the
+    # values kept per tenth of the stream are 300 * 64 / 10 = 1920 each in expectation; a chi-square statistic
+    # over the 10 tenths (9 degrees of freedom) above 27.9 has probability 0.001 for a uniform sampler.  A sampler
+    # that favours early or late values (a wrong skip, W not updated) gives hundreds.
+    k, n, reps = 64, 4096, 300
+    counts = np.zeros(10)
+    for seed in range(reps):
+        samples = Samples(capacity=k, seed=seed)
+        for i in range(n):
+            samples.append(float(i))
+        assert len(samples.values) == k and samples.count == n
+        counts += np.bincount((np.asarray(samples.values) * 10 // n).astype(int), minlength=10)
+    expected = reps * k / 10
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 27.9, (chi2, counts)
