@@ -169,17 +169,24 @@ def app_timed(ops: Any, warmup_frames: int) -> Any:
 
 
 def app_timed_sink(sink: Any, ops: Any) -> Any:
-    """``sink`` timed as the app's output stage (``sink``), each frame recorded as done in the point's metrics."""
+    """``sink`` timed as the app's output stage (``sink``), its frames recorded as done in the point's metrics the
+    app's way (:class:`~jetforge.apps.pipeline.gpu_app.SinkTiming`: once per batch, ``run_streams`` calling
+    ``end_batch``)."""
+    from jetforge.apps.pipeline.gpu_app import SinkTiming
 
-    def timed(stream: int, frame: Any, event: Any, host: Any) -> None:
-        t0, c0 = time.perf_counter(), time.thread_time()
-        sink(stream, frame, event, host)
-        done = time.perf_counter()
-        ops.metrics.add_stage("sink", done - t0, time.thread_time() - c0, frame=frame.index)
-        ops.metrics.add_done(stream, frame.captured, frame.captured,
-                             ops.t_result.pop((stream, frame.index), done), done, frame=frame.index)
+    class TimedSink:
+        def __init__(self) -> None:
+            self.timing = SinkTiming(ops)
 
-    return timed
+        def __call__(self, stream: int, frame: Any, event: Any, host: Any) -> None:
+            t0 = self.timing.begin()
+            sink(stream, frame, event, host)
+            self.timing.frame_done(stream, frame, t0)
+
+        def end_batch(self) -> None:
+            self.timing.end_batch()
+
+    return TimedSink()
 
 
 def stage_block(run: Dict[str, Any], app_metrics: Dict[str, Any], launch_parts: Dict[str, Any]) -> Dict[str, Any]:

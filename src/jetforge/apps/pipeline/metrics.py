@@ -100,6 +100,16 @@ class Samples:
                                    min=self.min, max=self.max)
 
 
+class Tally:
+    """Count and sum of a series whose mean alone is reported (a stage's CPU per frame)."""
+
+    __slots__ = ("count", "total")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0.0
+
+
 def _series(table: Dict[str, Samples], stage: str) -> Samples:
     """``table[stage]``, made on first use."""
     series = table.get(stage)
@@ -118,7 +128,7 @@ class PipelineMetrics:
         self.model_stages = tuple(model_stages)  # the stages whose busy time is the model's (model_fps)
         self._lock = threading.Lock()
         self.wall: Dict[str, Samples] = {s: Samples() for s in self.stages}
-        self.cpu: Dict[str, Samples] = {s: Samples() for s in self.stages}
+        self.cpu: Dict[str, Tally] = {s: Tally() for s in self.stages}  # only their means are reported
         self.busy: Dict[str, List[float]] = {}  # stage -> [frames, seconds busy (a call's time shared by its frames)]
         self.warmup_wall: Dict[str, Samples] = {}
         self.batch_sizes = Samples()
@@ -162,20 +172,45 @@ class PipelineMetrics:
     def add_stage(self, stage: str, wall: float, cpu: float, frame: Optional[int] = None, batch: int = 1) -> None:
         """One frame's time in ``stage`` (``wall``: what the frame waited; ``cpu``: its share); ``frame``: its
         index in its stream (a warm-up frame's time is kept apart); ``batch``: frames that shared the call."""
+        with self._lock:
+            self._add_stage(stage, wall, cpu, frame, wall / max(1, batch))
+
+    def add_stage_frames(self, stage: str, frames: Sequence[Optional[int]], wall: float, cpu: float,
+                         walls: Optional[Sequence[float]] = None) -> None:
+        """``frames`` (their indices) through ``stage`` at once, under one lock: one call every frame waited
+        ``wall`` for, or (``walls``) a call per frame, each its own wall; ``cpu``: the CPU of them all, shared
+        equally (a per-frame CPU clock is a system call per frame and stage).  Why: the GPU path records a batch
+        of up to 32 frames per step, on threads that share one GIL with the thread that launches the batches."""
+        n = len(frames)
+        if not n:
+            return
+        share = cpu / n
+        with self._lock:
+            if walls is None:
+                for frame in frames:
+                    self._add_stage(stage, wall, share, frame, wall / n)
+            else:
+                for frame, own in zip(frames, walls):
+                    self._add_stage(stage, own, share, frame, own)
+
+    def _add_stage(self, stage: str, wall: float, cpu: float, frame: Optional[int], busy_s: float) -> None:
         # no ``setdefault(stage, Samples())`` here: its default is built on every call, and this runs for every
         # frame and stage (a Samples with its seeded Random cost ~25 us a call, measured, under the GIL the GPU
         # path's launch thread needs)
-        with self._lock:
-            busy = self.busy.get(stage)
-            if busy is None:
-                busy = self.busy[stage] = [0, 0.0]
-            busy[0] += 1
-            busy[1] += wall / max(1, batch)
-            if self.is_warmup(frame):
-                _series(self.warmup_wall, stage).append(wall)
-                return
-            _series(self.wall, stage).append(wall)
-            _series(self.cpu, stage).append(cpu)
+        busy = self.busy.get(stage)
+        if busy is None:
+            busy = self.busy[stage] = [0, 0.0]
+        busy[0] += 1
+        busy[1] += busy_s
+        if self.is_warmup(frame):
+            _series(self.warmup_wall, stage).append(wall)
+            return
+        _series(self.wall, stage).append(wall)
+        tally = self.cpu.get(stage)
+        if tally is None:
+            tally = self.cpu[stage] = Tally()
+        tally.count += 1
+        tally.total += cpu
 
     def add_batch(self, size: int) -> None:
         with self._lock:
@@ -203,27 +238,38 @@ class PipelineMetrics:
                  frame: Optional[int] = None) -> None:
         """A finished frame (``frame``: its index in its stream; a warm-up frame counts in FPS, not in latency)."""
         with self._lock:
-            if self.is_warmup(frame):
-                self.warmup_end_to_end.append(t_done - t_start)
-            else:
-                self.end_to_end.append(t_done - t_start)
-                self.frame_to_result.append(t_result - (t_decoded or t_start))
-            self._done += 1
-            self._recent.append(t_done)
+            self._add_done(stream, t_start, t_decoded, t_result, t_done, frame)
+
+    def add_done_frames(self, done: Sequence[Tuple[int, float, float, float, float, Optional[int]]]) -> None:
+        """Finished frames at once, under one lock: each ``(stream, t_start, t_decoded, t_result, t_done,
+        frame)`` as :meth:`add_done` takes them."""
+        with self._lock:
+            for record in done:
+                self._add_done(*record)
+
+    def _add_done(self, stream: int, t_start: float, t_decoded: float, t_result: float, t_done: float,
+                  frame: Optional[int]) -> None:
+        if self.is_warmup(frame):
+            self.warmup_end_to_end.append(t_done - t_start)
+        else:
+            self.end_to_end.append(t_done - t_start)
+            self.frame_to_result.append(t_result - (t_decoded or t_start))
+        self._done += 1
+        self._recent.append(t_done)
+        index = max(0, int((t_done - self.t_start) / self._bin_s))
+        while index >= MAX_BINS:  # merge neighbouring bins: the history keeps its span, not its detail
+            self._bins = [sum(self._bins[i:i + 2]) for i in range(0, len(self._bins), 2)]
+            self._bin_s *= 2
             index = max(0, int((t_done - self.t_start) / self._bin_s))
-            while index >= MAX_BINS:  # merge neighbouring bins: the history keeps its span, not its detail
-                self._bins = [sum(self._bins[i:i + 2]) for i in range(0, len(self._bins), 2)]
-                self._bin_s *= 2
-                index = max(0, int((t_done - self.t_start) / self._bin_s))
-            self._bins.extend([0] * (index + 1 - len(self._bins)))
-            self._bins[index] += 1
-            self.frames_per_stream[stream] = self.frames_per_stream.get(stream, 0) + 1
-            if t_done - self._last_rss >= self._rss_every_s:
-                self._last_rss = t_done
-                self.rss_samples.append((t_done - self.t_start, current_rss()))
-                if len(self.rss_samples) > MAX_BINS:
-                    self.rss_samples = self.rss_samples[::2]
-                    self._rss_every_s *= 2
+        self._bins.extend([0] * (index + 1 - len(self._bins)))
+        self._bins[index] += 1
+        self.frames_per_stream[stream] = self.frames_per_stream.get(stream, 0) + 1
+        if t_done - self._last_rss >= self._rss_every_s:
+            self._last_rss = t_done
+            self.rss_samples.append((t_done - self.t_start, current_rss()))
+            if len(self.rss_samples) > MAX_BINS:
+                self.rss_samples = self.rss_samples[::2]
+                self._rss_every_s *= 2
 
     # -- reading -------------------------------------------------------------------------
     @property

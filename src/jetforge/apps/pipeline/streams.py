@@ -7,7 +7,8 @@ The threads, as in DeepStream (decode -> ``nvstreammux`` -> ``nvinfer`` -> sinks
 * the *launch* thread (the caller's): takes a batch and calls ``ops.launch(frames)`` - preprocessing into the
   session's input buffer and the inference, both queued on the GPU without waiting;
 * the *finish* thread: ``ops.finish(handle, frames)`` waits for that batch's results, postprocesses them into
-  one event per frame, and hands each (stream, frame, event) to the sink in order.  Up to ``in_flight``
+  one event per frame, and hands each (stream, frame, event) to the sink in order (a sink with an
+  ``end_batch()`` method gets it called after each batch's last frame: per-batch bookkeeping).  Up to ``in_flight``
   batches are between the two, so the host work of batch k+1 overlaps the GPU work of batch k.
 
 Instead of one source per stream, ``sources`` may be a *stream group* (one object with ``streams``, ``feed(batcher)``
@@ -217,6 +218,8 @@ class _Run:
     def __init__(self, streams: int, ops: BatchOps, sink: Optional[StreamSink], render: Any, in_flight: int,
                  release: Optional[Callable[[List[Any]], None]] = None) -> None:
         self.ops, self.sink, self.render, self.release = ops, sink, render, release
+        end_batch = getattr(sink, "end_batch", None)
+        self.end_batch: Optional[Callable[[], None]] = end_batch if callable(end_batch) else None
         self.handles: "queue.Queue[Any]" = queue.Queue(maxsize=in_flight)
         self.clocks = {name: _Clock() for name in ("decode", "launch", "finish", "sink")}
         self.decode_clocks = [_Clock() for _ in range(streams)]
@@ -276,14 +279,21 @@ class _Run:
                 events = finish.run(self.ops.finish, handle, frames)
                 hosts = self._host_frames(handle, frames)
                 done = time.perf_counter()
-                for frame, event, host in zip(frames, events, hosts):
+                for frame in frames:
                     self._record(frame, done)
-                    if self.sink is not None:
-                        sink_clock.run(self.sink, frame.stream, frame, event, host)
+                if self.sink is not None:  # one clock reading per batch (its totals are what the result reports)
+                    sink_clock.run(self._sink_batch, frames, events, hosts)
                 if self.release is not None:  # their pixels are no longer needed: the group may reuse the slots
                     self.release(frames)
             except BaseException as err:
                 self.errors.append(err)
+
+    def _sink_batch(self, frames: List[Any], events: List[Any], hosts: List[Any]) -> None:
+        sink = self.sink
+        for frame, event, host in zip(frames, events, hosts):
+            sink(frame.stream, frame, event, host)  # type: ignore[misc]
+        if self.end_batch is not None:  # a sink that records its frames once per batch
+            self.end_batch()
 
     def _host_frames(self, handle: Any, frames: List[Any]) -> List[Any]:
         """Host copies of the frames ``render`` asks for (all, none, or per stream when it is a callable), None for
