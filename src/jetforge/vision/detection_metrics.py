@@ -32,11 +32,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from jetforge.errors import CalibrationError
+from jetforge.progress import progress_bar
 from jetforge.vision.boxes import iou_matrix
 
 COCO_IOU_THRESHOLDS = np.round(np.linspace(0.5, 0.95, 10), 2)
 RECALL_POINTS = np.linspace(0.0, 1.0, 101)
 TP, FP, IGNORED = 1, 0, -1
+PROGRESS_APS = 40_000  # AP evaluations (classes x detectors x resamples) from which a bootstrap shows progress
 
 
 @dataclass
@@ -53,6 +55,29 @@ class RankedDetections:
     status: np.ndarray
     positives: np.ndarray
     iou_thresholds: np.ndarray
+    # for resampled_ap, one row per IoU threshold, padded on the right: the frame of each true positive in ranked
+    # order (padding: frame len(positives), whose weight resampled_ap sets to 0), of each false positive, how many
+    # false positives rank above each true positive, and which entries are true positives rather than padding
+    hit_frames: np.ndarray = field(init=False, repr=False)
+    miss_frames: np.ndarray = field(init=False, repr=False)
+    misses_above: np.ndarray = field(init=False, repr=False)
+    real_hits: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        hits = [np.flatnonzero(s == TP) for s in self.status]
+        misses = [np.flatnonzero(s == FP) for s in self.status]
+        nobody = len(self.positives)
+
+        def padded(rows: List[np.ndarray], fill: int) -> np.ndarray:
+            out = np.full((len(rows), max([len(r) for r in rows] + [0])), fill, np.int64)
+            for t, r in enumerate(rows):
+                out[t, :len(r)] = r
+            return out
+
+        self.hit_frames = padded([self.frame[h] for h in hits], nobody)
+        self.miss_frames = padded([self.frame[m] for m in misses], nobody)
+        self.misses_above = padded([np.searchsorted(m, h) for h, m in zip(hits, misses)], 0)
+        self.real_hits = np.arange(self.hit_frames.shape[1])[None, :] < np.array([len(h) for h in hits])[:, None]
 
 
 @dataclass
@@ -106,28 +131,29 @@ def match_frame(det_boxes: np.ndarray, det_scores: np.ndarray, gt_boxes: np.ndar
     gt_difficult = np.asarray(gt_difficult, dtype=bool) | _outside(gt_boxes, height_range)
     order = np.argsort(-det_scores, kind="mergesort")[:max_dets]
     det_boxes, det_scores = det_boxes[order], det_scores[order]
-    gt_order = np.argsort(gt_difficult.astype(np.int8), kind="mergesort")  # ordinary boxes first
-    gt_boxes, gt_ignore = gt_boxes[gt_order], gt_difficult[gt_order].astype(bool)
-    iou = iou_matrix(det_boxes, gt_boxes)
     thresholds = np.asarray(iou_thresholds, dtype=np.float64)
     status = np.full((len(thresholds), len(det_boxes)), FP, dtype=np.int8)
-    for t, threshold in enumerate(thresholds):
-        taken = np.zeros(len(gt_boxes), dtype=bool)
-        for d in range(len(det_boxes)):
-            best, match = min(threshold, 1 - 1e-10), -1
-            for g in range(len(gt_boxes)):
-                if taken[g]:
-                    continue
-                if match > -1 and not gt_ignore[match] and gt_ignore[g]:
-                    break  # matched an ordinary box; difficult ones come after and are not preferred
-                if iou[d, g] < best:
-                    continue
-                best, match = iou[d, g], g
-            if match > -1:
-                taken[match] = True
-                status[t, d] = IGNORED if gt_ignore[match] else TP
+    if len(det_boxes) and len(gt_boxes):  # else nothing to match (a class absent from a frame of a many-class set)
+        gt_order = np.argsort(gt_difficult.astype(np.int8), kind="mergesort")  # ordinary boxes first
+        gt_boxes, gt_ignore = gt_boxes[gt_order], gt_difficult[gt_order].astype(bool)
+        iou = iou_matrix(det_boxes, gt_boxes)
+        for t, threshold in enumerate(thresholds):
+            taken = np.zeros(len(gt_boxes), dtype=bool)
+            for d in range(len(det_boxes)):
+                best, match = min(threshold, 1 - 1e-10), -1
+                for g in range(len(gt_boxes)):
+                    if taken[g]:
+                        continue
+                    if match > -1 and not gt_ignore[match] and gt_ignore[g]:
+                        break  # matched an ordinary box; difficult ones come after and are not preferred
+                    if iou[d, g] < best:
+                        continue
+                    best, match = iou[d, g], g
+                if match > -1:
+                    taken[match] = True
+                    status[t, d] = IGNORED if gt_ignore[match] else TP
     status[(status == FP) & _outside(det_boxes, height_range)[None, :]] = IGNORED
-    return {"scores": det_scores, "status": status, "positives": np.int64(np.count_nonzero(~gt_ignore))}
+    return {"scores": det_scores, "status": status, "positives": np.int64(np.count_nonzero(~gt_difficult))}
 
 
 def rank_detections(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence[object]], det_boxes: Sequence[object],
@@ -190,6 +216,51 @@ def ap_per_threshold(ranked: RankedDetections, weights: Optional[np.ndarray] = N
     return np.array([interpolated_ap(w * (s == TP), w * (s == FP), positives) for s in ranked.status])
 
 
+def resampled_ap(ranked: RankedDetections, weights: np.ndarray) -> np.ndarray:
+    """:func:`ap_per_threshold` for whole-number frame ``weights`` (a bootstrap resample), the same values from the
+    true positives alone, every IoU threshold at once: the bootstrap's inner loop, thousands of times per class.
+
+    Why the same floats: with whole-number weights every running sum is an exact integer in any order.  A recall
+    point is first reached at a true positive of non-zero weight (recall 0: at the first detection, whose envelope is
+    the largest precision of all).  There the envelope is the largest precision at or below it in the ranking, and a
+    detection that is not a true positive never holds more than the last true positive above it (the same true sum,
+    at least the same false one; 0 before any).  So the envelope over the true positives alone, from their running
+    sums and the false-positive weight ranked above each, is read at the same places; and "recall >= r" is
+    "running true sum >= the least whole k with k / positives >= r" (division is monotone), an exact integer search.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    positives = float(np.dot(w, ranked.positives))
+    rows, width = ranked.hit_frames.shape
+    if positives <= 0:
+        return np.full(rows, np.nan)
+    if width == 0:  # no true positive at any threshold: precision 0 wherever a recall is read
+        return np.zeros(rows)
+    w = np.append(w, 0.0)  # the padding's frame
+    tp_sum = np.cumsum(w[ranked.hit_frames], axis=1)
+    fp_cum = np.zeros((rows, ranked.miss_frames.shape[1] + 1))
+    np.cumsum(w[ranked.miss_frames], axis=1, out=fp_cum[:, 1:])
+    fp_sum = np.take_along_axis(fp_cum, ranked.misses_above, axis=1)
+    precision = tp_sum / (tp_sum + fp_sum + np.spacing(1))
+    precision[~ranked.real_hits] = 0.0  # the padding never raises an envelope
+    precision = np.maximum.accumulate(precision[:, ::-1], axis=1)[:, ::-1]
+    need = _least_counts(positives)
+    span = max(float(tp_sum[:, -1].max()), float(need.max())) + 1.0  # rows apart in one sorted key
+    offset = np.arange(rows, dtype=np.float64)[:, None] * span
+    idx = np.searchsorted((tp_sum + offset).ravel(), (need[None, :] + offset).ravel(), side="left")
+    idx = idx.reshape(rows, len(RECALL_POINTS)) - np.arange(rows)[:, None] * width
+    reached = idx < width
+    q = np.where(reached, np.take_along_axis(precision, np.minimum(idx, width - 1), axis=1), 0.0)
+    return q.mean(axis=1)
+
+
+def _least_counts(positives: float) -> np.ndarray:
+    """For each recall point r, the least whole k with ``k / positives >= r`` as float64 computes it (the recall of
+    a running true sum k): within 2 of ceil(r * positives), whatever the rounding of that product."""
+    near = np.ceil(RECALL_POINTS * positives)[:, None] + np.array([-2.0, -1.0, 0.0, 1.0])
+    ok = near / positives >= RECALL_POINTS[:, None]
+    return near[np.arange(len(RECALL_POINTS)), ok.argmax(axis=1)]
+
+
 def evaluate_ap(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence[object]], det_boxes: Sequence[object],
                 det_scores: Sequence[object], iou_thresholds: Sequence[float] = COCO_IOU_THRESHOLDS,
                 max_dets: int = 100, height_range: Optional[Tuple[float, float]] = None) -> APResult:
@@ -239,7 +310,7 @@ def paired_bootstrap(gt_boxes: Sequence[object], gt_difficult: Optional[Sequence
         draws = np.bincount(rng.integers(0, n_units, size=n_units), minlength=n_units)
         weights = draws[labels].astype(np.float64)
         for k, rd in enumerate(ranked):
-            per_t = ap_per_threshold(rd, weights)
+            per_t = resampled_ap(rd, weights)
             samples[k, r] = (per_t[t50] if t50 is not None else np.nan, np.mean(per_t))
     lo, hi = 100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2
 
@@ -267,7 +338,7 @@ def class_bootstrap(gt: Tuple[Sequence[object], Optional[Sequence[object]], Sequ
                     detections_a: Tuple[Sequence[object], Sequence[object], Sequence[object]],
                     detections_b: Optional[Tuple[Sequence[object], Sequence[object], Sequence[object]]],
                     classes: Sequence[int], n_resamples: int = 2000, seed: int = 0, confidence: float = 0.95,
-                    groups: Optional[Sequence[object]] = None) -> Dict[str, object]:
+                    groups: Optional[Sequence[object]] = None, progress: bool = False) -> Dict[str, object]:
     """:func:`paired_bootstrap` per class and of the mean over classes (COCO's mAP), on the same resamples.
 
     ``gt`` is (boxes, difficult, classes) per frame, each detection set (boxes, scores, classes) per frame; AP of
@@ -277,61 +348,88 @@ def class_bootstrap(gt: Tuple[Sequence[object], Optional[Sequence[object]], Sequ
     classes without ground truth).  With one class, the mean is exactly :func:`paired_bootstrap`'s result.
     ``detections_b`` None: one detector's intervals only (``bench --accuracy``), each block then has ``a`` alone,
     the same numbers side ``a`` gets with any ``b`` (the resamples do not depend on the detections).
+    ``progress``: a progress bar on stderr when the bootstrap is long (see :func:`class_bootstraps`).
     """
-    def of_class(boxes, scores_or_flags, labels, c, pad_flags=False):
-        picked_b, picked_s = [], []
-        for f, b in enumerate(boxes):
-            mask = np.asarray(labels[f]).reshape(-1) == c
-            picked_b.append(np.asarray(b, np.float64).reshape(-1, 4)[mask])
-            picked_s.append(np.asarray(scores_or_flags[f] if scores_or_flags is not None else
-                                       np.zeros(len(mask), bool)).reshape(-1)[mask])
-        return picked_b, picked_s
+    return class_bootstraps(gt, detections_a, detections_b, classes, [groups], n_resamples, seed, confidence,
+                            progress)[0]
 
+
+def class_bootstraps(gt: Tuple[Sequence[object], Optional[Sequence[object]], Sequence[object]],
+                     detections_a: Tuple[Sequence[object], Sequence[object], Sequence[object]],
+                     detections_b: Optional[Tuple[Sequence[object], Sequence[object], Sequence[object]]],
+                     classes: Sequence[int], groupings: Sequence[Optional[Sequence[object]]],
+                     n_resamples: int = 2000, seed: int = 0, confidence: float = 0.95,
+                     progress: bool = False) -> List[Dict[str, object]]:
+    """:func:`class_bootstrap` once per entry of ``groupings`` (None: frames are the unit; else one group label per
+    frame), each with its own generator seeded ``seed``: the same results as separate calls.
+
+    Why together: the matching of every frame's detections (the slow, per-box part on a many-class set) does not
+    depend on the resampling unit, so it is done once and only the frame weights change.  ``progress`` shows a bar
+    per grouping on stderr when the bootstrap is long (at least :data:`PROGRESS_APS` AP evaluations, classes x
+    detectors x resamples, in all), as calibrate's and bench's other long steps do.
+    """
     sides = [detections_a] if detections_b is None else [detections_a, detections_b]
-    names = ("a", "b")[:len(sides)]
-    ranked = {}
-    for c in classes:
-        gb, gd = of_class(gt[0], gt[1], gt[2], c)
-        ranked[c] = [rank_detections(gb, gd, *of_class(d[0], d[1], d[2], c)) for d in sides]
-    n = len(gt[0])
-    labels = np.arange(n) if groups is None else np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)[1]
-    n_units = int(labels.max()) + 1 if n else 0
-    rng = np.random.default_rng(seed)
+    ranked = {c: [rank_detections(*_of_class(gt[0], gt[1], gt[2], c), *_of_class(d[0], d[1], d[2], c))
+                  for d in sides] for c in classes}
     t50 = [round(float(t), 4) for t in COCO_IOU_THRESHOLDS].index(0.5)
-    samples = np.full((len(classes), len(sides), n_resamples, 2), np.nan)
-    for r in range(n_resamples):
-        weights = np.bincount(rng.integers(0, n_units, size=n_units), minlength=n_units)[labels].astype(np.float64)
-        for i, c in enumerate(classes):
-            for k in range(len(sides)):
-                per_t = ap_per_threshold(ranked[c][k], weights)
-                samples[i, k, r] = (per_t[t50], np.mean(per_t))
-    lo, hi = 100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2
-
-    def block(values: np.ndarray) -> Dict[str, object]:  # values: (sides, resamples, 2), full: (sides, 2)
-        out: Dict[str, object] = {}
-        for k, side in enumerate(names):
-            out[side] = {"ap50_ci": _interval(values[k, :, 0], lo, hi), "ap_ci": _interval(values[k, :, 1], lo, hi)}
-        if len(sides) == 2:
-            diff = values[0] - values[1]
-            out["difference"] = {"ap50_ci": _interval(diff[:, 0], lo, hi), "ap_ci": _interval(diff[:, 1], lo, hi)}
-        return out
-
     full = np.array([[[(lambda p: (p[t50], np.mean(p)))(ap_per_threshold(ranked[c][k]))][0]
                       for k in range(len(sides))] for c in classes])  # (classes, sides, 2)
-    result: Dict[str, object] = {"classes": {}, "units": n_units, "n_resamples": n_resamples, "seed": seed}
-    for i, c in enumerate(classes):
-        entry = block(samples[i])
-        _fill(entry, full[i])
-        result["classes"][c] = entry  # type: ignore[index]
-    with np.errstate(all="ignore"):
-        import warnings
+    show = progress and len(classes) * len(sides) * n_resamples * len(groupings) >= PROGRESS_APS
+    lo, hi = 100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2
+    results = []
+    for groups in groupings:
+        n = len(gt[0])
+        labels = (np.arange(n) if groups is None else
+                  np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)[1])
+        n_units = int(labels.max()) + 1 if n else 0
+        rng = np.random.default_rng(seed)
+        samples = np.full((len(classes), len(sides), n_resamples, 2), np.nan)
+        unit = "images" if groups is None else "groups"
+        for r in progress_bar(range(n_resamples), desc="bootstrap over " + unit, unit="resample", enabled=show):
+            draws = np.bincount(rng.integers(0, n_units, size=n_units), minlength=n_units)
+            weights = draws[labels].astype(np.float64)
+            for i, c in enumerate(classes):
+                for k in range(len(sides)):
+                    per_t = resampled_ap(ranked[c][k], weights)
+                    samples[i, k, r] = (per_t[t50], np.mean(per_t))
+        result: Dict[str, object] = {"classes": {}, "units": n_units, "n_resamples": n_resamples, "seed": seed}
+        for i, c in enumerate(classes):
+            entry = _block(samples[i], lo, hi)
+            _fill(entry, full[i])
+            result["classes"][c] = entry  # type: ignore[index]
+        with np.errstate(all="ignore"):
+            import warnings
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean = block(np.nanmean(samples, axis=0)) if len(classes) > 1 else block(samples[0])
-            _fill(mean, np.nanmean(full, axis=0) if len(classes) > 1 else full[0])
-    result["mean"] = mean
-    return result
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = _block(np.nanmean(samples, axis=0), lo, hi) if len(classes) > 1 else _block(samples[0], lo, hi)
+                _fill(mean, np.nanmean(full, axis=0) if len(classes) > 1 else full[0])
+        result["mean"] = mean
+        results.append(result)
+    return results
+
+
+def _of_class(boxes: Sequence[object], scores_or_flags: Optional[Sequence[object]], labels: Sequence[object],
+              c: int) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+    """The boxes of class ``c`` in every frame, with their scores (or difficult flags; None: none difficult)."""
+    picked_b, picked_s = [], []
+    for f, b in enumerate(boxes):
+        mask = np.asarray(labels[f]).reshape(-1) == c
+        picked_b.append(np.asarray(b, np.float64).reshape(-1, 4)[mask])
+        picked_s.append(np.asarray(scores_or_flags[f] if scores_or_flags is not None else
+                                   np.zeros(len(mask), bool)).reshape(-1)[mask])
+    return picked_b, picked_s
+
+
+def _block(values: np.ndarray, lo: float, hi: float) -> Dict[str, object]:
+    """Intervals of one :func:`class_bootstrap` block; ``values``: (sides, resamples, (ap50, ap)), one side or two."""
+    out: Dict[str, object] = {}
+    for k, side in enumerate(("a", "b")[:len(values)]):
+        out[side] = {"ap50_ci": _interval(values[k, :, 0], lo, hi), "ap_ci": _interval(values[k, :, 1], lo, hi)}
+    if len(values) == 2:
+        diff = values[0] - values[1]
+        out["difference"] = {"ap50_ci": _interval(diff[:, 0], lo, hi), "ap_ci": _interval(diff[:, 1], lo, hi)}
+    return out
 
 
 def _interval(values: np.ndarray, lo: float, hi: float) -> List[float]:
@@ -348,4 +446,5 @@ def _fill(entry: Dict[str, object], full: np.ndarray) -> None:
 
 
 __all__ = ["APResult", "COCO_IOU_THRESHOLDS", "FP", "IGNORED", "RECALL_POINTS", "RankedDetections", "TP",
-           "ap_per_threshold", "class_bootstrap", "evaluate_ap", "interpolated_ap", "match_frame", "paired_bootstrap", "rank_detections"]
+           "ap_per_threshold", "class_bootstrap", "class_bootstraps", "evaluate_ap", "interpolated_ap", "match_frame",
+           "paired_bootstrap", "rank_detections", "resampled_ap"]
