@@ -1,14 +1,15 @@
 """``jetforge bench MODEL --accuracy LABELS``: accuracy of the timed session, checked against independent references.
 
-* Detector: the shipped ssdlite-person-192 on 20 held-out frames of the person-box file.  Reference: the FP32 AP that
-  calibrate's evaluator computes for the same frames (``detection_evaluator``: its own ONNX Runtime session, graph
-  optimisations off, outputs concatenated over all frames, then ``DetectionAPMetric``).  The two sessions run the same
-  float graph with different kernels and fusions; their raw outputs are compared at 1e-4 of the output scale, and
-  AP, a step function of the score ranking and of IoUs, moves only when such a difference swaps two ranked scores or
-  moves an IoU across a threshold, so AP is compared at 1e-9 (the float summation order of the means).  The interval
-  is checked against ``paired_bootstrap`` of the reference's detections (one class: class_bootstrap's mean is
-  paired_bootstrap's result).  The same frames exported to COCO JSON give the same numbers, and a TorchScript trace
-  of the SSD port gives ONNX Runtime's AP (outputs within 1e-4 of scale, the export's own check).
+* Detector: the shipped ssdlite-person-192 on 20 held-out frames of the person-box file.  Reference: the FP32 AP of
+  calibrate's FP32 session (``ortrun``'s ``"float"``) on the same frames, outputs concatenated over all frames, then
+  ``DetectionAPMetric`` (calibrate's streamed evaluator gives exactly that AP:
+  tests/calibrate/test_detection_stream.py).  Bench's session and calibrate's run the same float graph with
+  different kernels and fusions; their raw outputs are compared at 1e-4 of the output scale, and AP, a step function
+  of the score ranking and of IoUs, moves only when such a difference swaps two ranked scores or moves an IoU across
+  a threshold, so AP is compared at 1e-9 (the float summation order of the means).  The interval is checked against
+  ``paired_bootstrap`` of the reference's detections (one class: class_bootstrap's mean is paired_bootstrap's
+  result).  The same frames exported to COCO JSON give the same numbers, and a TorchScript trace of the SSD port
+  gives ONNX Runtime's AP (outputs within 1e-4 of scale, the export's own check).
 * Classifier: tiny ONNX classifiers (4 classes: no top-5; 6 classes: top-5).  Reference: ``onnxruntime`` called
   directly on the contract's tensors, the labels written so that the expected accuracy is an exact fraction.
   A fixed-batch model pads its last batch: same accuracy.
@@ -71,7 +72,9 @@ def detector(root):
 
 # ------------------------------------------------------------------------------------------------ detectors
 def test_detector_ap_is_calibrates_fp32_ap_on_the_same_frames(detector, root, capsys):
-    from jetforge.calibrate.detection_eval import detection_evaluator
+    from jetforge.calibrate import ortrun
+    from jetforge.calibrate.detection_eval import person_set_frames
+    from jetforge.calibrate.evaluate import preprocess_samples
     from jetforge.calibrate.metrics import DetectionAPMetric
     from jetforge.runtime.model_facts import model_facts
     from jetforge.runtime.session import open_session
@@ -80,23 +83,25 @@ def test_detector_ap_is_calibrates_fp32_ap_on_the_same_frames(detector, root, ca
     labels = root / PEOPLE
     got = bench(capsys, detector, "--accuracy", labels, "--accuracy-samples", 20)["accuracy"]
     facts = model_facts(detector)
-    data, evaluator, _ = detection_evaluator(detector, facts, labels, None, 20)  # calibrate's own ORT session
     metric = DetectionAPMetric(sidecar=facts)
-    ref = metric.compute(evaluator.references, evaluator.references, evaluator.targets)
+    frames = person_set_frames(labels, 20, model_labels=metric.decoder.labels)
+    batches, _ = preprocess_samples(frames.images(), facts.input, batch_size=8)
+    references = ortrun.run(detector, batches, "float")  # calibrate's FP32 session, outputs over all frames
+    ref = metric.compute(references, references, frames.targets)
     with open_session(detector, threads=2) as session:  # the backend bench timed: raw outputs agree at 1e-4 of scale
-        mine = [session.infer({"input": b}) for b in data.batches]
+        mine = [session.infer({"input": b}) for b in batches]
     for k, spec in enumerate(session.outputs):
         ours = np.concatenate([m[spec.name] for m in mine])
-        scale = float(np.abs(evaluator.references[k]).max())
-        np.testing.assert_allclose(ours, evaluator.references[k], rtol=0, atol=1e-4 * scale)
+        scale = float(np.abs(references[k]).max())
+        np.testing.assert_allclose(ours, references[k], rtol=0, atol=1e-4 * scale)
     assert got["task"] == "detect" and got["images"] == ref["frames"] == 20 and got["available"] == 94
     assert got["boxes"] == ref["boxes"] and got["limit"] == "--accuracy-samples 20" and got["padded"] == 0
     assert abs(got["mean"]["ap50"] - ref["ap50_fp32"]) <= 1e-9 and abs(got["mean"]["ap"] - ref["ap_fp32"]) <= 1e-9
     person = got["classes"]["person"]
     assert person["ap50"] == got["mean"]["ap50"] and person["boxes"] == got["boxes"] > 0
     assert 0.3 < got["mean"]["ap50"] < 1.0  # a working person detector, not a degenerate 0 or 1
-    boxes, scores, _ = metric.detections(evaluator.references, evaluator.targets)
-    t = evaluator.targets
+    boxes, scores, _ = metric.detections(references, frames.targets)
+    t = frames.targets
     boot = paired_bootstrap([x.boxes for x in t], [x.difficult for x in t], (boxes, scores), n_resamples=2000, seed=0)
     assert got["mean"]["ap50_ci"] == pytest.approx(boot["a"]["ap50_ci"], abs=1e-9)
     assert got["mean"]["ap_ci"] == pytest.approx(boot["a"]["ap_ci"], abs=1e-9)

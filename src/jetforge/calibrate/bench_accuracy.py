@@ -20,7 +20,7 @@ read by :mod:`jetforge.calibrate.detection_eval`; raw outputs are decoded as
 :class:`~jetforge.calibrate.metrics.DetectionAPMetric` decodes them (the sidecar's decoder at score > 0.01 and 100
 detections per image, COCO's evaluation settings), so the AP is calibrate's FP32 AP when the backend computes what
 ONNX Runtime does.  Reported: AP@0.5 and AP@[.5:.95] per class and their mean
-(:func:`~jetforge.vision.detection_metrics.class_bootstrap`, one side), each with a 95 % percentile bootstrap
+(:func:`~jetforge.vision.detection_metrics.class_bootstraps`, one side), each with a 95 % percentile bootstrap
 interval over images and, where the labels group frames (video clips: blocks of 10 frames), over groups.
 
 **Classifiers** (task ``classify``): ``LABELS`` is calibrate's label list (``image<TAB>class`` lines,
@@ -64,8 +64,9 @@ class AccuracyPlan:
     person: bool = False  # jetforge's person-box file (its held-out frames), not a label set
     unbatched: bool = False  # the decoder's outputs hold one image without a batch axis (batch 1, never cut)
     available: int = 0  # labelled images in the file
-    chosen: List[Any] = field(default_factory=list)  # label-set images or a classifier's image paths, in order
-    truth: List[Any] = field(default_factory=list)  # their DetectionTarget or class index
+    chosen: List[Any] = field(default_factory=list)  # a classifier's image paths, in order
+    truth: List[Any] = field(default_factory=list)  # their class index
+    frames: Any = None  # a detector's label set: DetectionFrames, classes mapped, no pixel read yet
 
 
 def plan_accuracy(session: Any, labels: Union[str, Path], feeds: Dict[str, np.ndarray], samples: Optional[int] = None,
@@ -132,7 +133,7 @@ def _plan_classifier(plan: AccuracyPlan) -> None:
 
 
 def _plan_detector(plan: AccuracyPlan, facts: Any, images: Any) -> None:
-    from jetforge.calibrate.detection_eval import is_person_box_file, label_set_targets
+    from jetforge.calibrate.detection_eval import is_person_box_file, label_set_frames
     from jetforge.calibrate.metrics import DetectionAPMetric
     from jetforge.vision.decoded_detector import UNBATCHED_DECODERS
 
@@ -150,8 +151,8 @@ def _plan_detector(plan: AccuracyPlan, facts: Any, images: Any) -> None:
                           % (plan.metric.decoder.name, plan.batch), hint="bench it with --batch 1")
     plan.person = is_person_box_file(plan.labels)
     if not plan.person:  # the person set's frames are decoded from its clips, after the timing
-        plan.chosen, plan.truth, plan.available = label_set_targets(plan.labels, plan.metric.decoder.labels,
-                                                                    plan.samples)
+        plan.frames = label_set_frames(plan.labels, plan.metric.decoder.labels, plan.samples)
+        plan.available = plan.frames.available
 
 
 def is_classification_list(path: Path) -> bool:
@@ -209,17 +210,13 @@ def _streamed(plan: AccuracyPlan, named_images: Iterable[Tuple[str, np.ndarray]]
 
 
 def _detector_accuracy(plan: AccuracyPlan, progress: bool) -> Dict[str, Any]:
-    from jetforge.calibrate.detection_eval import BLOCK_FRAMES, detection_evaluation_set, read_label_image
+    from jetforge.calibrate.detection_eval import BLOCK_FRAMES, person_set_frames
 
     metric = plan.metric
-    if plan.person:  # the person set: its held-out frames, decoded from the clips (94 frames; held in memory)
-        data, targets = detection_evaluation_set(plan.labels, plan.contract, None, plan.samples,
-                                                 batch_size=plan.batch, model_labels=metric.decoder.labels)
-        batches: Iterable[np.ndarray] = data.batches
-        available = data.available
-    else:
-        targets, available = plan.truth, plan.available
-        batches = _streamed(plan, ((str(im.path), read_label_image(plan.labels, im)) for im in plan.chosen))
+    frames = (person_set_frames(plan.labels, plan.samples, model_labels=metric.decoder.labels) if plan.person
+              else plan.frames)  # the person set: its held-out frames, decoded from the clips (94 frames)
+    targets, available = frames.targets, frames.available
+    batches = _streamed(plan, frames.images())
     boxes: List[np.ndarray] = []
     scores: List[np.ndarray] = []
     classes: List[np.ndarray] = []
@@ -234,7 +231,7 @@ def _detector_accuracy(plan: AccuracyPlan, progress: bool) -> Dict[str, Any]:
                 decoder={"name": metric.decoder.name, "score_threshold": metric.decoder.options.score_threshold,
                          "max_detections": metric.decoder.options.max_detections},
                 group_frames=BLOCK_FRAMES, **detection_summary(targets, (boxes, scores, classes),
-                                                               metric.decoder.labels))
+                                                               metric.decoder.labels, progress))
 
 
 def _label_format(path: Path, person: bool) -> str:
@@ -246,10 +243,11 @@ def _label_format(path: Path, person: bool) -> str:
 
 
 def detection_summary(targets: Sequence[Any], detections: Tuple[List[np.ndarray], ...],
-                      labels: Sequence[str]) -> Dict[str, Any]:
+                      labels: Sequence[str], progress: bool = False) -> Dict[str, Any]:
     """AP@0.5 and AP@[.5:.95] per class present among the targets' boxes and their mean, with bootstrap intervals
-    over images and (targets with groups) over groups; box counts per class."""
-    from jetforge.vision.detection_metrics import class_bootstrap
+    over images and (targets with groups) over groups; box counts per class.  ``progress``: a bar for a long
+    bootstrap (many classes)."""
+    from jetforge.vision.detection_metrics import class_bootstraps
 
     truth = [np.zeros(len(t.boxes), np.int64) if t.classes is None else np.asarray(t.classes, np.int64)
              for t in targets]
@@ -259,13 +257,12 @@ def detection_summary(targets: Sequence[Any], detections: Tuple[List[np.ndarray]
         raise CalibrationError("the %d labelled images hold no box that counts (none, or all difficult): AP is "
                                "undefined" % len(targets), hint="give labels with boxes")
     gt = ([t.boxes for t in targets], [t.difficult for t in targets], truth)
-    by_image = class_bootstrap(gt, detections, None, present, n_resamples=RESAMPLES, seed=SEED,
-                               confidence=CONFIDENCE)
-    by_group = None
+    groupings: List[Any] = [None]
     if any(t.group is not None for t in targets):
-        groups = [t.group if t.group is not None else "image%d" % i for i, t in enumerate(targets)]
-        by_group = class_bootstrap(gt, detections, None, present, n_resamples=RESAMPLES, seed=SEED,
-                                   confidence=CONFIDENCE, groups=groups)
+        groupings.append([t.group if t.group is not None else "image%d" % i for i, t in enumerate(targets)])
+    boots = class_bootstraps(gt, detections, None, present, groupings, n_resamples=RESAMPLES, seed=SEED,
+                             confidence=CONFIDENCE, progress=progress)  # matched once for both units
+    by_image, by_group = boots[0], (boots[1] if len(boots) > 1 else None)
 
     def entry(image_block: Dict[str, Any], group_block: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         a = image_block["a"]
@@ -291,7 +288,9 @@ def detection_summary(targets: Sequence[Any], detections: Tuple[List[np.ndarray]
 def _classifier_accuracy(plan: AccuracyPlan, progress: bool) -> Dict[str, Any]:
     from jetforge.calibrate.metrics import _in_topk, bootstrap_ci
 
-    batches = _streamed(plan, ((str(p), _read(p, plan.labels)) for p in plan.chosen))
+    from jetforge.calibrate.detection_eval import read_label_image
+
+    batches = _streamed(plan, ((str(p), read_label_image(plan.labels, p)) for p in plan.chosen))
     logits = np.concatenate([out[0].reshape(len(out[0]), -1)
                              for out in _run_batches(plan, batches, len(plan.chosen), progress)])
     truth = np.asarray(plan.truth, np.int64)
@@ -327,16 +326,6 @@ def _image_paths(root: Path, keys: Sequence[str], labels: Path) -> List[Path]:
         raise InputFileError("%d of the %d images %s names are not under %s" % (len(missing), len(paths), labels, root),
                              hint="image paths are relative to the label file's folder, or to --accuracy-images DIR")
     return paths
-
-
-def _read(path: Path, labels: Path) -> np.ndarray:
-    from jetforge.runtime.image_files import read_image
-
-    image = read_image(path)
-    if image is None:
-        raise InputFileError("%s: OpenCV cannot decode the image %s" % (labels, path.name),
-                             hint="give JPEG/PNG/BMP/WebP/TIFF images")
-    return image
 
 
 def accuracy_lines(block: Dict[str, Any]) -> List[str]:

@@ -223,7 +223,8 @@ def _evaluate(model, result: CalibrationResult, paths: Dict[str, Path], sidecar,
     if contract.kind == "clip":  # clips cut as for calibration; held out by the clips' frames
         data, evaluator, held, held_out = clip_evaluator(model, sidecar, contract, items, labels, samples, clips)
     elif sidecar.task == "detect" and labels is not None and det_eval.is_detection_label_file(labels):
-        data, evaluator, held = det_eval.detection_evaluator(model, sidecar, labels, fixed_batch(model), samples)
+        data, evaluator, held = det_eval.detection_evaluator(model, sidecar, labels, fixed_batch(model), samples,
+                                                             progress=o.progress)
         items, held_out = ["%s (held-out frames)" % labels], True  # by the file's split (no hash check)
     else:
         held = {"paths_disjoint": held_out}

@@ -12,19 +12,22 @@ them (video frames), over blocks of ``block_frames`` consecutive frames.  ``LABE
 * jetforge's person-box file (``people_boxes.json``, format ``jetforge-person-boxes/1``): its *held-out* frames,
   decoded from the asset cache with their pixels checked against the recorded hashes.
 
-The frames get perceptual hashes like any evaluation set, so the calibration data is checked for
-near-duplicates of them (calibrating on a whole clip that contains the held-out segments is caught).
+The frames are read lazily (:class:`DetectionFrames`): calibrate's evaluation
+(:mod:`jetforge.calibrate.detection_stream`) and ``bench --accuracy`` read, run and score them one batch at a time,
+so memory does not grow with the size of the label set.  They get perceptual hashes as they pass, like any
+evaluation set; the held-out claim rests on the file's split (the report's ``held_out_check`` says which), not on a
+near-duplicate check against the calibration data.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from jetforge.calibrate import phash
 from jetforge.calibrate.eval_data import EvaluationSet
 from jetforge.calibrate.metrics import DetectionTarget
-from jetforge.errors import CalibrationError
+from jetforge.errors import CalibrationError, InputFileError
 
 BLOCK_FRAMES = 10
 
@@ -65,94 +68,90 @@ def class_map(names: Sequence[str], model_labels: Sequence[str], where: str) -> 
     return np.asarray([list(model_labels).index(n) for n in names], np.int64)
 
 
-def label_set_targets(labels: Union[str, Path], model_labels: Sequence[str], samples: Optional[int] = None
-                      ) -> Tuple[List[Any], List[DetectionTarget], int]:
-    """(images, their :class:`DetectionTarget`, images available) of a label set
-    (:func:`jetforge.vision.label_files.read_label_set`), classes mapped to the model's, ``samples`` spread evenly;
-    no pixel is read (``bench --accuracy`` streams them, :func:`label_set_evaluation` holds them)."""
+@dataclass
+class DetectionFrames:
+    """The frames of a detector's evaluation before their pixels are needed: names, ground truth, and a reader.
+
+    Why a reader: a label set can be large (COCO val2017's 5,000 images are about 25 GB decoded), so its images are
+    read one at a time as the evaluation reaches them (:meth:`images`), never all together; ``bench --accuracy``
+    and calibrate's streamed evaluation (:mod:`jetforge.calibrate.detection_stream`) both take them from here.
+    """
+
+    names: List[str]
+    targets: List[DetectionTarget]
+    available: int  # labelled frames in the file, before ``samples`` spread a subset
+    read: Callable[[int], np.ndarray]  # the BGR pixels of frame i
+
+    def images(self) -> Iterator[Tuple[str, np.ndarray]]:
+        """(name, BGR pixels) of every frame in order, each read when asked for."""
+        for i, name in enumerate(self.names):
+            yield name, self.read(i)
+
+
+def _spread(items: List[Any], samples: Optional[int]) -> List[Any]:
+    """``samples`` of ``items`` spread evenly (all of them without ``samples``)."""
+    if samples is None or samples >= len(items):
+        return items
+    return [items[int(i)] for i in np.linspace(0, len(items) - 1, int(samples)).round().astype(int)]
+
+
+def label_set_frames(labels: Union[str, Path], model_labels: Sequence[str], samples: Optional[int] = None
+                     ) -> DetectionFrames:
+    """The images of a label set (:func:`jetforge.vision.label_files.read_label_set`), classes mapped to the model's,
+    ``samples`` spread evenly; no pixel is read here (:func:`read_label_image` reads each when it is reached)."""
     from jetforge.vision.label_files import read_label_set
 
     label_set = read_label_set(labels)
     mapping = class_map(label_set.classes, model_labels, "labels %s" % labels)
-    images = label_set.images
-    available = len(images)
-    if samples is not None and samples < available:
-        images = [images[int(i)] for i in np.linspace(0, available - 1, int(samples)).round().astype(int)]
+    images = _spread(label_set.images, samples)
     targets = [DetectionTarget(im.truth.boxes, im.difficult, im.image_hw, im.group, mapping[im.truth.classes])
                for im in images]
-    return images, targets, available
+    return DetectionFrames(["%s#%d" % (im.path.name, i) for i, im in enumerate(images)], targets,
+                           len(label_set.images), lambda i: read_label_image(labels, images[i].path,
+                                                                             images[i].image_hw))
 
 
-def read_label_image(labels: Union[str, Path], image: Any) -> np.ndarray:
-    """The pixels of one :class:`~jetforge.vision.label_files.LabelledImage`, refused when OpenCV cannot decode them
-    or their size is not the one the labels give (the labels belong to other images)."""
+def read_label_image(labels: Union[str, Path], path: Path, image_hw: Optional[Sequence[int]] = None) -> np.ndarray:
+    """The pixels of an image a label file names (a label set's image, a classifier's ``image<TAB>class`` line),
+    refused when OpenCV cannot decode them or, given ``image_hw``, their size is not the one the labels give (the
+    labels belong to other images)."""
     from jetforge.runtime.image_files import read_image
 
-    pixels = read_image(image.path)
+    pixels = read_image(path)
     if pixels is None:
-        raise CalibrationError("labels %s: OpenCV cannot decode the image %s" % (labels, image.path.name),
-                               hint="give JPEG/PNG/BMP/WebP/TIFF images")
-    if pixels.shape[:2] != tuple(image.image_hw):
-        raise CalibrationError("labels %s: image %s is %dx%d but the labels say %dx%d"
-                               % (labels, image.path.name, pixels.shape[1], pixels.shape[0],
-                                  image.image_hw[1], image.image_hw[0]), hint="the labels belong to other images")
+        raise InputFileError("labels %s: OpenCV cannot decode the image %s" % (labels, Path(path).name),
+                             hint="give JPEG/PNG/BMP/WebP/TIFF images")
+    if image_hw is not None and pixels.shape[:2] != tuple(image_hw):
+        raise InputFileError("labels %s: image %s is %dx%d but the labels say %dx%d"
+                             % (labels, Path(path).name, pixels.shape[1], pixels.shape[0], image_hw[1], image_hw[0]),
+                             hint="the labels belong to other images")
     return pixels
 
 
-def label_set_evaluation(labels: Union[str, Path], preprocess: Any, model_labels: Sequence[str],
-                         fixed_batch: Optional[int] = None, samples: Optional[int] = None, batch_size: int = 8
-                         ) -> Tuple[EvaluationSet, List[DetectionTarget]]:
-    """The images of a label set (:func:`label_set_targets`) as preprocessed batches, with their
-    :class:`DetectionTarget`; ``samples`` spreads that many evenly."""
-    from jetforge.calibrate.evaluate import preprocess_samples
+def person_set_frames(labels: Union[str, Path], samples: Optional[int] = None,
+                      assets_root: Optional[Union[str, Path]] = None, block_frames: int = BLOCK_FRAMES,
+                      model_labels: Sequence[str] = ()) -> DetectionFrames:
+    """The held-out labelled frames of jetforge's person-box file, with their :class:`DetectionTarget`.
 
-    images, all_targets, available = label_set_targets(labels, model_labels, samples)
-    names = ["%s#%d" % (im.path.name, i) for i, im in enumerate(images)]
-    by_name = dict(zip(names, all_targets))
-    pixels = {n: read_label_image(labels, im) for n, im in zip(names, images)}
-    hashes = [(n, phash.perceptual_hash(pixels[n])) for n in names]
-    batches, kept = preprocess_samples(((n, pixels[n]) for n in names), preprocess, batch_size=batch_size,
-                                       fixed_batch=fixed_batch)
-    targets = [by_name[n] for n in kept]
-    limit = "all" if samples is None or samples >= available else "--eval-samples %d" % samples
-    ev = EvaluationSet(batches, list(kept), [h for h in hashes if h[0] in set(kept)], available, len(kept), limit)
-    return ev, targets
-
-
-def detection_evaluation_set(labels: Union[str, Path], preprocess: Any, fixed_batch: Optional[int] = None,
-                             samples: Optional[int] = None, assets_root: Optional[Union[str, Path]] = None,
-                             batch_size: int = 8, block_frames: int = BLOCK_FRAMES, model_labels: Sequence[str] = ()
-                             ) -> Tuple[EvaluationSet, List[DetectionTarget]]:
-    """The held-out labelled frames as preprocessed batches, with their :class:`DetectionTarget` per frame.
-
-    ``samples`` takes that many frames spread evenly over the held-out set; ``assets_root`` is the
-    folder holding ``<asset>/<file>`` (default: jetforge's asset cache); ``model_labels``: the person class is
-    mapped to the model's ``person`` (class 0 for a model without labels).
+    ``samples`` takes that many frames spread evenly over the held-out set; ``assets_root`` is the folder holding
+    ``<asset>/<file>`` (default: jetforge's asset cache); ``model_labels``: the person class is mapped to the model's
+    ``person`` (class 0 for a model without labels).  The frames are decoded from their clips here (sequential
+    decoding, pixels checked against the recorded hashes) and held: the set is jetforge's own, 94 frames.
     """
-    from jetforge.calibrate.evaluate import preprocess_samples
     from jetforge.vision.person_labels import load_person_labels
 
     person = int(class_map(["person"], list(model_labels), "the person set")[0])
-
     if assets_root is None:
         from jetforge.assets import asset_dir
 
         assets_root = asset_dir("opencv_samples").parent
-    frames = load_person_labels("heldout", assets_root=assets_root, path=labels)
-    available = len(frames)
-    if samples is not None and samples < available:
-        frames = [frames[int(i)] for i in np.linspace(0, available - 1, int(samples)).round().astype(int)]
-    names = ["%s#%d" % (f.clip, f.index) for f in frames]
-    hashes = [(n, phash.perceptual_hash(f.image)) for n, f in zip(names, frames)]
-    batches, kept = preprocess_samples(zip(names, (f.image for f in frames)), preprocess, batch_size=batch_size,
-                                       fixed_batch=fixed_batch)
-    by_name = dict(zip(names, frames))
-    targets = [DetectionTarget(by_name[n].boxes, by_name[n].difficult, by_name[n].image.shape[:2],
-                               group="%s:%d" % (by_name[n].clip, by_name[n].index // block_frames),
-                               classes=np.full(len(by_name[n].boxes), person, np.int64)) for n in kept]
-    limit = "all" if samples is None or samples >= available else "--eval-samples %d" % samples
-    ev = EvaluationSet(batches, list(kept), [h for h in hashes if h[0] in set(kept)], available, len(kept), limit)
-    return ev, targets
+    everything = load_person_labels("heldout", assets_root=assets_root, path=labels)
+    frames = _spread(everything, samples)
+    targets = [DetectionTarget(f.boxes, f.difficult, f.image.shape[:2],
+                               group="%s:%d" % (f.clip, f.index // block_frames),
+                               classes=np.full(len(f.boxes), person, np.int64)) for f in frames]
+    return DetectionFrames(["%s#%d" % (f.clip, f.index) for f in frames], targets, len(everything),
+                           lambda i: frames[i].image)
 
 
 def check_detection_args(labels: Union[str, Path], eval_items: List[Any], mixed_precision: Any,
@@ -171,23 +170,26 @@ def check_detection_args(labels: Union[str, Path], eval_items: List[Any], mixed_
 
 
 def detection_evaluator(model: Any, sidecar: Any, labels: Union[str, Path], fixed_batch: Optional[int] = None,
-                        samples: Optional[int] = None):
-    """(evaluation set, Evaluator with the ``detection_ap`` metric, held-out note) for ``calibrate --labels``."""
-    from jetforge.calibrate.evaluate import Evaluator
+                        samples: Optional[int] = None, progress: bool = False, batch_size: int = 8):
+    """(evaluation set, evaluator, held-out note) for ``calibrate --labels``: a
+    :class:`~jetforge.calibrate.detection_stream.DetectionEvaluator`, which reads, runs and scores the frames one
+    batch at a time when it evaluates a candidate (the evaluation set holds their names, and their perceptual hashes
+    once a candidate was evaluated, but no batch)."""
+    from jetforge.calibrate.detection_stream import DetectionEvaluator
+    from jetforge.calibrate.metrics import DetectionAPMetric
     from jetforge.runtime.inputs import input_contract
 
-    from jetforge.vision.decode import decoder_for
-
     contract = input_contract(sidecar, "image", purpose="INT8 evaluation")
-    model_labels = decoder_for(sidecar).labels  # refuses a model without a decoder before any image is read
-    if is_person_box_file(labels):
-        data, targets = detection_evaluation_set(labels, contract, fixed_batch, samples, model_labels=model_labels)
-    else:
-        data, targets = label_set_evaluation(labels, contract, model_labels, fixed_batch, samples)
-    evaluator = Evaluator(model, data.batches, metrics=("detection_ap", "output_sqnr"), targets=targets,
-                          metric_options={"detection_ap": {"sidecar": sidecar}})
+    metric = DetectionAPMetric(sidecar=sidecar, progress=progress)  # refuses a model without a decoder first
+    person = is_person_box_file(labels)
+    frames = (person_set_frames(labels, samples, model_labels=metric.decoder.labels) if person else
+              label_set_frames(labels, metric.decoder.labels, samples))
+    evaluator = DetectionEvaluator(model, frames, contract, metric, fixed_batch, batch_size, progress=progress)
+    limit = "all" if samples is None or samples >= frames.available else "--eval-samples %d" % samples
+    data = EvaluationSet([], frames.names[:evaluator.samples], evaluator.hashes, frames.available,
+                         evaluator.samples, limit)
     held = ({"split": "held-out segments of the label file (guard gaps to its training segments); no perceptual "
-                      "hash check: the segments of one fixed camera look alike"} if is_person_box_file(labels) else
+                      "hash check: the segments of one fixed camera look alike"} if person else
             {"split": "the label file's images (keep them out of --data: calibrating on them makes the numbers "
                       "optimistic)"})
     return data, evaluator, held
@@ -214,6 +216,6 @@ def detection_eval_lines(label: str, det: Dict[str, Any]) -> List[str]:
     return lines
 
 
-__all__ = ["BLOCK_FRAMES", "check_detection_args", "class_map", "detection_eval_lines",
-           "detection_evaluation_set", "detection_evaluator", "is_detection_label_file", "is_person_box_file",
-           "label_set_evaluation", "label_set_targets", "read_label_image"]
+__all__ = ["BLOCK_FRAMES", "DetectionFrames", "check_detection_args", "class_map", "detection_eval_lines",
+           "detection_evaluator", "is_detection_label_file", "is_person_box_file", "label_set_frames",
+           "person_set_frames", "read_label_image"]

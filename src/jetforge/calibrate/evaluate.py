@@ -135,10 +135,7 @@ class Evaluator:
         if "classification" in self.metric_names:
             res = classify.result(self.references, outputs, targets)
         else:
-            nan = float("nan")
-            res = EvalResult(samples=self.samples, agreement=nan, confident_samples=0, agreement_confident=None,
-                             top5_agreement=nan, mean_kl=nan, output_sqnr_db=nan, fp32_mean_confidence=nan,
-                             confidence=self.confidence)
+            res = unclassified_result(self.samples, self.confidence)
         for name in self.metric_names:
             if name == "classification":
                 res.metrics[name] = {k: v for k, v in res.to_dict().items() if k not in ("arithmetic", "metrics")}
@@ -186,6 +183,14 @@ class Evaluator:
         if self.targets is not None and hasattr(self.targets, "__getitem__"):
             sub.targets = self.targets[:max_samples]
         return sub
+
+
+def unclassified_result(samples: int, confidence: float = CONFIDENCE) -> EvalResult:
+    """An :class:`EvalResult` without the classification fields (NaN), for the other metrics to fill in."""
+    nan = float("nan")
+    return EvalResult(samples=samples, agreement=nan, confident_samples=0, agreement_confident=None,
+                      top5_agreement=nan, mean_kl=nan, output_sqnr_db=nan, fp32_mean_confidence=nan,
+                      confidence=confidence)
 
 
 def preprocess_samples(samples: Iterable[Tuple[str, np.ndarray]], preprocess, batch_size: int = 16,
@@ -280,4 +285,4 @@ def label_table(path: Union[str, Path], class_names: Sequence[str] = ()) -> Dict
 __all__ = ["ARITHMETICS", "CONFIDENCE", "DEFAULT_METRICS", "EvalResult", "Evaluator",
            "QuantizedLayer", "SIMULATED_LABEL", "arithmetic_label", "compare_outputs",
            "dequantize_layers", "label_table", "load", "only_layers", "preprocess_samples", "quantized_layers",
-           "read_labels", "run_model", "session", "softmax"]
+           "read_labels", "run_model", "session", "softmax", "unclassified_result"]

@@ -78,9 +78,18 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 def sqnr_db(reference: np.ndarray, candidate: np.ndarray) -> float:
     """10 log10(sum ref^2 / sum (ref - cand)^2), in float64; inf when they are equal."""
+    return sqnr_from_sums(*sqnr_sums(reference, candidate))
+
+
+def sqnr_sums(reference: np.ndarray, candidate: np.ndarray) -> Tuple[float, float]:
+    """(sum ref^2, sum (ref - cand)^2) in float64: :func:`sqnr_db`'s two sums, which a streamed evaluation adds up
+    batch by batch."""
     ref = np.asarray(reference, dtype=np.float64)
-    err = float(np.sum((ref - np.asarray(candidate, dtype=np.float64)) ** 2))
-    signal = float(np.sum(ref ** 2))
+    return float(np.sum(ref ** 2)), float(np.sum((ref - np.asarray(candidate, dtype=np.float64)) ** 2))
+
+
+def sqnr_from_sums(signal: float, err: float) -> float:
+    """SQNR (dB) of a signal energy and an error energy; inf when the error is 0."""
     if err == 0:
         return float("inf")
     return 10.0 * math.log10(signal / err) if signal > 0 else float("-inf")
@@ -210,7 +219,11 @@ class OutputSqnrMetric(Metric):
     """SQNR (dB) of every model output against FP32, and the worst of them: meaningful for any task."""
 
     def compute(self, reference, candidate, targets=None):
-        values = [sqnr_db(r, c) for r, c in zip(reference, candidate)]
+        return self.block([sqnr_db(r, c) for r, c in zip(reference, candidate)])
+
+    @staticmethod
+    def block(values: Sequence[float]) -> Dict[str, Optional[float]]:
+        """The metric's fields from each output's SQNR."""
         out: Dict[str, Optional[float]] = {"output_%d_sqnr_db" % i: v for i, v in enumerate(values)}
         out["min_sqnr_db"] = min(values) if values else None
         return out
@@ -250,7 +263,7 @@ class DetectionAPMetric(Metric):
     """
 
     def __init__(self, sidecar: Any = None, score_threshold: float = 0.01, n_resamples: int = 2000, seed: int = 0,
-                 output_names: Sequence[str] = ()) -> None:
+                 output_names: Sequence[str] = (), progress: bool = False) -> None:
         from jetforge.runtime.inputs import input_contract
         from jetforge.vision.decode import DecoderOptions, decoder_for
 
@@ -264,6 +277,7 @@ class DetectionAPMetric(Metric):
         self.preprocess = input_contract(sidecar, "image", purpose="detection AP")
         self.n_resamples = int(n_resamples)
         self.seed = int(seed)
+        self.progress = bool(progress)  # a bar for a long bootstrap (many classes)
 
     def detections(self, outputs: Sequence[np.ndarray], targets: Sequence[DetectionTarget]):
         """(boxes, scores, classes) per frame of one model's raw outputs, boxes in frame pixels x1, y1, x2, y2."""
@@ -271,31 +285,40 @@ class DetectionAPMetric(Metric):
         return [d.boxes for d in dets], [d.scores for d in dets], [d.classes for d in dets]
 
     def compute(self, reference, candidate, targets=None):
-        from jetforge.vision.detection_metrics import class_bootstrap
-
         n = len(reference[0])
         if targets is None:
             return {"frames": n}
         targets = list(targets)
         if len(targets) != n:
             raise CalibrationError("%d detection targets for %d evaluation frames" % (len(targets), n))
+        return self.score(self.detections(reference, targets), self.detections(candidate, targets), targets)
+
+    def score(self, reference: Tuple[List[np.ndarray], ...], candidate: Tuple[List[np.ndarray], ...],
+              targets: Sequence[DetectionTarget]) -> Dict[str, Optional[float]]:
+        """The metric's fields from both models' :meth:`detections` of every frame (a streamed evaluation decodes
+        them batch by batch and keeps only these)."""
+        from jetforge.vision.detection_metrics import class_bootstraps
+
+        targets = list(targets)
         classes = [np.zeros(len(t.boxes), np.int64) if t.classes is None else np.asarray(t.classes, np.int64)
                    for t in targets]
         present = sorted({int(c) for d, k in zip((t.difficult for t in targets), classes)
                           for c in np.asarray(k)[~np.asarray(d, bool)]})
         gt = ([t.boxes for t in targets], [t.difficult for t in targets], classes)
-        cand, ref = self.detections(candidate, targets), self.detections(reference, targets)
-        by_frame = class_bootstrap(gt, cand, ref, present or [0], n_resamples=self.n_resamples, seed=self.seed)
-        out: Dict[str, Optional[float]] = {"frames": n, "classes": len(present), "boxes": int(sum(
+        grouped = any(t.group is not None for t in targets)
+        groupings = [None] + ([[t.group if t.group is not None else "frame%d" % i for i, t in enumerate(targets)]]
+                              if grouped else [])
+        boots = class_bootstraps(gt, candidate, reference, present or [0], groupings, n_resamples=self.n_resamples,
+                                 seed=self.seed, progress=self.progress)
+        by_frame = boots[0]
+        out: Dict[str, Optional[float]] = {"frames": len(targets), "classes": len(present), "boxes": int(sum(
             int((~np.asarray(d, bool)).sum()) for d in gt[1]))}
         _ap_fields(out, "", by_frame["mean"])
         labels = self.decoder.labels
         for c, entry in by_frame["classes"].items():
             _ap_fields(out, "class/%s/" % (labels[c] if c < len(labels) else c), entry, short=True)
-        if any(t.group is not None for t in targets):
-            groups = [t.group if t.group is not None else "frame%d" % i for i, t in enumerate(targets)]
-            blocks = class_bootstrap(gt, cand, ref, present or [0], n_resamples=self.n_resamples, seed=self.seed,
-                                     groups=groups)["mean"]["difference"]
+        if grouped:
+            blocks = boots[1]["mean"]["difference"]
             out.update({"ap50_diff_block_ci_low": blocks["ap50_ci"][0],
                         "ap50_diff_block_ci_high": blocks["ap50_ci"][1],
                         "ap_diff_block_ci_low": blocks["ap_ci"][0], "ap_diff_block_ci_high": blocks["ap_ci"][1]})
@@ -399,4 +422,4 @@ def make_metric(name: str, **options: Any) -> Metric:
 
 __all__ = ["CONFIDENCE", "ClassificationMetric", "ClipAccuracyMetric", "DetectionAPMetric", "DetectionTarget",
            "EvalResult", "METRICS", "Metric", "OutputSqnrMetric", "bootstrap_ci", "compare_outputs", "make_metric",
-           "softmax", "sqnr_db"]
+           "softmax", "sqnr_db", "sqnr_from_sums", "sqnr_sums"]
