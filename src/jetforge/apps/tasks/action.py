@@ -270,9 +270,10 @@ class ActionApp(App):
 
     name = "action"
     description = (
-        "Clip-based action recognition: people are detected (the SSDLite CNN; --detector hog: OpenCV HOG)\n"
-        "and tracked; for each track a sliding window of 8 frames (0.8 s at 10 fps; faster sources are sampled\n"
-        "down) is cropped at a fixed region and classified by a 3D CNN (a pruned 3D MobileNetV2) through ONNX\n"
+        "Clip-based action recognition: people are detected (a CNN person detector: the SSDLite port by default,\n"
+        "--detector-model any person detector of a registered layout, e.g. yolov8-person-192; --detector hog:\n"
+        "OpenCV HOG) and tracked; for each track a sliding window of 8 frames (0.8 s at 10 fps; faster sources\n"
+        "are sampled down) is cropped at a fixed region and classified by a 3D CNN (a pruned 3D MobileNetV2) through ONNX\n"
         "Runtime; probabilities are averaged over the last windows and over each track's life (top-k over time).\n\n"
         "The bundled model recognizes ONLY how a person's box moves in a fixed elevated camera view like\n"
         "vtest.avi: walking left, walking right, moving without lateral motion (toward/away from the camera),\n"
