@@ -113,3 +113,24 @@ def test_reservoir_keeps_every_value_with_the_same_probability():
     expected = reps * k / 10
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < 27.9, (chi2, counts)
+
+
+def test_extend_keeps_what_appending_one_by_one_keeps():
+    # Samples.extend is append in a loop, with the loop's Python steps skipped for the values not kept: the same
+    # values kept in the same slots (same seed), the same count, sum, extremes and last value, across the
+    # reservoir's filling and chunks of any size.
+    rng = np.random.default_rng(11)
+    values = rng.lognormal(-4.0, 0.7, size=9000).tolist()
+    one, many = Samples(capacity=300, seed=5), Samples(capacity=300, seed=5)
+    for v in values:
+        one.append(v)
+    i = 0
+    for size in [1, 7, 250, 42, 1, 3000, 33] * 40:
+        if i >= len(values):
+            break
+        many.extend(values[i:i + size])
+        i += size
+    assert i >= len(values)
+    assert many.values == one.values and many.count == one.count == len(values)
+    assert (many.min, many.max, many.last) == (one.min, one.max, one.last)
+    assert many.total == pytest.approx(one.total, rel=1e-12)

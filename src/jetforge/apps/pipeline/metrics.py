@@ -78,6 +78,34 @@ class Samples:
             self.values[self._rng.randrange(self.capacity)] = value
             self._draw_next()
 
+    def extend(self, values: Sequence[float]) -> None:
+        """``append`` of each value, in order, with the same result (the same values kept, for the same seed);
+        the count, sum, extremes and the values not kept cost no Python step each."""
+        if not len(values):
+            return
+        values = [float(v) for v in values]
+        self.total += sum(values)
+        low, high = min(values), max(values)
+        if low < self.min:
+            self.min = low
+        if high > self.max:
+            self.max = high
+        self.last = values[-1]
+        room = self.capacity - len(self.values)
+        if room > 0:  # the reservoir's first values: kept as they come
+            self.values.extend(values[:room])
+            self.count += min(room, len(values))
+            if self.count == self.capacity:
+                self._draw_next()
+            values = values[room:]
+        start = self.count  # values[i] is value number start + i + 1
+        end = start + len(values)
+        while values and self._next <= end:
+            self.count = self._next  # _draw_next counts from the value kept
+            self.values[self._rng.randrange(self.capacity)] = values[self._next - start - 1]
+            self._draw_next()
+        self.count = max(self.count, end)
+
     def _draw_next(self) -> None:
         """Algorithm L (Li 1994): W *= U^(1/k); the next kept value is floor(ln U' / ln(1 - W)) + 1 values on."""
         rng, k = self._rng, self.capacity
@@ -185,13 +213,27 @@ class PipelineMetrics:
         if not n:
             return
         share = cpu / n
+        warm = self.warmup_frames
         with self._lock:
-            if walls is None:
-                for frame in frames:
-                    self._add_stage(stage, wall, share, frame, wall / n)
-            else:
-                for frame, own in zip(frames, walls):
-                    self._add_stage(stage, own, share, frame, own)
+            if any(f is not None and 0 <= f < warm for f in frames):  # a stream's first frames: one by one
+                if walls is None:
+                    for frame in frames:
+                        self._add_stage(stage, wall, share, frame, wall / n)
+                else:
+                    for frame, own in zip(frames, walls):
+                        self._add_stage(stage, own, share, frame, own)
+                return
+            busy = self.busy.get(stage)
+            if busy is None:
+                busy = self.busy[stage] = [0, 0.0]
+            busy[0] += n
+            busy[1] += wall if walls is None else sum(walls)
+            _series(self.wall, stage).extend([wall] * n if walls is None else walls)
+            tally = self.cpu.get(stage)
+            if tally is None:
+                tally = self.cpu[stage] = Tally()
+            tally.count += n
+            tally.total += cpu
 
     def _add_stage(self, stage: str, wall: float, cpu: float, frame: Optional[int], busy_s: float) -> None:
         # no ``setdefault(stage, Samples())`` here: its default is built on every call, and this runs for every
@@ -242,10 +284,25 @@ class PipelineMetrics:
 
     def add_done_frames(self, done: Sequence[Tuple[int, float, float, float, float, Optional[int]]]) -> None:
         """Finished frames at once, under one lock: each ``(stream, t_start, t_decoded, t_result, t_done,
-        frame)`` as :meth:`add_done` takes them."""
+        frame)`` as :meth:`add_done` takes them, in the order they finished."""
+        if not done:
+            return
+        warm = self.warmup_frames
         with self._lock:
-            for record in done:
-                self._add_done(*record)
+            if any(d[5] is not None and 0 <= d[5] < warm for d in done):  # a stream's first frames: one by one
+                for record in done:
+                    self._add_done(*record)
+                return
+            self.end_to_end.extend([d[4] - d[1] for d in done])
+            self.frame_to_result.extend([d[3] - (d[2] or d[1]) for d in done])
+            self._done += len(done)
+            self._recent.extend([d[4] for d in done])
+            per_stream = self.frames_per_stream
+            for d in done:
+                per_stream[d[0]] = per_stream.get(d[0], 0) + 1
+            for d in done:
+                self._count_in_bin(d[4])
+            self._sample_rss(done[-1][4])
 
     def _add_done(self, stream: int, t_start: float, t_decoded: float, t_result: float, t_done: float,
                   frame: Optional[int]) -> None:
@@ -256,14 +313,23 @@ class PipelineMetrics:
             self.frame_to_result.append(t_result - (t_decoded or t_start))
         self._done += 1
         self._recent.append(t_done)
+        self._count_in_bin(t_done)
+        self.frames_per_stream[stream] = self.frames_per_stream.get(stream, 0) + 1
+        self._sample_rss(t_done)
+
+    def _count_in_bin(self, t_done: float) -> None:
         index = max(0, int((t_done - self.t_start) / self._bin_s))
+        if index < len(self._bins):  # the usual case: the current bin
+            self._bins[index] += 1
+            return
         while index >= MAX_BINS:  # merge neighbouring bins: the history keeps its span, not its detail
             self._bins = [sum(self._bins[i:i + 2]) for i in range(0, len(self._bins), 2)]
             self._bin_s *= 2
             index = max(0, int((t_done - self.t_start) / self._bin_s))
         self._bins.extend([0] * (index + 1 - len(self._bins)))
         self._bins[index] += 1
-        self.frames_per_stream[stream] = self.frames_per_stream.get(stream, 0) + 1
+
+    def _sample_rss(self, t_done: float) -> None:
         if t_done - self._last_rss >= self._rss_every_s:
             self._last_rss = t_done
             self.rss_samples.append((t_done - self.t_start, current_rss()))
