@@ -16,134 +16,22 @@ other jetforge report).  :func:`format_metrics` prints the summary table;
 imported only there, with the Agg backend).
 """
 
-import dataclasses
-import math
-import random
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
-from jetforge.runtime.measure import LatencyStats, current_rss, fps as frames_per_second, latency_stats, memory_info
+from jetforge.apps.pipeline.series import MAX_SAMPLES, Samples, Tally, series
+from jetforge.runtime.measure import current_rss, fps as frames_per_second, memory_info
 
 STAGES = ("decode", "preprocess", "infer", "postprocess", "sink")
 #: Each stream's first frames left out of the latency statistics and plots by default (reported apart under
 #: ``warmup``): the first calls of a model pay for allocators, lazy initialisation and caches (3.3 s for the first
 #: frame of a CPU app measured here), which would otherwise stretch every percentile and histogram.
 WARMUP_FRAMES = 5
-#: Latency samples kept per series: every one up to this many frames, then a uniform random sample of
-#: this size (reservoir sampling), so a camera app running for days keeps constant memory (reached
-#: within a soak's warm-up).  Count, mean, min and max stay exact; the rank of a percentile from a
-#: 2048-sample reservoir is within about 1 percentile point of the exact one (p99: 0.2 points s.d.).
-MAX_SAMPLES = 2048
 #: FPS-over-time bins and RSS samples kept: past this many, neighbours are merged and the interval
 #: doubles (1 s, 2 s, 4 s, ...), so a run of any length keeps a bounded, evenly spaced history.
 MAX_BINS = 2048
-
-
-class Samples:
-    """Durations of one series: exact count/sum/min/max, and at most ``capacity`` values for percentiles.
-
-    Past ``capacity`` values the kept ones are a uniform random sample of all (reservoir sampling, Li's Algorithm
-    L): the index of the next value to keep is drawn ahead, so an append that keeps nothing costs a comparison,
-    not a random number.  Why it matters: the GPU path records about ten values a frame, at thousands of frames a
-    second, on threads that share one GIL with the thread that launches the batches."""
-
-    def __init__(self, capacity: int = MAX_SAMPLES, seed: int = 0) -> None:
-        self.capacity = int(capacity)
-        self.values: List[float] = []
-        self.count = 0
-        self.total = 0.0
-        self.min = float("inf")
-        self.max = float("-inf")
-        self.last = 0.0
-        self._rng = random.Random(seed)
-        self._w = 1.0  # Algorithm L's running weight
-        self._next = 0  # the count at which the next value is kept (once the reservoir is full)
-
-    def append(self, value: float) -> None:
-        value = float(value)
-        self.count += 1
-        self.total += value
-        if value < self.min:
-            self.min = value
-        if value > self.max:
-            self.max = value
-        self.last = value
-        if self.count <= self.capacity:
-            self.values.append(value)
-            if self.count == self.capacity:
-                self._draw_next()
-        elif self.count == self._next:  # this value replaces a kept one chosen uniformly
-            self.values[self._rng.randrange(self.capacity)] = value
-            self._draw_next()
-
-    def extend(self, values: Sequence[float]) -> None:
-        """``append`` of each value, in order, with the same result (the same values kept, for the same seed);
-        the count, sum, extremes and the values not kept cost no Python step each."""
-        if not len(values):
-            return
-        values = [float(v) for v in values]
-        self.total += sum(values)
-        low, high = min(values), max(values)
-        if low < self.min:
-            self.min = low
-        if high > self.max:
-            self.max = high
-        self.last = values[-1]
-        room = self.capacity - len(self.values)
-        if room > 0:  # the reservoir's first values: kept as they come
-            self.values.extend(values[:room])
-            self.count += min(room, len(values))
-            if self.count == self.capacity:
-                self._draw_next()
-            values = values[room:]
-        start = self.count  # values[i] is value number start + i + 1
-        end = start + len(values)
-        while values and self._next <= end:
-            self.count = self._next  # _draw_next counts from the value kept
-            self.values[self._rng.randrange(self.capacity)] = values[self._next - start - 1]
-            self._draw_next()
-        self.count = max(self.count, end)
-
-    def _draw_next(self) -> None:
-        """Algorithm L (Li 1994): W *= U^(1/k); the next kept value is floor(ln U' / ln(1 - W)) + 1 values on."""
-        rng, k = self._rng, self.capacity
-        self._w *= math.exp(math.log(1.0 - rng.random()) / k)  # 1 - random() is in (0, 1]: no log(0)
-        skip = math.log(1.0 - rng.random()) / math.log1p(-self._w) if self._w < 1.0 else 0.0
-        self._next = self.count + int(math.floor(skip)) + 1
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self) -> Iterator[float]:
-        return iter(self.values)
-
-    def stats(self) -> LatencyStats:
-        """latency_stats of the kept values, with count, total, mean, min and max over every value."""
-        kept = latency_stats(self.values)
-        if len(self.values) == self.count:  # every value kept: the exact statistics
-            return kept
-        return dataclasses.replace(kept, count=self.count, total=self.total, mean=self.total / self.count,
-                                   min=self.min, max=self.max)
-
-
-class Tally:
-    """Count and sum of a series whose mean alone is reported (a stage's CPU per frame)."""
-
-    __slots__ = ("count", "total")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.total = 0.0
-
-
-def _series(table: Dict[str, Samples], stage: str) -> Samples:
-    """``table[stage]``, made on first use."""
-    series = table.get(stage)
-    if series is None:
-        series = table[stage] = Samples()
-    return series
 
 
 class PipelineMetrics:
@@ -228,7 +116,7 @@ class PipelineMetrics:
                 busy = self.busy[stage] = [0, 0.0]
             busy[0] += n
             busy[1] += wall if walls is None else sum(walls)
-            _series(self.wall, stage).extend([wall] * n if walls is None else walls)
+            series(self.wall, stage).extend([wall] * n if walls is None else walls)
             tally = self.cpu.get(stage)
             if tally is None:
                 tally = self.cpu[stage] = Tally()
@@ -245,9 +133,9 @@ class PipelineMetrics:
         busy[0] += 1
         busy[1] += busy_s
         if self.is_warmup(frame):
-            _series(self.warmup_wall, stage).append(wall)
+            series(self.warmup_wall, stage).append(wall)
             return
-        _series(self.wall, stage).append(wall)
+        series(self.wall, stage).append(wall)
         tally = self.cpu.get(stage)
         if tally is None:
             tally = self.cpu[stage] = Tally()
