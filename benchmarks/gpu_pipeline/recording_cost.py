@@ -34,7 +34,8 @@ from benchmarks.common.paths import result_path, use_checkout  # noqa: E402
 
 use_checkout()
 
-from jetforge.apps.pipeline.gpu_app import GPU_STAGES, SinkTiming, TaskOps  # noqa: E402
+from benchmarks.common.pipeline_gpu_measure import app_timed_sink  # noqa: E402
+from jetforge.apps.pipeline.gpu_app import GPU_STAGES, TaskOps  # noqa: E402
 from jetforge.apps.pipeline.metrics import PipelineMetrics  # noqa: E402
 from jetforge.apps.pipeline.streams import BatchOps, StreamRunOptions, process_cpu_s, run_streams  # noqa: E402
 from jetforge.apps.video.sources.gpu.feed_group import SourceFeedGroup  # noqa: E402
@@ -117,17 +118,6 @@ def _per_frame_sink(ops: TaskOps) -> Any:
     return sink
 
 
-class _BatchedSink:
-    def __init__(self, ops: TaskOps) -> None:
-        self.timing = SinkTiming(ops)
-
-    def __call__(self, stream: int, frame: Any, event: Any, host: Any) -> None:
-        self.timing.frame_done(stream, frame, self.timing.begin())
-
-    def end_batch(self) -> None:
-        self.timing.end_batch()
-
-
 def one_run(variant: str, streams: int, frames: int, max_batch: int) -> Dict[str, float]:
     """``frames`` frames over ``streams`` streams through the ``variant``'s recording; CPU us a frame and FPS."""
     metrics = PipelineMetrics(GPU_STAGES, warmup_frames=5, model_stages=("launch", "results"))
@@ -139,7 +129,7 @@ def one_run(variant: str, streams: int, frames: int, max_batch: int) -> Dict[str
         sink = _per_frame_sink(ops)  # type: ignore[arg-type]
     else:
         ops = TaskOps(_Task(), None, _NoModel(), metrics)  # type: ignore[arg-type]
-        sink = _BatchedSink(ops)  # type: ignore[arg-type]
+        sink = app_timed_sink(lambda s, f, e, h: None, ops)  # the benchmark's timed sink: SinkTiming
     group = SourceFeedGroup([_Source(s, frames // streams) for s in range(streams)], depth=8)
     metrics.start()
     cpu0 = process_cpu_s()

@@ -210,8 +210,8 @@ class SinkTiming:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        cpu = time.thread_time() - (self._c0 if self._c0 is not None else time.thread_time())
-        self._c0 = None
+        c0, self._c0 = self._c0, None  # set by the batch's first begin()
+        cpu = time.thread_time() - c0 if c0 is not None else 0.0
         metrics, t_result = self.ops.metrics, self.ops.t_result
         metrics.add_stage_frames("sink", [f.index for _, f, _, _ in pending], 0.0, cpu,
                                  walls=[done - t0 for _, _, t0, done in pending])

@@ -21,7 +21,7 @@ import time
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
-from jetforge.apps.pipeline.series import MAX_SAMPLES, Samples, Tally, series
+from jetforge.apps.pipeline.series import MAX_SAMPLES, Samples, Tally, made
 from jetforge.runtime.measure import current_rss, fps as frames_per_second, memory_info
 
 STAGES = ("decode", "preprocess", "infer", "postprocess", "sink")
@@ -32,6 +32,11 @@ WARMUP_FRAMES = 5
 #: FPS-over-time bins and RSS samples kept: past this many, neighbours are merged and the interval
 #: doubles (1 s, 2 s, 4 s, ...), so a run of any length keeps a bounded, evenly spaced history.
 MAX_BINS = 2048
+
+
+def _no_time() -> List[float]:
+    """A stage's busy record: [frames, seconds busy (a call's time shared by its frames)]."""
+    return [0, 0.0]
 
 
 class PipelineMetrics:
@@ -111,36 +116,21 @@ class PipelineMetrics:
                     for frame, own in zip(frames, walls):
                         self._add_stage(stage, own, share, frame, own)
                 return
-            busy = self.busy.get(stage)
-            if busy is None:
-                busy = self.busy[stage] = [0, 0.0]
+            busy = made(self.busy, stage, _no_time)
             busy[0] += n
             busy[1] += wall if walls is None else sum(walls)
-            series(self.wall, stage).extend([wall] * n if walls is None else walls)
-            tally = self.cpu.get(stage)
-            if tally is None:
-                tally = self.cpu[stage] = Tally()
-            tally.count += n
-            tally.total += cpu
+            made(self.wall, stage, Samples).extend([wall] * n if walls is None else walls)
+            made(self.cpu, stage, Tally).add(cpu, n)
 
     def _add_stage(self, stage: str, wall: float, cpu: float, frame: Optional[int], busy_s: float) -> None:
-        # no ``setdefault(stage, Samples())`` here: its default is built on every call, and this runs for every
-        # frame and stage (a Samples with its seeded Random cost ~25 us a call, measured, under the GIL the GPU
-        # path's launch thread needs)
-        busy = self.busy.get(stage)
-        if busy is None:
-            busy = self.busy[stage] = [0, 0.0]
+        busy = made(self.busy, stage, _no_time)
         busy[0] += 1
         busy[1] += busy_s
         if self.is_warmup(frame):
-            series(self.warmup_wall, stage).append(wall)
+            made(self.warmup_wall, stage, Samples).append(wall)
             return
-        series(self.wall, stage).append(wall)
-        tally = self.cpu.get(stage)
-        if tally is None:
-            tally = self.cpu[stage] = Tally()
-        tally.count += 1
-        tally.total += cpu
+        made(self.wall, stage, Samples).append(wall)
+        made(self.cpu, stage, Tally).add(cpu)
 
     def add_batch(self, size: int) -> None:
         with self._lock:

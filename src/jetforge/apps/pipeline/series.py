@@ -8,7 +8,7 @@ second, on threads that share one GIL with the thread that launches the batches;
 import dataclasses
 import math
 import random
-from typing import Dict, Iterator, List, Sequence
+from typing import Callable, Dict, Iterator, List, Sequence, TypeVar
 
 from jetforge.runtime.measure import LatencyStats, latency_stats
 
@@ -114,13 +114,22 @@ class Tally:
         self.count = 0
         self.total = 0.0
 
-
-def series(table: Dict[str, Samples], stage: str) -> Samples:
-    """``table[stage]``, made on first use."""
-    series = table.get(stage)
-    if series is None:
-        series = table[stage] = Samples()
-    return series
+    def add(self, total: float, count: int = 1) -> None:
+        self.count += count
+        self.total += total
 
 
-__all__ = ["MAX_SAMPLES", "Samples", "Tally", "series"]
+T = TypeVar("T")
+
+
+def made(table: Dict[str, T], key: str, make: Callable[[], T]) -> T:
+    """``table[key]``, made by ``make`` on first use.  Not ``setdefault(key, make())``: that builds a new one on
+    every call, and the metrics call this for every frame and stage (a Samples with its seeded Random cost ~25 us
+    a call, measured, under the GIL the GPU path's launch thread needs)."""
+    value = table.get(key)
+    if value is None:
+        value = table[key] = make()
+    return value
+
+
+__all__ = ["MAX_SAMPLES", "Samples", "Tally", "made"]
