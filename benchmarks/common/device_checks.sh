@@ -11,8 +11,13 @@ set -u
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
 OUT="${OUT:-/tmp/device_checks}"; mkdir -p "$OUT"
-pip install -q --no-deps --target /tmp/site build/gpu_test_wheels/*.whl >"$OUT/pip.log" 2>&1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+# the carried pytest only where the device has none: an older pytest on the path breaks the device's own plugins
+# (pytest-timeout's float ini option failed pytest 8.3's addini on the H100 image, 2026-12-07)
+if ! python3 -c "import pytest" >/dev/null 2>&1; then
+  pip install -q --no-deps --target /tmp/site build/gpu_test_wheels/*.whl >"$OUT/pip.log" 2>&1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONUNBUFFERED=1
 for cache in build/gpu_test_cache build/yolov8_carry/cache; do  # the first carried asset cache found
   if [ -d "$cache/assets" ]; then export JETFORGE_CACHE="$ROOT/$cache" JETFORGE_OFFLINE=1; break; fi
 done

@@ -8,19 +8,23 @@ Split out of the script (one job: measuring the hardware's parts alone); the dry
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int = 0,
-                 threaded: bool = False, ring_slots: int = 16, defer_sync: bool = False) -> List[Any]:
+                 threaded: bool = False, ring_slots: int = 16, defer_sync: bool = False,
+                 batch_copy: Optional[bool] = None) -> List[Any]:
     """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed.
-    ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source); ``threaded``: NvThreadedSource."""
+    ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source, its ``defer_sync`` and ``batch_copy`` as
+    given: None is the ring's default, one copy launch per fetch where it waits once per fetch); ``threaded``:
+    NvThreadedSource."""
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
     from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
     from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
 
     kind = NvThreadedSource if threaded else NvDecSource
     sources = [kind(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
-                    keep=DeviceFrameRing(ring_slots, defer_sync) if keep == "ring" else keep) for s in range(n)]
+                    keep=DeviceFrameRing(ring_slots, defer_sync, batch_copy) if keep == "ring" else keep)
+               for s in range(n)]
     for src in sources:
         src.prime()
     return sources

@@ -62,6 +62,10 @@ VARIANTS = {
     "ipc-quads": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 4, "keep": "ring", "source": "ipc",
                   "workers": 4},
     "feed-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed"},
+    # feed-pairs with the owned copies made as before 2026-12-07: two cudaMemcpy2DAsync calls a frame, not one copy
+    # kernel launch a fetch (DeviceFrameRing batch_copy): the A/B of that change
+    "feed-pairs-copy2d": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
+                          "batch_copy": False},
     # what `jetforge app --decode gpu` does (gpu_app.decode_layout; per_stream and switch_ms from GpuAppOptions)
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }
@@ -148,7 +152,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
 
         # as `jetforge app` would: the ring holds the batcher's frames, the batches in flight and one fetch
         sources = SourceFeedGroup(open_sources([env.streams[model]], n, env.codec, keep="ring", threaded=True,
-                                               ring_slots=FEED_RING_SLOTS, defer_sync=True), depth=FEED_DEPTH)
+                                               ring_slots=FEED_RING_SLOTS, defer_sync=True,
+                                               batch_copy=v.get("batch_copy")), depth=FEED_DEPTH)
         first = vars(sources.sources[0])
     else:
         keep = "ring" if v["keep"] == "ring" else keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])
@@ -190,7 +195,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
     row.update({"model": model, "render": render, "preprocess": getattr(inner.pre, "kind", env.pre_kind[model]),
                 "variant": _variant_label(variant, n), "max_batch": batch, "per_stream": v["per_stream"],
                 "rows_per_frame": rows_per_frame(model),
-                "keep": v["keep"], "source": source_label(v),
+                "keep": v["keep"], "source": source_label(v), "frame_copy": frame_copy_label(v),
                 "gil_switch_interval_ms": v["switch_ms"] or 1000.0 * switch,
                 "cuda_streams": "non-blocking + events" if v["nonblocking"] else "legacy default stream",
                 "launch_parts_ms_per_batch": inner.launch_parts(),
@@ -323,6 +328,17 @@ def resolve_variant(variant: str, n: int) -> str:
     from jetforge.apps.pipeline.gpu_app import decode_layout
 
     return {"processes": "ipc-pairs", "feed": "feed-pairs", "threads": "threaded-pairs"}[decode_layout(n)]
+
+
+def frame_copy_label(v: Dict[str, Any]) -> str:
+    """How a variant's sources make their owned frame copies."""
+    if v["keep"] != "ring":
+        return "torch clone"
+    if v.get("source") == "ipc":
+        return "in the decode workers (CUDA IPC rings)"
+    if v.get("source") == "feed" and v.get("batch_copy", True):
+        return "one copy kernel launch a fetch"
+    return "two cudaMemcpy2DAsync a frame"
 
 
 def _variant_label(variant: str, n: int) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jetforge.errors import ConfigError
 from jetforge.runtime.cuda.kernels import launch
 from jetforge.runtime.cuda.kernels.color import BT601_LIMITED, BT709_LIMITED, ColorSpec
 from jetforge.runtime.cuda.kernels.preprocess import GpuPreprocessor, Nv12Frame, PackedFrame
@@ -67,7 +68,7 @@ class FakeGpuKernel:
     folder: Path = Path(".")
 
     def __init__(self, source, name, options=()):
-        args_type = "PreArgs" if name == "jf_preprocess" else "SsdArgs"
+        args_type = {"jf_preprocess": "PreArgs", "jf_copy_nv12": "CopyArgs"}.get(name, "SsdArgs")
         text = (CUDA_ON_CPU + source + "\n#define KERNEL %s\n#define ARGS %s\n" % (name, args_type) + GRID_LOOP)
         key = hashlib.sha256(text.encode()).hexdigest()[:16]
         lib = self.folder / ("%s_%s.so" % (name, key))
@@ -215,3 +216,124 @@ def test_the_ssd_kernel_source_gives_postprocess_detections(cpu_gpu, monkeypatch
         for g, w in zip(got, want):
             assert len(g) == len(w) > 0 and np.array_equal(g.classes, w.classes)
             assert np.abs(g.boxes - w.boxes).max() <= 1e-5 and np.abs(g.scores - w.scores).max() <= 1e-6
+
+
+class PlaneView:
+    """One plane of a decoded frame as PyNvVideoCodec's ``frame.cuda()`` describes it (here in host memory)."""
+
+    def __init__(self, rows: np.ndarray):
+        self.__cuda_array_interface__ = {"data": (address(rows), False), "shape": rows.shape,
+                                         "strides": rows.strides, "typestr": "|u1", "version": 3}
+
+
+class PitchedDecodedFrame:
+    """A decoder's NV12 surface stand-in: Y and UV planes ``pitch`` bytes a row, in two separate host arrays, at an
+    address ``offset`` bytes past an 8-byte boundary (0: aligned)."""
+
+    def __init__(self, y: np.ndarray, uv: np.ndarray, pitch: int, offset: int = 0):
+        h, w = y.shape
+        self.memory = np.zeros(h * pitch + (h // 2) * pitch + 2 * offset + 16, np.uint8)
+        base = (-address(self.memory)) % 8 + offset
+        self.y = self.memory[base:base + h * pitch].reshape(h, pitch)
+        start = base + h * pitch + offset
+        self.uv = self.memory[start:start + (h // 2) * pitch].reshape(h // 2, pitch)
+        self.y[:, :w], self.uv[:, :w] = y, uv
+        self.y[:, w:], self.uv[:, w:] = 255, 255  # the pitch's padding must not reach the copy
+
+    def cuda(self):
+        return [PlaneView(self.y), PlaneView(self.uv)]
+
+
+def _nv12_planes(image):
+    y, uv = bgr_to_nv12(image)
+    return y, uv
+
+
+@pytest.mark.parametrize("size, offset", [((640, 272), 0), ((640, 272), 3), ((642, 272), 0)],
+                         ids=["aligned-8-byte-units", "unaligned-source-bytes", "odd-quarter-width-bytes"])
+def test_the_copy_kernel_source_makes_contiguous_nv12_copies_of_pitched_frames(cpu_gpu, bikes_frames, size, offset):
+    """Nv12Copier: 35 frames (more than one launch's table of 32, so the full table launches first) with a row pitch
+    wider than the rows, the planes in separate allocations, copied by the kernel source into (H*3/2, W) buffers:
+    byte for byte the planes, none of the padding; 8-byte units only where every address and the width allow."""
+    from jetforge.runtime.cuda.kernels.copy import Nv12Copier
+    from jetforge.runtime.cuda.kernels.sources import MAX_COPIES
+
+    w, h = size
+    planes = [_nv12_planes(cv2_resize(list(bikes_frames.values())[i % len(bikes_frames)], w, h)) for i in range(MAX_COPIES + 3)]
+    frames = [PitchedDecodedFrame(y, uv, pitch=w + 64 + offset, offset=offset) for y, uv in planes]
+    outs = [np.full((h * 3 // 2, w), 7, np.uint8) for _ in frames]
+    copier = Nv12Copier(w, h)
+    units = []
+    launch_of = copier.kernel.launch
+    copier.kernel.launch = lambda grid, block, args, stream=None: (units.append(args.unit), launch_of(grid, block, args))
+    for f, out in zip(frames, outs):
+        copier.add(address(f.y), address(f.uv), f.y.strides[0], address(out))
+    assert copier.pending == 3 and copier.launches == 1
+    copier.launch()
+    assert copier.pending == 0 and copier.launches == 2
+    for (y, uv), out in zip(planes, outs):
+        assert np.array_equal(out[:h], y) and np.array_equal(out[h:], uv)
+    assert units == [8 if (offset == 0 and w % 8 == 0) else 1] * 2
+
+
+def test_the_frame_ring_copies_a_fetch_in_one_launch_before_anyone_sees_it(cpu_gpu, bikes_frames, monkeypatch):
+    """DeviceFrameRing(defer_sync=True) queues a fetch's frames and copies them in flush() by one launch of the copy
+    kernel; the owned frames survive the decoder reusing its surfaces; the ring's slots are reused in turn.  CUDA's
+    memory and stream are host stand-ins, the kernel is its own source run on the CPU."""
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
+    from jetforge.apps.video.sources.gpu.nvdec import array_plane_pointers
+    from jetforge.runtime import cuda
+
+    buffers = []
+
+    class HostDeviceBuffer:
+        def __init__(self, nbytes):
+            self.data = np.zeros(nbytes, np.uint8)
+            self.ptr = address(self.data)
+            buffers.append(self)
+
+        def close(self):
+            pass
+
+    class HostStream:
+        syncs = 0
+
+        def synchronize(self):
+            HostStream.syncs += 1
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(cuda, "DeviceBuffer", HostDeviceBuffer)
+    monkeypatch.setattr(cuda, "Stream", HostStream)
+    w, h = 640, 272
+    ring = DeviceFrameRing(slots=6, defer_sync=True)
+    assert ring.batch_copy
+    planes = [_nv12_planes(cv2_resize(image, w, h)) for image in list(bikes_frames.values())[:8]]
+    kept = []
+    for fetch in (planes[:4], planes[4:]):
+        surfaces = [PitchedDecodedFrame(y, uv, pitch=768) for y, uv in fetch]
+        owned = [ring(s, w, h) for s in surfaces]
+        assert ring._copier.pending == len(fetch)  # queued, not copied yet
+        ring.flush()
+        for s in surfaces:
+            s.y[:], s.uv[:] = 0, 0  # the decoder reuses its surfaces after the fetch
+        kept.append([host_bytes(o.ptr, w * h * 3 // 2).reshape(-1, w).copy() for o in owned])
+        assert [array_plane_pointers(o, h) for o in owned] == [(o.ptr, o.ptr + w * h, w) for o in owned]
+    assert ring._copier.launches == 2 and HostStream.syncs == 2
+    for (y, uv), got in zip(planes, kept[0] + kept[1]):
+        assert np.array_equal(got[:h], y) and np.array_equal(got[h:], uv)
+    assert len(buffers) == 6  # allocated once; the 6 frames took the slots in turn
+    with pytest.raises(ConfigError, match="waits once per fetch"):
+        DeviceFrameRing(slots=4, defer_sync=False, batch_copy=True)
+    assert not DeviceFrameRing(slots=4).batch_copy  # a wait per frame: the two copy calls per frame, as before
+
+
+def host_bytes(ptr, n):
+    return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr))
+
+
+def cv2_resize(image, w, h):
+    import cv2
+
+    return cv2.resize(image, (w, h), interpolation=cv2.INTER_AREA)

@@ -39,7 +39,8 @@ cv2 = pytest.importorskip("cv2")
 from jetforge.runtime.cuda import Stream  # noqa: E402
 from jetforge.runtime.cuda.kernels import ColorSpec, GpuPreprocessor  # noqa: E402
 from jetforge.runtime.cuda.kernels.reference import bgr_to_nv12, reference_nv12, reference_packed  # noqa: E402
-from jetforge.runtime.cuda.kernels.upload import download, upload_array, upload_nv12, upload_packed  # noqa: E402
+from jetforge.runtime.cuda.kernels.upload import (download, upload_array, upload_nv12, upload_packed,  # noqa: E402
+                                                  upload_rows)
 from jetforge.runtime.inputs import Preprocess  # noqa: E402
 from jetforge.vision.ssd_gpu import GpuSsdDecoder  # noqa: E402
 
@@ -213,6 +214,64 @@ def test_a_captured_cuda_graph_replays_the_launch(cut_frames, stream):
     for b in bufs:
         b.close()
     assert np.abs(out - reference_nv12([(y, uv)], contract, ColorSpec())).max() <= FP32_TOLERANCE
+
+
+class DevicePlane:
+    """A plane in device memory described as PyNvVideoCodec's ``frame.cuda()`` describes a decoded plane."""
+
+    def __init__(self, ptr, rows, width, pitch):
+        self.__cuda_array_interface__ = {"data": (int(ptr), False), "shape": (rows, width), "strides": (pitch, 1),
+                                         "typestr": "|u1", "version": 3}
+
+
+class DeviceDecodedFrame:
+    """A decoder surface stand-in in device memory: Y and UV planes in separate allocations, rows ``pitch`` apart."""
+
+    def __init__(self, y, uv, pitch):
+        h, w = y.shape
+        self.y_buf, _ = upload_rows(y, pitch)
+        self.uv_buf, _ = upload_rows(uv, pitch)
+        self.planes = [DevicePlane(self.y_buf.ptr, h, w, pitch), DevicePlane(self.uv_buf.ptr, h // 2, w, pitch)]
+
+    def cuda(self):
+        return self.planes
+
+    def overwrite(self, stream):
+        self.y_buf.fill_bytes(0, stream=stream)
+        self.uv_buf.fill_bytes(0, stream=stream)
+
+    def close(self):
+        self.y_buf.close()
+        self.uv_buf.close()
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (642, 272)], ids=["720p-8-byte-units", "642-wide-bytes"])
+def test_the_frame_ring_copies_a_fetch_by_one_kernel_launch(bunny_frames, stream, size):
+    """DeviceFrameRing(defer_sync=True) on the GPU: a fetch of 4 decoded frames (pitched planes, separate allocations)
+    queued, copied by one launch of the copy kernel in flush(), equal byte for byte to the planes after the
+    'decoder' overwrote its surfaces; the same as the per-frame cudaMemcpy2DAsync copies (batch_copy=False)."""
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
+
+    w, h = size
+    planes = [bgr_to_nv12(cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA)) for f in bunny_frames[:4]]
+    for batch_copy in (True, False):
+        ring = DeviceFrameRing(slots=6, defer_sync=True, batch_copy=batch_copy)
+        surfaces = [DeviceDecodedFrame(y, uv, pitch=((w + 255) // 256) * 256) for y, uv in planes]
+        try:
+            owned = [ring(s, w, h) for s in surfaces]
+            ring.flush()
+            for s in surfaces:
+                s.overwrite(stream)
+            stream.synchronize()
+            got = [download(o.ptr, (h * 3 // 2, w), np.uint8) for o in owned]
+            if batch_copy:
+                assert ring._copier.launches == 1
+        finally:
+            for s in surfaces:
+                s.close()
+            ring.close()
+        for (y, uv), g in zip(planes, got):
+            assert np.array_equal(g[:h], y) and np.array_equal(g[h:], uv)
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,10 @@ if not is_available("cuda.bindings.nvrtc"):
     pytest.skip("cuda-python's NVRTC bindings (cuda.bindings.nvrtc) are not installed", allow_module_level=True)
 
 from jetforge.runtime.cuda.kernels import compiler  # noqa: E402
+from jetforge.runtime.cuda.kernels.copy import CopyArgs  # noqa: E402
 from jetforge.runtime.cuda.kernels.preprocess import PreArgs  # noqa: E402
-from jetforge.runtime.cuda.kernels.sources import PREPROCESS_KERNEL, SSD_KERNEL, preprocess_source, ssd_source  # noqa: E402
+from jetforge.runtime.cuda.kernels.sources import (COPY_KERNEL, PREPROCESS_KERNEL, SSD_KERNEL, copy_source,  # noqa: E402
+                                                   preprocess_source, ssd_source)
 from jetforge.runtime.cuda.kernels.ssd import SsdArgs  # noqa: E402
 
 try:
@@ -36,6 +38,7 @@ KERNELS = {  # name: (source, options, kernel symbol)
     "bgr->rgb": (preprocess_source("bgr", "rgb", False), (), PREPROCESS_KERNEL),
     "ssd person": (ssd_source(2), ("--fmad=false",), SSD_KERNEL),
     "ssd 91 classes": (ssd_source(91), ("--fmad=false",), SSD_KERNEL),
+    "nv12 copy": (copy_source(), (), COPY_KERNEL),
 }
 
 
@@ -80,6 +83,7 @@ def test_ctypes_argument_structs_have_the_kernels_layout():
 
     assert _ptx_param_bytes(preprocess_source("nv12", "rgb", False), PREPROCESS_KERNEL) == ctypes.sizeof(PreArgs)
     assert _ptx_param_bytes(ssd_source(2), SSD_KERNEL, ("--fmad=false",)) == ctypes.sizeof(SsdArgs)
+    assert _ptx_param_bytes(copy_source(), COPY_KERNEL) == ctypes.sizeof(CopyArgs)
 
 
 def test_the_disk_cache_serves_a_compiled_kernel(tmp_path, monkeypatch):

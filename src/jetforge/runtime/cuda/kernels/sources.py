@@ -18,6 +18,8 @@ MAX_FRAMES = 64  # frames per launch: 64 * 24 bytes of frame table stays far bel
 
 PREPROCESS_KERNEL = "jf_preprocess"
 SSD_KERNEL = "jf_ssd_decode"
+COPY_KERNEL = "jf_copy_nv12"
+MAX_COPIES = 32  # frames per copy launch: 32 * 32 bytes of frame table
 
 PREPROCESS_SOURCE = r"""
 #define MAX_FRAMES %(max_frames)d
@@ -184,6 +186,46 @@ extern "C" __global__ void jf_ssd_decode(const SsdArgs p) {
 }
 """
 
+# Owned copies of decoded NV12 frames (the decoder reuses its surfaces): the pitched Y and UV planes of up to
+# MAX_COPIES frames into contiguous (H*3/2, W) buffers in ONE launch, instead of two cudaMemcpy2DAsync calls a frame
+# (the host-side work per frame is what bounds the GPU path at 16 and 32 streams).  One thread moves ``unit`` bytes
+# of a row: 8 when every address, the pitch and the width are multiples of 8 (the host checks), else 1.
+COPY_SOURCE = r"""
+#define MAX_COPIES %(max_copies)d
+typedef unsigned char u8;
+typedef unsigned long long u64;
+
+struct CopyRef {
+    u64 y;        /* the decoder's Y plane */
+    u64 uv;       /* its interleaved UV plane (height / 2 rows) */
+    u64 dst;      /* the owned buffer: height Y rows, then height / 2 UV rows, each width bytes */
+    int pitch;    /* the source planes' row pitch in bytes */
+    int reserved;
+};
+
+struct CopyArgs {
+    CopyRef frames[MAX_COPIES];
+    int count, width, height, unit;
+};
+
+extern "C" __global__ void jf_copy_nv12(const CopyArgs p) {
+    const int n = blockIdx.z;
+    const int row = blockIdx.y * blockDim.y + threadIdx.y;
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;  /* in units of p.unit bytes */
+    if (n >= p.count || row >= p.height + p.height / 2 || col * p.unit >= p.width) return;
+    const CopyRef& f = p.frames[n];
+    const u64 src = row < p.height ? f.y + (u64)row * f.pitch : f.uv + (u64)(row - p.height) * f.pitch;
+    const u64 dst = f.dst + (u64)row * p.width;
+    if (p.unit == 8) ((u64*)dst)[col] = ((const u64*)src)[col];
+    else ((u8*)dst)[col] = ((const u8*)src)[col];
+}
+"""
+
+
+def copy_source() -> str:
+    """The batched NV12 copy kernel."""
+    return COPY_SOURCE % {"max_copies": MAX_COPIES}
+
 
 def preprocess_source(input_format: str, out_order: str, nhwc: bool) -> str:
     """The preprocessing kernel for one (frame format, output channel order, layout)."""
@@ -198,5 +240,5 @@ def ssd_source(classes: int) -> str:
     return "#define MAX_CLASSES %d\n" % max(1, classes - 1) + SSD_SOURCE
 
 
-__all__ = ["MAX_FRAMES", "PREPROCESS_KERNEL", "PREPROCESS_SOURCE", "SSD_KERNEL", "SSD_SOURCE", "preprocess_source",
-           "ssd_source"]
+__all__ = ["COPY_KERNEL", "COPY_SOURCE", "MAX_COPIES", "MAX_FRAMES", "PREPROCESS_KERNEL", "PREPROCESS_SOURCE",
+           "SSD_KERNEL", "SSD_SOURCE", "copy_source", "preprocess_source", "ssd_source"]

@@ -13,7 +13,7 @@ for a kernel that takes raw device pointers.
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Dict
 
 import numpy as np
 
@@ -43,6 +43,21 @@ def full_range_from_code(code: Any) -> bool:
     text = str(code).lower()
     number = getattr(code, "value", code)
     return "jpeg" in text or "full" in text or number == 2 and "mpeg" not in text
+
+
+class OwnedNv12:
+    """An NV12 frame in a ring slot (:class:`~.device_ring.DeviceFrameRing`): ``(H*3/2, W)`` uint8, contiguous, in
+    device memory (CUDA array interface)."""
+
+    __slots__ = ("ptr", "width", "height")
+
+    def __init__(self, ptr: int, width: int, height: int) -> None:
+        self.ptr, self.width, self.height = int(ptr), int(width), int(height)
+
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        return {"shape": (self.height * 3 // 2, self.width), "typestr": "|u1", "data": (self.ptr, False),
+                "strides": (self.width, 1), "version": 3}
 
 
 @dataclass(frozen=True)
@@ -96,7 +111,7 @@ def bgr_from_nv12(cv2: Any, nv12: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(np.ascontiguousarray(nv12), cv2.COLOR_YUV2BGR_NV12)
 
 
-__all__ = ["BT601", "BT709", "GpuFrame", "bgr_from_nv12", "full_range_from_code", "matrix_from_code",
+__all__ = ["BT601", "BT709", "GpuFrame", "OwnedNv12", "bgr_from_nv12", "full_range_from_code", "matrix_from_code",
            "nv12_from_bgr"]
 
 

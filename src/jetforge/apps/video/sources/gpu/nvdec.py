@@ -24,7 +24,8 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Optional, Union
 
-from jetforge.apps.video.sources.gpu.frame import GpuFrame, GpuFrameReader, full_range_from_code, matrix_from_code
+from jetforge.apps.video.sources.gpu.frame import (GpuFrame, GpuFrameReader, OwnedNv12, full_range_from_code,
+                                                  matrix_from_code)
 from jetforge.errors import StreamError
 from jetforge.fileio import require_file
 from jetforge.optional import require
@@ -173,6 +174,9 @@ def plane_pointers(decoded: Any, width: int, height: int) -> "tuple[int, int, in
 def array_plane_pointers(data: Any, height: int) -> "tuple[int, int, int]":
     """(luma, chroma, pitch) of an owned (H*3/2, W) NV12 array: a CUDA-array-interface object (a device copy) or
     a host array (the fake decoder)."""
+    if type(data) is OwnedNv12:  # a ring slot (every frame of the GPU path): no interface dict built
+        ptr = data.ptr
+        return ptr, ptr + data.width * height, data.width
     cai = getattr(data, "__cuda_array_interface__", None)
     if cai is not None:
         ptr, pitch = int(cai["data"][0]), int((cai.get("strides") or (cai["shape"][1],))[0])
