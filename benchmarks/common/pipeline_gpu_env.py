@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from benchmarks.common.pipeline_gpu_plan import base_model, rows_per_frame
+from jetforge.apps.pipeline.batching import DEFAULT_BUCKETS
 
 MAX_BATCH = 64  # the largest batch (and CUDA graph) of a pipeline point
-BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+BUCKETS = DEFAULT_BUCKETS + (64,)  # the app's batch sizes (a CUDA graph each), and 64 for --device-pool
+POW2_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # the app's until 2026-12-07 (variant feed-pairs-pow2)
 STREAMS = {"classify": "people720.mp4", "people": "people720.mp4"}  # one file opened N times: a small carry
 SSD_THRESHOLD = 0.5  # the SSD heads' score threshold (people and its tiles)
 
@@ -182,5 +184,5 @@ def copy_module(module: Any) -> Any:
     return copy.deepcopy(module)
 
 
-__all__ = ["BUCKETS", "Env", "MAX_BATCH", "SSD_THRESHOLD", "STREAMS", "batch_of", "bucket", "capture_graphs",
+__all__ = ["BUCKETS", "POW2_BUCKETS", "Env", "MAX_BATCH", "SSD_THRESHOLD", "STREAMS", "batch_of", "bucket", "capture_graphs",
            "device_pool_run"]

@@ -16,9 +16,10 @@ SCHEMA = 2  # 2: points are medians of repetitions (issue 29); 1: one run per po
 
 
 def bucket(n: int) -> int:
-    from jetforge.apps.pipeline.batching import bucket_for
+    """The padded batch of ``n`` frames (the pipeline's buckets, :data:`.pipeline_gpu_env.BUCKETS`)."""
+    from benchmarks.common.pipeline_gpu_env import bucket as env_bucket
 
-    return bucket_for(min(n, 64), (1, 2, 4, 8, 16, 32, 64))
+    return env_bucket(n)
 
 
 def bound_medians(runs: Dict[str, Any]) -> Dict[str, Any]:
