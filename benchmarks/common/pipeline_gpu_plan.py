@@ -76,6 +76,9 @@ class PlanSettings:
     reps: int = MIN_REPS
     default_variant: str = "auto"
     exploratory: Sequence[str] = ()
+    # the stream counts the exploratory variants run at (empty: every one of ``streams``): an A/B that only changes
+    # large batches need not spend a device call's minutes on 1 and 4 streams
+    variant_streams: Sequence[int] = ()
     render_on: bool = False
     decode_procs: bool = True
     device_pool: int = 0
@@ -95,9 +98,10 @@ def plan_steps(s: PlanSettings) -> List[Step]:
     models = [m for m in s.models if not tile_grid_of(m)]
     tiled = [m for m in s.models if tile_grid_of(m)]
 
-    def bound(model: str, variant: str, rep: int, group: str) -> Step:
-        return Step("model_only", model, tuple(sorted({s.buckets_of(n, variant, model) for n in streams})), rep,
-                    group)
+    def bound(model: str, variant: str, rep: int, group: str, at: Sequence[int] = streams) -> Step:
+        return Step("model_only", model, tuple(sorted({s.buckets_of(n, variant, model) for n in at})), rep, group)
+
+    variant_streams = [n for n in streams if n in s.variant_streams] if s.variant_streams else streams
 
     for rep in range(s.reps):
         steps += [bound(m, s.default_variant, rep, "goal") for m in models]
@@ -118,8 +122,8 @@ def plan_steps(s: PlanSettings) -> List[Step]:
     for variant in s.exploratory:
         for rep in range(s.reps):
             for model in models:
-                steps.append(bound(model, variant, rep, "exploratory"))
-                steps += [Step("pipeline", model, (n, False, variant), rep, "exploratory") for n in streams]
+                steps.append(bound(model, variant, rep, "exploratory", variant_streams))
+                steps += [Step("pipeline", model, (n, False, variant), rep, "exploratory") for n in variant_streams]
     if s.device_pool and "classify" in s.models:
         steps.append(Step("device_pool", "classify", max(streams), 0, "exploratory"))
     return steps

@@ -223,7 +223,7 @@ def plan_settings(args: argparse.Namespace) -> Any:
         return bucket(batch_of(n, VARIANTS[resolve_variant(variant, n)]["per_stream"], rows_per_frame(model)))
 
     return PlanSettings(models=args.models, streams=args.streams, reps=args.reps, default_variant=args.default_variant,
-                        exploratory=args.exploratory, render_on=args.render_on, decode_procs=args.decode_procs,
+                        exploratory=args.exploratory, variant_streams=args.variant_streams, render_on=args.render_on, decode_procs=args.decode_procs,
                         device_pool=args.device_pool, buckets_of=buckets_of)
 
 
@@ -486,6 +486,8 @@ def parse_args(argv: Any) -> argparse.Namespace:
                     help="exploratory host layouts, measured after everything else and recorded apart: %s; "
                          "NAME%s: the same layout without the app's per-frame stage timing (the harness's own A/B)"
                          % (", ".join(VARIANTS), UNTIMED))
+    ap.add_argument("--variant-streams", default="", type=lambda s: [int(x) for x in s.split(",") if x],
+                    help="the stream counts (of --streams) the --variants run at (default: all of them)")
     ap.add_argument("--wall-limit-s", type=float, default=0.0,
                     help="exit (code 3) after this many seconds of the whole script, keeping the partial JSON")
     ap.add_argument("--torch-preprocess", action="store_true", help="use the torch fallback, not the NVRTC kernel")
@@ -508,6 +510,10 @@ def parse_args(argv: Any) -> argparse.Namespace:
     if unknown:
         ap.error("unknown variant(s) %s; known: %s (each also as NAME%s: without the app's per-frame stage timing)"
                  % (", ".join(unknown), ", ".join(VARIANTS), UNTIMED))
+    stray = [n for n in args.variant_streams if n not in args.streams]
+    if stray:
+        ap.error("--variant-streams %s not in --streams %s: a variant's point needs its goal row beside it"
+                 % (",".join(map(str, stray)), ",".join(map(str, args.streams))))
     if args.reps < 1:
         ap.error("--reps must be at least 1 (the issue asks for 3 or more)")
     args.default_variant = DEFAULT_VARIANT
@@ -517,6 +523,7 @@ def parse_args(argv: Any) -> argparse.Namespace:
     VARIANTS[DEFAULT_VARIANT].update(per_stream=app.per_stream, switch_ms=app.gil_switch_ms)
     if args.dry_run:  # the whole script on a small CPU in well under 3 minutes: short points, at most 3 streams
         args.streams = sorted({min(n, 2) for n in args.streams})[:2]
+        args.variant_streams = sorted({min(n, 2) for n in args.variant_streams} & set(args.streams))
         args.warmup_frames = 1  # a 1-s point gives each stream only a few frames: keep their stage times
         args.seconds, args.decode_seconds, args.encode_seconds = 1.0, 1.0, 1.5
         args.model_seconds = 0.2
