@@ -146,6 +146,12 @@ def capture_graphs(env: "Env", session: Any, contract: Any, upto: int, rows_per_
         done.add(b)
     if env.device == "cuda":
         env.torch.cuda.synchronize()
+        live = {key[0][1][0] for key in session.policy.live_keys}  # shape_key: (("input", shape),)
+        lost = sorted(b * rows_per_frame for b in done if b * rows_per_frame not in live)
+        if lost or session.policy.status != "on":
+            raise RuntimeError("the CUDA graphs of batches %s are not live (graphs %s, %d captures): a run would "
+                               "capture mid-stream, next to NVDEC" % (lost, session.policy.status,
+                                                                      session.policy.captures))
 
 
 def device_pool_run(env: "Env", model: str, n: int, devices: int) -> Dict[str, Any]:

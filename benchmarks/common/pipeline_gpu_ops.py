@@ -54,11 +54,14 @@ def _float_state(torch: Any, path: Any) -> Dict[str, Any]:
 
 
 def open_torch_session(module: Any, contract: Any, device: str) -> Any:
+    """A CUDA-graph session with a live graph for every batch size the pipeline pads to (``BUCKETS``): captured
+    before a run (``capture_graphs``), none is evicted and re-captured in the middle of one."""
+    from benchmarks.common.pipeline_gpu_env import BUCKETS
     from jetforge.runtime.session.torch_backend import TorchSession
 
     shape = ["batch", 3, contract.height, contract.width]
     return TorchSession.from_module(module, input_shapes={"input": shape}, device=device, cuda_graph=True,
-                                    max_graphs=8, warmup=2)
+                                    max_graphs=len(BUCKETS) + 1, warmup=2)
 
 
 def model_only(torch: Any, session: Any, contract: Any, batch: int, seconds: float, device: str) -> Dict[str, Any]:

@@ -5,6 +5,9 @@ backend contract (test_backend_contract.py); here a small conv net keeps each ca
 """
 
 import logging
+import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -85,7 +88,7 @@ def test_capture_once_per_shape_then_replay():
         # new inputs of the same shape flow through the static buffers
         y = _x(2, seed=1)
         np.testing.assert_allclose(s.infer({"input": y})["output"], _eager(_net(), y), rtol=2e-3, atol=2e-3)
-        # a new batch size is a new capture; the old graph stays (max_graphs=4 by default)
+        # a new batch size is a new capture; the old graph stays (DEFAULT_MAX_GRAPHS live graphs)
         s.infer({"input": _x(5)})
         assert s.policy.captures == 2 and len(s.policy.live_keys) == 2
         s.infer({"input": x})
@@ -167,3 +170,93 @@ def test_submit_wait_and_event_timing():
         timing = s.last_timing()
         assert set(timing) == {"h2d_ms", "compute_ms", "d2h_ms"}
         assert all(v > 0 for v in timing.values())
+
+
+def _deep_net(layers=48):
+    """Many small layers: a capture takes milliseconds of host time, long enough to overlap another thread."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    body = [nn.Conv2d(3, 16, 3, padding=1), nn.ReLU()]
+    for _ in range(layers):
+        body += [nn.Conv2d(16, 16, 3, padding=1), nn.ReLU()]
+    return nn.Sequential(*body, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10)).eval()
+
+
+class _CudaCallsInAnotherThread:
+    """A thread making CUDA runtime calls (cudaMalloc, which a global-mode capture forbids in every thread) while
+    the main thread captures, as a GPU video path's decoder threads do; records every error code."""
+
+    def __init__(self) -> None:
+        from jetforge.runtime.cuda.bindings import runtime_api
+
+        self.rt = runtime_api()
+        self.errors, self.held, self.calls = [], [], 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and len(self.held) < 4000:
+            err, ptr = self.rt.cudaMalloc(1 << 12)
+            self.calls += 1
+            if int(err):
+                self.errors.append(int(err))
+            else:
+                self.held.append(ptr)
+            time.sleep(0)  # give the GIL back: the calls interleave with the capture's Python
+
+    def __enter__(self) -> "_CudaCallsInAnotherThread":
+        self._old_switch = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)
+        self._thread.start()
+        while not self.calls:
+            time.sleep(1e-4)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        sys.setswitchinterval(self._old_switch)
+        for ptr in self.held:
+            self.rt.cudaFree(ptr)
+
+
+def test_capture_leaves_other_threads_cuda_calls_alone():
+    """A capture must not break other threads' CUDA calls: on the GPU video path NVDEC decodes in other threads
+    while a new batch size is captured, and with torch's default (global) capture mode NVDEC's next call failed
+    with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and aborted the process (H100, 2026-12-07).  The session captures
+    thread-local.  The control at the end captures the same way in global mode with the same other thread: it must
+    fail there, else this test could not tell the two modes apart."""
+    import torch
+
+    net = _deep_net()
+    batches = list(range(1, 9))
+    with _open(net) as s, _CudaCallsInAnotherThread() as other:
+        outs = {b: s.infer({"input": _x(b, seed=b)})["output"] for b in batches}
+        status, captures = s.info()["cuda_graph"], s.policy.captures
+    assert other.calls > len(batches), "the other thread hardly ran (%d calls)" % other.calls
+    assert other.errors == [], "another thread's cudaMalloc failed during the session's captures: %s" % other.errors
+    assert status == "on" and captures == len(batches), (status, captures)
+    for b in batches:
+        np.testing.assert_allclose(outs[b], _eager(_deep_net(), _x(b, seed=b)), rtol=2e-3, atol=2e-3)
+
+    # control: global mode, same work, same other thread
+    model = _deep_net().cuda()
+    failed = 0
+    with _CudaCallsInAnotherThread() as other:
+        for b in batches:
+            x = torch.from_numpy(_x(b)).cuda()
+            with torch.no_grad():
+                model(x)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="global"):
+                    model(x)
+            except RuntimeError:
+                failed += 1
+    torch.cuda.synchronize()
+    assert other.errors or failed, ("the control did not fail: another thread's cudaMalloc went through a global "
+                                    "capture, so this test cannot tell the capture modes apart (%d calls)"
+                                    % other.calls)

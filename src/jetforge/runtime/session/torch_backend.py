@@ -32,6 +32,10 @@ from jetforge.runtime.sidecar import TensorSpec
 log = logging.getLogger(__name__)
 
 DTYPES = ("fp32", "fp16")
+# Live CUDA graphs a session keeps, one per input shape.  The apps pad batches to 10 sizes
+# (jetforge.apps.pipeline.batching.DEFAULT_BUCKETS); with fewer live graphs than sizes every size change
+# re-captured a graph mid-stream, and after 4 x max_graphs captures the session fell back to eager for good.
+DEFAULT_MAX_GRAPHS = 12
 DEVICES = ("auto", "cpu", "cuda")
 ShapeLike = Sequence[Union[int, str]]
 
@@ -123,7 +127,7 @@ class TorchSession(Session):
     def from_module(cls, module: Any, input_shapes: Optional[Dict[str, ShapeLike]] = None,
                     device: str = "auto", dtype: str = "fp32", channels_last: bool = False, cuda_graph: bool = True,
                     input_names: Optional[Sequence[str]] = None, output_names: Optional[Sequence[str]] = None,
-                    warmup: int = 3, max_graphs: int = 4, name: Optional[str] = None,
+                    warmup: int = 3, max_graphs: int = DEFAULT_MAX_GRAPHS, name: Optional[str] = None,
                     verify_sidecar: bool = True) -> "TorchSession":
         """A session over an in-memory ``nn.Module`` (moved to ``device``/``dtype``, put in eval mode).
 
@@ -149,7 +153,7 @@ class TorchSession(Session):
     def open(cls, path: Path, device: str = "auto", dtype: str = "fp32", channels_last: bool = False,
              cuda_graph: bool = True, input_shapes: Optional[Dict[str, ShapeLike]] = None,
              input_names: Optional[Sequence[str]] = None, output_names: Optional[Sequence[str]] = None,
-             warmup: int = 3, max_graphs: int = 4, verify_sidecar: bool = True,
+             warmup: int = 3, max_graphs: int = DEFAULT_MAX_GRAPHS, verify_sidecar: bool = True,
              trust_code: bool = False) -> "TorchSession":
         """A TorchScript (``torch.jit.save``) or ``torch.export`` (``.pt2``) file; specs from its sidecar if any.
 
@@ -324,7 +328,11 @@ class TorchSession(Session):
                     self._module(*static_in)
             torch.cuda.current_stream(self._dev).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.no_grad(), torch.cuda.graph(graph):
+            # thread-local capture: torch's default ("global") makes every CUDA call of every other thread that
+            # is unsafe during a capture fail - a GPU video path's decoder threads included, and NVDEC's error
+            # aborts the process (PyNvVideoCodec: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, on an H100 2026-12-07).
+            # The TensorRT session captures thread-local too (runtime/cuda/graph.py).
+            with torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 static_out = flatten_outputs(self._module(*static_in))
         except Exception as err:  # capture refused (a sync or CPU op inside forward): plain execution from now on
             reason = "%s: %s" % (type(err).__name__, " ".join(str(err).split())[:200])
