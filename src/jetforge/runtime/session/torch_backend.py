@@ -7,8 +7,10 @@ Inputs and outputs are numpy arrays like every session (FP32 at the interface; t
 model runs in the session's dtype).
 
 On CUDA with ``cuda_graph=True`` (the default) each new input shape is warmed up on a
-side stream, then captured with ``torch.cuda.CUDAGraph`` into static input/output
-buffers; later calls of that shape copy in, replay and copy out.  ``submit``/``wait``
+side stream, then captured with ``torch.cuda.CUDAGraph`` (thread-local capture mode, so
+that other threads' CUDA calls - a video decoder's - go on) into static input/output
+buffers; later calls of that shape copy in, replay and copy out.  Up to
+``DEFAULT_MAX_GRAPHS`` shapes keep a live graph, the apps' batch sizes among them.  ``submit``/``wait``
 queue the copies and the replay on the current CUDA stream and wait on a CUDA event.
 :meth:`TorchSession.infer_tensors` takes and returns device tensors (no host copies),
 for comparing with eager PyTorch and a bare graph replay (benchmarks/session_overhead/session_overhead.py).
