@@ -225,7 +225,7 @@ def test_an_untimed_variant_is_its_own_point_with_the_same_layout():
 def test_plan_variant_streams_limit_only_the_exploratory_rows():
     """``--variant-streams 16,32``: the variants' points and their model-alone bound at those stream counts only;
     the goal rows keep every stream count."""
-    steps = plan_steps(_settings(exploratory=["feed-pairs-pow2"], variant_streams=[16, 32]))
+    steps = plan_steps(_settings(exploratory=["feed-pairs-fine4"], variant_streams=[16, 32]))
     goal_pipes = {s.arg[0] for s in steps if s.group == "goal" and s.kind == "pipeline"}
     assert goal_pipes == {1, 4, 16, 32}
     var = [s for s in steps if s.group == "exploratory"]
@@ -234,5 +234,5 @@ def test_plan_variant_streams_limit_only_the_exploratory_rows():
     # model alone at the buckets of 16 and 32 streams only (min(32, 2n) -> 32 for both: not 2 and 8)
     assert {(s.model, s.arg) for s in var if s.kind == "model_only"} == {("classify", (32,)), ("people", (32,))}
     # empty: every stream count, as before
-    every = plan_steps(_settings(exploratory=["feed-pairs-pow2"]))
+    every = plan_steps(_settings(exploratory=["feed-pairs-fine4"]))
     assert {s.arg[0] for s in every if s.group == "exploratory" and s.kind == "pipeline"} == {1, 4, 16, 32}

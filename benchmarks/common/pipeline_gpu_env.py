@@ -11,8 +11,9 @@ from benchmarks.common.pipeline_gpu_plan import base_model, rows_per_frame
 from jetforge.apps.pipeline.batching import DEFAULT_BUCKETS
 
 MAX_BATCH = 64  # the largest batch (and CUDA graph) of a pipeline point
-BUCKETS = DEFAULT_BUCKETS + (64,)  # the app's batch sizes (a CUDA graph each), and 64 for --device-pool
-POW2_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # the app's until 2026-12-07 (variant feed-pairs-pow2)
+APP_BUCKETS = DEFAULT_BUCKETS + (64,)  # the app's batch sizes (a CUDA graph each), and 64 for --device-pool
+FINE_BUCKETS = (1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 64)  # every 4 from 8 to 32 (variant feed-pairs-fine4)
+BUCKETS = tuple(sorted(set(APP_BUCKETS) | set(FINE_BUCKETS)))  # every size some variant pads to: captured first
 STREAMS = {"classify": "people720.mp4", "people": "people720.mp4"}  # one file opened N times: a small carry
 SSD_THRESHOLD = 0.5  # the SSD heads' score threshold (people and its tiles)
 
@@ -127,7 +128,7 @@ def batch_of(n: int, per_stream: int = 1, rows_per_frame: int = 1) -> int:
 def bucket(n: int) -> int:
     from jetforge.apps.pipeline.batching import bucket_for
 
-    return bucket_for(min(n, MAX_BATCH), BUCKETS)
+    return bucket_for(min(n, MAX_BATCH), APP_BUCKETS)
 
 
 def capture_graphs(env: "Env", session: Any, contract: Any, upto: int, rows_per_frame: int = 1) -> None:
@@ -190,5 +191,5 @@ def copy_module(module: Any) -> Any:
     return copy.deepcopy(module)
 
 
-__all__ = ["BUCKETS", "POW2_BUCKETS", "Env", "MAX_BATCH", "SSD_THRESHOLD", "STREAMS", "batch_of", "bucket", "capture_graphs",
+__all__ = ["APP_BUCKETS", "BUCKETS", "FINE_BUCKETS", "Env", "MAX_BATCH", "SSD_THRESHOLD", "STREAMS", "batch_of", "bucket", "capture_graphs",
            "device_pool_run"]

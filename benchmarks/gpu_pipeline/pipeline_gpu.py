@@ -66,10 +66,10 @@ VARIANTS = {
     # kernel launch a fetch (DeviceFrameRing batch_copy): the A/B of that change
     "feed-pairs-copy2d": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
                           "batch_copy": False},
-    # feed-pairs with the batch sizes of before 2026-12-07 (powers of two: 26 frames padded to 32), not every 4
-    # from 8 on (batching.DEFAULT_BUCKETS): the A/B of that change
-    "feed-pairs-pow2": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
-                        "buckets": "pow2"},
+    # feed-pairs with a batch size every 4 from 8 to 32 (26 frames padded to 28), not the app's powers of two
+    # (batching.DEFAULT_BUCKETS): measured 2026-12-07 as feed-pairs-pow2 beside the finer sizes, which did not pay
+    "feed-pairs-fine4": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
+                         "buckets": "fine4"},
     # what `jetforge app --decode gpu` does (gpu_app.decode_layout; per_stream and switch_ms from GpuAppOptions)
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }
@@ -84,7 +84,7 @@ sys.path.insert(0, str(ROOT))  # the checkout's root: benchmarks.common
 from benchmarks.common.paths import result_name, use_checkout  # noqa: E402
 
 use_checkout()
-from benchmarks.common.pipeline_gpu_env import (BUCKETS, POW2_BUCKETS, Env, batch_of, bucket,  # noqa: E402
+from benchmarks.common.pipeline_gpu_env import (APP_BUCKETS, FINE_BUCKETS, Env, batch_of, bucket,  # noqa: E402
                                                 capture_graphs, device_pool_run)
 
 def log(*parts: Any) -> None:
@@ -175,7 +175,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         sink = app_timed_sink(sink, ops)
     batch = batch_of(n, v["per_stream"], rows_per_frame(model))
     opts = StreamRunOptions(max_batch=batch, batch_timeout_s=env.args.batch_timeout_ms / 1000.0,
-                            buckets=POW2_BUCKETS if v.get("buckets") == "pow2" else BUCKETS,
+                            buckets=FINE_BUCKETS if v.get("buckets") == "fine4" else APP_BUCKETS,
                             time_limit_s=env.args.seconds, per_stream=v["per_stream"], depth=max(2, v["per_stream"]))
     switch = sys.getswitchinterval()
     if v["switch_ms"]:

@@ -96,8 +96,8 @@ def test_colour_range_from_the_stream():
 
 
 def test_bucket_for_pads_to_the_next_graph_size():
-    assert [bucket_for(n) for n in (1, 2, 3, 5, 9, 13, 17, 26, 29, 32, 40)] == [1, 2, 4, 8, 12, 16, 20, 28, 32, 32, 40]
-    assert bucket_for(17, (1, 2, 4, 8, 16, 32)) == 32  # a caller's own buckets
+    assert [bucket_for(n) for n in (1, 2, 3, 5, 9, 16, 17, 26, 32, 40)] == [1, 2, 4, 8, 16, 16, 32, 32, 32, 40]
+    assert bucket_for(17, (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)) == 20  # a caller's own buckets
     with pytest.raises(ConfigError):
         bucket_for(0)
 

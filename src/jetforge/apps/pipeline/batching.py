@@ -14,10 +14,12 @@ as DeepStream's ``nvstreammux`` does:
 * each stream may have ``depth`` frames waiting; its producer blocks beyond that (back-pressure instead of
   unbounded memory or silently dropped frames: these are files; a live source drops at its own end);
 * :func:`bucket_for` pads a batch of n to the next size in ``buckets`` so that only a few CUDA graphs are ever
-  captured (10 by default) instead of one per n.  Powers of two up to 8, then every 4: a padded row costs the
-  GPU as much as a real one, and between 16 and 32 powers of two wasted up to half a batch.  On the H100
-  (2026-12-07) MobileNetV2 at 16 streams took 26 frames a batch on average, padded to 32: the GPU spent
-  0.108 ms a frame against 0.086 ms at a full batch and was ~95 % busy at 0.88x of NVDEC's rate.
+  captured (6 by default) instead of one per n.  Powers of two: finer sizes (every 4 from 8 to 32) were measured
+  side by side on an H100 (2026-12-07, benchmarks/gpu_pipeline/results/nvidia-h100_2026-12-07_gpu-path-buckets.txt)
+  and did not pay: MobileNetV2 at 16 streams 0.893x of NVDEC's rate against 0.891x, 32 streams 0.921x against
+  0.912x, the SSD detector level, because a padded row at batch 28 cost no less than at 32 (0.096 ms a frame
+  either way).  And a TensorRT session keeps one CUDA graph and re-captures it whenever the size changes, so more
+  sizes mean more captures on a board.
 """
 
 import threading
@@ -27,7 +29,7 @@ from typing import Any, Deque, List, Optional, Sequence
 
 from jetforge.errors import ConfigError
 
-DEFAULT_BUCKETS = (1, 2, 4, 8, 12, 16, 20, 24, 28, 32)
+DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32)
 
 
 def bucket_for(n: int, buckets: Sequence[int] = DEFAULT_BUCKETS) -> int:

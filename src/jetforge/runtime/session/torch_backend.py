@@ -34,9 +34,9 @@ from jetforge.runtime.sidecar import TensorSpec
 log = logging.getLogger(__name__)
 
 DTYPES = ("fp32", "fp16")
-# Live CUDA graphs a session keeps, one per input shape.  The apps pad batches to 10 sizes
-# (jetforge.apps.pipeline.batching.DEFAULT_BUCKETS); with fewer live graphs than sizes every size change
-# re-captured a graph mid-stream, and after 4 x max_graphs captures the session fell back to eager for good.
+# Live CUDA graphs a session keeps, one per input shape.  The apps pad batches to 6 sizes
+# (jetforge.apps.pipeline.batching.DEFAULT_BUCKETS; a caller may give more); with fewer live graphs than sizes
+# every size change re-captures a graph mid-stream, and after 4 x max_graphs captures the session runs eagerly.
 DEFAULT_MAX_GRAPHS = 12
 DEVICES = ("auto", "cpu", "cuda")
 ShapeLike = Sequence[Union[int, str]]
