@@ -236,3 +236,17 @@ def test_plan_variant_streams_limit_only_the_exploratory_rows():
     # empty: every stream count, as before
     every = plan_steps(_settings(exploratory=["feed-pairs-fine4"]))
     assert {s.arg[0] for s in every if s.group == "exploratory" and s.kind == "pipeline"} == {1, 4, 16, 32}
+
+
+def test_plan_variants_render_on_beside_the_default_when_asked():
+    """--render-on with --variants: each variant also renders at the render-on stream count (16), in the exploratory
+    group after the default path's render-on rounds, so a render-side change (the copy back) has its A/B."""
+    steps = plan_steps(_settings(render_on=True, exploratory=["feed-pairs-stackcopy"], variant_streams=[16]))
+    on = [s for s in steps if s.kind == "pipeline" and s.arg[1] is True]
+    assert {(s.group, s.arg[2]) for s in on} == {("render", "auto"), ("exploratory", "feed-pairs-stackcopy")}
+    assert all(s.arg[0] == 16 for s in on)
+    assert len([s for s in on if s.group == "exploratory"]) == 2 * 3  # 2 models x 3 repetitions
+    last_render = max(i for i, s in enumerate(steps) if s.group == "render")
+    assert all(i > last_render for i, s in enumerate(steps) if s.group == "exploratory")
+    assert not [s for s in plan_steps(_settings(exploratory=["feed-pairs-stackcopy"])) if s.kind == "pipeline"
+                and s.arg[1] is True]  # no --render-on: no render-on step at all

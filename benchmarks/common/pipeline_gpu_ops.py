@@ -246,6 +246,8 @@ class TorchStreamOps(BatchOps):
         # host wall / thread-CPU seconds of each part of a launch: where the launch thread waits (GIL or GPU)
         self._parts = {k: [0.0, 0.0] for k in ("wait_events", "preprocess", "infer", "to_host")}
         self._launches = 0
+        self.app_copy_back = True  # render on: the app's BatchCopyBack (see host_frames)
+        self._copy_back: Any = None
 
     def _timed(self, part: str, fn: Any, *args: Any) -> Any:
         t0, c0 = time.perf_counter(), time.thread_time()
@@ -303,11 +305,28 @@ class TorchStreamOps(BatchOps):
         return self.head.events(host, frames)
 
     def host_frames(self, handle: Any, frames: List[Any]) -> List[np.ndarray]:
+        """Render on: the app's copy back (``BatchCopyBack``: one copy kernel launch and one copy to pinned memory
+        a batch) for device NV12 frames of one size; else (``app_copy_back`` off, a torch keep, host frames) the
+        batch stacked by torch and copied to pageable memory in one synchronous copy (the benchmark's way until
+        2026-12-07, variant ``feed-pairs-stackcopy``)."""
+        if (self.app_copy_back and self.cuda and all(f.y_ptr and not f.on_host and f.layout == "nv12" for f in frames)
+                and len({(f.width, f.height) for f in frames}) == 1):
+            if self._copy_back is None:
+                from jetforge.apps.pipeline.copy_back import BatchCopyBack
+
+                self._copy_back = BatchCopyBack(len(frames))
+            return self._copy_back(frames)
         batch = self.torch.stack([_tensor(self.torch, f.data, self.device) for f in frames])
         return list(batch.cpu().numpy())  # one copy back per batch
 
     def gpu_ms(self) -> Dict[str, float]:
         return dict(self._gpu) if self.cuda else {}
+
+    def close_copy_back(self) -> None:
+        """Free the copy back's device and pinned buffers (after a run: the next run makes its own ops)."""
+        if self._copy_back is not None:
+            self._copy_back.close()
+            self._copy_back = None
 
 
 def _tensor(torch: Any, data: Any, device: str) -> Any:

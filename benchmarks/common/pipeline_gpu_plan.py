@@ -92,7 +92,8 @@ def plan_steps(s: PlanSettings) -> List[Step]:
     so repetitions of one point are spread over the call (a drift of the host shows in the spread, not in one
     point); then the tiled detector (``people-tilesN`` in ``models``: its check against the CPU reference once, then
     rounds of its model-alone bound and its render-off points; the NVDEC bounds are the goal rounds'); then the
-    render-on rounds (if asked); then the exploratory variants; the device-pool stand-in last."""
+    render-on rounds (if asked); then the exploratory variants (render off at ``variant_streams``, and render on at
+    the render-on rounds' stream count when those are asked for); the device-pool stand-in last."""
     steps: List[Step] = []
     streams = sorted(set(s.streams), key=lambda n: (n not in GOAL_STREAMS, n))
     models = [m for m in s.models if not tile_grid_of(m)]
@@ -114,8 +115,8 @@ def plan_steps(s: PlanSettings) -> List[Step]:
         for model in tiled:
             steps.append(bound(model, s.default_variant, rep, "tiles"))
             steps += [Step("pipeline", model, (n, False, s.default_variant), rep, "tiles") for n in streams]
+    n_on = RENDER_ON_STREAMS if RENDER_ON_STREAMS in streams else max(streams)
     if s.render_on and models:
-        n_on = RENDER_ON_STREAMS if RENDER_ON_STREAMS in streams else max(streams)
         for rep in range(s.reps):
             steps.append(Step("encode_alone", None, n_on, rep, "render"))
             steps += [Step("pipeline", m, (n_on, True, s.default_variant), rep, "render") for m in models]
@@ -124,6 +125,8 @@ def plan_steps(s: PlanSettings) -> List[Step]:
             for model in models:
                 steps.append(bound(model, variant, rep, "exploratory", variant_streams))
                 steps += [Step("pipeline", model, (n, False, variant), rep, "exploratory") for n in variant_streams]
+                if s.render_on:  # a variant's render on beside the default's (its copy back, its sink)
+                    steps.append(Step("pipeline", model, (n_on, True, variant), rep, "exploratory"))
     if s.device_pool and "classify" in s.models:
         steps.append(Step("device_pool", "classify", max(streams), 0, "exploratory"))
     return steps

@@ -70,6 +70,10 @@ VARIANTS = {
     # (batching.DEFAULT_BUCKETS): measured 2026-12-07 as feed-pairs-pow2 beside the finer sizes, which did not pay
     "feed-pairs-fine4": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
                          "buckets": "fine4"},
+    # feed-pairs with render on's copy back as the benchmark made it until 2026-12-07 (a batch stacked by torch and
+    # copied to pageable memory synchronously), not the app's BatchCopyBack: the A/B of that change (--render-on)
+    "feed-pairs-stackcopy": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring",
+                             "source": "feed", "copy_back": "stack"},
     # what `jetforge app --decode gpu` does (gpu_app.decode_layout; per_stream and switch_ms from GpuAppOptions)
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }
@@ -146,6 +150,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
     v = VARIANTS[resolve_variant(variant, n)]
     timed = split_untimed(variant)[1]
     inner = env.ops(model, n, v["nonblocking"], v["per_stream"])
+    inner.app_copy_back = v.get("copy_back", "app") == "app"
     ops = app_timed(inner, env.args.warmup_frames) if timed else inner
     if v.get("source") == "ipc":
         sources: Any = open_group([env.streams[model]], n, env.args.dry_run, v["workers"], v["per_stream"])
@@ -193,6 +198,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         drain_s = time.perf_counter() - t_drain
         for src in ([sources] if hasattr(sources, "feed") else sources):
             src.close()
+        inner.close_copy_back()
     row = result.summary()
     if render:  # end to end = until the last frame is encoded and the files are joined, not until it is queued
         row["fps_until_queued"], row["encoder_drain_s"] = row["fps"], drain_s

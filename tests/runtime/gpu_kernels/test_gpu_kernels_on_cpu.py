@@ -337,3 +337,76 @@ def cv2_resize(image, w, h):
     import cv2
 
     return cv2.resize(image, (w, h), interpolation=cv2.INTER_AREA)
+
+
+def test_a_batch_copied_back_by_one_launch_and_one_copy_equals_its_planes(cpu_gpu, bikes_frames, monkeypatch):
+    """BatchCopyBack (the GPU path's render-on copy back): a batch of pitched NV12 frames gathered by one launch of
+    the copy kernel into one buffer, one device-to-host copy into pinned memory, one wait; each array equals its
+    frame's planes byte for byte, stays as it was when the next batch reuses the buffers, and a larger batch or
+    another size makes the buffers again.  CUDA's memory, pinned memory and stream are host stand-ins."""
+    from types import SimpleNamespace
+
+    from jetforge.apps.pipeline.copy_back import BatchCopyBack
+    from jetforge.runtime import cuda
+
+    made = []
+
+    class HostDeviceBuffer:
+        def __init__(self, nbytes):
+            self.nbytes, self.data = nbytes, np.zeros(nbytes, np.uint8)
+            self.ptr = address(self.data)
+            self.closed = False
+            made.append(self)
+
+        def copy_to_host(self, dst, nbytes, stream=None):
+            assert nbytes <= min(self.nbytes, dst.nbytes) and stream is not None
+            ctypes.memmove(dst.ptr, self.ptr, nbytes)
+
+        def close(self):
+            self.closed = True
+
+    class HostPinnedBuffer(HostDeviceBuffer):
+        def array(self, shape, dtype):
+            n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            return self.data[:n].view(dtype).reshape(shape)
+
+    class HostStream:
+        syncs = 0
+
+        def synchronize(self):
+            HostStream.syncs += 1
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(cuda, "DeviceBuffer", HostDeviceBuffer)
+    monkeypatch.setattr(cuda, "PinnedBuffer", HostPinnedBuffer)
+    monkeypatch.setattr(cuda, "Stream", HostStream)
+
+    def frames_of(images, w, h, pitch):
+        planes = [_nv12_planes(cv2_resize(image, w, h)) for image in images]
+        surfaces = [PitchedDecodedFrame(y, uv, pitch=pitch) for y, uv in planes]
+        return planes, surfaces, [SimpleNamespace(y_ptr=address(s.y), uv_ptr=address(s.uv), pitch=pitch, width=w,
+                                                  height=h) for s in surfaces]
+
+    images = list(bikes_frames.values())
+    back = BatchCopyBack(max_frames=4)
+    planes, surfaces, frames = frames_of(images[:3], 640, 272, 768)
+    first = back(frames)
+    assert back.launches == 1 and back._copier.launches == 1 and HostStream.syncs == 1
+    assert len(made) == 2  # one device buffer and one pinned buffer, for 4 frames
+    second_planes, _, second = frames_of(images[3:7], 640, 272, 704)
+    again = back(second)  # the same buffers, overwritten
+    assert len(made) == 2 and back._copier.launches == 2
+    for (y, uv), got in zip(planes + second_planes, first + again):
+        assert got.shape == (272 * 3 // 2, 640)
+        assert np.array_equal(got[:272], y) and np.array_equal(got[272:], uv)  # the first batch kept its bytes
+    bigger_planes, _, bigger = frames_of(images[:6], 320, 180, 384)  # another size, more than max_frames
+    for (y, uv), got in zip(bigger_planes, back(bigger)):
+        assert np.array_equal(got[:180], y) and np.array_equal(got[180:], uv)
+    assert len(made) == 4 and made[0].closed and made[1].closed
+    assert back([]) == []
+    with pytest.raises(ConfigError, match="one size"):
+        back(frames[:1] + bigger[:1])
+    back.close()
+    assert made[2].closed and made[3].closed

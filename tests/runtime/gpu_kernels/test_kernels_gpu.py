@@ -274,6 +274,35 @@ def test_the_frame_ring_copies_a_fetch_by_one_kernel_launch(bunny_frames, stream
             assert np.array_equal(g[:h], y) and np.array_equal(g[h:], uv)
 
 
+@pytest.mark.parametrize("size", [(1280, 720), (642, 272)], ids=["720p-8-byte-units", "642-wide-bytes"])
+def test_a_batch_copied_back_equals_its_planes_and_the_per_frame_copies(bunny_frames, size):
+    """BatchCopyBack on the GPU (render on): 5 decoded frames (pitched planes, separate allocations) back in host
+    memory by one copy kernel launch and one copy, equal byte for byte to the planes and to download_nv12's two
+    cudaMemcpy2D a frame (the app's copy back before 2026-12-07)."""
+    from types import SimpleNamespace
+
+    from jetforge.apps.pipeline.copy_back import BatchCopyBack
+    from jetforge.apps.video.sources.gpu.open import download_nv12
+
+    w, h = size
+    pitch = ((w + 255) // 256) * 256
+    planes = [bgr_to_nv12(cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA)) for f in bunny_frames[:5]]
+    surfaces = [DeviceDecodedFrame(y, uv, pitch=pitch) for y, uv in planes]
+    back = BatchCopyBack(max_frames=8)
+    try:
+        frames = [SimpleNamespace(y_ptr=s.y_buf.ptr, uv_ptr=s.uv_buf.ptr, pitch=pitch, width=w, height=h)
+                  for s in surfaces]
+        got = back(frames)
+        one_by_one = [download_nv12(f) for f in frames]
+        assert back._copier.launches == 1
+    finally:
+        back.close()
+        for s in surfaces:
+            s.close()
+    for (y, uv), g, ref in zip(planes, got, one_by_one):
+        assert np.array_equal(g[:h], y) and np.array_equal(g[h:], uv) and np.array_equal(g, ref)
+
+
 @pytest.fixture(scope="module")
 def ssd_outputs():
     from jetforge.vision.ssd import SSDSpec

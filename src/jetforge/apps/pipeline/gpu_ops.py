@@ -104,6 +104,8 @@ class DeviceFrameOps(BatchOps):
         # the padded batch (a bucket, possibly more rows than max_batch) for every block (the frames, each tile)
         self.buffer = cuda.DeviceBuffer(self.row_bytes * bucket_for(max_batch) * model.rows_per_frame)
         self.device_input = hasattr(model.session, "submit_device")
+        self.max_batch = max_batch
+        self._copy_back: Any = None  # render on: a BatchCopyBack, made by the first batch that asks
         self.kind = "GPU: NVRTC preprocessing, %s" % ("device input bound in place (set_tensor_address)"
                                                      if self.device_input else "input batch copied to the host "
                                                      "(this backend takes host arrays)")
@@ -134,11 +136,22 @@ class DeviceFrameOps(BatchOps):
         return self.model.to_outputs(outputs, frames)
 
     def host_frames(self, handle: Any, frames: List[Any]) -> List[np.ndarray]:
+        """Render on: the frames in host memory for the CPU encoders, a batch of NV12 frames of one size in one
+        copy kernel launch and one copy (:class:`~jetforge.apps.pipeline.copy_back.BatchCopyBack`), other batches
+        frame by frame."""
+        if self.pre.input_format == "nv12" and len({(f.width, f.height) for f in frames}) == 1:
+            if self._copy_back is None:
+                from jetforge.apps.pipeline.copy_back import BatchCopyBack
+
+                self._copy_back = BatchCopyBack(self.max_batch)
+            return self._copy_back(frames)
         from jetforge.apps.video.sources.gpu.open import download_nv12
 
-        return [download_nv12(f) for f in frames]  # render on: one copy back per frame, for the CPU encoders
+        return [download_nv12(f) for f in frames]
 
     def close(self) -> None:
+        if self._copy_back is not None:
+            self._copy_back.close()
         self.stream.synchronize()
         self.pre.close()
         self.buffer.close()
