@@ -276,36 +276,67 @@ def test_the_copy_kernel_source_makes_contiguous_nv12_copies_of_pitched_frames(c
     assert units == [8 if (offset == 0 and w % 8 == 0) else 1] * 2
 
 
-def test_the_frame_ring_copies_a_fetch_in_one_launch_before_anyone_sees_it(cpu_gpu, bikes_frames, monkeypatch):
+class HostDeviceBuffer:
+    """cuda.DeviceBuffer's stand-in: host bytes at an address the kernel's CPU build reads and writes."""
+
+    made: list = []
+
+    def __init__(self, nbytes):
+        self.nbytes, self.data = nbytes, np.zeros(nbytes, np.uint8)
+        self.ptr = address(self.data)
+        self.closed = False
+        HostDeviceBuffer.made.append(self)
+
+    def copy_to_host(self, dst, nbytes, stream=None):
+        assert nbytes <= min(self.nbytes, dst.nbytes) and stream is not None
+        ctypes.memmove(dst.ptr, self.ptr, nbytes)
+
+    def close(self):
+        self.closed = True
+
+
+class HostPinnedBuffer(HostDeviceBuffer):
+    """cuda.PinnedBuffer's stand-in."""
+
+    def array(self, shape, dtype):
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return self.data[:n].view(dtype).reshape(shape)
+
+
+class HostStream:
+    """cuda.Stream's stand-in: counts the waits."""
+
+    syncs = 0
+
+    def synchronize(self):
+        HostStream.syncs += 1
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def host_cuda(monkeypatch):
+    """CUDA's device memory, pinned memory and streams replaced by the host stand-ins above; yields the buffers
+    made (in order)."""
+    from jetforge.runtime import cuda
+
+    HostDeviceBuffer.made = []
+    HostStream.syncs = 0
+    monkeypatch.setattr(cuda, "DeviceBuffer", HostDeviceBuffer)
+    monkeypatch.setattr(cuda, "PinnedBuffer", HostPinnedBuffer)
+    monkeypatch.setattr(cuda, "Stream", HostStream)
+    yield HostDeviceBuffer.made
+
+
+def test_the_frame_ring_copies_a_fetch_in_one_launch_before_anyone_sees_it(cpu_gpu, bikes_frames, host_cuda):
     """DeviceFrameRing(defer_sync=True) queues a fetch's frames and copies them in flush() by one launch of the copy
     kernel; the owned frames survive the decoder reusing its surfaces; the ring's slots are reused in turn.  CUDA's
     memory and stream are host stand-ins, the kernel is its own source run on the CPU."""
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
     from jetforge.apps.video.sources.gpu.nvdec import array_plane_pointers
-    from jetforge.runtime import cuda
 
-    buffers = []
-
-    class HostDeviceBuffer:
-        def __init__(self, nbytes):
-            self.data = np.zeros(nbytes, np.uint8)
-            self.ptr = address(self.data)
-            buffers.append(self)
-
-        def close(self):
-            pass
-
-    class HostStream:
-        syncs = 0
-
-        def synchronize(self):
-            HostStream.syncs += 1
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(cuda, "DeviceBuffer", HostDeviceBuffer)
-    monkeypatch.setattr(cuda, "Stream", HostStream)
+    buffers = host_cuda
     w, h = 640, 272
     ring = DeviceFrameRing(slots=6, defer_sync=True)
     assert ring.batch_copy
@@ -339,7 +370,7 @@ def cv2_resize(image, w, h):
     return cv2.resize(image, (w, h), interpolation=cv2.INTER_AREA)
 
 
-def test_a_batch_copied_back_by_one_launch_and_one_copy_equals_its_planes(cpu_gpu, bikes_frames, monkeypatch):
+def test_a_batch_copied_back_by_one_launch_and_one_copy_equals_its_planes(cpu_gpu, bikes_frames, host_cuda):
     """BatchCopyBack (the GPU path's render-on copy back): a batch of pitched NV12 frames gathered by one launch of
     the copy kernel into one buffer, one device-to-host copy into pinned memory, one wait; each array equals its
     frame's planes byte for byte, stays as it was when the next batch reuses the buffers, and a larger batch or
@@ -347,41 +378,8 @@ def test_a_batch_copied_back_by_one_launch_and_one_copy_equals_its_planes(cpu_gp
     from types import SimpleNamespace
 
     from jetforge.apps.pipeline.copy_back import BatchCopyBack
-    from jetforge.runtime import cuda
 
-    made = []
-
-    class HostDeviceBuffer:
-        def __init__(self, nbytes):
-            self.nbytes, self.data = nbytes, np.zeros(nbytes, np.uint8)
-            self.ptr = address(self.data)
-            self.closed = False
-            made.append(self)
-
-        def copy_to_host(self, dst, nbytes, stream=None):
-            assert nbytes <= min(self.nbytes, dst.nbytes) and stream is not None
-            ctypes.memmove(dst.ptr, self.ptr, nbytes)
-
-        def close(self):
-            self.closed = True
-
-    class HostPinnedBuffer(HostDeviceBuffer):
-        def array(self, shape, dtype):
-            n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-            return self.data[:n].view(dtype).reshape(shape)
-
-    class HostStream:
-        syncs = 0
-
-        def synchronize(self):
-            HostStream.syncs += 1
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(cuda, "DeviceBuffer", HostDeviceBuffer)
-    monkeypatch.setattr(cuda, "PinnedBuffer", HostPinnedBuffer)
-    monkeypatch.setattr(cuda, "Stream", HostStream)
+    made = host_cuda
 
     def frames_of(images, w, h, pitch):
         planes = [_nv12_planes(cv2_resize(image, w, h)) for image in images]
