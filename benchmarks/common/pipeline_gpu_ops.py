@@ -309,11 +309,10 @@ class TorchStreamOps(BatchOps):
         a batch) for device NV12 frames of one size; else (``app_copy_back`` off, a torch keep, host frames) the
         batch stacked by torch and copied to pageable memory in one synchronous copy (the benchmark's way until
         2026-12-07, variant ``feed-pairs-stackcopy``)."""
-        if (self.app_copy_back and self.cuda and all(f.y_ptr and not f.on_host and f.layout == "nv12" for f in frames)
-                and len({(f.width, f.height) for f in frames}) == 1):
-            if self._copy_back is None:
-                from jetforge.apps.pipeline.copy_back import BatchCopyBack
+        from jetforge.apps.pipeline.copy_back import BatchCopyBack
 
+        if self.app_copy_back and self.cuda and BatchCopyBack.takes(frames):
+            if self._copy_back is None:
                 self._copy_back = BatchCopyBack(len(frames))
             return self._copy_back(frames)
         batch = self.torch.stack([_tensor(self.torch, f.data, self.device) for f in frames])

@@ -408,3 +408,19 @@ def test_a_batch_copied_back_by_one_launch_and_one_copy_equals_its_planes(cpu_gp
         back(frames[:1] + bigger[:1])
     back.close()
     assert made[2].closed and made[3].closed
+
+
+def test_the_copy_back_takes_device_nv12_batches_of_one_size_only():
+    """BatchCopyBack.takes: what the app's and the benchmark's render on send to it; the rest goes frame by frame."""
+    from types import SimpleNamespace
+
+    from jetforge.apps.pipeline.copy_back import BatchCopyBack
+
+    def frame(w=640, h=272, y_ptr=4096, on_host=False, layout="nv12"):
+        return SimpleNamespace(width=w, height=h, y_ptr=y_ptr, on_host=on_host, layout=layout)
+
+    assert BatchCopyBack.takes([frame(), frame()])
+    assert not BatchCopyBack.takes([frame(), frame(w=320, h=180)])  # two sizes
+    assert not BatchCopyBack.takes([frame(), frame(on_host=True)])  # a CPU decoder's frame
+    assert not BatchCopyBack.takes([frame(layout="rgb")])  # jetson-utils' packed frames
+    assert not BatchCopyBack.takes([frame(y_ptr=0)])  # plane pointers not known

@@ -38,6 +38,12 @@ class BatchCopyBack:
         self._pinned: Any = None
         self._stream: Any = None
 
+    @staticmethod
+    def takes(frames: List[Any]) -> bool:
+        """Whether a batch is for this copy back: device NV12 frames with known plane pointers, all one size."""
+        return (all(f.y_ptr and not f.on_host and f.layout == "nv12" for f in frames)
+                and len({(f.width, f.height) for f in frames}) == 1)
+
     def __call__(self, frames: List[Any]) -> List[np.ndarray]:
         """The frames (``y_ptr``, ``uv_ptr``, ``pitch``, ``width``, ``height`` of device NV12, all one size)."""
         if not frames:
@@ -56,8 +62,8 @@ class BatchCopyBack:
         self._device.copy_to_host(self._pinned, n * frame_bytes, self._stream)
         self._stream.synchronize()
         self.launches += 1
-        batch = self._pinned.array((n, height * 3 // 2, width), np.uint8)
-        return [np.array(frame) for frame in batch]
+        batch = self._pinned.array((n, height * 3 // 2, width), np.uint8).copy()  # one copy, out of the pinned buffer
+        return list(batch)
 
     def _ensure(self, width: int, height: int, n: int) -> None:
         if self._size == (width, height) and n <= self._capacity:

@@ -139,10 +139,10 @@ class DeviceFrameOps(BatchOps):
         """Render on: the frames in host memory for the CPU encoders, a batch of NV12 frames of one size in one
         copy kernel launch and one copy (:class:`~jetforge.apps.pipeline.copy_back.BatchCopyBack`), other batches
         frame by frame."""
-        if self.pre.input_format == "nv12" and len({(f.width, f.height) for f in frames}) == 1:
-            if self._copy_back is None:
-                from jetforge.apps.pipeline.copy_back import BatchCopyBack
+        from jetforge.apps.pipeline.copy_back import BatchCopyBack
 
+        if BatchCopyBack.takes(frames):
+            if self._copy_back is None:
                 self._copy_back = BatchCopyBack(self.max_batch)
             return self._copy_back(frames)
         from jetforge.apps.video.sources.gpu.open import download_nv12
