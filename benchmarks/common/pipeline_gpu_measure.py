@@ -12,18 +12,19 @@ from typing import Any, Dict, List, Optional
 
 def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int = 0,
                  threaded: bool = False, ring_slots: int = 16, defer_sync: bool = False,
-                 batch_copy: Optional[bool] = None) -> List[Any]:
+                 batch_copy: Optional[bool] = None, decoder_buffer: Optional[int] = None) -> List[Any]:
     """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed.
     ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source, its ``defer_sync`` and ``batch_copy`` as
     given: None is the ring's default, one copy launch per fetch where it waits once per fetch); ``threaded``:
-    NvThreadedSource."""
+    NvThreadedSource, decoding ahead into ``decoder_buffer`` frames (None: the source's default)."""
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
     from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
     from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
 
     kind = NvThreadedSource if threaded else NvDecSource
+    extra = {"buffer_size": int(decoder_buffer)} if threaded and decoder_buffer else {}
     sources = [kind(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
-                    keep=DeviceFrameRing(ring_slots, defer_sync, batch_copy) if keep == "ring" else keep)
+                    keep=DeviceFrameRing(ring_slots, defer_sync, batch_copy) if keep == "ring" else keep, **extra)
                for s in range(n)]
     for src in sources:
         src.prime()

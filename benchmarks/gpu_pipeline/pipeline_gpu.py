@@ -74,6 +74,10 @@ VARIANTS = {
     # copied to pageable memory synchronously), not the app's BatchCopyBack: the A/B of that change (--render-on)
     "feed-pairs-stackcopy": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring",
                              "source": "feed", "copy_back": "stack"},
+    # feed-pairs with each ThreadedDecoder decoding up to 32 frames ahead, not NvThreadedSource's 12: whether NVDEC
+    # idles at 16 streams because a stream's decode-ahead buffer is full while the one feeder thread serves the others
+    "feed-pairs-buf32": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
+                         "decoder_buffer": 32},
     # what `jetforge app --decode gpu` does (gpu_app.decode_layout; per_stream and switch_ms from GpuAppOptions)
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }
@@ -162,7 +166,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         # as `jetforge app` would: the ring holds the batcher's frames, the batches in flight and one fetch
         sources = SourceFeedGroup(open_sources([env.streams[model]], n, env.codec, keep="ring", threaded=True,
                                                ring_slots=FEED_RING_SLOTS, defer_sync=True,
-                                               batch_copy=v.get("batch_copy")), depth=FEED_DEPTH)
+                                               batch_copy=v.get("batch_copy"),
+                                               decoder_buffer=v.get("decoder_buffer")), depth=FEED_DEPTH)
         first = vars(sources.sources[0])
     else:
         keep = "ring" if v["keep"] == "ring" else keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])
