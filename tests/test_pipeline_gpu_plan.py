@@ -250,3 +250,19 @@ def test_plan_variants_render_on_beside_the_default_when_asked():
     assert all(i > last_render for i, s in enumerate(steps) if s.group == "exploratory")
     assert not [s for s in plan_steps(_settings(exploratory=["feed-pairs-stackcopy"])) if s.kind == "pipeline"
                 and s.arg[1] is True]  # no --render-on: no render-on step at all
+
+
+def test_plan_decode_feed_runs_at_the_variant_streams_before_the_variants():
+    """``--decode-feed``: NVDEC alone the feed layout's way, a repetition per round at ``variant_streams`` only, in
+    the exploratory group ahead of the variants' points; never without the flag, and never a goal-row bound."""
+    steps = plan_steps(_settings(decode_feed=True, exploratory=["feed-pairs-buf32"], variant_streams=[16]))
+    feed = [s for s in steps if s.kind == "decode_alone_feed"]
+    assert [(s.arg, s.rep, s.group) for s in feed] == [(16, 0, "exploratory"), (16, 1, "exploratory"),
+                                                        (16, 2, "exploratory")]
+    first_variant = min(i for i, s in enumerate(steps) if s.kind == "pipeline" and s.group == "exploratory")
+    assert max(steps.index(s) for s in feed) < first_variant
+    assert not any(s.kind == "decode_alone_feed" for s in plan_steps(_settings(variant_streams=[16])))
+    # not part of any point's bound: point_bound reads NVDEC alone and its worker-process form only
+    b = point_bound({"decode_alone": {"16": {"median": 900.0}}, "decode_alone_feed": {"16": {"median": 500.0}},
+                     "model_only": {"classify": {"32": {"median": 2000.0}}}}, "classify", 16, 32, False)
+    assert b["fps"] == 900.0 and b["limited_by"] == "decode_alone_fps"

@@ -58,6 +58,29 @@ def decode_alone(paths: List[Path], n: int, codec: Any, seconds: float) -> Dict[
     return {"streams": n, "frames": frames, "fps": frames / wall, "cpu_ms_per_frame": 1000.0 * cpu / max(1, frames)}
 
 
+def decode_alone_feed(paths: List[Path], n: int, codec: Any, seconds: float) -> Dict[str, Any]:
+    """NVDEC of N streams decoded the way the app's feed layout decodes them (a ThreadedDecoder each, read by ONE
+    thread round robin a fetch at a time), each frame dropped as soon as it is read: no owned copy, no batcher, no
+    model.  Not a bound of the hardware: the ceiling of that decode layout, beside NVDEC alone."""
+    from jetforge.apps.pipeline.streams import process_cpu_s
+
+    sources = open_sources(paths, n, codec, keep=None, threaded=True)
+    fetch = max(src.fetch for src in sources)
+    frames = 0
+    c0, t0 = process_cpu_s(), time.perf_counter()
+    stop = t0 + seconds
+    while time.perf_counter() < stop:
+        for src in sources:
+            for _ in range(fetch):
+                if src.read() is None:
+                    raise RuntimeError("a looping source ended (stream %d)" % src.stream)
+                frames += 1
+    wall, cpu = time.perf_counter() - t0, process_cpu_s() - c0
+    for src in sources:
+        src.close()
+    return {"streams": n, "frames": frames, "fps": frames / wall, "cpu_ms_per_frame": 1000.0 * cpu / max(1, frames)}
+
+
 def open_group(paths: List[Path], n: int, dry_run: bool, streams_per_worker: int, per_stream: int) -> Any:
     """N looping streams decoded by worker processes into CUDA IPC rings (host shared memory in the dry run);
     enough slots for the batcher's frames, the batches in flight and one fetch."""
@@ -210,6 +233,6 @@ def stage_block(run: Dict[str, Any], app_metrics: Dict[str, Any], launch_parts: 
     return out
 
 
-__all__ = ["BenchTask", "app_timed", "app_timed_sink", "decode_alone", "decode_alone_procs", "encode_alone",
+__all__ = ["BenchTask", "app_timed", "app_timed_sink", "decode_alone", "decode_alone_feed", "decode_alone_procs", "encode_alone",
            "host_frames", "open_group", "open_sources", "stage_block",
            "source_label"]

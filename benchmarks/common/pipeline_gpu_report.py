@@ -211,7 +211,8 @@ def table(doc: Dict[str, Any]) -> str:
         ["model alone %s batch %s %s" % (mod, k, _spread(v)) for mod, by in b.get("model_only", {}).items()
          for k, v in by.items()]
         + ["%s %s streams %s" % (kind.replace("_", " "), k, _spread(v)) for kind in
-           ("decode_alone", "decode_alone_procs", "encode_alone") for k, v in b.get(kind, {}).items()])]
+           ("decode_alone", "decode_alone_procs", "decode_alone_feed", "encode_alone")
+           for k, v in b.get(kind, {}).items()])]
     pool = doc["results"].get("device_pool")
     if pool:
         lines.append("device pool (%d sessions of %s standing in for GPU + DLA): %d streams %.1f FPS, order kept %s"

@@ -235,7 +235,7 @@ def plan_settings(args: argparse.Namespace) -> Any:
 
     return PlanSettings(models=args.models, streams=args.streams, reps=args.reps, default_variant=args.default_variant,
                         exploratory=args.exploratory, variant_streams=args.variant_streams, render_on=args.render_on, decode_procs=args.decode_procs,
-                        device_pool=args.device_pool, buckets_of=buckets_of)
+                        decode_feed=args.decode_feed, device_pool=args.device_pool, buckets_of=buckets_of)
 
 
 def measure(env: "Env", args: argparse.Namespace, checkpoint: Any, state: Dict[str, Any]) -> Dict[str, Any]:
@@ -245,7 +245,7 @@ def measure(env: "Env", args: argparse.Namespace, checkpoint: Any, state: Dict[s
     from benchmarks.common.pipeline_gpu_plan import estimate_s, fits, guess_s, plan_steps
 
     res: Dict[str, Any] = {"bounds_runs": {"model_only": {m: {} for m in args.models}, "decode_alone": {},
-                                           "decode_alone_procs": {}, "encode_alone": {}},
+                                           "decode_alone_procs": {}, "decode_alone_feed": {}, "encode_alone": {}},
                            "runs": [], "errors": [], "skipped": [], "step_seconds": []}
     state["res"] = res
     history: Dict[str, List[float]] = {}
@@ -273,7 +273,8 @@ def measure(env: "Env", args: argparse.Namespace, checkpoint: Any, state: Dict[s
 
 def run_step(env: "Env", args: argparse.Namespace, res: Dict[str, Any], step: Any) -> None:
     """One step; bound repetitions go to ``res["bounds_runs"]``, pipeline repetitions to ``res["runs"]``."""
-    from benchmarks.common.pipeline_gpu_measure import decode_alone, decode_alone_procs, encode_alone, host_frames
+    from benchmarks.common.pipeline_gpu_measure import (decode_alone, decode_alone_feed, decode_alone_procs,
+                                                        encode_alone, host_frames)
     from benchmarks.common.pipeline_gpu_ops import model_only
     from benchmarks.common.pipeline_gpu_plan import Step, rows_per_frame
     from benchmarks.common.pipeline_gpu_tiles import per_frame, run_tiles_check
@@ -289,9 +290,13 @@ def run_step(env: "Env", args: argparse.Namespace, res: Dict[str, Any], step: An
             log("model alone %-8s batch %2d: %8.1f FPS" % (model, b, r["fps"]))
     elif kind == "tiles_check":
         run_tiles_check(env, res, model)
-    elif kind in ("decode_alone", "decode_alone_procs"):
-        r = (decode_alone(files, arg, env.codec, args.decode_seconds) if kind == "decode_alone"
-             else decode_alone_procs(files, arg, args.dry_run, args.decode_seconds))
+    elif kind in ("decode_alone", "decode_alone_procs", "decode_alone_feed"):
+        if kind == "decode_alone":
+            r = decode_alone(files, arg, env.codec, args.decode_seconds)
+        elif kind == "decode_alone_feed":
+            r = decode_alone_feed(files, arg, env.codec, args.decode_seconds)
+        else:
+            r = decode_alone_procs(files, arg, args.dry_run, args.decode_seconds)
         bounds[kind].setdefault(str(arg), []).append(dict(r, rep=step.rep))
         log("%s %2d streams: %.1f FPS" % (kind.replace("_", " "), arg, r["fps"]))
     elif kind == "encode_alone":
@@ -488,6 +493,9 @@ def parse_args(argv: Any) -> argparse.Namespace:
     ap.add_argument("--model-seconds", type=float, default=0.5)
     ap.add_argument("--no-decode-procs", dest="decode_procs", action="store_false",
                     help="leave out NVDEC alone in worker processes (the decode bound is then one thread a stream)")
+    ap.add_argument("--decode-feed", action="store_true", help="also NVDEC alone the way the feed layout decodes "
+                    "(ThreadedDecoders read by one thread, frames dropped), at --variant-streams, recorded apart: "
+                    "the decode layout's own ceiling")
     ap.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="seconds of measuring: a step that "
                     "would end after this is skipped and recorded (0: no budget; the goal rows run first)")
     ap.add_argument("--encoders", type=int, default=8, help="CPU encoder worker processes (render on)")
