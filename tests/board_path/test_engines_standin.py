@@ -59,6 +59,8 @@ def test_classifier_engine_matches_onnx(standin, mobilenet_onnx, tmp_path):
     worst, info = compare_sessions(engine, bundle / "model.onnx", feeds)
     # the first call runs and captures a CUDA graph, the next two replay it
     assert info["cuda_graph"] == "on" and info["cuda_graph_captures"] == 1 and standin.launches == 2
+    # one context, given the activation memory as TensorRT 10.1+ hands it out (USER_MANAGED, set_device_memory)
+    assert info["cuda_graph_contexts"] == 1 and info["context_memory"].startswith("shared: one 65536-byte scratch")
     assert worst < 1e-4
 
 
@@ -79,13 +81,16 @@ def test_action_engine_matches_onnx(standin, action_model, tmp_path):
 
 
 def test_mtcnn_engines_match_onnx_over_the_pyramid_and_candidate_batches(standin, mtcnn_models, tmp_path):
-    """PNet's input changes shape at every pyramid level (set_input_shape, buffers grow, graphs re-captured);
+    """PNet's input changes shape at every pyramid level (a context and a graph per level, buffers sized at the
+    profile's max when the engine opens);
     RNet/ONet take candidate batches of varying size within the profile."""
     _, pnet = bundle_and_build(mtcnn_models / "pnet.onnx", tmp_path, "pnet",
                                *profile_config(tmp_path, "pnet", MTCNN_PROFILES["pnet"]))
     levels = [(86, 106), (61, 75), (43, 53), (31, 38), (22, 27), (15, 19), (86, 106)]
-    compare_sessions(pnet, mtcnn_models / "pnet.onnx", [{"input": _inputs((1, 3) + hw, i)}
-                                                        for i, hw in enumerate(levels)])
+    _, info = compare_sessions(pnet, mtcnn_models / "pnet.onnx", [{"input": _inputs((1, 3) + hw, i)}
+                                                                  for i, hw in enumerate(levels)])
+    # a graph and a context per level, the first level's graph replayed when it comes back
+    assert info["cuda_graph_captures"] == 6 and info["cuda_graph_contexts"] == 6 and standin.launches == 1
     for net, side in (("rnet", 24), ("onet", 48)):
         _, engine = bundle_and_build(mtcnn_models / ("%s.onnx" % net), tmp_path, net,
                                      *profile_config(tmp_path, net, MTCNN_PROFILES[net]))

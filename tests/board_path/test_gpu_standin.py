@@ -38,16 +38,17 @@ def gpu_standin(tmp_path, monkeypatch):
     assert not bridge.errors, bridge.errors
 
 
-def conv_model(path):
-    """x[1,3,H,W] -> Conv 3x3 (4 channels, fixed seeded weights) -> Relu -> y: a model with free height and width."""
+def conv_model(path, batch=1):
+    """x[batch,3,H,W] -> Conv 3x3 (4 channels, fixed seeded weights) -> Relu -> y: a model with free height and width
+    (and a free batch with ``batch="n"``)."""
     from onnx import TensorProto, helper, numpy_helper
 
     w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
          helper.make_node("Relu", ["c"], ["y"], name="relu")], "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, "h", "w"])], [numpy_helper.from_array(w, "w")])
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, "h", "w"])], [numpy_helper.from_array(w, "w")])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
     return path
 
@@ -95,3 +96,27 @@ def test_shape_changes_regrow_buffers_and_recapture_graphs_on_a_real_gpu(gpu_sta
                                        atol=ATOL)
         assert session.info()["cuda_graph_captures"] >= 3, session.info()
     assert gpu_standin.host_calls == len(sizes)
+
+
+def test_batch_sizes_moving_between_buckets_keep_a_graph_and_a_context_each_on_a_real_gpu(gpu_standin, tmp_path):
+    """The video app's batch buckets in a changing order: each size captured once, from a context of its own that
+    shares one cudaMalloc'ed activation memory with the others, then replayed by real CUDA graphs (TensorRT stood
+    in for: its USER_MANAGED / set_device_memory calls are the stand-in's)."""
+    from jetforge.runtime.session import open_session
+
+    model = conv_model(tmp_path / "conv.onnx", batch="n")
+    config = tmp_path / "build.yaml"
+    config.write_text(json.dumps({"profiles": [{"x": {"min": [1, 3, 16, 16], "opt": [8, 3, 16, 16],
+                                                      "max": [32, 3, 16, 16]}}]}))
+    engine = tmp_path / "conv.engine"
+    assert run_cli(["-q", "build", str(model), "--target", TARGET, "--config", str(config), "--out", str(engine)]) == 0
+    order = [32, 8, 32, 2, 8, 32] + [int(b) for b in np.random.default_rng(0).choice([1, 2, 4, 8, 16, 32], 34)]
+    with open_session(engine) as session, open_session(model, backend="onnxruntime") as reference:
+        for i, n in enumerate(order):
+            x = np.random.default_rng(i).standard_normal((n, 3, 16, 16)).astype(np.float32)
+            np.testing.assert_allclose(session.infer({"x": x})["y"], reference.infer({"x": x})["y"], rtol=RTOL,
+                                       atol=ATOL)
+        info = session.info()
+    assert info["cuda_graph"] == "on" and info["cuda_graph_captures"] == 6 and info["cuda_graph_contexts"] == 6, info
+    assert info["context_memory"].startswith("shared: one "), info
+    assert gpu_standin.host_calls == len(order)  # each call computed once: 6 eager runs, the rest graph replays

@@ -10,7 +10,12 @@ Runtime side (:class:`StandInRuntime`, :class:`StandInEngine`, :class:`StandInEx
 TensorRT does -- a plan of another kind or version does not deserialize (None, an error logged), an input shape
 of the wrong rank, against a static dimension or outside optimisation profile 0 is refused by ``set_input_shape``
 (False), ``execute_async_v3`` returns False when a dynamic input's shape or any tensor's address is unset, output
-shapes stay -1 until the input shapes are known.  Builder side: :mod:`tests.standins.tensorrt_standin_builder`.
+shapes stay -1 until the input shapes are known.  Activation ("device") memory as TensorRT 10.1+ hands it out: a
+context made with ``ExecutionContextAllocationStrategy.USER_MANAGED`` (or ``create_execution_context_without_device
+_memory``) executes only once ``set_device_memory(ptr, size)`` / ``device_memory = ptr`` gave it device memory of at
+least ``device_memory_size_v2`` bytes, which must still be allocated whenever its work runs (a graph replay
+included); the stand-in's engine computes nothing in that memory, so it shows that the memory is given and alive,
+not what TensorRT keeps there.  Builder side: :mod:`tests.standins.tensorrt_standin_builder`.
 
 What it cannot show, and does not pretend to: TensorRT's kernels, fusions and FP16 arithmetic (an FP16 "engine"
 computes in FP32), INT8 (the builder refuses the INT8 flag: no INT8 engine exists here), DLA (0 DLA cores), and
@@ -49,6 +54,16 @@ class TensorIOMode(enum.Enum):
     NONE = 0
     INPUT = 1
     OUTPUT = 2
+
+
+class ExecutionContextAllocationStrategy(enum.Enum):
+    STATIC = 0
+    ON_PROFILE_CHANGE = 1
+    USER_MANAGED = 2
+
+
+#: The activation memory a stand-in engine asks of a USER_MANAGED context (it uses none: a size to check against).
+STAND_IN_DEVICE_MEMORY = 64 * 1024
 
 
 class TensorFormat(enum.Enum):
@@ -214,8 +229,21 @@ class StandInEngine:
         rng = profiles[profile_index][name]
         return [tuple(rng["min"]), tuple(rng["opt"]), tuple(rng["max"])]
 
-    def create_execution_context(self) -> "StandInExecutionContext":
-        return StandInExecutionContext(self)
+    def create_execution_context(self, strategy: Any = ExecutionContextAllocationStrategy.STATIC
+                                 ) -> "StandInExecutionContext":
+        return StandInExecutionContext(self, user_managed=strategy == ExecutionContextAllocationStrategy.USER_MANAGED)
+
+    def create_execution_context_without_device_memory(self) -> "StandInExecutionContext":
+        """Deprecated in TensorRT 10.0 (kept there, as here); the 8.x way to a context without memory."""
+        return StandInExecutionContext(self, user_managed=True)
+
+    @property
+    def device_memory_size_v2(self) -> int:
+        return STAND_IN_DEVICE_MEMORY
+
+    @property
+    def device_memory_size(self) -> int:  # deprecated in TensorRT 10.1 for device_memory_size_v2
+        return STAND_IN_DEVICE_MEMORY
 
     def create_engine_inspector(self) -> "StandInEngineInspector":
         return StandInEngineInspector(self)
@@ -246,8 +274,10 @@ class StandInEngineInspector:
 class StandInExecutionContext:
     """``IExecutionContext``: input shapes, tensor addresses, ``execute_async_v3`` on a stand-in CUDA stream."""
 
-    def __init__(self, engine: StandInEngine) -> None:
+    def __init__(self, engine: StandInEngine, user_managed: bool = False) -> None:
         self.engine = engine
+        self.user_managed = user_managed
+        self.device_memory_at: Optional[Tuple[int, int]] = None  # (pointer, size) a USER_MANAGED context was given
         self.shapes: Dict[str, Tuple[int, ...]] = {t["name"]: tuple(t["shape"]) for t in engine.io
                                                    if t["mode"] == "INPUT"}
         self.addresses: Dict[str, int] = {}
@@ -312,6 +342,20 @@ class StandInExecutionContext:
     def get_tensor_address(self, name: str) -> int:
         return self.addresses.get(name, 0)
 
+    def set_device_memory(self, memory: int, size: int) -> None:
+        """TensorRT 10.1+: the context's activation memory (256-byte aligned, at least device_memory_size_v2)."""
+        if int(memory) % 256 or int(size) < self.engine.device_memory_size_v2:
+            _error(self.engine.logger, "set_device_memory: 0x%x (%d bytes) is not 256-byte aligned memory of at least "
+                   "%d bytes" % (int(memory), int(size), self.engine.device_memory_size_v2))
+            return
+        self.device_memory_at = (int(memory), int(size))
+
+    def _set_device_memory_v1(self, memory: int) -> None:
+        self.device_memory_at = (int(memory), self.engine.device_memory_size_v2)
+
+    #: TensorRT 8.x/10.0 (a write-only property: reading it raises, as pybind11's does)
+    device_memory = property(None, _set_device_memory_v1)
+
     def execute_async_v3(self, stream_handle: int) -> bool:
         from tests.standins import active_cuda_device
 
@@ -320,14 +364,24 @@ class StandInExecutionContext:
         unset = [t["name"] for t in self.engine.io if t["name"] not in self.addresses]
         if unset:
             return self._fail("execute_async_v3: no address set for %s" % ", ".join(unset))
+        if self.user_managed and self.device_memory_at is None:
+            return self._fail("execute_async_v3: a USER_MANAGED context has no device memory (set_device_memory)")
         device = active_cuda_device()
         shapes = dict(self.shapes)
         shapes.update(self._output_shapes())
         io = [(t["name"], self.addresses[t["name"]], shapes[t["name"]], self._dtype(t["name"])) for t in self.engine.io]
         inputs = [x for x, t in zip(io, self.engine.io) if t["mode"] == "INPUT"]
         outputs = [x for x, t in zip(io, self.engine.io) if t["mode"] == "OUTPUT"]
+        memory = self.device_memory_at if hasattr(device, "region") else None  # host-memory CUDA: check it lives
+
+        def compute(feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+            if memory is not None:  # when the work runs (a replayed graph included), not only when it is queued
+                device.region(memory[0], memory[1], "device")
+            return self._compute(feeds)
         try:  # the device runs _compute on the stream: at once, or when a captured graph is launched
-            device.execute(stream_handle, inputs, outputs, self._compute)
+            if memory is not None:
+                device.region(memory[0], memory[1], "device")
+            device.execute(stream_handle, inputs, outputs, compute)
         except Exception as err:  # a bad stream, a bad address: TensorRT reports and returns False
             return self._fail("execute_async_v3: %s" % err)
         return True
@@ -340,6 +394,9 @@ class StandInExecutionContext:
             results[name] = np.ascontiguousarray(value, dtype=self._dtype(name))
         self.executions += 1
         return results
+
+IExecutionContext = StandInExecutionContext
+ICudaEngine = StandInEngine
 
 from tests.standins.tensorrt_standin_builder import (Builder, OnnxParser, StandInBuilder,  # noqa: E402,F401
                                                      StandInOnnxParser)

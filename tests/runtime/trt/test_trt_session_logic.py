@@ -185,6 +185,13 @@ def test_inputs_are_sized_at_profile_max_up_front():
     assert sizes == {"input": 8 * 3 * 224 * 224 * 2}
 
 
+def test_outputs_are_sized_at_profile_max_up_front_unless_data_dependent():
+    io, ctx, bound = tb.engine_io(FakeTrtEngine()), FakeTrtContext(), {}
+    assert tb.initial_output_sizes(ctx, io, bound) == {"logits": 8 * 1000 * 4}  # the max batch's logits
+    assert bound == {"input": (8, 3, 224, 224)}  # recorded as bound, so the first call sets only what differs
+    assert tb.initial_output_sizes(FakeTrtContext(data_dependent=True), io, {}) == {}  # sized at the first call
+
+
 # -- DLA core --------------------------------------------------------------------------------------------
 def test_dla_core_from_sidecar_or_request():
     assert tb.resolve_dla_core(None, None, "gpu", 2) is None

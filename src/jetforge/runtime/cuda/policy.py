@@ -7,15 +7,16 @@ the key of a graph is the tuple of input shapes:
 * a key with a live graph -> ``LAUNCH`` (replay it);
 * a new key -> ``CAPTURE`` (run the work once for real -- the warm-up that flushes
   lazy initialisation and deferred shape updates -- then record it for later calls);
-  when more than ``max_graphs`` would be live the oldest is evicted, which with
-  ``max_graphs=1`` (TensorRT) means: re-capture on every shape change;
+  when more than ``max_graphs`` would be live the oldest is evicted (the PyTorch session keeps
+  one graph per shape this way; the TensorRT session keeps one execution context per graph and
+  evicts through its context pool, telling the policy with :meth:`GraphPolicy.discard`);
 * capture failed, or shapes changed more than ``max_captures`` times -> fall back to
   plain execution for good (``status`` = ``"fallback: <reason>"``);
 * buffers re-allocated -> every graph is invalid (:meth:`GraphPolicy.invalidate`).
 """
 
 from collections import OrderedDict
-from typing import Hashable, List, Optional, Tuple
+from typing import Hashable, List, Optional, Sequence, Tuple
 
 ENQUEUE = "enqueue"   # run without a graph
 CAPTURE = "capture"   # run once without a graph, then capture a graph for this key
@@ -77,6 +78,13 @@ class GraphPolicy:
         self.enabled = False
         self.fallback_reason = reason
         return self.invalidate()
+
+    def discard(self, keys: Sequence[Hashable]) -> List[Hashable]:
+        """Forget the graphs of ``keys`` only (what they baked in changed); returns those that were live."""
+        gone = [k for k in keys if k in self._live]
+        for k in gone:
+            del self._live[k]
+        return gone
 
     def invalidate(self) -> List[Hashable]:
         """Forget every live graph (their buffers moved); returns their keys."""

@@ -11,14 +11,26 @@ Device buffers, pinned host buffers, the stream, events and CUDA graphs come fro
 One call: inputs are copied into pinned buffers, then host-to-device copies, the
 engine (a replayed CUDA graph once one is captured for these input shapes) and
 device-to-host copies are queued on the session's own stream.  A graph is captured
-after a warm-up enqueue (trtexec's pattern), re-captured when input shapes change,
-and a capture TensorRT or CUDA refuses falls back to plain enqueue with a warning and
-``info()["cuda_graph"] == "fallback: <reason>"``.
+after a warm-up enqueue (trtexec's pattern), and a capture TensorRT or CUDA refuses
+falls back to plain enqueue with a warning and ``info()["cuda_graph"] == "fallback: <reason>"``.
+
+Several graphs, one execution context each (:mod:`.context_pool`): a graph bakes in the context it was captured
+from (input shapes, tensor addresses, activation memory), so each graph key -- the input shapes, plus the caller's
+addresses on the device-input path -- gets a context of its own, up to ``max_graphs`` (8 by default: the apps' six
+batch buckets and slack), the least recently used key giving its context (and graph) up.  A context's shapes and
+addresses are set before its graph is captured and not changed while it lives; every buffer of the session is
+allocated at the profile's max shape when it opens, so graphs are invalidated only if an output outgrows that.
+The contexts share one activation-memory allocation (all work is on one stream, so they never run at once) where
+the installed TensorRT can (``info()["context_memory"]`` says how, or why each context has its own); after
+``4 x max_graphs`` captures, or a refused one, the session keeps one context and runs without graphs.  A DLA engine
+keeps one context with its own memory, as before.  This is **written against TensorRT's documented API and tested on
+the CPU with fakes and the TensorRT stand-in, not executed on TensorRT or a Jetson**.
 
 Every decision -- dtype mapping, I/O discovery, shape binding, profile checks,
-buffer sizing -- is a plain function of :mod:`.session_logic`, tested on the CPU with
-``FakeTrtContext`` (tests/runtime/trt/test_trt_session_logic.py); the class only wires them to
-TensorRT and CUDA.  Nothing here imports tensorrt or cuda-python at module import time.
+buffer sizing -- is a plain function of :mod:`.session_logic`, and which context serves a call, when one is made
+or re-bound, and how their memory is shared are :mod:`.context_pool`'s, tested on the CPU with fakes
+(tests/runtime/trt/test_trt_session_logic.py, test_context_pool.py, test_trt_session_contexts.py); the class only
+wires them to TensorRT and CUDA.  Nothing here imports tensorrt or cuda-python at module import time.
 
 Device input (the GPU video path, issue 15): :meth:`TrtSession.infer_device` /
 :meth:`TrtSession.submit_device` take inputs that are already in GPU memory (:class:`DeviceTensor`: a device
@@ -44,14 +56,17 @@ import numpy as np
 
 from jetforge.errors import BackendError, InputFileError, ModelError
 from jetforge.optional import require
-from jetforge.runtime.cuda.policy import CAPTURE, LAUNCH, GraphPolicy, shape_key
+from jetforge.runtime.cuda.policy import CAPTURE, ENQUEUE, LAUNCH, GraphPolicy, shape_key
 from jetforge.runtime.session.base import InferRequest, Session
+from jetforge.runtime.tensorrt.context_pool import (DEFAULT_MAX_GRAPHS, ContextPool, ScratchApi, Slot,
+                                                    choose_scratch_api, create_context, give_scratch, own_memory,
+                                                    plan_contexts, scratch_bytes)
 from jetforge.runtime.tensorrt.library import load_tensorrt, version_string
 from jetforge.runtime.tensorrt.logger import make_logger
 from jetforge.runtime.tensorrt.session_logic import (EngineIO, bind_input_shapes, buffers_to_grow, check_input_shape,
                                                      engine_io, initial_buffer_sizes, initial_graph_state,
-                                                     load_engine_sidecar, required_bytes, resolve_dla_core,
-                                                     resolve_output_shapes)
+                                                     initial_output_sizes, load_engine_sidecar, required_bytes,
+                                                     resolve_dla_core, resolve_output_shapes)
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +101,10 @@ class DeviceInputBinder:
 
     def bind(self, context: Any, inputs: Mapping[str, DeviceTensor],
              engine_inputs: Sequence[EngineIO]) -> Tuple[Dict[str, Tuple[int, ...]], bool, Any]:
-        names = sorted(t.name for t in engine_inputs)
-        if sorted(inputs) != names:
-            raise ModelError("device inputs %s do not match the engine's inputs %s" % (sorted(inputs), names),
-                             hint="pass one DeviceTensor per engine input, by name")
-        shapes = {t.name: check_device_input(t, inputs[t.name]) for t in engine_inputs}
+        shapes = check_device_inputs(inputs, engine_inputs)
         changed = bind_input_shapes(context, shapes, self.shapes)
-        moved = self.point(context, {name: int(inputs[name].ptr) for name in names})
-        return shapes, bool(changed) or moved, (shape_key(shapes), tuple(sorted(self.addresses.items())))
+        moved = self.point(context, {name: int(inputs[name].ptr) for name in shapes})
+        return shapes, bool(changed) or moved, device_graph_key(shapes, inputs)
 
     def point(self, context: Any, addresses: Mapping[str, int]) -> bool:
         """``set_tensor_address`` for each tensor whose address differs from the bound one; True if any moved."""
@@ -111,6 +122,22 @@ class DeviceInputBinder:
 
     def rebind_own(self, context: Any, own: Mapping[str, int]) -> bool:
         return self.point(context, own)
+
+
+def check_device_inputs(inputs: Mapping[str, DeviceTensor],
+                        engine_inputs: Sequence[EngineIO]) -> Dict[str, Tuple[int, ...]]:
+    """The shapes of a device-input call's inputs, each checked (names, then :func:`check_device_input`)."""
+    names = sorted(t.name for t in engine_inputs)
+    if sorted(inputs) != names:
+        raise ModelError("device inputs %s do not match the engine's inputs %s" % (sorted(inputs), names),
+                         hint="pass one DeviceTensor per engine input, by name")
+    return {t.name: check_device_input(t, inputs[t.name]) for t in engine_inputs}
+
+
+def device_graph_key(shapes: Mapping[str, Tuple[int, ...]], inputs: Mapping[str, DeviceTensor]) -> Any:
+    """The graph (and context) key of a device-input call: the shapes and the caller's addresses, both of which a
+    graph bakes in; it never equals a host call's key (the shapes alone), so each keeps its own context."""
+    return shape_key(shapes), tuple(sorted((name, int(inputs[name].ptr)) for name in shapes))
 
 
 def check_device_input(tensor: EngineIO, value: DeviceTensor) -> Tuple[int, ...]:
@@ -145,22 +172,24 @@ class _Pending:
 
 
 class TrtSession(Session):
-    """A TensorRT engine with its own stream, pinned/device buffers and (by default) CUDA graphs."""
+    """A TensorRT engine with its own stream, pinned/device buffers and (by default) CUDA graphs, one execution
+    context per graph (see the module docstring)."""
 
     name = "tensorrt"
     display_name = "TensorRT"
     suffixes = (".engine", ".plan", ".trt")
-    option_names = ("dla_core", "cuda_graph", "verify_sidecar")
+    option_names = ("dla_core", "cuda_graph", "verify_sidecar", "max_graphs")
     timing_source = "cuda events"
 
     def __init__(self, path: Path, trt: Any, runtime: Any, engine: Any, context: Any, io: List[EngineIO],
-                 sidecar: Any, dla_core: Optional[int], policy: GraphPolicy) -> None:
+                 sidecar: Any, dla_core: Optional[int], policy: GraphPolicy,
+                 scratch: Optional[ScratchApi] = None, max_contexts: int = 1) -> None:
         from jetforge.runtime import cuda
 
         self._trt = trt
         self._runtime = runtime
         self._engine = engine
-        self._context = context
+        self._context = context  # the primary context: the first key's, and the one plain enqueue keeps
         self._io = io
         self._inputs = [t for t in io if t.is_input]
         self._outputs = [t for t in io if not t.is_input]
@@ -173,18 +202,24 @@ class TrtSession(Session):
         self._device: Dict[str, Any] = {}
         self._host: Dict[str, Any] = {}
         self._capacity: Dict[str, int] = {}
-        self._binder = DeviceInputBinder()  # input shapes and tensor addresses bound on the context
-        self._bound = self._binder.shapes
         self._input_ready = cuda.Event(timing=False)  # the producer's stream -> this session's stream
-        self._out_shapes: Dict[str, Tuple[int, ...]] = {}
         self._graphs: Dict[Any, Any] = {}
         self._pending: Optional[_Pending] = None
+        self._scratch_api = scratch or own_memory("one context")
+        self._scratch: Any = None  # the activation memory every context shares (allocated once: never moves)
+        if self._scratch_api.shared:
+            self._scratch = cuda.DeviceBuffer(scratch_bytes(engine, self._scratch_api))
+            give_scratch(context, self._scratch_api, self._scratch.ptr, self._scratch.nbytes)
+        primary = Slot(context, DeviceInputBinder())
+        self._pool = ContextPool(primary, self._new_slot, max_contexts)
         super().__init__(path, [t.spec for t in self._inputs], [t.spec for t in self._outputs], sidecar)
-        self._allocate(initial_buffer_sizes(io))
+        sizes = initial_buffer_sizes(io)
+        sizes.update(initial_output_sizes(context, io, primary.binder.shapes))
+        self._allocate(sizes)
 
     @classmethod
     def open(cls, path: Path, dla_core: Optional[int] = None, cuda_graph: bool = True,
-             verify_sidecar: bool = True) -> "TrtSession":
+             verify_sidecar: bool = True, max_graphs: int = DEFAULT_MAX_GRAPHS) -> "TrtSession":
         trt = load_tensorrt(purpose="running TensorRT engines")
         require("cuda", "TensorRT sessions (device buffers, streams, CUDA graphs through cuda-python)")
         version = version_string(trt)
@@ -203,16 +238,19 @@ class TrtSession(Session):
             raise ModelError("TensorRT %s cannot load %s (see the TensorRT error above)" % (version, path.name),
                              hint="engines load only with the TensorRT version and GPU/DLA they were built for: "
                                   "rebuild with `jetforge build` on this machine")
-        context = engine.create_execution_context()
+        enabled, reason = initial_graph_state(cuda_graph, core, version)
+        plan = plan_contexts(enabled, core, max_graphs)
+        scratch = choose_scratch_api(trt, engine) if plan.share_memory else own_memory(plan.why)
+        context = create_context(trt, engine, scratch)
         if context is None:
             raise BackendError("TensorRT could not create an execution context for %s" % path.name,
                                hint="free GPU memory (the context allocates the engine's activations)")
-        enabled, reason = initial_graph_state(cuda_graph, core, version)
-        policy = GraphPolicy(enabled=cuda_graph, max_graphs=1)
+        policy = GraphPolicy(enabled=cuda_graph, max_graphs=plan.max_contexts, max_captures=plan.max_captures)
         if cuda_graph and not enabled:
             policy.fall_back(reason)
             log.info("%s: %s", path.name, reason)
-        session = cls(path, trt, runtime, engine, context, engine_io(engine), sidecar, core, policy)
+        session = cls(path, trt, runtime, engine, context, engine_io(engine), sidecar, core, policy, scratch,
+                      plan.max_contexts)
         log.debug("opened %r", session)
         return session
 
@@ -230,15 +268,12 @@ class TrtSession(Session):
         shapes = {t.name: tuple(int(d) for d in feeds[t.name].shape) for t in self._inputs}
         for t in self._inputs:
             check_input_shape(t, shapes[t.name])
-        if bind_input_shapes(self._context, shapes, self._bound) or not self._out_shapes:
-            self._out_shapes = resolve_output_shapes(self._context, self._outputs)
-        all_shapes = dict(shapes)
-        all_shapes.update(self._out_shapes)
-        grow = buffers_to_grow(required_bytes(all_shapes, self._dtypes), self._capacity)
-        if grow:
-            self._allocate(grow)
-        if self._binder.rebind_own(self._context, {t.name: self._device[t.name].ptr for t in self._inputs}):
-            self._destroy_graphs(self.policy.invalidate())  # the last call bound a caller's device buffers
+        key = shape_key(shapes)
+        slot = self._slot(key)
+        changed = bool(bind_input_shapes(slot.context, shapes, slot.binder.shapes))
+        self._prepare(slot, key, changed, shapes)
+        if slot.binder.rebind_own(slot.context, {t.name: self._device[t.name].ptr for t in self._inputs}):
+            self._forget([key])  # this context last bound a caller's device buffers, or its own moved
         stream, ev = self._stream, self._events
         for t in self._inputs:
             np.copyto(self._host[t.name].array(shapes[t.name], t.dtype), feeds[t.name], casting="no")
@@ -248,18 +283,47 @@ class TrtSession(Session):
             self._device[t.name].copy_from_host(self._host[t.name], _nbytes(shapes[t.name], t.dtype), stream)
         if timed:
             ev[1].record(stream)
-        return self._execute_and_copy_out(shape_key(shapes), timed)
+        return self._execute_and_copy_out(slot, key, timed)
 
-    def _execute_and_copy_out(self, key: Any, timed: bool) -> _Pending:
+    def _slot(self, key: Any) -> Slot:
+        """The context serving ``key``; the graph of a key that gave its context up is destroyed first."""
+        slot, evicted = self._pool.acquire(key)
+        self._forget(evicted)
+        return slot
+
+    def _new_slot(self) -> Optional[Slot]:
+        context = create_context(self._trt, self._engine, self._scratch_api)
+        if context is None:  # TensorRT could not (memory): the pool re-uses the contexts it has
+            log.warning("%s: TensorRT could not create another execution context; keeping %d",
+                        self.path.name, len(self._pool))
+            return None
+        if self._scratch is not None:
+            give_scratch(context, self._scratch_api, self._scratch.ptr, self._scratch.nbytes)
+        return Slot(context, DeviceInputBinder())
+
+    def _prepare(self, slot: Slot, key: Any, changed: bool, own_inputs: Mapping[str, Tuple[int, ...]]) -> None:
+        """Once the input shapes are set on ``slot``: its output shapes, buffers large enough (``own_inputs``: the
+        shapes of the inputs that live in the session's buffers), the outputs pointed at; a change forgets the
+        graph of ``key`` (never one that lives, as a context serves one key: a safeguard)."""
+        if changed or not slot.out_shapes:
+            slot.out_shapes = resolve_output_shapes(slot.context, self._outputs)
+        grow = buffers_to_grow(required_bytes(dict(own_inputs, **slot.out_shapes), self._dtypes), self._capacity)
+        if grow:
+            self._allocate(grow)
+        moved = slot.binder.point(slot.context, {t.name: self._device[t.name].ptr for t in self._outputs})
+        if changed or moved:
+            self._forget([key])
+
+    def _execute_and_copy_out(self, slot: Slot, key: Any, timed: bool) -> _Pending:
         """The engine (or its graph) and the outputs' copies to pinned host memory, on the session's stream."""
         stream, ev = self._stream, self._events
-        self._execute(key)
+        self._execute(slot, key)
         if timed:
             ev[2].record(stream)
         for t in self._outputs:
-            self._device[t.name].copy_to_host(self._host[t.name], _nbytes(self._out_shapes[t.name], t.dtype), stream)
+            self._device[t.name].copy_to_host(self._host[t.name], _nbytes(slot.out_shapes[t.name], t.dtype), stream)
         ev[3].record(stream)
-        self._pending = _Pending(dict(self._out_shapes), timed)
+        self._pending = _Pending(dict(slot.out_shapes), timed)
         return self._pending
 
     # -- device input (not executed in CI: see the module docstring) -----------------------------
@@ -279,14 +343,10 @@ class TrtSession(Session):
     def _enqueue_device(self, inputs: Mapping[str, DeviceTensor], producer: Any, timed: bool) -> _Pending:
         if self._pending is not None:  # the host output buffers are shared: the previous call's outputs first
             self._collect(self._pending)
-        shapes, moved, key = self._binder.bind(self._context, inputs, self._inputs)
-        if moved or not self._out_shapes:
-            self._out_shapes = resolve_output_shapes(self._context, self._outputs)
-        grow = buffers_to_grow(required_bytes(self._out_shapes, self._dtypes), self._capacity)
-        if grow:
-            self._allocate(grow)  # outputs only: the inputs are the caller's
-        if moved:
-            self._destroy_graphs(self.policy.invalidate())  # graphs bake in the old addresses and shapes
+        key = device_graph_key(check_device_inputs(inputs, self._inputs), inputs)
+        slot = self._slot(key)
+        _, moved, _ = slot.binder.bind(slot.context, inputs, self._inputs)
+        self._prepare(slot, key, moved, {})  # outputs only: the inputs are the caller's
         stream, ev = self._stream, self._events
         if producer is not None:
             handle = getattr(producer, "handle", producer)
@@ -295,32 +355,40 @@ class TrtSession(Session):
         if timed:
             ev[0].record(stream)
             ev[1].record(stream)  # no host-to-device copy
-        return self._execute_and_copy_out(key, timed)
+        return self._execute_and_copy_out(slot, key, timed)
 
-    def _execute(self, key: Any) -> None:
+    def _execute(self, slot: Slot, key: Any) -> None:
         action = self.policy.decide(key)
         if action == LAUNCH:
             self._graphs[key].launch(self._stream)
             return
-        self._enqueue_engine()
+        self._enqueue_engine(slot.context)
         if action == CAPTURE:
             # The enqueue above was the warm-up (and this call's real run); record the next one.
             self._stream.synchronize()
-            graph, reason = self._cuda.try_capture(self._stream, self._enqueue_engine_for_capture)
+            graph, reason = self._cuda.try_capture(
+                self._stream, lambda: bool(slot.context.execute_async_v3(int(self._stream))))
             if graph is None:
                 log.warning("%s: CUDA graph capture failed (%s); running with plain enqueue", self.path.name, reason)
-                self._destroy_graphs(self.policy.fall_back(reason))
+                self.policy.fall_back(reason)
+                self._give_up_graphs()
             else:
                 self._graphs[key] = graph
                 self._destroy_graphs(self.policy.captured(key))
+        elif action == ENQUEUE and self._pool.max_contexts > 1:  # graphs given up (too many captures): one context
+            self._give_up_graphs()
 
-    def _enqueue_engine(self) -> None:
-        if not self._context.execute_async_v3(int(self._stream)):
+    def _enqueue_engine(self, context: Any) -> None:
+        if not context.execute_async_v3(int(self._stream)):
             raise BackendError("TensorRT failed to run %s (execute_async_v3 returned False; see the TensorRT "
                                "error above)" % self.path.name)
 
-    def _enqueue_engine_for_capture(self) -> bool:
-        return bool(self._context.execute_async_v3(int(self._stream)))
+    def _give_up_graphs(self) -> None:
+        """Graphs are off for good: destroy them and every context but the primary, once their work is done."""
+        self._destroy_graphs(list(self._graphs))
+        self._stream.synchronize()
+        dropped = self._pool.collapse()
+        log.info("%s: CUDA graphs off; %d execution context(s) released", self.path.name, len(dropped))
 
     def _collect(self, pending: _Pending) -> Dict[str, np.ndarray]:
         if pending.outputs is None:
@@ -337,10 +405,12 @@ class TrtSession(Session):
 
     # -- buffers and graphs ---------------------------------------------------------------
     def _allocate(self, sizes: Mapping[str, int]) -> None:
+        """(Re)allocate buffers; every graph baked in the old addresses, so all are destroyed (each context is
+        pointed at the new buffers by the next call it serves)."""
         if not sizes:
             return
         self._stream.synchronize()
-        self._destroy_graphs(self.policy.invalidate())  # graphs bake in the old addresses
+        self._destroy_graphs(self.policy.invalidate())
         for name, nbytes in sizes.items():
             for store in (self._device, self._host):
                 old = store.pop(name, None)
@@ -349,8 +419,12 @@ class TrtSession(Session):
             self._device[name] = self._cuda.DeviceBuffer(nbytes)
             self._host[name] = self._cuda.PinnedBuffer(nbytes)
             self._capacity[name] = nbytes
-            self._binder.point(self._context, {name: self._device[name].ptr})
         log.debug("%s: allocated %s", self.path.name, {k: v for k, v in sizes.items()})
+
+    def _forget(self, keys: Sequence[Any]) -> None:
+        """The graphs of ``keys`` are stale (their context was re-bound): destroy them."""
+        self.policy.discard(keys)
+        self._destroy_graphs(keys)
 
     def _destroy_graphs(self, keys: Sequence[Any]) -> None:
         for key in keys:
@@ -363,14 +437,18 @@ class TrtSession(Session):
             self._stream.synchronize()
         finally:
             self._destroy_graphs(list(self._graphs))
+            self._pool.clear()  # the contexts go before the memory they use
+            self._context = None
             for store in (self._device, self._host):
                 for buf in store.values():
                     buf.close()
                 store.clear()
+            if self._scratch is not None:
+                self._scratch.close()
+                self._scratch = None
             for ev in self._events + [self._input_ready]:
                 ev.close()
             self._stream.close()
-            self._context = None
             self._engine = None
             self._runtime = None
 
@@ -384,9 +462,13 @@ class TrtSession(Session):
         return "%s %s on %s, CUDA graph %s" % (self.display_name, self.version, where, self.policy.status)
 
     def info(self) -> Dict[str, Any]:
+        scratch = self._scratch.nbytes if self._scratch is not None else None
         return {"backend": self.name, "description": self.describe(), "version": self.version,
                 "device": "dla" if self.dla_core is not None else "gpu", "dla_core": self.dla_core,
-                "cuda_graph": self.policy.status, "cuda_graph_captures": self.policy.captures}
+                "cuda_graph": self.policy.status, "cuda_graph_captures": self.policy.captures,
+                "cuda_graph_live": len(self._graphs), "cuda_graph_contexts": len(self._pool),
+                "cuda_graph_max_contexts": self._pool.max_contexts,
+                "context_memory": self._scratch_api.describe(scratch)}
 
 
 def _nbytes(shape: Tuple[int, ...], dtype: str) -> int:

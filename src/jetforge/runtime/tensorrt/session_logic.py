@@ -183,6 +183,24 @@ def initial_buffer_sizes(tensors: Sequence[EngineIO]) -> Dict[str, int]:
     return {t.name: required_bytes({t.name: t.max_shape}, {t.name: t.dtype})[t.name] for t in tensors if t.is_input}
 
 
+def initial_output_sizes(context: Any, tensors: Sequence[EngineIO], bound: Dict[str, Tuple[int, ...]]) -> Dict[str, int]:
+    """Output buffers sized for the inputs' profile max up front, like the inputs, so that no buffer moves later.
+
+    Why: a CUDA graph bakes in the buffers' addresses and a session keeps several graphs; an output buffer that
+    grew at a larger batch would invalidate all of them.  The max shapes are set on ``context`` (``bound`` records
+    them, as :func:`bind_input_shapes`).  An output whose size TensorRT cannot tell here (data-dependent) gets {}:
+    the first call sizes it, and reports what it must.  Buffers still grow at a call if an output needs more.
+    """
+    outputs = [t for t in tensors if not t.is_input]
+    try:
+        bind_input_shapes(context, {t.name: t.max_shape for t in tensors if t.is_input}, bound)
+        shapes = resolve_output_shapes(context, outputs)
+    except ModelError as err:
+        log.debug("outputs sized at the first call: %s", err.message)
+        return {}
+    return required_bytes(shapes, {t.name: t.dtype for t in outputs})
+
+
 def resolve_dla_core(requested: Optional[int], sidecar_core: Optional[int], sidecar_device: Optional[str],
                      num_dla_cores: int) -> Optional[int]:
     """The DLA core to set on ``runtime.DLA_core`` before deserializing, or None for a GPU engine.
