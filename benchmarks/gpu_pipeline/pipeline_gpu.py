@@ -120,6 +120,9 @@ def run_gpu_tests(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
         return {"skipped": True}
     t0 = time.perf_counter()
     env = dict(os.environ)
+    clip = CARRY / "streams" / "people720.mp4"  # the kernel tests' real 720p frames: the device cannot fetch assets
+    if clip.is_file():
+        env.setdefault("JETFORGE_KERNEL_VIDEO", str(clip))
     probe = subprocess.run([sys.executable, "-P", "-c", "import jetforge.cli"], cwd="/tmp", capture_output=True)
     if probe.returncode != 0:  # a plain checkout: install it where the test process finds it (no deps, no index)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
