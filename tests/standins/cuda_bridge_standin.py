@@ -42,17 +42,20 @@ class RealCudaBridge:
     """The TensorRT stand-in's ``device`` on a real GPU (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._staging: Dict[Tuple[str, str, int], PinnedBuffer] = {}
+        self._staging: Dict[Tuple[str, str, int, int], PinnedBuffer] = {}
         self._callbacks: List[Any] = []  # ctypes callbacks a captured graph may still call
         self.host_calls = 0
         self.errors: List[str] = []
 
     def _stage(self, key: Tuple[str, str, int], nbytes: int) -> PinnedBuffer:
-        buf = self._staging.get(key)
-        if buf is None or buf.nbytes < nbytes:  # allocated at the warm-up enqueue, before any capture
-            if buf is not None:
-                buf.close()
-            buf = self._staging[key] = PinnedBuffer(max(256, nbytes))
+        """A pinned buffer per tensor, address and size, kept until :meth:`close`: a session keeps several graphs
+        (one per shape) and each replays the copies it captured, into the staging buffer it captured them with; a
+        buffer replaced when a larger shape came would leave the other graphs copying into freed memory (seen on an
+        H100: cudaErrorLaunchFailure).  Allocated at the warm-up enqueue, before any capture."""
+        full = key + (nbytes,)
+        buf = self._staging.get(full)
+        if buf is None:
+            buf = self._staging[full] = PinnedBuffer(max(256, nbytes))
         return buf
 
     def execute(self, stream: Any, inputs: List[Tuple[str, int, Tuple[int, ...], str]],
