@@ -266,3 +266,13 @@ def test_plan_decode_feed_runs_at_the_variant_streams_before_the_variants():
     b = point_bound({"decode_alone": {"16": {"median": 900.0}}, "decode_alone_feed": {"16": {"median": 500.0}},
                      "model_only": {"classify": {"32": {"median": 2000.0}}}}, "classify", 16, 32, False)
     assert b["fps"] == 900.0 and b["limited_by"] == "decode_alone_fps"
+
+
+def test_plan_decode_beside_runs_each_model_at_the_variant_streams():
+    """``--decode-beside``: NVDEC alone beside each (untiled) model, a repetition per round at ``variant_streams``
+    only, exploratory; absent without the flag."""
+    steps = plan_steps(_settings(decode_beside=True, variant_streams=[16, 32]))
+    beside = [(s.model, s.arg, s.rep) for s in steps if s.kind == "decode_beside_model"]
+    assert beside == [(m, n, r) for r in range(3) for m in ("classify", "people") for n in (16, 32)]
+    assert all(s.group == "exploratory" for s in steps if s.kind == "decode_beside_model")
+    assert not any(s.kind == "decode_beside_model" for s in plan_steps(_settings(variant_streams=[16])))

@@ -8,8 +8,9 @@ made, a torch NV12 -> tensor conversion labelled ``preprocess: torch-fallback`` 
 The same code runs on the CPU for ``--dry-run`` (no CUDA events, no pinned memory, the fake decoder's host frames).
 """
 
+import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -81,6 +82,36 @@ def model_only(torch: Any, session: Any, contract: Any, batch: int, seconds: flo
             break
     wall = time.perf_counter() - t0
     return {"batch": batch, "iterations": n, "fps": batch * n / wall, "ms_per_batch": 1000.0 * wall / n}
+
+
+def decode_beside_model(torch: Any, session: Any, contract: Any, batch: int, device: str,
+                        decode: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+    """``decode()`` (NVDEC alone, timed by itself) while a thread runs the model back to back at ``batch`` on device
+    tensors, as :func:`model_only` does, until it returns: both engines' rates when they share the GPU."""
+    x = torch.randn(batch, 3, contract.height, contract.width, device=device)
+    feeds = {session.inputs[0].name: x}
+    session.infer_tensors(feeds)
+    _sync(torch, device)
+    stop, counts = threading.Event(), {"n": 0, "wall": 0.0}
+
+    def run_model() -> None:
+        t0 = time.perf_counter()
+        while not stop.is_set():
+            for _ in range(10):
+                session.infer_tensors(feeds)
+            counts["n"] += 10
+            _sync(torch, device)
+        counts["wall"] = time.perf_counter() - t0
+
+    worker = threading.Thread(target=run_model, name="model-beside-decode")
+    worker.start()
+    try:
+        r = decode()
+    finally:
+        stop.set()
+        worker.join()
+    model_fps = batch * counts["n"] / counts["wall"] if counts["wall"] else 0.0
+    return dict(r, batch=batch, model_fps=model_fps)
 
 
 def _sync(torch: Any, device: str) -> None:

@@ -43,7 +43,8 @@ def known_model(model: str) -> bool:
 
 @dataclass(frozen=True)
 class Step:
-    """One measurement: ``kind`` (model_only, decode_alone, decode_alone_procs, decode_alone_feed, encode_alone, pipeline,
+    """One measurement: ``kind`` (model_only, decode_alone, decode_alone_procs, decode_alone_feed, decode_beside_model,
+    encode_alone, pipeline,
     tiles_check, device_pool), ``model`` (or None), ``arg`` (batches; streams; (streams, render, variant)), ``rep``
     (0-based) and ``group``: ``goal`` (render off, the app's default path, and their bounds), ``tiles`` (the person
     detector with tiles, ``people-tilesN``: its check against the CPU reference, its model-alone bound, its points),
@@ -84,6 +85,9 @@ class PlanSettings:
     # NVDEC alone the way the feed layout decodes (ThreadedDecoders read by one thread, frames dropped at once) at
     # ``variant_streams``: whether the decode layout itself, not the pipeline behind it, holds a point under the bound
     decode_feed: bool = False
+    # NVDEC alone while each model runs back to back on the SMs, at ``variant_streams``: whether the two engines slow
+    # each other down, which min(model alone, NVDEC alone) as a bound does not count
+    decode_beside: bool = False
     device_pool: int = 0
     # the padded batch (frames) of a point: (streams, variant, model) -> bucket
     buckets_of: Callable[[int, str, str], int] = field(default=lambda n, variant, model: n)
@@ -97,7 +101,7 @@ def plan_steps(s: PlanSettings) -> List[Step]:
     rounds of its model-alone bound and its render-off points; the NVDEC bounds are the goal rounds'); then the
     render-on rounds (if asked); then the exploratory variants (render off at ``variant_streams``, and render on at
     the render-on rounds' stream count when those are asked for), led by the feed layout's NVDEC alone if asked
-    (``decode_feed``); the device-pool stand-in last."""
+    (``decode_feed``) and NVDEC beside each model (``decode_beside``); the device-pool stand-in last."""
     steps: List[Step] = []
     streams = sorted(set(s.streams), key=lambda n: (n not in GOAL_STREAMS, n))
     models = [m for m in s.models if not tile_grid_of(m)]
@@ -127,6 +131,9 @@ def plan_steps(s: PlanSettings) -> List[Step]:
     if s.decode_feed:
         for rep in range(s.reps):
             steps += [Step("decode_alone_feed", None, n, rep, "exploratory") for n in variant_streams]
+    if s.decode_beside:
+        for rep in range(s.reps):
+            steps += [Step("decode_beside_model", m, n, rep, "exploratory") for m in models for n in variant_streams]
     for variant in s.exploratory:
         for rep in range(s.reps):
             for model in models:
@@ -144,7 +151,7 @@ def guess_s(step: Step, seconds: float, decode_seconds: float, encode_seconds: f
     the timed seconds plus opening its decoders (~0.05 s a stream), worker processes or encoders (~3 s)."""
     if step.kind == "model_only":
         return len(step.arg) * (model_seconds + 0.5) + 1.0
-    if step.kind in ("decode_alone", "decode_alone_feed"):
+    if step.kind in ("decode_alone", "decode_alone_feed", "decode_beside_model"):
         return decode_seconds + 0.5 + 0.05 * step.arg
     if step.kind == "decode_alone_procs":
         return decode_seconds + 3.0 + 0.05 * step.arg

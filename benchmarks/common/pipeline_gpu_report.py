@@ -211,8 +211,15 @@ def table(doc: Dict[str, Any]) -> str:
         ["model alone %s batch %s %s" % (mod, k, _spread(v)) for mod, by in b.get("model_only", {}).items()
          for k, v in by.items()]
         + ["%s %s streams %s" % (kind.replace("_", " "), k, _spread(v)) for kind in
-           ("decode_alone", "decode_alone_procs", "decode_alone_feed", "encode_alone")
+           ("decode_alone", "decode_alone_procs", "decode_alone_feed", "decode_beside_model", "encode_alone")
            for k, v in b.get(kind, {}).items()])]
+    beside = doc["results"].get("bounds_runs", {}).get("decode_beside_model", {})
+    if beside:
+        lines.append("decode beside model (NVDEC alone while the model runs back to back, medians): " + "; ".join(
+            "%s streams NVDEC %.0f FPS, model %.0f FPS at batch %d"
+            % (key, median_spread(r["fps"] for r in reps)["median"],
+               median_spread(r["model_fps"] for r in reps)["median"], reps[0]["batch"])
+            for key, reps in beside.items()))
     pool = doc["results"].get("device_pool")
     if pool:
         lines.append("device pool (%d sessions of %s standing in for GPU + DLA): %d streams %.1f FPS, order kept %s"

@@ -238,7 +238,7 @@ def plan_settings(args: argparse.Namespace) -> Any:
 
     return PlanSettings(models=args.models, streams=args.streams, reps=args.reps, default_variant=args.default_variant,
                         exploratory=args.exploratory, variant_streams=args.variant_streams, render_on=args.render_on, decode_procs=args.decode_procs,
-                        decode_feed=args.decode_feed, device_pool=args.device_pool, buckets_of=buckets_of)
+                        decode_feed=args.decode_feed, decode_beside=args.decode_beside, device_pool=args.device_pool, buckets_of=buckets_of)
 
 
 def measure(env: "Env", args: argparse.Namespace, checkpoint: Any, state: Dict[str, Any]) -> Dict[str, Any]:
@@ -248,7 +248,8 @@ def measure(env: "Env", args: argparse.Namespace, checkpoint: Any, state: Dict[s
     from benchmarks.common.pipeline_gpu_plan import estimate_s, fits, guess_s, plan_steps
 
     res: Dict[str, Any] = {"bounds_runs": {"model_only": {m: {} for m in args.models}, "decode_alone": {},
-                                           "decode_alone_procs": {}, "decode_alone_feed": {}, "encode_alone": {}},
+                                           "decode_alone_procs": {}, "decode_alone_feed": {}, "decode_beside_model": {},
+                                           "encode_alone": {}},
                            "runs": [], "errors": [], "skipped": [], "step_seconds": []}
     state["res"] = res
     history: Dict[str, List[float]] = {}
@@ -278,7 +279,7 @@ def run_step(env: "Env", args: argparse.Namespace, res: Dict[str, Any], step: An
     """One step; bound repetitions go to ``res["bounds_runs"]``, pipeline repetitions to ``res["runs"]``."""
     from benchmarks.common.pipeline_gpu_measure import (decode_alone, decode_alone_feed, decode_alone_procs,
                                                         encode_alone, host_frames)
-    from benchmarks.common.pipeline_gpu_ops import model_only
+    from benchmarks.common.pipeline_gpu_ops import decode_beside_model, model_only
     from benchmarks.common.pipeline_gpu_plan import Step, rows_per_frame
     from benchmarks.common.pipeline_gpu_tiles import per_frame, run_tiles_check
 
@@ -302,6 +303,14 @@ def run_step(env: "Env", args: argparse.Namespace, res: Dict[str, Any], step: An
             r = decode_alone_procs(files, arg, args.dry_run, args.decode_seconds)
         bounds[kind].setdefault(str(arg), []).append(dict(r, rep=step.rep))
         log("%s %2d streams: %.1f FPS" % (kind.replace("_", " "), arg, r["fps"]))
+    elif kind == "decode_beside_model":
+        b = bucket(batch_of(arg, VARIANTS[resolve_variant(args.default_variant, arg)]["per_stream"], rows))
+        capture_graphs(env, env.sessions[model], env.models[model][1], b, rows)
+        r = decode_beside_model(env.torch, env.sessions[model], env.models[model][1], b * rows, env.device,
+                                lambda: decode_alone(files, arg, env.codec, args.decode_seconds))
+        bounds[kind].setdefault("%s %d" % (model, arg), []).append(dict(r, rep=step.rep))
+        log("decode beside model %-8s %2d streams: NVDEC %.1f FPS while the model ran %.1f FPS at batch %d"
+            % (model, arg, r["fps"], r["model_fps"] / rows, b))
     elif kind == "encode_alone":
         r = encode_alone(host_frames(files[0]), 1280, 720, args.encoders, arg, args.encode_seconds, env.scratch / "enc")
         bounds["encode_alone"].setdefault(str(arg), []).append(dict(r, rep=step.rep))
@@ -499,6 +508,8 @@ def parse_args(argv: Any) -> argparse.Namespace:
     ap.add_argument("--decode-feed", action="store_true", help="also NVDEC alone the way the feed layout decodes "
                     "(ThreadedDecoders read by one thread, frames dropped), at --variant-streams, recorded apart: "
                     "the decode layout's own ceiling")
+    ap.add_argument("--decode-beside", action="store_true", help="also NVDEC alone while each model runs back to "
+                    "back on the SMs, at --variant-streams, recorded apart: whether the two engines slow each other")
     ap.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="seconds of measuring: a step that "
                     "would end after this is skipped and recorded (0: no budget; the goal rows run first)")
     ap.add_argument("--encoders", type=int, default=8, help="CPU encoder worker processes (render on)")
