@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from tests.standins.cuda_runtime_standin import StandInCudaError, cudaError_t
+from tests.standins.tensorrt_standin import ILogger
 
 MAX_BATCH = 32
 FEATURES = 4
@@ -38,17 +39,6 @@ class _Strategy(enum.Enum):
     STATIC = 0
     ON_PROFILE_CHANGE = 1
     USER_MANAGED = 2
-
-
-class _Logger:
-    class Severity(enum.Enum):
-        ERROR = 1
-        WARNING = 2
-        INFO = 3
-        VERBOSE = 4
-
-    def __init__(self) -> None:
-        pass
 
 
 class StandInContextOwn:
@@ -219,7 +209,7 @@ def make_trt(version: str, device: Any = None, num_dla_cores: int = 0) -> Any:
     """A module-like stand-in for ``import tensorrt`` of ``version`` (see the module docstring)."""
     engine_class = _ENGINES[version]
     numbers = {"8.5": "8.5.2.2", "8.6": "8.6.2.3", "10.0": "10.0.1.6", "10.1": "10.3.0.30", "none": "10.3.0.30"}
-    trt = SimpleNamespace(__version__=numbers[version] + "+stand-in", ILogger=_Logger,
+    trt = SimpleNamespace(__version__=numbers[version] + "+stand-in", ILogger=ILogger,
                           IExecutionContext=engine_class.context_class)
     if version not in ("8.5", "8.6", "none"):
         trt.ExecutionContextAllocationStrategy = _Strategy
