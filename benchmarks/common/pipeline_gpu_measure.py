@@ -12,11 +12,13 @@ from typing import Any, Dict, List, Optional
 
 def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int = 0,
                  threaded: bool = False, ring_slots: int = 16, defer_sync: bool = False,
-                 batch_copy: Optional[bool] = None, decoder_buffer: Optional[int] = None) -> List[Any]:
+                 batch_copy: Optional[bool] = None, decoder_buffer: Optional[int] = None,
+                 copy_priority: str = "default") -> List[Any]:
     """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed.
     ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source, its ``defer_sync`` and ``batch_copy`` as
     given: None is the ring's default, one copy launch per fetch where it waits once per fetch); ``threaded``:
-    NvThreadedSource, decoding ahead into ``decoder_buffer`` frames (None: the source's default)."""
+    NvThreadedSource, decoding ahead into ``decoder_buffer`` frames (None: the source's default); ``copy_priority``:
+    the rings' copy stream ("high": the device's greatest stream priority)."""
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
     from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
     from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
@@ -24,11 +26,25 @@ def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int =
     kind = NvThreadedSource if threaded else NvDecSource
     extra = {"buffer_size": int(decoder_buffer)} if threaded and decoder_buffer else {}
     sources = [kind(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
-                    keep=DeviceFrameRing(ring_slots, defer_sync, batch_copy) if keep == "ring" else keep, **extra)
+                    keep=DeviceFrameRing(ring_slots, defer_sync, batch_copy, copy_priority) if keep == "ring" else keep,
+                    **extra)
                for s in range(n)]
     for src in sources:
         src.prime()
+        if hasattr(src, "decode_wait_s"):  # the decoders' start-up is not the feeder's steady-state wait
+            src.fetches, src.decode_wait_s, src.copy_wait_s = 0, 0.0, 0.0
     return sources
+
+
+def feeder_waits(sources: Any, frames: int) -> Dict[str, float]:
+    """The feeder's waits per frame, summed over its sources (NvThreadedSource's counters): in get_batch_frames for
+    decoded frames, and in the ring's once-a-fetch wait for the owned copies; {} for sources without them."""
+    srcs = [src for src in sources if hasattr(src, "decode_wait_s")]
+    if not srcs or frames <= 0:
+        return {}
+    return {"decode_wait_ms": 1000.0 * sum(src.decode_wait_s for src in srcs) / frames,
+            "copy_wait_ms": 1000.0 * sum(src.copy_wait_s for src in srcs) / frames,
+            "fetches_per_frame": sum(src.fetches for src in srcs) / frames}
 
 
 def decode_alone(paths: List[Path], n: int, codec: Any, seconds: float) -> Dict[str, Any]:
@@ -233,6 +249,5 @@ def stage_block(run: Dict[str, Any], app_metrics: Dict[str, Any], launch_parts: 
     return out
 
 
-__all__ = ["BenchTask", "app_timed", "app_timed_sink", "decode_alone", "decode_alone_feed", "decode_alone_procs", "encode_alone",
-           "host_frames", "open_group", "open_sources", "stage_block",
-           "source_label"]
+__all__ = ["BenchTask", "app_timed", "app_timed_sink", "decode_alone", "decode_alone_feed", "decode_alone_procs",
+           "encode_alone", "feeder_waits", "host_frames", "open_group", "open_sources", "source_label", "stage_block"]

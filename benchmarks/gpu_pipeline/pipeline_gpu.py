@@ -78,6 +78,10 @@ VARIANTS = {
     # idles at 16 streams because a stream's decode-ahead buffer is full while the one feeder thread serves the others
     "feed-pairs-buf32": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
                          "decoder_buffer": 32},
+    # feed-pairs with the rings' copies on a stream of the device's greatest priority: whether the feeder's
+    # once-a-fetch wait for its copy kernel, queued behind the model's kernels, is what holds NVDEC back
+    "feed-pairs-prio": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
+                        "copy_priority": "high"},
     # what `jetforge app --decode gpu` does (gpu_app.decode_layout; per_stream and switch_ms from GpuAppOptions)
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }
@@ -148,8 +152,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
     its batches timed by the app's TaskOps; render on sends every frame to the encoder pool."""
     from jetforge.apps.pipeline.streams import StreamRunOptions, run_streams
     from jetforge.apps.video.sinks.encode_pool import EncoderPool
-    from benchmarks.common.pipeline_gpu_measure import (app_timed, app_timed_sink, open_group, open_sources,
-                                                        source_label, stage_block)
+    from benchmarks.common.pipeline_gpu_measure import (app_timed, app_timed_sink, feeder_waits, open_group,
+                                                        open_sources, source_label, stage_block)
     from benchmarks.common.pipeline_gpu_ops import keep_hook
 
     from benchmarks.common.pipeline_gpu_plan import rows_per_frame
@@ -170,7 +174,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         sources = SourceFeedGroup(open_sources([env.streams[model]], n, env.codec, keep="ring", threaded=True,
                                                ring_slots=FEED_RING_SLOTS, defer_sync=True,
                                                batch_copy=v.get("batch_copy"),
-                                               decoder_buffer=v.get("decoder_buffer")), depth=FEED_DEPTH)
+                                               decoder_buffer=v.get("decoder_buffer"),
+                                               copy_priority=v.get("copy_priority", "default")), depth=FEED_DEPTH)
         first = vars(sources.sources[0])
     else:
         keep = "ring" if v["keep"] == "ring" else keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])
@@ -208,6 +213,9 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
             src.close()
         inner.close_copy_back()
     row = result.summary()
+    stages = stage_block(row, ops.metrics.to_dict() if timed else {}, inner.launch_parts())
+    # the feeder's wall split: waiting for decoded frames, waiting for the owned copies (ms a frame)
+    stages.setdefault("feeder", {}).update(feeder_waits(getattr(sources, "sources", sources), row["frames"]))
     if render:  # end to end = until the last frame is encoded and the files are joined, not until it is queued
         row["fps_until_queued"], row["encoder_drain_s"] = row["fps"], drain_s
         row["fps"] = row["frames"] / (row["wall_s"] + drain_s)
@@ -219,7 +227,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
                 "gil_switch_interval_ms": v["switch_ms"] or 1000.0 * switch,
                 "cuda_streams": "non-blocking + events" if v["nonblocking"] else "legacy default stream",
                 "launch_parts_ms_per_batch": inner.launch_parts(),
-                "stages": stage_block(row, ops.metrics.to_dict() if timed else {}, inner.launch_parts()),
+                "stages": stages,
                 "app_stage_timing": timed,
                 "colour": "%s %s range" % (first["matrix"], "full" if first["full_range"] else "limited")})
     if enc:
@@ -329,14 +337,19 @@ def run_step(env: "Env", args: argparse.Namespace, res: Dict[str, Any], step: An
         res["runs"].append(row)
         st = row["stages"]
         log("pipeline %-8s %2d streams render %-3s %-18s rep %d: %8.1f FPS, %.3f cores/30fps stream, feeder CPU "
-            "%.3f ms/f, launch %s, results %s, load %.1f->%.1f"
+            "%.3f ms/f (waits: decode %s, copies %s ms/f), launch %s, results %s, load %.1f->%.1f"
             % (model, n, "on" if render else "off", row["variant"], step.rep + 1, row["fps"],
-               row["cores_per_30fps_stream"], st["feeder"]["cpu_ms"] or 0.0, _ms(st.get("launch")),
-               _ms(st.get("results")), before[0], row["host"]["loadavg_after"][0]))
+               row["cores_per_30fps_stream"], st["feeder"]["cpu_ms"] or 0.0, _opt(st["feeder"].get("decode_wait_ms")),
+               _opt(st["feeder"].get("copy_wait_ms")), _ms(st.get("launch")), _ms(st.get("results")), before[0],
+               row["host"]["loadavg_after"][0]))
     elif kind == "device_pool":
         res["device_pool"] = row = device_pool_run(env, model, arg, args.device_pool)
         log("device pool: %d sessions, %d streams: %.1f FPS, batches per session %s, order kept %s"
             % (args.device_pool, arg, row["fps"], row["batches_per_device"], row["order_ok"]))
+
+
+def _opt(ms: Optional[float]) -> str:
+    return "-" if ms is None else "%.3f" % ms
 
 
 def _ms(stage: Optional[Dict[str, Any]]) -> str:

@@ -697,3 +697,32 @@ def test_render_per_stream_copies_back_only_the_frames_an_output_wants(bikes_cli
             assert host is None
         else:
             np.testing.assert_array_equal(host, reference[index])
+
+
+def test_threaded_nvdec_source_splits_its_reader_time_into_decode_and_copy_waits(bikes_clip):
+    """NvThreadedSource counts its fetches and the time spent in them: ``decode_wait_s`` around get_batch_frames,
+    ``copy_wait_s`` around the keep hook's once-a-fetch ``flush`` (the benchmark's per-stage split of the feeder).
+    The flush here sleeps a known time, so the copy wait must be at least that much per fetch, and a keep hook
+    without flush adds no copy wait."""
+    import time as _time
+
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+
+    class SlowFlush:
+        flushes = 0
+
+        def __call__(self, decoded, width, height):
+            return np.asarray(decoded).copy()
+
+        def flush(self):
+            SlowFlush.flushes += 1
+            _time.sleep(0.002)
+
+    with NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=SlowFlush(), max_frames=12, fetch=4) as src:
+        frames = list(src)
+    assert len(frames) == 12 and src.fetches == SlowFlush.flushes == 3  # 12 frames, 4 a fetch
+    assert src.copy_wait_s >= 3 * 0.002 and src.decode_wait_s > 0.0
+    with NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=lambda d, w, h: np.asarray(d).copy(),
+                          max_frames=8, fetch=4) as plain:
+        assert len(list(plain)) == 8
+    assert plain.fetches == 2 and plain.copy_wait_s == 0.0

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 STAND_IN = "stand-in CUDA runtime (host memory, no GPU)"
 ALIGNMENT = 256  # cudaMalloc's alignment; TensorRT requires it of tensor addresses
+LEAST_PRIORITY, GREATEST_PRIORITY = 0, -5  # cudaDeviceGetStreamPriorityRange on recent GPUs (lower is greater)
 
 
 class cudaError_t(enum.IntEnum):  # noqa: N801 - cuda-python's name
@@ -97,6 +98,7 @@ class StandInCudaDevice:
         self.allocations: Dict[int, Tuple[int, str, Any]] = {}  # base -> (nbytes, "device"|"host", ctypes buffer)
         self.freed: List[int] = []
         self.streams: Dict[int, Optional[List[Callable[[], None]]]] = {}  # handle -> recorded work while capturing
+        self.priorities: Dict[int, int] = {}  # handle -> priority (0 unless created with one)
         self.events: Dict[int, int] = {}
         self.graphs: Dict[int, List[Callable[[], None]]] = {}
         self.execs: Dict[int, List[Callable[[], None]]] = {}
@@ -250,7 +252,23 @@ def make_module(device: Optional[StandInCudaDevice] = None) -> Any:
         return handle
 
     @call
+    def cudaDeviceGetStreamPriorityRange() -> Tuple[int, int]:  # noqa: N802
+        return LEAST_PRIORITY, GREATEST_PRIORITY
+
+    @call
+    def cudaStreamCreateWithPriority(flags: int, priority: int) -> _Handle:  # noqa: N802
+        handle = dev.new_handle()
+        dev.streams[int(handle)] = None
+        dev.priorities[int(handle)] = min(LEAST_PRIORITY, max(GREATEST_PRIORITY, int(priority)))  # CUDA clamps
+        return handle
+
+    @call
+    def cudaStreamGetPriority(stream: Any) -> int:  # noqa: N802
+        return dev.priorities.get(dev.stream(stream), 0)
+
+    @call
     def cudaStreamDestroy(stream: Any) -> None:  # noqa: N802
+        dev.priorities.pop(dev.stream(stream), None)
         dev.streams.pop(dev.stream(stream))
 
     @call

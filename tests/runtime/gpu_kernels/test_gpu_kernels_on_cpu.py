@@ -304,9 +304,12 @@ class HostPinnedBuffer(HostDeviceBuffer):
 
 
 class HostStream:
-    """cuda.Stream's stand-in: counts the waits."""
+    """cuda.Stream's stand-in: counts the waits, keeps the priority it was made with."""
 
     syncs = 0
+
+    def __init__(self, priority="default"):
+        self.priority = priority
 
     def synchronize(self):
         HostStream.syncs += 1
@@ -424,3 +427,24 @@ def test_the_copy_back_takes_device_nv12_batches_of_one_size_only():
     assert not BatchCopyBack.takes([frame(), frame(on_host=True)])  # a CPU decoder's frame
     assert not BatchCopyBack.takes([frame(layout="rgb")])  # jetson-utils' packed frames
     assert not BatchCopyBack.takes([frame(y_ptr=0)])  # plane pointers not known
+
+
+def test_the_frame_ring_copies_on_a_high_priority_stream_when_asked(cpu_gpu, bikes_frames, host_cuda):
+    """DeviceFrameRing(copy_priority="high") makes its copy stream with the device's greatest priority (so its
+    copy kernel does not queue behind a model's kernels) and copies the same bytes; an unknown priority is refused."""
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
+    from jetforge.errors import ConfigError
+
+    w, h = 640, 272
+    y, uv = _nv12_planes(cv2_resize(list(bikes_frames.values())[0], w, h))
+    rings = {p: DeviceFrameRing(slots=4, defer_sync=True, copy_priority=p) for p in ("default", "high")}
+    surfaces = {p: PitchedDecodedFrame(y, uv, pitch=768) for p in rings}  # alive until the copies are made
+    owned = {p: ring(surfaces[p], w, h) for p, ring in rings.items()}
+    for ring in rings.values():
+        ring.flush()
+    assert rings["high"]._stream.priority == "high" and rings["default"]._stream.priority == "default"
+    got = {p: next(b for b in host_cuda if b.ptr == o.ptr).data.copy() for p, o in owned.items()}
+    assert np.array_equal(got["high"], got["default"])
+    assert np.array_equal(got["high"][: w * h], y.reshape(-1)) and np.array_equal(got["high"][w * h:], uv.reshape(-1))
+    with pytest.raises(ConfigError, match="copy priority"):
+        DeviceFrameRing(copy_priority="urgent")

@@ -2,6 +2,7 @@
 
 from typing import Any, Optional
 
+from jetforge.errors import ConfigError
 from jetforge.runtime.cuda.bindings import check, error_code, runtime_api
 
 NOT_READY = 600  # cudaErrorNotReady
@@ -12,12 +13,31 @@ class Stream:
 
     ``handle`` is the ``cudaStream_t`` to pass to cuda-python; ``int(stream)`` is the raw
     handle TensorRT's ``execute_async_v3`` takes.
+
+    ``priority``: ``"default"`` or ``"high"`` (the device's greatest stream priority,
+    ``cudaStreamCreateWithPriority``): the block scheduler starts a high-priority stream's waiting blocks before
+    other streams' as SMs free up -- for short work that others wait on (a decoder's frame copies) beside long
+    kernels (a model's batch), so the short work does not queue behind whole kernels.
     """
 
-    def __init__(self, non_blocking: bool = True) -> None:
+    PRIORITIES = ("default", "high")
+
+    def __init__(self, non_blocking: bool = True, priority: str = "default") -> None:
+        if priority not in self.PRIORITIES:
+            raise ConfigError("stream priority %r is not one of %s" % (priority, ", ".join(self.PRIORITIES)))
         rt = runtime_api()
         flags = rt.cudaStreamNonBlocking if non_blocking else rt.cudaStreamDefault
-        self._handle: Optional[Any] = check(rt.cudaStreamCreateWithFlags(flags), "cudaStreamCreateWithFlags")
+        if priority == "high":
+            _least, greatest = check(rt.cudaDeviceGetStreamPriorityRange(), "cudaDeviceGetStreamPriorityRange")
+            self._handle: Optional[Any] = check(rt.cudaStreamCreateWithPriority(flags, int(greatest)),
+                                                "cudaStreamCreateWithPriority")
+        else:
+            self._handle = check(rt.cudaStreamCreateWithFlags(flags), "cudaStreamCreateWithFlags")
+
+    @property
+    def priority(self) -> int:
+        """The stream's numeric priority as CUDA reports it (lower numbers are greater priorities)."""
+        return int(check(runtime_api().cudaStreamGetPriority(self.handle), "cudaStreamGetPriority"))
 
     @property
     def handle(self) -> Any:

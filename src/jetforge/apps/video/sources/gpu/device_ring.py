@@ -25,9 +25,15 @@ from jetforge.errors import ConfigError
 class DeviceFrameRing:
     """``keep(decoded, width, height)`` for one source: the frame copied into the next of ``slots`` device buffers."""
 
-    def __init__(self, slots: int = 16, defer_sync: bool = False, batch_copy: Optional[bool] = None) -> None:
+    def __init__(self, slots: int = 16, defer_sync: bool = False, batch_copy: Optional[bool] = None,
+                 copy_priority: str = "default") -> None:
         if slots < 2:
             raise ConfigError("a frame ring needs at least 2 slots, got %d" % slots)
+        # copy_priority "high": the copies run on a stream of the device's greatest priority, so that with a model's
+        # long kernels on the GPU the copy (which the feeder waits for once a fetch) does not queue behind them
+        if copy_priority not in ("default", "high"):
+            raise ConfigError("frame ring copy priority %r is not default or high" % copy_priority)
+        self.copy_priority = copy_priority
         self.slots = int(slots)
         # defer_sync: one wait per fetch (the source calls flush() before anyone sees the fetched frames) instead of
         # one per frame; each wait gives the GIL away and takes it back, which costs most where threads contend
@@ -74,7 +80,7 @@ class DeviceFrameRing:
 
             self.flush()  # copies queued at the old size land before their buffers go
             self.close()
-            self._stream = cuda.Stream()
+            self._stream = cuda.Stream(priority="high") if self.copy_priority == "high" else cuda.Stream()
             self._buffers = [cuda.DeviceBuffer(width * height * 3 // 2) for _ in range(self.slots)]
             if self.batch_copy:
                 from jetforge.runtime.cuda.kernels.copy import Nv12Copier

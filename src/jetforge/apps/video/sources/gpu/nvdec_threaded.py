@@ -40,6 +40,9 @@ class NvThreadedSource(GpuFrameReader):
         self._keep, self.fetch = keep, max(1, min(int(fetch), int(buffer_size)))
         self._pending: Deque[GpuFrame] = deque()
         self._index, self.passes = 0, 1
+        # where a reader's time goes (two clock reads a fetch): waiting in get_batch_frames for decoded frames, and
+        # in the keep hook's once-a-fetch wait for the owned copies -- the feeder's per-stage split
+        self.fetches, self.decode_wait_s, self.copy_wait_s = 0, 0.0, 0.0
         try:
             demuxer = self._nvc.CreateDemuxer(filename=str(self.path))  # the stream's facts, read once
             self.width = int(_call_first(demuxer, ("Width", "GetWidth")))
@@ -62,13 +65,18 @@ class NvThreadedSource(GpuFrameReader):
 
     def _refill(self) -> bool:
         while True:
+            t0 = time.perf_counter()
             frames = self._decoder.get_batch_frames(self.fetch)
+            now = time.perf_counter()
+            self.decode_wait_s += now - t0
             if frames:
-                now = time.perf_counter()
+                self.fetches += 1
                 self._pending.extend(self._wrap(f, now) for f in frames)  # owned copies before the next fetch
                 flush = getattr(self._keep, "flush", None)
                 if callable(flush):
+                    t1 = time.perf_counter()
                     flush()  # a keep hook that waits once per fetch: the copies are complete before any is read
+                    self.copy_wait_s += time.perf_counter() - t1
                 return True
             if not self.loop:
                 return False
