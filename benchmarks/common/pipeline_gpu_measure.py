@@ -31,8 +31,8 @@ def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int =
                for s in range(n)]
     for src in sources:
         src.prime()
-        if hasattr(src, "decode_wait_s"):  # the decoders' start-up is not the feeder's steady-state wait
-            src.fetches, src.decode_wait_s, src.copy_wait_s = 0, 0.0, 0.0
+        if hasattr(src, "reset_waits"):  # the decoders' start-up is not the feeder's steady-state wait
+            src.reset_waits()
     return sources
 
 
@@ -45,6 +45,11 @@ def feeder_waits(sources: Any, frames: int) -> Dict[str, float]:
     return {"decode_wait_ms": 1000.0 * sum(src.decode_wait_s for src in srcs) / frames,
             "copy_wait_ms": 1000.0 * sum(src.copy_wait_s for src in srcs) / frames,
             "fetches_per_frame": sum(src.fetches for src in srcs) / frames}
+
+
+def decode_rate(n: int, frames: int, wall: float, cpu: float) -> Dict[str, Any]:
+    """One decode measurement's record: N streams, frames decoded, frames a second, process CPU ms a frame."""
+    return {"streams": n, "frames": frames, "fps": frames / wall, "cpu_ms_per_frame": 1000.0 * cpu / max(1, frames)}
 
 
 def decode_alone(paths: List[Path], n: int, codec: Any, seconds: float) -> Dict[str, Any]:
@@ -70,8 +75,7 @@ def decode_alone(paths: List[Path], n: int, codec: Any, seconds: float) -> Dict[
     wall, cpu = time.perf_counter() - t0, process_cpu_s() - c0
     for src in sources:
         src.close()
-    frames = sum(counts)
-    return {"streams": n, "frames": frames, "fps": frames / wall, "cpu_ms_per_frame": 1000.0 * cpu / max(1, frames)}
+    return decode_rate(n, sum(counts), wall, cpu)
 
 
 def decode_alone_feed(paths: List[Path], n: int, codec: Any, seconds: float) -> Dict[str, Any]:
@@ -94,7 +98,7 @@ def decode_alone_feed(paths: List[Path], n: int, codec: Any, seconds: float) -> 
     wall, cpu = time.perf_counter() - t0, process_cpu_s() - c0
     for src in sources:
         src.close()
-    return {"streams": n, "frames": frames, "fps": frames / wall, "cpu_ms_per_frame": 1000.0 * cpu / max(1, frames)}
+    return decode_rate(n, frames, wall, cpu)
 
 
 def open_group(paths: List[Path], n: int, dry_run: bool, streams_per_worker: int, per_stream: int) -> Any:
@@ -124,8 +128,7 @@ def decode_alone_procs(paths: List[Path], n: int, dry_run: bool, seconds: float)
         wall, cpu = time.perf_counter() - t0, process_cpu_s() - c0 + group.worker_cpu_s() - w0
     finally:
         group.close()
-    return {"streams": n, "frames": sink.frames, "fps": sink.frames / wall, "workers": group.workers,
-            "cpu_ms_per_frame": 1000.0 * cpu / max(1, sink.frames)}
+    return dict(decode_rate(n, sink.frames, wall, cpu), workers=group.workers)
 
 
 class _ReleasingSink:
@@ -250,4 +253,4 @@ def stage_block(run: Dict[str, Any], app_metrics: Dict[str, Any], launch_parts: 
 
 
 __all__ = ["BenchTask", "app_timed", "app_timed_sink", "decode_alone", "decode_alone_feed", "decode_alone_procs",
-           "encode_alone", "feeder_waits", "host_frames", "open_group", "open_sources", "source_label", "stage_block"]
+           "decode_rate", "encode_alone", "feeder_waits", "host_frames", "open_group", "open_sources", "source_label", "stage_block"]

@@ -73,15 +73,7 @@ def model_only(torch: Any, session: Any, contract: Any, batch: int, seconds: flo
     for _ in range(3):
         session.infer_tensors(feeds)
     _sync(torch, device)
-    n, t0 = 0, time.perf_counter()
-    while True:
-        for _ in range(10):
-            session.infer_tensors(feeds)
-        n += 10
-        _sync(torch, device)
-        if time.perf_counter() - t0 >= seconds:
-            break
-    wall = time.perf_counter() - t0
+    n, wall = _back_to_back(session, feeds, lambda elapsed: elapsed >= seconds, lambda: _sync(torch, device))
     return {"batch": batch, "iterations": n, "fps": batch * n / wall, "ms_per_batch": 1000.0 * wall / n}
 
 
@@ -106,14 +98,8 @@ def decode_beside_model(torch: Any, session: Any, contract: Any, batch: int, dev
             session.infer_tensors(feeds)  # warm on this stream
             if side is not None:
                 side.synchronize()
-            t0 = time.perf_counter()
-            while not stop.is_set():
-                for _ in range(10):
-                    session.infer_tensors(feeds)
-                counts["n"] += 10
-                if side is not None:
-                    side.synchronize()
-            counts["wall"] = time.perf_counter() - t0
+            counts["n"], counts["wall"] = _back_to_back(session, feeds, lambda _elapsed: stop.is_set(),
+                                                        side.synchronize if side is not None else lambda: None)
 
     worker = threading.Thread(target=run_model, name="model-beside-decode")
     worker.start()
@@ -124,6 +110,20 @@ def decode_beside_model(torch: Any, session: Any, contract: Any, batch: int, dev
         worker.join()
     model_fps = batch * counts["n"] / counts["wall"] if counts["wall"] else 0.0
     return dict(r, batch=batch, model_fps=model_fps, model_stream="non-blocking, its own")
+
+
+def _back_to_back(session: Any, feeds: Dict[str, Any], done: Callable[[float], bool],
+                  wait: Callable[[], None]) -> Tuple[int, float]:
+    """Inferences of ``feeds`` back to back, ten between waits, until ``done(elapsed seconds)``: (count, wall s)."""
+    n, t0 = 0, time.perf_counter()
+    while True:
+        for _ in range(10):
+            session.infer_tensors(feeds)
+        n += 10
+        wait()
+        elapsed = time.perf_counter() - t0
+        if done(elapsed):
+            return n, elapsed
 
 
 def _sync(torch: Any, device: str) -> None:

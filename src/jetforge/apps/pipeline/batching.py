@@ -18,8 +18,8 @@ as DeepStream's ``nvstreammux`` does:
   side by side on an H100 (2026-12-07, benchmarks/gpu_pipeline/results/nvidia-h100_2026-12-07_gpu-path-buckets.txt)
   and did not pay: MobileNetV2 at 16 streams 0.893x of NVDEC's rate against 0.891x, 32 streams 0.921x against
   0.912x, the SSD detector level, because a padded row at batch 28 cost no less than at 32 (0.096 ms a frame
-  either way).  And a TensorRT session keeps one CUDA graph and re-captures it whenever the size changes, so more
-  sizes mean more captures on a board.
+  either way).  And every size is one more CUDA graph a session captures and keeps (the TensorRT session: one
+  execution context each, up to 8), so more sizes mean more captures and memory on a board.
 """
 
 import threading

@@ -6,6 +6,14 @@ from jetforge.errors import ConfigError
 from jetforge.runtime.cuda.bindings import check, error_code, runtime_api
 
 NOT_READY = 600  # cudaErrorNotReady
+STREAM_PRIORITIES = ("default", "high")  # what Stream(priority=...) takes
+
+
+def check_priority(priority: str, what: str) -> str:
+    """``priority`` if it is one of :data:`STREAM_PRIORITIES`, else a ConfigError naming ``what`` and the choices."""
+    if priority not in STREAM_PRIORITIES:
+        raise ConfigError("%s %r is not one of %s" % (what, priority, ", ".join(STREAM_PRIORITIES)))
+    return priority
 
 
 class Stream:
@@ -20,11 +28,8 @@ class Stream:
     kernels (a model's batch), so the short work does not queue behind whole kernels.
     """
 
-    PRIORITIES = ("default", "high")
-
     def __init__(self, non_blocking: bool = True, priority: str = "default") -> None:
-        if priority not in self.PRIORITIES:
-            raise ConfigError("stream priority %r is not one of %s" % (priority, ", ".join(self.PRIORITIES)))
+        check_priority(priority, "stream priority")
         rt = runtime_api()
         flags = rt.cudaStreamNonBlocking if non_blocking else rt.cudaStreamDefault
         if priority == "high":

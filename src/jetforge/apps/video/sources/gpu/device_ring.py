@@ -20,6 +20,7 @@ import numpy as np
 from jetforge.apps.video.sources.gpu.frame import OwnedNv12
 from jetforge.apps.video.sources.gpu.nvdec import plane_pointers
 from jetforge.errors import ConfigError
+from jetforge.runtime.cuda.stream import check_priority
 
 
 class DeviceFrameRing:
@@ -31,9 +32,7 @@ class DeviceFrameRing:
             raise ConfigError("a frame ring needs at least 2 slots, got %d" % slots)
         # copy_priority "high": the copies run on a stream of the device's greatest priority, so that with a model's
         # long kernels on the GPU the copy (which the feeder waits for once a fetch) does not queue behind them
-        if copy_priority not in ("default", "high"):
-            raise ConfigError("frame ring copy priority %r is not default or high" % copy_priority)
-        self.copy_priority = copy_priority
+        self.copy_priority = check_priority(copy_priority, "frame ring copy priority")
         self.slots = int(slots)
         # defer_sync: one wait per fetch (the source calls flush() before anyone sees the fetched frames) instead of
         # one per frame; each wait gives the GIL away and takes it back, which costs most where threads contend
@@ -80,7 +79,7 @@ class DeviceFrameRing:
 
             self.flush()  # copies queued at the old size land before their buffers go
             self.close()
-            self._stream = cuda.Stream(priority="high") if self.copy_priority == "high" else cuda.Stream()
+            self._stream = cuda.Stream(priority=self.copy_priority)
             self._buffers = [cuda.DeviceBuffer(width * height * 3 // 2) for _ in range(self.slots)]
             if self.batch_copy:
                 from jetforge.runtime.cuda.kernels.copy import Nv12Copier

@@ -40,9 +40,7 @@ class NvThreadedSource(GpuFrameReader):
         self._keep, self.fetch = keep, max(1, min(int(fetch), int(buffer_size)))
         self._pending: Deque[GpuFrame] = deque()
         self._index, self.passes = 0, 1
-        # where a reader's time goes (two clock reads a fetch): waiting in get_batch_frames for decoded frames, and
-        # in the keep hook's once-a-fetch wait for the owned copies -- the feeder's per-stage split
-        self.fetches, self.decode_wait_s, self.copy_wait_s = 0, 0.0, 0.0
+        self.reset_waits()
         try:
             demuxer = self._nvc.CreateDemuxer(filename=str(self.path))  # the stream's facts, read once
             self.width = int(_call_first(demuxer, ("Width", "GetWidth")))
@@ -58,6 +56,12 @@ class NvThreadedSource(GpuFrameReader):
                               hint="NVDEC decodes H.264/HEVC/AV1/VP9; convert the file, or use --decode cpu") from None
         self.fps = fps if 0.0 < fps < 1000.0 else 0.0
         self.frame_count: Optional[int] = None
+
+    def reset_waits(self) -> None:
+        """Zero the counters of where a reader's time goes (two clock reads a fetch): ``decode_wait_s`` in
+        get_batch_frames for decoded frames, ``copy_wait_s`` in the keep hook's once-a-fetch wait for the owned
+        copies, over ``fetches`` fetches -- the feeder's per-stage split (a benchmark resets them after priming)."""
+        self.fetches, self.decode_wait_s, self.copy_wait_s = 0, 0.0, 0.0
 
     def prime(self) -> None:
         """Fetch the first frames, so that decoder start-up is not counted in a timed run."""
