@@ -82,6 +82,10 @@ VARIANTS = {
     # once-a-fetch wait for its copy kernel, queued behind the model's kernels, is what holds NVDEC back
     "feed-pairs-prio": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
                         "copy_priority": "high"},
+    # feed-pairs with each source copying a fetch ahead (NvThreadedSource copy_ahead): a fetch's copies are waited for
+    # a fetch later, when they are long done, not right after their launch: whether that wait is the feeder's gap
+    "feed-pairs-ahead": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
+                         "copy_ahead": True},
     # what `jetforge app --decode gpu` does (gpu_app.decode_layout; per_stream and switch_ms from GpuAppOptions)
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }
@@ -175,7 +179,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
                                                ring_slots=FEED_RING_SLOTS, defer_sync=True,
                                                batch_copy=v.get("batch_copy"),
                                                decoder_buffer=v.get("decoder_buffer"),
-                                               copy_priority=v.get("copy_priority", "default")), depth=FEED_DEPTH)
+                                               copy_priority=v.get("copy_priority", "default"),
+                                               copy_ahead=v.get("copy_ahead", False)), depth=FEED_DEPTH)
         first = vars(sources.sources[0])
     else:
         keep = "ring" if v["keep"] == "ring" else keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])

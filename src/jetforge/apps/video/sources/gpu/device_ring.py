@@ -68,8 +68,17 @@ class DeviceFrameRing:
     def flush(self) -> None:
         """Make the queued copies (``batch_copy``) and wait for every copy so far (``defer_sync``: the source calls
         this once per fetch, before handing the frames out)."""
+        self.launch()
+        self.wait()
+
+    def launch(self) -> None:
+        """Make the queued copies (``batch_copy``) without waiting for them: a source that copies a fetch ahead
+        (NvThreadedSource ``copy_ahead``) calls :meth:`wait` only when it hands those frames out, a fetch later."""
         if self._copier is not None:
             self._copier.launch(self._stream)
+
+    def wait(self) -> None:
+        """Wait for every copy launched so far (the GIL is released while waiting)."""
         if self._stream is not None:
             self._stream.synchronize()
 
@@ -91,6 +100,8 @@ class DeviceFrameRing:
         return slot
 
     def close(self) -> None:
+        if self._stream is not None:
+            self._stream.synchronize()  # no copy still writing a buffer that is about to be freed
         self._copier = None
         for buf in self._buffers:
             buf.close()

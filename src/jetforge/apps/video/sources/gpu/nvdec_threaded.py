@@ -11,6 +11,14 @@ API used (PyNvVideoCodec 2.x): ``ThreadedDecoder(path, buffer_size, gpu_id=, use
 ``get_batch_frames(n)`` (an empty list at the end), ``reconfigure_decoder(path)`` (start again: ``loop``),
 ``end()``.  The stream's size, rate and colour description come from a demuxer opened once, as NvDecSource reads
 them.  Executed on the H200 by ``benchmarks/gpu_pipeline/pipeline_gpu.py`` (variant ``threaded``) only.
+
+``copy_ahead``: with a keep hook that can launch its copies and wait for them apart (``launch()``/``wait()``:
+:class:`~.device_ring.DeviceFrameRing`), the next fetch is taken and its copies launched as soon as a fetch is handed
+out, and waited for only when its frames are handed out in turn, one fetch later.  Why: with a model's kernels
+on the GPU the copies of a fetch queue behind them, and a feeder serving 16 streams that waits for each fetch's
+copies right away is not fetching meanwhile; a fetch later, they are long done.  A decoder's frames stay valid until
+its next ``get_batch_frames``, which comes only after their copies were waited for, so nothing is read after the
+decoder reused it.  The ring holds one more fetch per stream (give it ``fetch`` more slots).
 """
 
 import os
@@ -21,8 +29,10 @@ from typing import Any, Deque, Dict, Optional, Union
 from jetforge.apps.video.sources.gpu.frame import GpuFrame, GpuFrameReader, full_range_from_code, matrix_from_code
 from jetforge.apps.video.sources.gpu import nvdec as nvdec
 from jetforge.apps.video.sources.gpu.nvdec import KeepHook, _call, _call_first, frame_from_decoded
-from jetforge.errors import StreamError
+from jetforge.errors import ConfigError, StreamError
 from jetforge.fileio import require_file
+
+DEFAULT_FETCH = 4  # frames a get_batch_frames call takes: one wait (and one copy launch) per 4 frames
 
 
 class NvThreadedSource(GpuFrameReader):
@@ -32,13 +42,19 @@ class NvThreadedSource(GpuFrameReader):
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], gpu_id: int = 0, stream: int = 0,
                  codec_module: Optional[Any] = None, keep: Optional[KeepHook] = None, loop: bool = False,
-                 max_frames: int = 0, buffer_size: int = 12, fetch: int = 4) -> None:
+                 max_frames: int = 0, buffer_size: int = 12, fetch: int = DEFAULT_FETCH, copy_ahead: bool = False) -> None:
+        if copy_ahead and not (callable(getattr(keep, "launch", None)) and callable(getattr(keep, "wait", None))):
+            raise ConfigError("copying a fetch ahead needs a keep hook that launches its copies and waits for them "
+                              "apart (launch() and wait())",
+                              hint="give NvThreadedSource keep=DeviceFrameRing(defer_sync=True), or copy_ahead=False")
         self.path = require_file(path, "video file", hint="check the path of the video (--source)")
         self.uri = "nvdec://" + str(self.path)
         self._nvc = codec_module if codec_module is not None else nvdec.load_pynvvideocodec()
         self.gpu_id, self.stream, self.loop, self.max_frames = int(gpu_id), int(stream), bool(loop), int(max_frames)
         self._keep, self.fetch = keep, max(1, min(int(fetch), int(buffer_size)))
         self._pending: Deque[GpuFrame] = deque()
+        self.copy_ahead = bool(copy_ahead)
+        self._ahead: Deque[GpuFrame] = deque()  # copy_ahead: the next fetch, its copies launched, not yet waited for
         self._index, self.passes = 0, 1
         self.reset_waits()
         try:
@@ -68,6 +84,33 @@ class NvThreadedSource(GpuFrameReader):
         self._refill()
 
     def _refill(self) -> bool:
+        if self.copy_ahead:
+            return self._refill_ahead()
+        if not self._fetch(self._pending):
+            return False
+        self._timed_wait(getattr(self._keep, "flush", None))  # a hook that waits once per fetch: copies complete
+        return True
+
+    def _refill_ahead(self) -> bool:
+        """Hand out the fetch copied ahead (waiting for its copies, by now usually done), then fetch the next one and
+        launch its copies without waiting (module docstring)."""
+        if not self._ahead and not self._fetch_ahead():
+            return False
+        self._timed_wait(self._keep.wait)
+        self._pending.extend(self._ahead)
+        self._ahead.clear()
+        self._fetch_ahead()  # the end of the stream is found at the next refill, with nothing ahead
+        return True
+
+    def _fetch_ahead(self) -> bool:
+        if not self._fetch(self._ahead):
+            return False
+        self._keep.launch()
+        return True
+
+    def _fetch(self, into: Deque[GpuFrame]) -> bool:
+        """The next ``fetch`` frames, each handed to ``keep`` (its owned copy, made or queued), appended to ``into``;
+        False at the end of a stream that does not loop."""
         while True:
             t0 = time.perf_counter()
             frames = self._decoder.get_batch_frames(self.fetch)
@@ -75,17 +118,18 @@ class NvThreadedSource(GpuFrameReader):
             self.decode_wait_s += now - t0
             if frames:
                 self.fetches += 1
-                self._pending.extend(self._wrap(f, now) for f in frames)  # owned copies before the next fetch
-                flush = getattr(self._keep, "flush", None)
-                if callable(flush):
-                    t1 = time.perf_counter()
-                    flush()  # a keep hook that waits once per fetch: the copies are complete before any is read
-                    self.copy_wait_s += time.perf_counter() - t1
+                into.extend(self._wrap(f, now) for f in frames)
                 return True
             if not self.loop:
                 return False
             self._decoder.reconfigure_decoder(str(self.path))
             self.passes += 1
+
+    def _timed_wait(self, wait: Optional[Any]) -> None:
+        if callable(wait):
+            t0 = time.perf_counter()
+            wait()
+            self.copy_wait_s += time.perf_counter() - t0
 
     def read(self) -> Optional[GpuFrame]:
         if self.max_frames and self._index >= self.max_frames:
@@ -98,8 +142,9 @@ class NvThreadedSource(GpuFrameReader):
 
     @property
     def copied(self) -> int:
-        """Frames taken from the decoder so far (read, or fetched and waiting): the next frame's index."""
-        return self._index + len(self._pending)
+        """Frames taken from the decoder so far (read, fetched and waiting, or copied ahead): the next frame's
+        index."""
+        return self._index + len(self._pending) + len(self._ahead)
 
     @property
     def buffered(self) -> int:
@@ -107,10 +152,13 @@ class NvThreadedSource(GpuFrameReader):
         return len(self._pending)
 
     def _wrap(self, decoded: Any, captured: float) -> GpuFrame:
-        return frame_from_decoded(self, decoded, self._index + len(self._pending), captured)
+        return frame_from_decoded(self, decoded, self.copied, captured)
 
     def close(self) -> None:
+        if self._ahead:  # copies still reading the decoder's frames: done before the decoder ends
+            self._keep.wait()
         self._pending.clear()
+        self._ahead.clear()
         decoder, self._decoder = getattr(self, "_decoder", None), None
         if decoder is not None and hasattr(decoder, "end"):
             decoder.end()
@@ -124,4 +172,4 @@ class NvThreadedSource(GpuFrameReader):
                 "gpu_id": self.gpu_id}
 
 
-__all__ = ["NvThreadedSource"]
+__all__ = ["DEFAULT_FETCH", "NvThreadedSource"]

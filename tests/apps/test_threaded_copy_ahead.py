@@ -1,0 +1,125 @@
+"""NvThreadedSource's ``copy_ahead`` on the CPU: a fetch's owned copies waited for a fetch later, never after the
+decoder may have reused the frames they read.
+
+The stand-ins: a ThreadedDecoder whose frames live in ``fetch`` surfaces that every ``get_batch_frames`` overwrites
+(the least a real decoder promises: a frame is valid until the next call), and a keep hook whose copies only
+happen in ``wait()`` (a GPU copy finishes at the latest when it is waited for).  With those, a source that fetched
+again before waiting for the last fetch's copies would hand out the wrong pixels; the control test shows the
+stand-ins catch exactly that.
+"""
+
+from typing import Any, List
+
+import numpy as np
+import pytest
+
+from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+from jetforge.errors import ConfigError
+from tests.standins.fake_nvdec import FakeDecodedFrame, FakeNvDecoder, FakeThreadedDecoder
+
+pytest.importorskip("cv2")
+
+
+class ReusingThreadedDecoder(FakeThreadedDecoder):
+    """Frames handed out in ``batch_size`` surfaces that the next ``get_batch_frames`` overwrites in place."""
+
+    def get_batch_frames(self, batch_size: int) -> List[FakeDecodedFrame]:
+        fresh = super().get_batch_frames(batch_size)
+        surfaces = getattr(self, "_surfaces", [])
+        while len(surfaces) < len(fresh):
+            surfaces.append(FakeDecodedFrame(np.zeros_like(fresh[0].nv12), 0))
+        self._surfaces = surfaces
+        for surface, frame in zip(surfaces, fresh):
+            surface.nv12[...] = frame.nv12  # the decoder writes its next frames where the last ones were
+            surface.pts = frame.pts
+        return surfaces[:len(fresh)]
+
+
+class ReusingNvDecoder(FakeNvDecoder):
+    ThreadedDecoder = ReusingThreadedDecoder
+
+
+class LateCopyKeep:
+    """A keep hook like DeviceFrameRing(defer_sync=True) whose copies are made in wait(), not before: an owned slot
+    per frame, filled from the decoder's surface only when waited for; it records what is called, in order."""
+
+    def __init__(self, slots: int = 16) -> None:
+        self.slots = [None] * slots
+        self.next = 0
+        self.queued: List[Any] = []
+        self.events: List[str] = []
+
+    def __call__(self, decoded: Any, width: int, height: int) -> np.ndarray:
+        slot = np.empty_like(decoded.nv12)
+        self.queued.append((decoded.nv12, slot))
+        self.events.append("copy")
+        return slot
+
+    def launch(self) -> None:
+        self.events.append("launch")
+
+    def wait(self) -> None:
+        self.events.append("wait")
+        for surface, slot in self.queued:
+            slot[...] = surface
+        self.queued = []
+
+
+def _reference(clip: Any, frames: int) -> List[np.ndarray]:
+    with NvThreadedSource(clip, codec_module=FakeNvDecoder, keep=lambda d, w, h: np.asarray(d).copy(),
+                          max_frames=frames) as src:
+        return [np.asarray(f.data).copy() for f in src]
+
+
+def test_copy_ahead_hands_out_the_decoders_pixels_in_order(bikes_clip):
+    """30 frames read with the next fetch copied ahead equal the plain reading's, indices 0..29."""
+    expected = _reference(bikes_clip, 30)
+    keep = LateCopyKeep()
+    with NvThreadedSource(bikes_clip, codec_module=ReusingNvDecoder, keep=keep, max_frames=30, fetch=4,
+                          copy_ahead=True) as src:
+        got = [(f.index, np.asarray(f.data).copy()) for f in src]
+        assert src.fetches == 9  # 8 fetches read (30 frames, 4 a fetch) + the one copied ahead
+    assert [i for i, _ in got] == list(range(30))
+    assert all(np.array_equal(pixels, expected[i]) for i, pixels in got)
+
+
+def test_copy_ahead_waits_for_a_fetch_before_the_decoder_is_called_again(bikes_clip):
+    """The order of calls: each fetch's copies queued and launched; the wait for them comes before the next
+    get_batch_frames and before any of their frames is read; close waits for the fetch still ahead."""
+    keep = LateCopyKeep()
+    with NvThreadedSource(bikes_clip, codec_module=ReusingNvDecoder, keep=keep, max_frames=10, fetch=4,
+                          copy_ahead=True) as src:
+        for _ in src:
+            keep.events.append("read")
+    fetch = ["copy"] * 4 + ["launch"]
+    assert keep.events == (fetch + ["wait"] + fetch + ["read"] * 4 + ["wait"] + fetch + ["read"] * 4
+                           + ["wait"] + fetch + ["read"] * 2 + ["wait"])
+
+
+def test_the_stand_ins_catch_a_fetch_made_before_the_last_fetchs_copies_were_waited_for(bikes_clip):
+    """Control: with these stand-ins, copying after the decoder's next call gives the NEXT frames' pixels, so the
+    tests above would fail if copy_ahead fetched before it waited."""
+    expected = _reference(bikes_clip, 8)
+    decoder, keep = ReusingThreadedDecoder(str(bikes_clip), 12), LateCopyKeep()
+    first = [keep(f, 0, 0) for f in decoder.get_batch_frames(4)]
+    decoder.get_batch_frames(4)  # the next call before the wait: the surfaces now hold frames 4..7
+    keep.wait()
+    assert all(np.array_equal(first[i], expected[4 + i]) for i in range(4))
+    assert not np.array_equal(first[0], expected[0])
+
+
+def test_copy_ahead_at_the_end_of_a_looping_stream_keeps_numbering(bikes_clip):
+    """A looping source copying ahead goes on across the end of the clip (250 frames) without a gap or a repeat
+    in its indices, and its pixels start over with the clip's."""
+    expected = _reference(bikes_clip, 4)
+    with NvThreadedSource(bikes_clip, codec_module=ReusingNvDecoder, keep=LateCopyKeep(), loop=True, max_frames=258,
+                          fetch=4, copy_ahead=True) as src:
+        frames = [(f.index, np.asarray(f.data).copy()) for f in src]
+        assert src.passes == 2
+    assert [i for i, _ in frames] == list(range(258))
+    assert all(np.array_equal(frames[250 + i][1], expected[i]) for i in range(4))
+
+
+def test_copy_ahead_without_a_keep_that_launches_and_waits_apart_is_refused(bikes_clip):
+    with pytest.raises(ConfigError, match="launch\\(\\) and wait\\(\\)"):
+        NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=lambda d, w, h: d, copy_ahead=True)
