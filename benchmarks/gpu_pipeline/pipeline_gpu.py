@@ -171,7 +171,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         sources: Any = open_group([env.streams[model]], n, env.args.dry_run, v["workers"], v["per_stream"])
         first = sources.infos[0]
     elif v.get("source") == "feed":
-        from jetforge.apps.pipeline.gpu_app import FEED_DEPTH, FEED_RING_SLOTS
+        from jetforge.apps.pipeline.gpu_app import FEED_COPY_AHEAD, FEED_DEPTH, FEED_RING_SLOTS
         from jetforge.apps.video.sources.gpu.feed_group import SourceFeedGroup
 
         # as `jetforge app` would: the ring holds the batcher's frames, the batches in flight and one fetch
@@ -180,7 +180,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
                                                batch_copy=v.get("batch_copy"),
                                                decoder_buffer=v.get("decoder_buffer"),
                                                copy_priority=v.get("copy_priority", "default"),
-                                               copy_ahead=v.get("copy_ahead", False)), depth=FEED_DEPTH)
+                                               copy_ahead=v.get("copy_ahead", FEED_COPY_AHEAD)),
+                                depth=FEED_DEPTH)
         first = vars(sources.sources[0])
     else:
         keep = "ring" if v["keep"] == "ring" else keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])

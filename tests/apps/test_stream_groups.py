@@ -187,28 +187,33 @@ def test_ipc_group_on_nvdec_maps_device_rings_and_keeps_order(tmp_path):  # prag
     assert seen == {0: list(range(40)), 1: list(range(40))}
 
 
-@pytest.mark.parametrize("layout", ["processes", "feed"])
+@pytest.mark.parametrize("layout", ["processes", "feed", "feed-copy-ahead"])
 def test_gpu_app_runs_over_a_stream_group_from_its_threshold_on(layout, tmp_path, monkeypatch, bikes_clip,
                                                                 mobilenet_onnx):
     """run_gpu_app over open_gpu_sources(processes_from=2) (an IpcDecodeGroup, workers on the fake decoder) or
-    open_gpu_sources(feed_from=2) (a SourceFeedGroup): every frame of both streams gets its event in order, and
-    both streams - the same clip - get the same top-1 for the same frame."""
+    open_gpu_sources(feed_from=2) (a SourceFeedGroup; its sources copying a fetch ahead with FEED_COPY_AHEAD): every
+    frame of both streams gets its event in order, and both streams - the same clip - get the same top-1 for the
+    same frame."""
     from jetforge.apps.video.sources.gpu.feed_group import SourceFeedGroup
 
     import json
 
+    from jetforge.apps.pipeline import gpu_app
     from jetforge.apps.pipeline.gpu_app import GpuAppOptions, open_gpu_sources, run_gpu_app
     from jetforge.apps.tasks.classify import ClassifyTask
     from jetforge.apps.video.sources.gpu import open as gpu
     from jetforge.runtime.session import open_session
 
     monkeypatch.setattr(gpu, "choose_decoder", lambda wanted, have=None: "nvdec")
+    monkeypatch.setattr(gpu_app, "FEED_COPY_AHEAD", layout == "feed-copy-ahead")
     threshold = {"processes_from": 2} if layout == "processes" else {"feed_from": 2}
     # the NVDEC stand-in injected: in-process sources and the worker processes (which import it by name) use it
     sources = open_gpu_sources([bikes_clip, bikes_clip], max_frames=6, codec_module=FakeNvDecoder, **threshold)
     try:
         kind = IpcDecodeGroup if layout == "processes" else SourceFeedGroup
         assert isinstance(sources, kind) and len(sources) == 2 and sources[1].width == 640
+        if layout != "processes":
+            assert all(src.copy_ahead == (layout == "feed-copy-ahead") for src in sources)
         with open_session(mobilenet_onnx) as session:
             run_gpu_app(ClassifyTask(session), sources, tmp_path, GpuAppOptions(encoders=0))
     finally:

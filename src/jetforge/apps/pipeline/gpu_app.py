@@ -82,6 +82,10 @@ DECODE_PROCESSES_FROM = 0
 # 0.86x / 0.40x / 0.48x with a thread per stream; 1 stream equal (one source either way).
 FEED_THREAD_FROM = 2
 FEED_DEPTH, FEED_RING_SLOTS = 8, 24  # batcher frames a stream; ring: those + the batches in flight + one fetch
+# Whether the feeder's sources copy a fetch ahead (NvThreadedSource copy_ahead: each fetch's copies waited for a fetch
+# later, not right after their launch).  Off until measured against the plain wait on a GPU
+# (benchmarks/gpu_pipeline/pipeline_gpu.py --variants feed-pairs-ahead).
+FEED_COPY_AHEAD = False
 
 
 def decode_layout(streams: int, processes_from: int = DECODE_PROCESSES_FROM, feed_from: int = FEED_THREAD_FROM) -> str:
@@ -129,7 +133,7 @@ def open_gpu_sources(uris: Sequence[Any], max_frames: Optional[int] = None, loop
         for s, uri in enumerate(uris):
             sources.append(open_gpu_source(uri, decode="gpu", stream=s, loop=loop, max_frames=max_frames or 0,
                                            codec_module=codec_module, ring_slots=FEED_RING_SLOTS if feed else 16,
-                                           defer_sync=feed))
+                                           defer_sync=feed, copy_ahead=feed and FEED_COPY_AHEAD))
     except BaseException:
         for src in sources:
             src.close()

@@ -45,10 +45,12 @@ class CpuGpuFrames(GpuFrameReader):
 
 
 def open_gpu_source(uri: Any, decode: str = "auto", stream: int = 0, loop: bool = False, max_frames: int = 0,
-                    codec_module: Optional[Any] = None, ring_slots: int = 16, defer_sync: bool = False) -> Any:
+                    codec_module: Optional[Any] = None, ring_slots: int = 16, defer_sync: bool = False,
+                    copy_ahead: bool = False) -> Any:
     """A source of :class:`GpuFrame` for ``uri`` (a file path, ``nvdec://`` or ``jetson://`` URI); an NVDEC source
     keeps owned copies in a ring of ``ring_slots`` frames (enough for the frames a pipeline holds), waiting for them
-    once per fetch with ``defer_sync``."""
+    once per fetch with ``defer_sync``, a fetch later with ``copy_ahead`` (NvThreadedSource; the ring is given one
+    fetch more)."""
     spec = parse_source_uri(uri)
     if spec.kind == "jetson":
         decoder = "jetson-utils"
@@ -61,12 +63,14 @@ def open_gpu_source(uri: Any, decode: str = "auto", stream: int = 0, loop: bool 
                           % spec.kind, hint="use the CPU pipeline (jetforge app ...) for cameras and streams")
     if decoder == "nvdec":
         from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
-        from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+        from jetforge.apps.video.sources.gpu.nvdec_threaded import DEFAULT_FETCH, NvThreadedSource
 
         # demux + decode in PyNvVideoCodec's native thread (on the H200, 16 streams 0.68x of NVDEC's rate against 0.47x
         # with a Python call per packet); frames are held in the batcher and in batches in flight: owned copies
+        slots = ring_slots + (DEFAULT_FETCH if copy_ahead else 0)
         return NvThreadedSource(spec.location, stream=stream, loop=loop, max_frames=max_frames,
-                                codec_module=codec_module, keep=DeviceFrameRing(ring_slots, defer_sync))
+                                codec_module=codec_module, keep=DeviceFrameRing(slots, defer_sync),
+                                copy_ahead=copy_ahead)
     if decoder == "jetson-utils":
         from jetforge.apps.video.sources.gpu.jetson import JetsonVideoSource
 
