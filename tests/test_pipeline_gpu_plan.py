@@ -276,3 +276,53 @@ def test_plan_decode_beside_runs_each_model_at_the_variant_streams():
     assert beside == [(m, n, r) for r in range(3) for m in ("classify", "people") for n in (16, 32)]
     assert all(s.group == "exploratory" for s in steps if s.kind == "decode_beside_model")
     assert not any(s.kind == "decode_beside_model" for s in plan_steps(_settings(variant_streams=[16])))
+
+
+def _args(**kw):
+    base = dict(dry_run=False, streams=[16], models=["classify"], reps=3, seconds=3.0, decode_seconds=3.0,
+                model_seconds=0.5, default_variant="auto", exploratory=[], render_on=False, budget_s=420.0, encoders=8)
+    return Namespace(**dict(base, **kw))
+
+
+def test_shared_bound_is_the_slower_engine_beside_the_other_and_points_get_their_ratio_to_it():
+    """--decode-beside's records -> per "<model> <N>": NVDEC's median beside the model, the model's median beside
+    NVDEC (in frames: a tiled model's rows / 5) and the slower; a render-off point at that N gets its ratio to it."""
+    from benchmarks.common.pipeline_gpu_report import shared_bounds
+
+    beside = {"classify 16": [{"fps": 860.0, "model_fps": 1000.0, "batch": 32}, {"fps": 880.0, "model_fps": 1040.0,
+                                                                                 "batch": 32},
+                              {"fps": 870.0, "model_fps": 1020.0, "batch": 32}],
+              "people-tiles2 16": [{"fps": 800.0, "model_fps": 1000.0, "batch": 4}]}
+    shared = shared_bounds(beside)
+    assert shared["classify 16"] == {"decode_fps": 870.0, "model_fps": 1020.0, "fps": 870.0}
+    assert shared["people-tiles2 16"] == {"decode_fps": 800.0, "model_fps": 200.0, "fps": 200.0}  # 1000 rows / 5
+    bounds = {"model_only": {"classify": {"32": [{"fps": 1200.0}]}}, "decode_alone": {"16": [{"fps": 1000.0}]},
+              "decode_beside_model": beside}
+    rows = [_row("classify", 16, f, r) for r, f in enumerate([870.0, 861.3, 878.7])]
+    doc = report({"bounds_runs": bounds, "runs": rows}, _args(), {}, {}, 1.0)
+    p = doc["points"][0]
+    assert p["ratio_to_bound"]["median"] == pytest.approx(0.87, abs=1e-12)  # 870 / min(1200, 1000)
+    assert p["ratio_to_shared_bound"]["median"] == pytest.approx(1.0, abs=1e-12)  # 870 / 870
+    assert p["ratio_to_shared_bound"]["min"] == pytest.approx(0.99, abs=1e-12)  # 861.3 / 870
+    assert "classify 16 streams auto 870 FPS = 1.00x [0.99-1.01] of 870" in table(doc)
+
+
+def test_report_partial_turns_a_died_calls_checkpoint_into_its_outputs_marked_partial(tmp_path):
+    """A checkpointed partial JSON (what the script writes after every step) -> json/txt/png beside it, the points
+    as far as they got, the death recorded as an error; anything else is refused by name."""
+    import json
+
+    from benchmarks.common.pipeline_gpu_report import report_partial
+
+    bounds = {"model_only": {"classify": {"32": [{"fps": 1200.0}]}}, "decode_alone": {"16": [{"fps": 1000.0}]}}
+    rows = [_row("classify", 16, f, r) for r, f in enumerate([900.0, 880.0])]
+    path = tmp_path / "gpu_x_gpu-path.json"
+    path.write_text(json.dumps({"partial": True, "machine": {"gpu": "G"}, "gpu_tests": {"returncode": 0},
+                                "results": {"bounds_runs": bounds, "runs": rows, "errors": []}}))
+    doc = report_partial(path, _args(), tmp_path, "malloc(): corrupted")
+    assert doc["partial"] is True and doc["errors"] == [{"what": "the process", "error": "malloc(): corrupted"}]
+    assert doc["points"][0]["reps"] == 2 and doc["points"][0]["fps"]["median"] == 890.0
+    assert json.loads(path.read_text())["partial"] is True and (tmp_path / "gpu_x_gpu-path.txt").is_file()
+    (tmp_path / "done.json").write_text(json.dumps({"schema": 2, "points": []}))
+    with pytest.raises(SystemExit, match="not a partial pipeline_gpu JSON"):
+        report_partial(tmp_path / "done.json", _args(), tmp_path, "x")

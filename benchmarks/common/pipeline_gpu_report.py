@@ -54,6 +54,24 @@ def point_bound(bounds: Dict[str, Any], model: str, n: int, batch: int, render: 
                 limited_by=min(known, key=lambda k: known[k]) if known else None)
 
 
+def shared_bounds(beside_runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Dict[str, float]]:
+    """``--decode-beside``'s repetitions ("<model> <N>" -> records) -> each engine's rate while the other runs flat
+    out, medians: ``decode_fps`` (NVDEC of N streams beside the model), ``model_fps`` (the model beside NVDEC, in
+    frames: its rows divided by the model's rows a frame) and ``fps``, the slower.  Why: the bound of the goal rows
+    takes each engine alone; where the two slow each other that bound cannot be reached, and a pipeline at ~1x of
+    this one is at what the shared hardware gives (both engines here run flat out, more than a pipeline needs of
+    the one that does not limit it, so this is the lower of the two estimates)."""
+    from benchmarks.common.pipeline_gpu_plan import rows_per_frame
+
+    out: Dict[str, Dict[str, float]] = {}
+    for key, reps in beside_runs.items():
+        model = key.split()[0]
+        decode = median_spread(r["fps"] for r in reps)["median"]
+        model_fps = median_spread(r["model_fps"] for r in reps)["median"] / rows_per_frame(model)
+        out[key] = {"decode_fps": decode, "model_fps": model_fps, "fps": min(decode, model_fps)}
+    return out
+
+
 def make_point(reps: List[Dict[str, Any]], bounds: Dict[str, Any], reps_wanted: int) -> Dict[str, Any]:
     """One point from its repetitions' rows: medians with min/max, the bound, the goals, the per-stage times (the
     per-key median over repetitions) and the host each repetition ran on."""
@@ -112,6 +130,12 @@ def report(res: Dict[str, Any], args: Any, tests: Dict[str, Any], machine: Dict[
     repetitions (``results``)."""
     bounds = bound_medians(res.get("bounds_runs", {}))
     points = [make_point(reps, bounds, args.reps) for reps in group_rows(res.get("runs", []))]
+    shared = shared_bounds(res.get("bounds_runs", {}).get("decode_beside_model", {}))
+    for p in points:
+        key = "%s %d" % (p["model"], p["streams"])
+        if key in shared and not p["render"]:
+            p["shared_bound"] = shared[key]
+            p["ratio_to_shared_bound"] = scaled(p["fps"], shared[key]["fps"])
     main = [p for p in points if p["group"] in ("goal", "render")]
     tiles = [p for p in points if p["group"] == "tiles"]
     return {"schema": SCHEMA, "benchmark": "pipeline_gpu", "dry_run": bool(args.dry_run), "machine": machine,
@@ -220,6 +244,13 @@ def table(doc: Dict[str, Any]) -> str:
             % (key, median_spread(r["fps"] for r in reps)["median"],
                median_spread(r["model_fps"] for r in reps)["median"], reps[0]["batch"])
             for key, reps in beside.items()))
+        shared = [p for p in doc["points"] + doc["exploratory"] if p.get("ratio_to_shared_bound")]
+        lines.append("against the shared bound (min of NVDEC beside the model and the model beside NVDEC, each the "
+                     "other running flat out): " + "; ".join(
+                         "%s %d streams %s %.0f FPS = %.2fx [%.2f-%.2f] of %.0f" % (
+                             p["model"], p["streams"], p["variant"], p["fps"]["median"],
+                             p["ratio_to_shared_bound"]["median"], p["ratio_to_shared_bound"]["min"],
+                             p["ratio_to_shared_bound"]["max"], p["shared_bound"]["fps"]) for p in shared))
     pool = doc["results"].get("device_pool")
     if pool:
         lines.append("device pool (%d sessions of %s standing in for GPU + DLA): %d streams %.1f FPS, order kept %s"
@@ -285,9 +316,24 @@ def write_outputs(doc: Dict[str, Any], out: Path, name: str) -> None:
     print("wrote %s.{json,txt,png} under %s" % (name, out), flush=True)
 
 
+def report_partial(path: Path, args: Any, out: Path, died: str) -> Dict[str, Any]:
+    """The committed outputs of a call whose process died (a native crash the script could not catch) from the
+    partial JSON it checkpointed after every step: ``args`` are the crashed call's flags, ``died`` what the log
+    says killed it.  Its repetitions are reported as they are (a point cut short shows fewer reps), marked partial."""
+    data = json.loads(Path(path).read_text())
+    if not data.get("partial") or "results" not in data:
+        raise SystemExit("%s is not a partial pipeline_gpu JSON (no 'partial' and 'results' keys)" % path)
+    res = data["results"]
+    res.setdefault("errors", []).append({"what": "the process", "error": died})
+    doc = report(res, args, data.get("gpu_tests", {}), data.get("machine", {}), float("nan"))
+    doc["partial"] = True
+    write_outputs(doc, out, Path(path).stem)
+    return doc
+
+
 def _json_default(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
 __all__ = ["GOALS", "SCHEMA", "bound_medians", "goals_summary", "host_summary", "make_point", "plot",
-           "point_bound", "report", "table", "write_outputs"]
+           "point_bound", "report", "report_partial", "shared_bounds", "table", "write_outputs"]

@@ -86,6 +86,11 @@ VARIANTS = {
     # a fetch later, when they are long done, not right after their launch: whether that wait is the feeder's gap
     "feed-pairs-ahead": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
                          "copy_ahead": True},
+    # feed-pairs with each ThreadedDecoder's own GPU work (picture mapping, the copy into its buffer) on a stream of
+    # the device's greatest priority: NVDEC of 16 streams gave 9,681 FPS alone and 8,618 beside MobileNetV2 (H100,
+    # 2026-12-07), and the pipeline 8,582: whether that work queueing behind the model's kernels is the difference
+    "feed-pairs-decprio": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
+                           "decoder_priority": "high"},
     # what `jetforge app --decode gpu` does (gpu_app.decode_layout; per_stream and switch_ms from GpuAppOptions)
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }
@@ -131,6 +136,8 @@ def run_gpu_tests(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
     clip = CARRY / "streams" / "people720.mp4"  # the kernel tests' real 720p frames: the device cannot fetch assets
     if clip.is_file():
         env.setdefault("JETFORGE_KERNEL_VIDEO", str(clip))
+    if Path("/tmp/site").is_dir():  # the carried PyNvVideoCodec (install_wheel), for the tests that decode with NVDEC
+        env["PYTHONPATH"] = os.pathsep.join(p for p in ["/tmp/site", env.get("PYTHONPATH", "")] if p)
     probe = subprocess.run([sys.executable, "-P", "-c", "import jetforge.cli"], cwd="/tmp", capture_output=True)
     if probe.returncode != 0:  # a plain checkout: install it where the test process finds it (no deps, no index)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
@@ -180,7 +187,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
                                                batch_copy=v.get("batch_copy"),
                                                decoder_buffer=v.get("decoder_buffer"),
                                                copy_priority=v.get("copy_priority", "default"),
-                                               copy_ahead=v.get("copy_ahead", FEED_COPY_AHEAD)),
+                                               copy_ahead=v.get("copy_ahead", FEED_COPY_AHEAD),
+                                               decoder_priority=v.get("decoder_priority", "default")),
                                 depth=FEED_DEPTH)
         first = vars(sources.sources[0])
     else:
@@ -420,8 +428,11 @@ def main(argv: Any = None) -> int:
         prepare(CARRY, args.ffmpeg, args.wheel_dir)
         print_device_command(Path(args.carry))
         return 0
-    from benchmarks.common.pipeline_gpu_report import report, write_outputs
+    from benchmarks.common.pipeline_gpu_report import report, report_partial, write_outputs
 
+    if args.report_partial:  # here, after a call whose process died: its checkpointed JSON -> json/txt/png
+        report_partial(Path(args.report_partial), args, Path(args.report_partial).parent, args.died)
+        return 0
     carry = Path(args.carry)
     default_out = Path("/tmp/jf_pipeline_gpu_dry_run") if args.dry_run else HERE / "results"
     out = Path(os.environ.get("OUT") or default_out)
@@ -547,6 +558,9 @@ def parse_args(argv: Any) -> argparse.Namespace:
     ap.add_argument("--device-pool", type=int, default=0,
                     help="sessions of MobileNetV2 standing in for GPU + DLA engines in the scheduler run (0: skip; "
                          "it hung on the H200 in both runs that reached it)")
+    ap.add_argument("--report-partial", default="", metavar="JSON", help="no measuring: the json/txt/png of a "
+                    "call whose process died, from its partial JSON (give the call's own flags beside it)")
+    ap.add_argument("--died", default="the process died", help="with --report-partial: what killed it (its log)")
     ap.add_argument("--gpu-tests", default="", help="pytest paths of GPU tests to run first")
     ap.add_argument("--gpu-tests-timeout", type=float, default=120.0)
     ap.add_argument("--scratch", default="/tmp/jf_pipeline_gpu")

@@ -1,11 +1,11 @@
-"""NvThreadedSource's ``copy_ahead`` on the CPU: a fetch's owned copies waited for a fetch later, never after the
-decoder may have reused the frames they read.
+"""NvThreadedSource on the CPU: ``copy_ahead`` (a fetch's owned copies waited for a fetch later, never after the
+decoder may have reused the frames they read) and ``decoder_priority`` (the decoder's own stream).
 
 The stand-ins: a ThreadedDecoder whose frames live in ``fetch`` surfaces that every ``get_batch_frames`` overwrites
 (the least a real decoder promises: a frame is valid until the next call), and a keep hook whose copies only
 happen in ``wait()`` (a GPU copy finishes at the latest when it is waited for).  With those, a source that fetched
 again before waiting for the last fetch's copies would hand out the wrong pixels; the control test shows the
-stand-ins catch exactly that.
+stand-ins catch exactly that.  The decoder's stream comes from the host-memory CUDA runtime stand-in.
 """
 
 from typing import Any, List
@@ -123,3 +123,51 @@ def test_copy_ahead_at_the_end_of_a_looping_stream_keeps_numbering(bikes_clip):
 def test_copy_ahead_without_a_keep_that_launches_and_waits_apart_is_refused(bikes_clip):
     with pytest.raises(ConfigError, match="launch\\(\\) and wait\\(\\)"):
         NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=lambda d, w, h: d, copy_ahead=True)
+
+
+# --------------------------------------------------------------------------------------- the decoder's own stream
+@pytest.fixture
+def standin_runtime():
+    from jetforge.runtime.cuda import bindings
+    from tests.standins import cuda_runtime_standin
+
+    previous = bindings.use_runtime_api(cuda_runtime_standin.make_module())
+    yield cuda_runtime_standin
+    bindings.use_runtime_api(previous)
+
+
+class StreamRecordingNvDecoder(FakeNvDecoder):
+    """The fake PyNvVideoCodec, recording the ``cuda_stream`` each ThreadedDecoder is made with."""
+
+    streams: List[Any] = []
+
+    class ThreadedDecoder(FakeThreadedDecoder):
+        def __init__(self, enc_file_path: str, buffer_size: int, cuda_stream: int = 0, **kw: Any) -> None:
+            StreamRecordingNvDecoder.streams.append(cuda_stream)
+            super().__init__(enc_file_path, buffer_size, **kw)
+
+
+def test_a_high_priority_decoder_gets_its_own_stream_of_the_greatest_priority_closed_after_it(bikes_clip,
+                                                                                             standin_runtime):
+    """decoder_priority "high": the ThreadedDecoder is given a stream of the device's greatest priority (the CUDA
+    stand-in's range), which the source closes after ending the decoder; "default" passes none (the decoder's own
+    default, the legacy stream)."""
+    StreamRecordingNvDecoder.streams = []
+    src = NvThreadedSource(bikes_clip, codec_module=StreamRecordingNvDecoder, keep=lambda d, w, h: np.asarray(d).copy(),
+                           max_frames=4, decoder_priority="high")
+    stream = src._decoder_stream
+    assert stream.priority == standin_runtime.GREATEST_PRIORITY
+    assert StreamRecordingNvDecoder.streams == [int(stream)] and int(stream) != 0
+    assert len(list(src)) == 4
+    src.close()
+    with pytest.raises(ValueError, match="destroyed"):
+        stream.priority  # noqa: B018 - closed with the source
+    with NvThreadedSource(bikes_clip, codec_module=StreamRecordingNvDecoder, keep=lambda d, w, h: d,
+                          max_frames=1) as plain:
+        assert plain._decoder_stream is None
+    assert StreamRecordingNvDecoder.streams[1:] == [0]
+
+
+def test_an_unknown_decoder_priority_is_refused_by_name(bikes_clip):
+    with pytest.raises(ConfigError, match="decoder stream priority 'top' is not one of default, high"):
+        NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, decoder_priority="top")

@@ -31,6 +31,7 @@ from jetforge.apps.video.sources.gpu import nvdec as nvdec
 from jetforge.apps.video.sources.gpu.nvdec import KeepHook, _call, _call_first, frame_from_decoded
 from jetforge.errors import ConfigError, StreamError
 from jetforge.fileio import require_file
+from jetforge.runtime.cuda.stream import check_priority
 
 DEFAULT_FETCH = 4  # frames a get_batch_frames call takes: one wait (and one copy launch) per 4 frames
 
@@ -42,7 +43,8 @@ class NvThreadedSource(GpuFrameReader):
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], gpu_id: int = 0, stream: int = 0,
                  codec_module: Optional[Any] = None, keep: Optional[KeepHook] = None, loop: bool = False,
-                 max_frames: int = 0, buffer_size: int = 12, fetch: int = DEFAULT_FETCH, copy_ahead: bool = False) -> None:
+                 max_frames: int = 0, buffer_size: int = 12, fetch: int = DEFAULT_FETCH, copy_ahead: bool = False,
+                 decoder_priority: str = "default") -> None:
         if copy_ahead and not (callable(getattr(keep, "launch", None)) and callable(getattr(keep, "wait", None))):
             raise ConfigError("copying a fetch ahead needs a keep hook that launches its copies and waits for them "
                               "apart (launch() and wait())",
@@ -51,6 +53,11 @@ class NvThreadedSource(GpuFrameReader):
         self.uri = "nvdec://" + str(self.path)
         self._nvc = codec_module if codec_module is not None else nvdec.load_pynvvideocodec()
         self.gpu_id, self.stream, self.loop, self.max_frames = int(gpu_id), int(stream), bool(loop), int(max_frames)
+        # decoder_priority "high": the decoder's own GPU work (mapping each decoded picture and copying it into its
+        # buffer, on the stream it is given) on a stream of the device's greatest priority, so that it does not
+        # queue behind a model's kernels for the SMs; "default": the decoder's default (the legacy stream)
+        self.decoder_priority = check_priority(decoder_priority, "decoder stream priority")
+        self._decoder_stream: Optional[Any] = None
         self._keep, self.fetch = keep, max(1, min(int(fetch), int(buffer_size)))
         self._pending: Deque[GpuFrame] = deque()
         self.copy_ahead = bool(copy_ahead)
@@ -66,12 +73,20 @@ class NvThreadedSource(GpuFrameReader):
             self.full_range = full_range_from_code(_call(demuxer, "ColorRange"))
             del demuxer
             self._decoder = self._nvc.ThreadedDecoder(str(self.path), int(buffer_size), gpu_id=self.gpu_id,
-                                                      use_device_memory=True)
+                                                      use_device_memory=True, **self._decoder_stream_arg())
         except (RuntimeError, ValueError, OSError) as err:
             raise StreamError("NVDEC cannot decode %s: %s" % (self.path, err),
                               hint="NVDEC decodes H.264/HEVC/AV1/VP9; convert the file, or use --decode cpu") from None
         self.fps = fps if 0.0 < fps < 1000.0 else 0.0
         self.frame_count: Optional[int] = None
+
+    def _decoder_stream_arg(self) -> Dict[str, Any]:
+        if self.decoder_priority == "default":
+            return {}
+        from jetforge.runtime.cuda import Stream
+
+        self._decoder_stream = Stream(priority=self.decoder_priority)
+        return {"cuda_stream": int(self._decoder_stream)}
 
     def reset_waits(self) -> None:
         """Zero the counters of where a reader's time goes (two clock reads a fetch): ``decode_wait_s`` in
@@ -162,6 +177,10 @@ class NvThreadedSource(GpuFrameReader):
         decoder, self._decoder = getattr(self, "_decoder", None), None
         if decoder is not None and hasattr(decoder, "end"):
             decoder.end()
+        del decoder
+        stream, self._decoder_stream = getattr(self, "_decoder_stream", None), None
+        if stream is not None:  # after the decoder that used it
+            stream.close()
         release = getattr(self._keep, "close", None)
         if callable(release):
             release()

@@ -1,9 +1,9 @@
-"""NvThreadedSource's ``copy_ahead`` on a real GPU with real NVDEC (PyNvVideoCodec's ThreadedDecoder) and the real
-DeviceFrameRing (one copy kernel launch a fetch): the frames handed out equal, byte for byte, those of the plain
-reading (copies waited for right after each fetch).  Both decode the same H.264 clip from its start, and NVDEC's
+"""NvThreadedSource's ``copy_ahead`` and ``decoder_priority`` on a real GPU with real NVDEC (PyNvVideoCodec's
+ThreadedDecoder) and the real DeviceFrameRing (one copy kernel launch a fetch): the frames handed out equal, byte for
+byte, those of the plain reading (copies waited for right after each fetch, the decoder on its default stream).  Both decode the same H.264 clip from its start, and NVDEC's
 output is deterministic, so any difference is a copy that read a decoder surface after it was reused, or a frame
 out of order.  The CPU tests (test_threaded_copy_ahead.py) check the ordering with stand-ins; this checks it against
-the real decoder's surface reuse and asynchronous copies.
+the real decoder's surface reuse and asynchronous copies, and that the decoder works on the stream it is given.
 
 Needs a CUDA GPU, PyNvVideoCodec and an H.264 clip in ``JETFORGE_KERNEL_VIDEO`` (the GPU benchmark's
 ``--gpu-tests`` sets it to the clip it carries); skipped otherwise.
@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.gpu,
 FRAMES = 60  # 15 fetches of 4, the decoder's 12-frame buffer reused five times over
 
 
-def _read(copy_ahead: bool) -> list:
+def _read(copy_ahead: bool = False, decoder_priority: str = "default") -> list:
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
     from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
     from jetforge.runtime.cuda.kernels.upload import download
@@ -40,15 +40,18 @@ def _read(copy_ahead: bool) -> list:
     # a ring as large as the clip read: no slot reused, so every frame can be downloaded after the reading
     ring = DeviceFrameRing(slots=FRAMES + 8, defer_sync=True)
     with NvThreadedSource(os.environ["JETFORGE_KERNEL_VIDEO"], keep=ring, max_frames=FRAMES,
-                          copy_ahead=copy_ahead) as src:
+                          copy_ahead=copy_ahead, decoder_priority=decoder_priority) as src:
         frames = list(src)
         got = [(f.index, download(f.data.ptr, (f.height * 3 // 2, f.width), np.uint8)) for f in frames]
     return got
 
 
-def test_copy_ahead_frames_equal_the_plain_readings_byte_for_byte():
-    plain, ahead = _read(False), _read(True)
-    assert [i for i, _ in ahead] == list(range(FRAMES)) == [i for i, _ in plain]
+@pytest.mark.parametrize("how", [{"copy_ahead": True}, {"decoder_priority": "high"},
+                                 {"copy_ahead": True, "decoder_priority": "high"}],
+                         ids=["copy-ahead", "decoder-high-priority", "both"])
+def test_frames_equal_the_plain_readings_byte_for_byte(how):
+    plain, other = _read(), _read(**how)
+    assert [i for i, _ in other] == list(range(FRAMES)) == [i for i, _ in plain]
     assert not np.array_equal(plain[0][1], plain[FRAMES - 1][1])  # the clip moves: equal frames mean something
-    for (_, a), (_, b) in zip(plain, ahead):
+    for (_, a), (_, b) in zip(plain, other):
         assert np.array_equal(a, b)
