@@ -106,13 +106,20 @@ def run_way(args: argparse.Namespace, way: str) -> Dict[str, Any]:
         rc = "timeout"
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+    return way_result(way, rc, out, err, time.perf_counter() - t0)
+
+
+def way_result(way: str, rc: Any, out: str, err: str, seconds: float) -> Dict[str, Any]:
+    """A child's record: its exit (a number, "signal N" for a negative return code, or "timeout"), whether it died
+    (any exit but 0) or finished ("done" printed), the cycles and restarts it reported last, and where it died the
+    first lines of its error output (the C library's abort message comes first)."""
     progress = [line.split() for line in out.splitlines() if line.startswith("cycle ")]
     cycles, restarts = (int(progress[-1][1]), int(progress[-1][3])) if progress else (0, 0)
     died = rc != 0
     return {"way": way, "exit": rc if isinstance(rc, str) or rc >= 0 else "signal %d" % -rc, "died": died,
             "finished": "done" in out.splitlines(), "cycles": cycles, "restarts": restarts,
-            "seconds": round(time.perf_counter() - t0, 1),
-            "last_lines": [line for line in (err.strip().splitlines()) if line.strip()][:6] if died else []}
+            "seconds": round(seconds, 1),
+            "last_lines": [line for line in err.strip().splitlines() if line.strip()][:6] if died else []}
 
 
 def table(doc: Dict[str, Any]) -> str:

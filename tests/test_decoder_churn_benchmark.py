@@ -1,0 +1,43 @@
+"""benchmarks/gpu_pipeline/decoder_churn.py on the CPU stand-in decoder: every way runs in its own child process to
+the end and is reported as such; a child that dies (a signal, as the native heap corruption's abort) or hangs is
+reported as died, with its abort message."""
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.gpu_pipeline import decoder_churn  # noqa: E402
+
+
+def test_every_way_runs_its_cycles_in_a_child_and_the_result_is_written(tmp_path, monkeypatch, bikes_clip):
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert decoder_churn.main(["--dry-run", "--cycles", "3", "--decoders", "2", "--clip", str(bikes_clip)]) == 0
+    doc = json.loads((tmp_path / "decoder_churn_dry_run.json").read_text())
+    assert [w["way"] for w in doc["ways"]] == list(decoder_churn.WAYS) == ["steady", "reconfigure", "recreate"]
+    for w in doc["ways"]:
+        assert w["exit"] == 0 and not w["died"] and w["finished"] and w["cycles"] == 3
+        assert w["restarts"] == (0 if w["way"] == "steady" else 3 * 2)  # every decoder restarted once a cycle
+    assert "reconfigure  0          True" in (tmp_path / "decoder_churn_dry_run.txt").read_text()
+
+
+def test_a_child_killed_by_a_signal_or_a_timeout_is_reported_as_died_with_its_message():
+    err = "malloc(): unaligned tcache chunk detected\nFatal Python error: Aborted\n\nThread 0x1 (most recent call first):"
+    r = decoder_churn.way_result("reconfigure", -6, "cycle 1 restarts 16\ncycle 2 restarts 32\n", err, 12.34)
+    assert r["exit"] == "signal 6" and r["died"] and not r["finished"] and (r["cycles"], r["restarts"]) == (2, 32)
+    assert r["last_lines"][0] == "malloc(): unaligned tcache chunk detected" and r["seconds"] == 12.3
+    hung = decoder_churn.way_result("recreate", "timeout", "", "", 55.0)
+    assert hung["died"] and hung["exit"] == "timeout" and hung["cycles"] == 0
+
+
+def test_an_unknown_way_or_a_missing_clip_is_one_clear_error(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as err:
+        decoder_churn.main(["--dry-run", "--ways", "reboot", "--clip", str(tmp_path / "none.mp4")])
+    assert err.value.code == 2 and "unknown way(s) reboot" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        decoder_churn.main(["--dry-run", "--clip", str(tmp_path / "none.mp4")])
+    assert "no clip at" in capsys.readouterr().err
