@@ -316,15 +316,17 @@ def write_outputs(doc: Dict[str, Any], out: Path, name: str) -> None:
     print("wrote %s.{json,txt,png} under %s" % (name, out), flush=True)
 
 
-def report_partial(path: Path, args: Any, out: Path, died: str) -> Dict[str, Any]:
+def report_partial(path: Path, args: Any, out: Path, died: Optional[str]) -> Dict[str, Any]:
     """The committed outputs of a call whose process died (a native crash the script could not catch) from the
     partial JSON it checkpointed after every step: ``args`` are the crashed call's flags, ``died`` what the log
-    says killed it.  Its repetitions are reported as they are (a point cut short shows fewer reps), marked partial."""
+    says killed it (None: the deaths are in its errors already, as ``--restarts`` records them).  Its repetitions
+    are reported as they are (a point cut short shows fewer reps), marked partial."""
     data = json.loads(Path(path).read_text())
     if not data.get("partial") or "results" not in data:
         raise SystemExit("%s is not a partial pipeline_gpu JSON (no 'partial' and 'results' keys)" % path)
     res = data["results"]
-    res.setdefault("errors", []).append({"what": "the process", "error": died})
+    if died:
+        res.setdefault("errors", []).append({"what": data.get("current") or "the process", "error": died})
     doc = report(res, args, data.get("gpu_tests", {}), data.get("machine", {}), float("nan"))
     doc["partial"] = True
     write_outputs(doc, out, Path(path).stem)

@@ -263,20 +263,33 @@ def plan_settings(args: argparse.Namespace) -> Any:
                         decode_feed=args.decode_feed, decode_beside=args.decode_beside, device_pool=args.device_pool, buckets_of=buckets_of)
 
 
-def measure(env: "Env", args: argparse.Namespace, checkpoint: Any, state: Dict[str, Any]) -> Dict[str, Any]:
+def measure(env: "Env", args: argparse.Namespace, checkpoint: Any, state: Dict[str, Any],
+            resume: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Every step of the plan (:mod:`benchmarks.common.pipeline_gpu_plan`) that fits ``--budget-s``: a step whose
-    estimate would end after it is recorded in ``skipped`` and the next one is tried; ``checkpoint(res)`` after each
-    keeps what a time-out would lose; ``state["current"]`` names the step running (for the wall-limit watchdog)."""
+    estimate would end after it is recorded in ``skipped`` and the next one is tried; ``checkpoint(res)`` before each
+    (naming it: ``state["current"]``, for the watchdog and for a death) and after each keeps what a time-out or a
+    death would lose.  ``resume`` (a died call's checkpoint): its results go on, its steps are not run again, and
+    its measured seconds count against the budget (:mod:`benchmarks.common.pipeline_gpu_resume`)."""
     from benchmarks.common.pipeline_gpu_plan import estimate_s, fits, guess_s, plan_steps
+    from benchmarks.common.pipeline_gpu_resume import done_labels, history_of, spent_s
 
     res: Dict[str, Any] = {"bounds_runs": {"model_only": {m: {} for m in args.models}, "decode_alone": {},
                                            "decode_alone_procs": {}, "decode_alone_feed": {}, "decode_beside_model": {},
                                            "encode_alone": {}},
                            "runs": [], "errors": [], "skipped": [], "step_seconds": []}
+    if resume is not None:
+        res = dict(res, **resume["results"])
+        for kind, by in res["bounds_runs"].items():
+            if kind == "model_only":
+                for m in args.models:
+                    by.setdefault(m, {})
     state["res"] = res
-    history: Dict[str, List[float]] = {}
-    t0 = time.perf_counter()
+    done = done_labels(res)
+    history: Dict[str, List[float]] = history_of(res)
+    t0 = time.perf_counter() - spent_s(res)
     for step in plan_steps(plan_settings(args)):
+        if step.label in done:
+            continue
         elapsed = time.perf_counter() - t0
         guess = guess_s(step, args.seconds, args.decode_seconds, args.encode_seconds, args.model_seconds)
         est = estimate_s(step, history, guess)
@@ -285,6 +298,7 @@ def measure(env: "Env", args: argparse.Namespace, checkpoint: Any, state: Dict[s
                                    "elapsed_s": round(elapsed, 1)})
             continue
         state["current"] = step.label
+        checkpoint(res)  # names the step: a death in it is recorded against it
         t_step = time.perf_counter()
         _guard(res, step.label, lambda: run_step(env, args, res, step))
         took = time.perf_counter() - t_step
@@ -438,21 +452,36 @@ def main(argv: Any = None) -> int:
     out = Path(os.environ.get("OUT") or default_out)
     out.mkdir(parents=True, exist_ok=True)
     name = "pipeline_gpu_dry_run" if args.dry_run else result_name(args.tag, gpu=True, suffix="")
+    if args.restarts > 0:  # run as a child, and go on from its checkpoint when it dies (pipeline_gpu_resume)
+        from benchmarks.common.pipeline_gpu_resume import supervise
+
+        rc = supervise(Path(__file__).resolve(), list(sys.argv[1:] if argv is None else argv), out / (name + ".json"),
+                       args.restarts, args.wall_limit_s, log)
+        if rc == 4:  # the last child died: its checkpoint (deaths recorded) -> the outputs, marked partial
+            report_partial(out / (name + ".json"), args, out, None)
+        return rc
+    from benchmarks.common.pipeline_gpu_resume import load_checkpoint
+
+    resume = load_checkpoint(Path(args.resume_from)) if args.resume_from else None
     t0 = time.perf_counter()
     if not args.dry_run:
         install_wheel(carry)
-    tests = run_gpu_tests(args, out) if not args.dry_run else {"skipped": "dry run"}
+    if resume is not None:
+        tests = resume.get("gpu_tests", {})  # ran before the death
+    else:
+        tests = run_gpu_tests(args, out) if not args.dry_run else {"skipped": "dry run"}
     state: Dict[str, Any] = {"res": None, "current": "start-up", "info": {}}
 
     def checkpoint(res: Dict[str, Any]) -> None:
-        partial = {"partial": True, "machine": state["info"], "gpu_tests": tests, "results": res}
+        partial = {"partial": True, "machine": state["info"], "gpu_tests": tests, "results": res,
+                   "current": state.get("current")}
         (out / (name + ".json")).write_text(json.dumps(partial, indent=1, default=str))  # replaced at the end
 
     start_watchdog(args.wall_limit_s - (time.perf_counter() - t0), state, checkpoint)
     env = Env(args, carry)
     state["info"] = machine(env)
     env.host = {"cpu": state["info"].get("cpu"), "cores": state["info"].get("cpu_cores_usable")}
-    res = measure(env, args, checkpoint, state)
+    res = measure(env, args, checkpoint, state, resume)
     state["info"]["loadavg_end"] = list(os.getloadavg())
     write_outputs(report(res, args, tests, state["info"], time.perf_counter() - t0), out, name)
     if args.dry_run:
@@ -472,7 +501,8 @@ def print_device_command(carry: Path) -> None:
 
 
 DEVICE_COMMAND = ("set -o pipefail; PYTHONUNBUFFERED=1 python3 benchmarks/gpu_pipeline/pipeline_gpu.py "
-                  "--models classify,people,people-tiles2 --wall-limit-s 560 2>&1 | tee $OUT/pipeline_gpu.log   "
+                  "--models classify,people,people-tiles2 --render-on --decode-beside --restarts 2 "
+                  "--wall-limit-s 560 2>&1 | tee $OUT/pipeline_gpu.log   "
                   "# carry: build/gpu_pipeline, timeout_s 600")
 
 
@@ -561,6 +591,10 @@ def parse_args(argv: Any) -> argparse.Namespace:
     ap.add_argument("--report-partial", default="", metavar="JSON", help="no measuring: the json/txt/png of a "
                     "call whose process died, from its partial JSON (give the call's own flags beside it)")
     ap.add_argument("--died", default="the process died", help="with --report-partial: what killed it (its log)")
+    ap.add_argument("--restarts", type=int, default=0, help="run as a child process; when it dies (a native crash), "
+                    "go on from its checkpoint in a new one, up to this many times within --wall-limit-s")
+    ap.add_argument("--resume-from", default="", metavar="JSON", help="a died call's checkpoint: its steps are kept "
+                    "and not run again (what --restarts gives each new child)")
     ap.add_argument("--gpu-tests", default="", help="pytest paths of GPU tests to run first")
     ap.add_argument("--gpu-tests-timeout", type=float, default=120.0)
     ap.add_argument("--scratch", default="/tmp/jf_pipeline_gpu")

@@ -1,0 +1,129 @@
+"""Going on after a device call's process died: :func:`supervise` reruns ``benchmarks/gpu_pipeline/pipeline_gpu.py``
+from its last checkpoint.
+
+Why: the benchmark's process died of native heap corruption (inside PyNvVideoCodec's threaded decoders, as far as
+the traces tell) in 5 of ~16 device calls; each death threw away the rest of a call that cannot be had again that
+day.  The script already writes its results after every step (a partial JSON) and names the step it is about to run;
+with ``--restarts N`` it runs itself as a child process and, when the child dies of a signal, records the death
+(the step it died in, the signal) and starts a new child that skips every step already measured
+(``--resume-from``), within the same wall limit.  A resumed child pays the start-up again (~30 s: torch, the models,
+their CUDA graphs) and keeps the budget the dead one had left: the measured steps' seconds count as spent.
+
+Every step is identified by its label (:attr:`~.pipeline_gpu_plan.Step.label`), which the plan makes from the
+command line alone, so a child given the same flags plans the same steps.
+"""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+
+DIED_CODES = (134, 139)  # a shell's 128 + SIGABRT / SIGSEGV, where the child runs behind one
+OWN_FLAGS = ("--restarts", "--wall-limit-s", "--resume-from")  # the supervisor sets these for each child
+MIN_CHILD_S = 60.0  # a child with less wall time than this would spend it starting up: not started
+
+
+def load_checkpoint(path: Path) -> Dict[str, Any]:
+    """A partial JSON the script wrote (``partial``, ``results``, ``gpu_tests``, ``machine``, ``current``), or a
+    SystemExit naming what is wrong with the file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise SystemExit("cannot resume from %s: %s" % (path, err)) from None
+    if not isinstance(data, dict) or not data.get("partial") or not isinstance(data.get("results"), dict):
+        raise SystemExit("cannot resume from %s: not a partial pipeline_gpu JSON (no 'partial' and 'results')" % path)
+    return data
+
+
+def done_labels(res: Dict[str, Any]) -> Set[str]:
+    """The steps a resumed run does not run again: those measured (``step_seconds``) and those the budget skipped."""
+    return {label for label, _ in res.get("step_seconds", [])} | {s["step"] for s in res.get("skipped", [])}
+
+
+def history_of(res: Dict[str, Any]) -> Dict[str, List[float]]:
+    """Each measured step's seconds by its key (its label without `` rep N``): the estimates the budget uses."""
+    history: Dict[str, List[float]] = {}
+    for label, seconds in res.get("step_seconds", []):
+        history.setdefault(label.rsplit(" rep ", 1)[0], []).append(float(seconds))
+    return history
+
+
+def spent_s(res: Dict[str, Any]) -> float:
+    """Seconds of measuring already done (the measured steps' sum): a resumed run's budget starts there."""
+    return float(sum(seconds for _, seconds in res.get("step_seconds", [])))
+
+
+def child_argv(argv: Sequence[str], wall_left_s: float, resume_from: Optional[Path]) -> List[str]:
+    """The supervisor's own flags (:data:`OWN_FLAGS`, as ``--flag value`` or ``--flag=value``) taken out of
+    ``argv``, the child's wall limit and, after a death, ``--resume-from`` put in."""
+    out: List[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in OWN_FLAGS:
+            skip = True
+            continue
+        if any(arg.startswith(flag + "=") for flag in OWN_FLAGS):
+            continue
+        out.append(arg)
+    out += ["--restarts", "0", "--wall-limit-s", "%.0f" % wall_left_s]
+    if resume_from is not None:
+        out += ["--resume-from", str(resume_from)]
+    return out
+
+
+def died(returncode: int) -> bool:
+    """Whether a child's exit is a death by a signal (negative: Python saw the signal; 134/139: a shell's form)."""
+    return returncode < 0 or returncode in DIED_CODES
+
+
+def record_death(path: Path, returncode: int, resumed: bool) -> Optional[str]:
+    """Add the death to the checkpoint's errors (the step it died in, the signal, whether a child goes on) and
+    return the step's label (None: it died between steps or before the first)."""
+    data = load_checkpoint(path)
+    current = data.get("current")
+    how = "signal %d" % -returncode if returncode < 0 else "exit %d" % returncode
+    data["results"].setdefault("errors", []).append({
+        "what": current or "the process, between steps",
+        "error": "the process died (%s); %s" % (how, "a new process went on from the steps measured" if resumed
+                                                 else "not resumed (no restarts or wall time left)")})
+    data["current"] = None
+    Path(path).write_text(json.dumps(data, indent=1, default=str))
+    return current
+
+
+def supervise(script: Path, argv: Sequence[str], checkpoint: Path, restarts: int, wall_limit_s: float,
+              log: Callable[..., None] = print,
+              run: Callable[[List[str]], int] = lambda cmd: subprocess.run(cmd).returncode) -> int:
+    """Run ``script`` with ``argv`` as a child; after each death (:func:`died`) with a checkpoint to go on from,
+    record it and run a new child with ``--resume-from``, up to ``restarts`` times and while at least
+    :data:`MIN_CHILD_S` of ``wall_limit_s`` (0: none) is left.  Returns the last child's exit status, or 4 when the
+    last one died (its checkpoint then holds every step measured and the deaths)."""
+    t0 = time.perf_counter()
+    resume: Optional[Path] = None
+    for attempt in range(restarts + 1):
+        left = wall_limit_s - (time.perf_counter() - t0) if wall_limit_s > 0 else 0.0
+        cmd = [sys.executable, "-X", "faulthandler", str(script)] + child_argv(argv, left, resume)
+        rc = run(cmd)
+        if not died(rc):
+            return rc
+        left = wall_limit_s - (time.perf_counter() - t0) if wall_limit_s > 0 else float("inf")
+        can_go_on = checkpoint.is_file() and attempt < restarts and left >= MIN_CHILD_S
+        if not checkpoint.is_file():
+            log("the child process died (exit %d) before its first checkpoint: nothing to go on from" % rc)
+            return 4
+        step = record_death(checkpoint, rc, can_go_on)
+        log("the child process died (exit %d) in %s; %s" % (rc, step or "no step", "going on from its checkpoint"
+                                                            if can_go_on else "not resumed"))
+        if not can_go_on:
+            return 4
+        resume = checkpoint
+    return 4
+
+
+__all__ = ["DIED_CODES", "MIN_CHILD_S", "OWN_FLAGS", "child_argv", "died", "done_labels", "history_of",
+           "load_checkpoint", "record_death", "spent_s", "supervise"]
