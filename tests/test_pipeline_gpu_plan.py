@@ -215,8 +215,8 @@ def test_an_untimed_variant_is_its_own_point_with_the_same_layout():
         assert module.resolve_variant("auto-untimed", n) == module.resolve_variant("auto", n)
     assert module.split_untimed("feed-pairs-untimed") == ("feed-pairs", False)
     assert module.split_untimed("auto") == ("auto", True)
-    timed = {"model": "classify", "streams": 16, "render": False, "variant": module._variant_label("auto", 16)}
-    untimed = dict(timed, variant=module._variant_label("auto-untimed", 16))
+    timed = {"model": "classify", "streams": 16, "render": False, "variant": module.variant_label("auto", 16)}
+    untimed = dict(timed, variant=module.variant_label("auto-untimed", 16))
     assert untimed["variant"].startswith("auto-untimed=") and len(group_rows([timed, untimed])) == 2
     with pytest.raises(SystemExit):
         module.parse_args(["--variants", "nosuch-untimed"])

@@ -23,13 +23,12 @@ the control does not is the unsafe one.
 """
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the checkout's root: benchmarks.common
