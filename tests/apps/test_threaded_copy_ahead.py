@@ -171,3 +171,29 @@ def test_a_high_priority_decoder_gets_its_own_stream_of_the_greatest_priority_cl
 def test_an_unknown_decoder_priority_is_refused_by_name(bikes_clip):
     with pytest.raises(ConfigError, match="decoder stream priority 'top' is not one of default, high"):
         NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, decoder_priority="top")
+
+
+def test_a_decoder_that_does_not_open_leaves_no_stream_behind(bikes_clip, standin_runtime, monkeypatch):
+    """The high-priority stream made for a decoder that then fails to open is closed with the one clear error."""
+    from jetforge.errors import StreamError
+    from jetforge.runtime.cuda import stream as stream_module
+
+    made = []
+    real = stream_module.Stream
+
+    class Recording(real):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    class Refusing(StreamRecordingNvDecoder):
+        class ThreadedDecoder:
+            def __init__(self, *a, **kw):
+                raise RuntimeError("no decoder for this codec")
+
+    monkeypatch.setattr("jetforge.runtime.cuda.Stream", Recording)
+    with pytest.raises(StreamError, match="NVDEC cannot decode .*no decoder for this codec"):
+        NvThreadedSource(bikes_clip, codec_module=Refusing, keep=lambda d, w, h: d, decoder_priority="high")
+    assert len(made) == 1
+    with pytest.raises(ValueError, match="destroyed"):
+        made[0].priority  # noqa: B018 - closed

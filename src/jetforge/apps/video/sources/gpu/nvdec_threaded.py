@@ -75,6 +75,9 @@ class NvThreadedSource(GpuFrameReader):
             self._decoder = self._nvc.ThreadedDecoder(str(self.path), int(buffer_size), gpu_id=self.gpu_id,
                                                       use_device_memory=True, **self._decoder_stream_arg())
         except (RuntimeError, ValueError, OSError) as err:
+            if self._decoder_stream is not None:  # made for a decoder that did not open
+                self._decoder_stream.close()
+                self._decoder_stream = None
             raise StreamError("NVDEC cannot decode %s: %s" % (self.path, err),
                               hint="NVDEC decodes H.264/HEVC/AV1/VP9; convert the file, or use --decode cpu") from None
         self.fps = fps if 0.0 < fps < 1000.0 else 0.0
