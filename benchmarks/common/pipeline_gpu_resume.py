@@ -2,7 +2,7 @@
 from its last checkpoint.
 
 Why: the benchmark's process died of native heap corruption (inside PyNvVideoCodec's threaded decoders, as far as
-the traces tell) in 5 of ~16 device calls; each death threw away the rest of a call that cannot be had again that
+the traces tell) in 4 of ~17 device calls; each death threw away the rest of a call that cannot be had again that
 day.  The script already writes its results after every step (a partial JSON) and names the step it is about to run;
 with ``--restarts N`` it runs itself as a child process and, when the child dies of a signal, records the death
 (the step it died in, the signal) and starts a new child that skips every step already measured

@@ -2,7 +2,7 @@
 process, and whether the process survives.
 
 Why: the GPU-path benchmark died of native heap corruption (``malloc(): unaligned tcache chunk detected``,
-``tcache_thread_shutdown()``, a segmentation fault) in 5 of ~16 device calls, each time at a different place in
+``tcache_thread_shutdown()``, a segmentation fault) in 4 of ~17 device calls, each time at a different place in
 jetforge's Python but always in a process whose ThreadedDecoders had been restarting: a looping source (the
 benchmark's, and ``jetforge app --loop``'s) calls ``reconfigure_decoder`` each time its clip ends, hundreds of times
 a call at 16 streams, and sources end and start between points.  This isolates that: ``--decoders`` ThreadedDecoders
