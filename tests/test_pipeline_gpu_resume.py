@@ -87,11 +87,27 @@ def test_the_supervisor_records_each_death_and_goes_on_until_a_child_ends_or_res
     assert "nothing to go on from" in logs[-1]
 
 
-def test_a_child_killed_mid_run_is_resumed_by_a_new_one_that_measures_only_the_rest(tmp_path):
+def _dry_run_carry(folder: Path, clip: Path) -> Path:
+    """What ``pipeline_gpu.py --prep`` makes, as little as the dry run of MobileNetV2 needs, without the network:
+    its FP16 weights from the bundled asset, and a clip (the dry run's stand-in decoder reads it with OpenCV)."""
+    import shutil
+
+    from benchmarks.common.pipeline_gpu_prep import save_half_weights
+
+    (folder / "streams").mkdir(parents=True)
+    (folder / "assets").mkdir()
+    shutil.copyfile(clip, folder / "streams" / "people720.mp4")
+    save_half_weights(folder / "assets", models=("classify",))
+    return folder
+
+
+def test_a_child_killed_mid_run_is_resumed_by_a_new_one_that_measures_only_the_rest(tmp_path, bikes_clip):
     out = tmp_path / "out"
     name = out / "pipeline_gpu_dry_run.json"
     env = dict(os.environ, OUT=str(out), PYTHONUNBUFFERED="1")
-    flags = ["--dry-run", "--models", "classify", "--streams", "1", "--reps", "1", "--no-decode-procs"]
+    carry = _dry_run_carry(tmp_path / "carry", bikes_clip)
+    flags = ["--dry-run", "--carry", str(carry), "--models", "classify", "--streams", "1", "--reps", "1",
+             "--no-decode-procs"]
     killed = {}
 
     def run(cmd):  # the supervisor's child, for real; the first one is killed once two steps are measured

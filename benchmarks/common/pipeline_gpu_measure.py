@@ -188,8 +188,8 @@ def encode_alone(frames_nv12: List[Any], width: int, height: int, workers: int, 
 
 
 def host_frames(path: Path) -> List[Any]:
-    """30 NV12 720p frames in host memory for the encode-alone run (OpenCV decode through the fake decoder: the
-    encoder's input only, no decoding measured)."""
+    """The first 30 NV12 frames of ``path`` (the carried 720p stream) in host memory for the encode-alone run (OpenCV
+    decode through the fake decoder: the encoder's input only, no decoding measured)."""
     from tests.standins.fake_nvdec import FakeNvDecoder
     from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
 

@@ -15,7 +15,7 @@ venv under /tmp (pinned) - never a project dependency - unless ``--ffmpeg`` name
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 FFMPEG_VENV = Path("/tmp/jf_ffmpeg_venv")
 IMAGEIO_FFMPEG = "imageio-ffmpeg==0.8.1"
@@ -52,11 +52,11 @@ def make_stream(ffmpeg: str, source: Path, out: Path, loops: int) -> None:
     log("made %s (%.1f MB)" % (out, out.stat().st_size / 1e6))
 
 
-def save_half_weights(folder: Path) -> None:
-    """Both models' weights as FP16 state dicts (half the bytes: the device call carries 64 MiB in all) and what
-    rebuilds them there: MobileNetV2 from jetforge's registry, the SSDLite port with its spec and preprocessing
-    read from the frozen graph here.  The device turns them back to FP32 (the rounding is far below what a
-    throughput benchmark notices; the accuracy of these models is measured elsewhere in FP32)."""
+def save_half_weights(folder: Path, models: Sequence[str] = ("classify", "people")) -> None:
+    """The models' weights as FP16 state dicts (half the bytes: the device call carries 64 MiB in all) and what
+    rebuilds them there: MobileNetV2 (``classify``) from jetforge's registry, the SSDLite port (``people``) with its
+    spec and preprocessing read from the frozen graph here.  The device turns them back to FP32 (the rounding is far
+    below what a throughput benchmark notices; the accuracy of these models is measured elsewhere in FP32)."""
     import json
 
     import torch
@@ -67,11 +67,11 @@ def save_half_weights(folder: Path) -> None:
     from jetforge.compress.models.tf_graphdef import load_graphdef
     from jetforge.compress.models.tf_ssd_graph import SSDGraph, read_preprocess, read_spec
 
-    if not (folder / "mobilenet_v2_fp16.pt").is_file():
+    if "classify" in models and not (folder / "mobilenet_v2_fp16.pt").is_file():
         model = load_pretrained("mobilenet_v2", asset_path("mobilenet_v2_imagenet", "mobilenet_v2-b0353104.pth"))
         torch.save({k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()},
                    str(folder / "mobilenet_v2_fp16.pt"))
-    if not (folder / "ssdlite_person_fp16.pt").is_file():
+    if "people" in models and not (folder / "ssdlite_person_fp16.pt").is_file():
         pb = asset_path("ssdlite_mobilenet_v2_person", "frozen_inference_graph.pb")
         graph = load_graphdef(pb)
         g = SSDGraph(graph)

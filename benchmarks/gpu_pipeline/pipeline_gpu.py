@@ -295,7 +295,9 @@ def run_step(env: "Env", args: argparse.Namespace, res: Dict[str, Any], step: An
         log("decode beside model %-8s %2d streams: NVDEC %.1f FPS while the model ran %.1f FPS at batch %d"
             % (model, arg, r["fps"], r["model_fps"] / rows, b))
     elif kind == "encode_alone":
-        r = encode_alone(host_frames(files[0]), 1280, 720, args.encoders, arg, args.encode_seconds, env.scratch / "enc")
+        frames = host_frames(files[0])
+        height, width = frames[0].shape[0] * 2 // 3, frames[0].shape[1]  # NV12: (H * 3/2, W); the stream's own size
+        r = encode_alone(frames, width, height, args.encoders, arg, args.encode_seconds, env.scratch / "enc")
         bounds["encode_alone"].setdefault(str(arg), []).append(dict(r, rep=step.rep))
         log("encode alone, %d workers: %.1f FPS, %.2f CPU ms per frame" % (args.encoders, r["fps"],
                                                                            r["cpu_ms_per_encoded_frame"]))
