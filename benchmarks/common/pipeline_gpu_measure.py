@@ -14,14 +14,15 @@ def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int =
                  threaded: bool = False, ring_slots: int = 16, defer_sync: bool = False,
                  batch_copy: Optional[bool] = None, decoder_buffer: Optional[int] = None,
                  copy_priority: str = "default", copy_ahead: bool = False,
-                 decoder_priority: str = "default") -> List[Any]:
+                 decoder_priority: str = "default", loop_restart: Optional[str] = None) -> List[Any]:
     """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed.
     ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source, its ``defer_sync`` and ``batch_copy`` as
     given: None is the ring's default, one copy launch per fetch where it waits once per fetch); ``threaded``:
     NvThreadedSource, decoding ahead into ``decoder_buffer`` frames (None: the source's default); ``copy_priority``:
     the rings' copy stream ("high": the device's greatest stream priority); ``copy_ahead``: each NvThreadedSource
     copies a fetch ahead, its ring one fetch larger to hold it; ``decoder_priority``: each ThreadedDecoder's own
-    stream ("high": the device's greatest priority)."""
+    stream ("high": the device's greatest priority); ``loop_restart``: how each looping NvThreadedSource starts its
+    clip again (None: the source's default)."""
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
     from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
     from jetforge.apps.video.sources.gpu.nvdec_threaded import DEFAULT_FETCH, NvThreadedSource
@@ -30,6 +31,8 @@ def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int =
     extra: Dict[str, Any] = {"buffer_size": int(decoder_buffer)} if threaded and decoder_buffer else {}
     if decoder_priority != "default":
         extra["decoder_priority"] = decoder_priority
+    if loop_restart is not None:
+        extra["loop_restart"] = loop_restart
     if copy_ahead:
         extra["copy_ahead"] = True
         ring_slots += DEFAULT_FETCH  # the fetch copied ahead

@@ -56,6 +56,10 @@ VARIANTS = {
     # 2026-12-07), and the pipeline 8,582: whether that work queueing behind the model's kernels is the difference
     "feed-pairs-decprio": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
                            "decoder_priority": "high"},
+    # feed-pairs with each looping source starting its clip again by end() and a new ThreadedDecoder, not by
+    # reconfigure_decoder (NvThreadedSource loop_restart): what a restart costs, beside decoder_churn.py's which-way-dies
+    "feed-pairs-recreate": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
+                            "loop_restart": "recreate"},
     # what `jetforge app --decode gpu` does (gpu_app.decode_layout; per_stream and switch_ms from GpuAppOptions)
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }

@@ -55,3 +55,25 @@ def test_frames_equal_the_plain_readings_byte_for_byte(how):
     assert not np.array_equal(plain[0][1], plain[FRAMES - 1][1])  # the clip moves: equal frames mean something
     for (_, a), (_, b) in zip(plain, other):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("how", ["reconfigure", "recreate"])
+def test_a_looping_source_starts_the_clip_again_byte_for_byte(how):
+    """Looping across the end of the clip with each ``loop_restart``: the frames after the end equal the clip's first
+    frames byte for byte, the indices run on."""
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+    from jetforge.runtime.cuda.kernels.upload import download
+
+    first = _read()[:4]
+    with NvThreadedSource(os.environ["JETFORGE_KERNEL_VIDEO"], keep=DeviceFrameRing(slots=16, defer_sync=True),
+                          loop=True, loop_restart=how) as src:
+        frames = []
+        while src.passes < 2 or len(frames) < 4:
+            frame = src.read()
+            if src.passes == 2:  # the second pass has begun: keep its first frames
+                frames.append((frame.index, download(frame.data.ptr, (frame.height * 3 // 2, frame.width), np.uint8)))
+    start = frames[0][0]  # the clip's frame count: the second pass numbered on from the first
+    assert start > 0 and [i for i, _ in frames] == list(range(start, start + len(frames)))
+    for (_, a), (_, b) in zip(first, frames[:4]):
+        assert np.array_equal(a, b)

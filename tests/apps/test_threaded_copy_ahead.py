@@ -1,5 +1,6 @@
 """NvThreadedSource on the CPU: ``copy_ahead`` (a fetch's owned copies waited for a fetch later, never after the
-decoder may have reused the frames they read) and ``decoder_priority`` (the decoder's own stream).
+decoder may have reused the frames they read), ``decoder_priority`` (the decoder's own stream) and ``loop_restart``
+(how a looping source starts its clip again).
 
 The stand-ins: a ThreadedDecoder whose frames live in ``fetch`` surfaces that every ``get_batch_frames`` overwrites
 (the least a real decoder promises: a frame is valid until the next call), and a keep hook whose copies only
@@ -197,3 +198,45 @@ def test_a_decoder_that_does_not_open_leaves_no_stream_behind(bikes_clip, standi
     assert len(made) == 1
     with pytest.raises(ValueError, match="destroyed"):
         made[0].priority  # noqa: B018 - closed
+
+
+# --------------------------------------------------------------------------------------- starting the clip again
+class RestartRecordingNvDecoder(FakeNvDecoder):
+    """The fake PyNvVideoCodec, recording every ThreadedDecoder made, ended and reconfigured."""
+
+    events: List[str] = []
+
+    class ThreadedDecoder(FakeThreadedDecoder):
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            RestartRecordingNvDecoder.events.append("new")
+            super().__init__(*a, **kw)
+
+        def reconfigure_decoder(self, new_source: str, start_frame: int = 0) -> None:
+            if hasattr(self, "_packets"):  # not the constructor's own first call
+                RestartRecordingNvDecoder.events.append("reconfigure")
+            super().reconfigure_decoder(new_source, start_frame)
+
+        def end(self) -> None:
+            RestartRecordingNvDecoder.events.append("end")
+            super().end()
+
+
+@pytest.mark.parametrize("how", ["reconfigure", "recreate"])
+def test_a_looping_source_starts_again_the_way_asked_with_its_numbering_and_pixels(bikes_clip, how):
+    """258 frames of the 250-frame clip, looping: the second pass comes from reconfigure_decoder, or from end() and a
+    new decoder, and either way the indices run on without a gap and the pixels start over with the clip's."""
+    expected = _reference(bikes_clip, 4)
+    RestartRecordingNvDecoder.events = []
+    with NvThreadedSource(bikes_clip, codec_module=RestartRecordingNvDecoder, keep=lambda d, w, h: np.asarray(d).copy(),
+                          loop=True, max_frames=258, loop_restart=how) as src:
+        frames = [(f.index, np.asarray(f.data).copy()) for f in src]
+        assert src.passes == 2
+    assert [i for i, _ in frames] == list(range(258))
+    assert all(np.array_equal(frames[250 + i][1], expected[i]) for i in range(4))
+    restart = ["reconfigure"] if how == "reconfigure" else ["end", "new"]
+    assert RestartRecordingNvDecoder.events == ["new"] + restart + ["end"]  # the last end: the source's close
+
+
+def test_an_unknown_loop_restart_is_refused_by_name(bikes_clip):
+    with pytest.raises(ConfigError, match="loop restart 'reboot' is not one of reconfigure, recreate"):
+        NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, loop_restart="reboot")

@@ -34,6 +34,12 @@ from jetforge.fileio import require_file
 from jetforge.runtime.cuda.stream import check_priority
 
 DEFAULT_FETCH = 4  # frames a get_batch_frames call takes: one wait (and one copy launch) per 4 frames
+# How a looping source starts its clip again: "reconfigure" (the decoder's reconfigure_decoder) or "recreate" (end()
+# and a new ThreadedDecoder).  Why both: the GPU benchmark's process died of native heap corruption in 4 of ~17
+# device calls, each time in a process whose decoders had been restarting; benchmarks/gpu_pipeline/decoder_churn.py
+# tells the two ways apart (not run on a GPU yet), and this default follows what it finds.
+LOOP_RESTARTS = ("reconfigure", "recreate")
+DEFAULT_LOOP_RESTART = "reconfigure"
 
 
 class NvThreadedSource(GpuFrameReader):
@@ -44,7 +50,9 @@ class NvThreadedSource(GpuFrameReader):
     def __init__(self, path: Union[str, "os.PathLike[str]"], gpu_id: int = 0, stream: int = 0,
                  codec_module: Optional[Any] = None, keep: Optional[KeepHook] = None, loop: bool = False,
                  max_frames: int = 0, buffer_size: int = 12, fetch: int = DEFAULT_FETCH, copy_ahead: bool = False,
-                 decoder_priority: str = "default") -> None:
+                 decoder_priority: str = "default", loop_restart: str = DEFAULT_LOOP_RESTART) -> None:
+        if loop_restart not in LOOP_RESTARTS:
+            raise ConfigError("loop restart %r is not one of %s" % (loop_restart, ", ".join(LOOP_RESTARTS)))
         if copy_ahead and not (callable(getattr(keep, "launch", None)) and callable(getattr(keep, "wait", None))):
             raise ConfigError("copying a fetch ahead needs a keep hook that launches its copies and waits for them "
                               "apart (launch() and wait())",
@@ -59,6 +67,7 @@ class NvThreadedSource(GpuFrameReader):
         self.decoder_priority = check_priority(decoder_priority, "decoder stream priority")
         self._decoder_stream: Optional[Any] = None
         self._keep, self.fetch = keep, max(1, min(int(fetch), int(buffer_size)))
+        self.loop_restart, self._buffer_size = loop_restart, int(buffer_size)
         self._pending: Deque[GpuFrame] = deque()
         self.copy_ahead = bool(copy_ahead)
         self._ahead: Deque[GpuFrame] = deque()  # copy_ahead: the next fetch, its copies launched, not yet waited for
@@ -72,8 +81,8 @@ class NvThreadedSource(GpuFrameReader):
             self.matrix = matrix_from_code(_call(demuxer, "ColorSpace"), self.height)
             self.full_range = full_range_from_code(_call(demuxer, "ColorRange"))
             del demuxer
-            self._decoder = self._nvc.ThreadedDecoder(str(self.path), int(buffer_size), gpu_id=self.gpu_id,
-                                                      use_device_memory=True, **self._decoder_stream_arg())
+            self._decoder_args = self._decoder_stream_arg()
+            self._decoder = self._open_decoder()
         except (RuntimeError, ValueError, OSError) as err:
             if self._decoder_stream is not None:  # made for a decoder that did not open
                 self._decoder_stream.close()
@@ -90,6 +99,21 @@ class NvThreadedSource(GpuFrameReader):
 
         self._decoder_stream = Stream(priority=self.decoder_priority)
         return {"cuda_stream": int(self._decoder_stream)}
+
+    def _open_decoder(self) -> Any:
+        return self._nvc.ThreadedDecoder(str(self.path), self._buffer_size, gpu_id=self.gpu_id, use_device_memory=True,
+                                         **self._decoder_args)
+
+    def _restart(self) -> None:
+        """The clip again (``loop``): no copy still reads the old pass's frames here (each fetch's copies were
+        waited for before this fetch)."""
+        if self.loop_restart == "recreate":
+            self._decoder.end()
+            self._decoder = None
+            self._decoder = self._open_decoder()
+        else:
+            self._decoder.reconfigure_decoder(str(self.path))
+        self.passes += 1
 
     def reset_waits(self) -> None:
         """Zero the counters of where a reader's time goes (two clock reads a fetch): ``decode_wait_s`` in
@@ -140,8 +164,7 @@ class NvThreadedSource(GpuFrameReader):
                 return True
             if not self.loop:
                 return False
-            self._decoder.reconfigure_decoder(str(self.path))
-            self.passes += 1
+            self._restart()
 
     def _timed_wait(self, wait: Optional[Any]) -> None:
         if callable(wait):
@@ -194,4 +217,4 @@ class NvThreadedSource(GpuFrameReader):
                 "gpu_id": self.gpu_id}
 
 
-__all__ = ["DEFAULT_FETCH", "NvThreadedSource"]
+__all__ = ["DEFAULT_FETCH", "DEFAULT_LOOP_RESTART", "LOOP_RESTARTS", "NvThreadedSource"]
