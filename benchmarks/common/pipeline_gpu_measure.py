@@ -25,7 +25,7 @@ def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int =
     clip again (None: the source's default)."""
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
     from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
-    from jetforge.apps.video.sources.gpu.nvdec_threaded import DEFAULT_FETCH, NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ring_slots_for
 
     kind = NvThreadedSource if threaded else NvDecSource
     extra: Dict[str, Any] = {"buffer_size": int(decoder_buffer)} if threaded and decoder_buffer else {}
@@ -35,7 +35,7 @@ def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int =
         extra["loop_restart"] = loop_restart
     if copy_ahead:
         extra["copy_ahead"] = True
-        ring_slots += DEFAULT_FETCH  # the fetch copied ahead
+    ring_slots = ring_slots_for(ring_slots, copy_ahead)
     sources = [kind(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
                     keep=DeviceFrameRing(ring_slots, defer_sync, batch_copy, copy_priority) if keep == "ring" else keep,
                     **extra)

@@ -321,9 +321,9 @@ def report_partial(path: Path, args: Any, out: Path, died: Optional[str]) -> Dic
     partial JSON it checkpointed after every step: ``args`` are the crashed call's flags, ``died`` what the log
     says killed it (None: the deaths are in its errors already, as ``--restarts`` records them).  Its repetitions
     are reported as they are (a point cut short shows fewer reps), marked partial."""
-    data = json.loads(Path(path).read_text())
-    if not data.get("partial") or "results" not in data:
-        raise SystemExit("%s is not a partial pipeline_gpu JSON (no 'partial' and 'results' keys)" % path)
+    from benchmarks.common.pipeline_gpu_resume import load_checkpoint
+
+    data = load_checkpoint(path, "cannot report")
     res = data["results"]
     if died:
         res.setdefault("errors", []).append({"what": data.get("current") or "the process", "error": died})

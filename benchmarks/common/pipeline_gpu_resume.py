@@ -25,15 +25,16 @@ OWN_FLAGS = ("--restarts", "--wall-limit-s", "--resume-from")  # the supervisor 
 MIN_CHILD_S = 60.0  # a child with less wall time than this would spend it starting up: not started
 
 
-def load_checkpoint(path: Path) -> Dict[str, Any]:
+def load_checkpoint(path: Path, doing: str = "cannot resume from") -> Dict[str, Any]:
     """A partial JSON the script wrote (``partial``, ``results``, ``gpu_tests``, ``machine``, ``current``), or a
-    SystemExit naming what is wrong with the file."""
+    SystemExit saying ``doing`` and what is wrong with the file (the one check of such a file: resuming and
+    ``--report-partial`` both read it here)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
-        raise SystemExit("cannot resume from %s: %s" % (path, err)) from None
+        raise SystemExit("%s %s: %s" % (doing, path, err)) from None
     if not isinstance(data, dict) or not data.get("partial") or not isinstance(data.get("results"), dict):
-        raise SystemExit("cannot resume from %s: not a partial pipeline_gpu JSON (no 'partial' and 'results')" % path)
+        raise SystemExit("%s %s: not a partial pipeline_gpu JSON (no 'partial' and 'results')" % (doing, path))
     return data
 
 

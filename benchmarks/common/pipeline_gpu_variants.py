@@ -5,6 +5,12 @@ each with why it is there)."""
 
 from typing import Any, Dict, Tuple
 
+def _feed_pairs(**changed: Any) -> Dict[str, Any]:
+    """``feed-pairs`` (one feeder thread, owned copies in rings, two frames of a stream a batch) with ``changed``: the
+    A/B variants below differ from it in one setting each."""
+    return dict({"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed"}, **changed)
+
+
 # How the pipeline's host side runs (results/nvidia-h200_2026-12-01_host-variants{1,2,3}, _decode-layouts).
 # nonblocking: frame copies and launches on non-blocking CUDA streams ordered by events; switch_ms: Python's GIL
 # switch interval; per_stream: frames of one stream a batch may take; keep: how a decoded frame becomes an owned
@@ -26,40 +32,32 @@ VARIANTS = {
                    "workers": 2},
     "ipc-quads": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 4, "keep": "ring", "source": "ipc",
                   "workers": 4},
-    "feed-pairs": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed"},
+    "feed-pairs": _feed_pairs(),
     # feed-pairs with the owned copies made as before 2026-12-07: two cudaMemcpy2DAsync calls a frame, not one copy
     # kernel launch a fetch (DeviceFrameRing batch_copy): the A/B of that change
-    "feed-pairs-copy2d": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
-                          "batch_copy": False},
+    "feed-pairs-copy2d": _feed_pairs(batch_copy=False),
     # feed-pairs with a batch size every 4 from 8 to 32 (26 frames padded to 28), not the app's powers of two
     # (batching.DEFAULT_BUCKETS): measured 2026-12-07 as feed-pairs-pow2 beside the finer sizes, which did not pay
-    "feed-pairs-fine4": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
-                         "buckets": "fine4"},
+    "feed-pairs-fine4": _feed_pairs(buckets="fine4"),
     # feed-pairs with render on's copy back as the benchmark made it until 2026-12-07 (a batch stacked by torch and
     # copied to pageable memory synchronously), not the app's BatchCopyBack: the A/B of that change (--render-on)
-    "feed-pairs-stackcopy": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring",
-                             "source": "feed", "copy_back": "stack"},
+    "feed-pairs-stackcopy": _feed_pairs(copy_back="stack"),
     # feed-pairs with each ThreadedDecoder decoding up to 32 frames ahead, not NvThreadedSource's 12: whether NVDEC
     # idles at 16 streams because a stream's decode-ahead buffer is full while the one feeder thread serves the others
-    "feed-pairs-buf32": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
-                         "decoder_buffer": 32},
+    "feed-pairs-buf32": _feed_pairs(decoder_buffer=32),
     # feed-pairs with the rings' copies on a stream of the device's greatest priority: whether the feeder's
     # once-a-fetch wait for its copy kernel, queued behind the model's kernels, is what holds NVDEC back
-    "feed-pairs-prio": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
-                        "copy_priority": "high"},
+    "feed-pairs-prio": _feed_pairs(copy_priority="high"),
     # feed-pairs with each source copying a fetch ahead (NvThreadedSource copy_ahead): a fetch's copies are waited for
     # a fetch later, when they are long done, not right after their launch: whether that wait is the feeder's gap
-    "feed-pairs-ahead": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
-                         "copy_ahead": True},
+    "feed-pairs-ahead": _feed_pairs(copy_ahead=True),
     # feed-pairs with each ThreadedDecoder's own GPU work (picture mapping, the copy into its buffer) on a stream of
     # the device's greatest priority: NVDEC of 16 streams gave 9,681 FPS alone and 8,618 beside MobileNetV2 (H100,
     # 2026-12-07), and the pipeline 8,582: whether that work queueing behind the model's kernels is the difference
-    "feed-pairs-decprio": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
-                           "decoder_priority": "high"},
+    "feed-pairs-decprio": _feed_pairs(decoder_priority="high"),
     # feed-pairs with each looping source starting its clip again by end() and a new ThreadedDecoder, not by
     # reconfigure_decoder (NvThreadedSource loop_restart): what a restart costs, beside decoder_churn.py's which-way-dies
-    "feed-pairs-recreate": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "feed",
-                            "loop_restart": "recreate"},
+    "feed-pairs-recreate": _feed_pairs(loop_restart="recreate"),
     # what `jetforge app --decode gpu` does (gpu_app.decode_layout; per_stream and switch_ms from GpuAppOptions)
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }

@@ -89,7 +89,7 @@ def run_gpu_tests(args: argparse.Namespace, out: Path) -> Dict[str, Any]:
     if probe.returncode != 0:  # a plain checkout: install it where the test process finds it (no deps, no index)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                         "--target", "/tmp/jf", str(ROOT)], check=True, capture_output=True)
-        env["PYTHONPATH"] = os.pathsep.join(["/tmp/jf", "/tmp/site", env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join(["/tmp/jf", env.get("PYTHONPATH", "")])
     # -P: the checkout's root is not put on sys.path, so `jetforge` is the installed package, not its root folder
     cmd = [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu"] + args.gpu_tests.split()
     try:
@@ -225,12 +225,8 @@ def measure(env: "Env", args: argparse.Namespace, checkpoint: Any, state: Dict[s
                                            "decode_alone_procs": {}, "decode_alone_feed": {}, "decode_beside_model": {},
                                            "encode_alone": {}},
                            "runs": [], "errors": [], "skipped": [], "step_seconds": []}
-    if resume is not None:
+    if resume is not None:  # the same flags: its results have every key the plan records into
         res = dict(res, **resume["results"])
-        for kind, by in res["bounds_runs"].items():
-            if kind == "model_only":
-                for m in args.models:
-                    by.setdefault(m, {})
     state["res"] = res
     done = done_labels(res)
     history: Dict[str, List[float]] = history_of(res)

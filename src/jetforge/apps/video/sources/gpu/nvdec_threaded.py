@@ -42,6 +42,12 @@ LOOP_RESTARTS = ("reconfigure", "recreate")
 DEFAULT_LOOP_RESTART = "reconfigure"
 
 
+def ring_slots_for(slots: int, copy_ahead: bool, fetch: int = DEFAULT_FETCH) -> int:
+    """The owned-copy ring a source needs: ``slots`` (the frames a pipeline holds), and with ``copy_ahead`` the fetch
+    copied ahead as well."""
+    return int(slots) + (int(fetch) if copy_ahead else 0)
+
+
 class NvThreadedSource(GpuFrameReader):
     """A video file decoded by NVDEC in PyNvVideoCodec's background thread; yields :class:`GpuFrame` (NV12)."""
 
@@ -217,4 +223,4 @@ class NvThreadedSource(GpuFrameReader):
                 "gpu_id": self.gpu_id}
 
 
-__all__ = ["DEFAULT_FETCH", "DEFAULT_LOOP_RESTART", "LOOP_RESTARTS", "NvThreadedSource"]
+__all__ = ["DEFAULT_FETCH", "DEFAULT_LOOP_RESTART", "LOOP_RESTARTS", "NvThreadedSource", "ring_slots_for"]
