@@ -2,7 +2,7 @@
 benchmarks/common/pipeline_gpu_resume.py).
 
 The pure parts are checked on hand-made checkpoints.  The whole loop is checked for real on the CPU dry run: the
-supervisor's child (a real process running the real script) is killed with SIGKILL once its checkpoint shows two
+supervisor's child (a real process running the real script) is sent SIGABRT once its checkpoint shows two
 measured steps - as the native heap corruption killed device calls - and the supervisor must record the death
 against the step it was in, start a new child that keeps the two steps measured (their values untouched) and runs
 only the rest, and end with the whole plan measured once."""
@@ -46,6 +46,9 @@ def test_a_checkpoint_gives_the_steps_done_their_times_and_the_budget_spent(tmp_
         resume.load_checkpoint(tmp_path / "final.json")
     with pytest.raises(SystemExit, match="cannot resume from"):
         resume.load_checkpoint(tmp_path / "missing.json")
+    (tmp_path / "odd.json").write_text(json.dumps({"partial": True, "results": {"step_seconds": [["a", "x"]]}}))
+    with pytest.raises(SystemExit, match="step_seconds or skipped entries are not what pipeline_gpu.py writes"):
+        resume.load_checkpoint(tmp_path / "odd.json")
 
 
 def test_the_child_gets_the_flags_but_the_supervisors_own_with_its_wall_time_and_checkpoint():
@@ -53,8 +56,35 @@ def test_the_child_gets_the_flags_but_the_supervisors_own_with_its_wall_time_and
     assert resume.child_argv(argv, 431.4, None) == ["--models", "classify", "--tag", "t", "--restarts", "0",
                                                     "--wall-limit-s", "431"]
     assert resume.child_argv(argv, 100.0, Path("/o/c.json"))[-2:] == ["--resume-from", "/o/c.json"]
-    assert resume.died(-6) and resume.died(134) and resume.died(139)
+    assert resume.died(-6) and resume.died(-11) and resume.died(134) and resume.died(139)
     assert not resume.died(0) and not resume.died(1) and not resume.died(3)  # errors recorded / the wall limit
+    assert not resume.died(-15) and not resume.died(-2) and not resume.died(-9) and not resume.died(143)  # stopped
+
+
+def test_a_sigterm_to_the_supervisor_stops_its_child_too(tmp_path):
+    """run_child in a real process with a real child: SIGTERM to the parent -> the parent exits 143 and the child
+    is gone (not left running on its own until its own wall limit)."""
+    pid_file = tmp_path / "child.pid"
+    child = "import os, time; open(%r, 'w').write(str(os.getpid())); time.sleep(120)" % str(pid_file)
+    parent = subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, %r); "
+                               "from benchmarks.common.pipeline_gpu_resume import run_child; "
+                               "run_child([sys.executable, '-c', %r])" % (str(ROOT), child)])
+    deadline = time.time() + 60
+    while not (pid_file.is_file() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.05)
+    child_pid = int(pid_file.read_text())
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=30) == 143
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child_pid, signal.SIGKILL)
+        pytest.fail("the child outlived its supervisor")
 
 
 def test_the_supervisor_records_each_death_and_goes_on_until_a_child_ends_or_restarts_run_out(tmp_path):
@@ -120,7 +150,7 @@ def test_a_child_killed_mid_run_is_resumed_by_a_new_one_that_measures_only_the_r
                 except (OSError, ValueError):
                     data = {}
                 if len(data.get("results", {}).get("step_seconds", [])) >= 2 and data.get("current"):
-                    proc.send_signal(signal.SIGKILL)
+                    proc.send_signal(signal.SIGABRT)  # as glibc's heap checks end a process
                     killed.update(steps=[list(s) for s in data["results"]["step_seconds"]], current=data["current"])
                     break
                 time.sleep(0.05)
@@ -134,5 +164,5 @@ def test_a_child_killed_mid_run_is_resumed_by_a_new_one_that_measures_only_the_r
     labels = [label for label, _ in doc["results"]["step_seconds"]]
     assert doc["results"]["step_seconds"][:len(killed["steps"])] == killed["steps"]  # kept, not measured again
     assert len(labels) == len(set(labels)) and killed["current"] in labels  # the killed step ran once, in child 2
-    assert [e["what"] for e in doc["errors"]] == [killed["current"]] and "signal 9" in doc["errors"][0]["error"]
+    assert [e["what"] for e in doc["errors"]] == [killed["current"]] and "signal 6" in doc["errors"][0]["error"]
     assert len(doc["points"]) == 2 and all(p["reps"] == 1 for p in doc["points"])  # render off and on, measured

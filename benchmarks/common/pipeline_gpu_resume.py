@@ -4,7 +4,7 @@ from its last checkpoint.
 Why: the benchmark's process died of native heap corruption (inside PyNvVideoCodec's threaded decoders, as far as
 the traces tell) in 4 of ~17 device calls; each death threw away the rest of a call that cannot be had again that
 day.  The script already writes its results after every step (a partial JSON) and names the step it is about to run;
-with ``--restarts N`` it runs itself as a child process and, when the child dies of a signal, records the death
+with ``--restarts N`` it runs itself as a child process and, when the child crashes (:data:`CRASH_SIGNALS`), records the death
 (the step it died in, the signal) and starts a new child that skips every step already measured
 (``--resume-from``), within the same wall limit.  A resumed child pays the start-up again (~30 s: torch, the models,
 their CUDA graphs) and keeps the budget the dead one had left: the measured steps' seconds count as spent.
@@ -14,13 +14,18 @@ command line alone, so a child given the same flags plans the same steps.
 """
 
 import json
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
-DIED_CODES = (134, 139)  # a shell's 128 + SIGABRT / SIGSEGV, where the child runs behind one
+# What a native crash ends a child with: SIGABRT (the C library's heap checks), SIGSEGV, SIGBUS, SIGILL, SIGFPE, as a
+# negative return code, or as a shell's 128 + N where the child runs behind one.  A child stopped on purpose (SIGTERM,
+# SIGINT, SIGKILL: a time-out, Ctrl-C, the OOM killer) is not restarted.
+CRASH_SIGNALS = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
+DIED_CODES = tuple(128 + int(sig) for sig in CRASH_SIGNALS)
 OWN_FLAGS = ("--restarts", "--wall-limit-s", "--resume-from")  # the supervisor sets these for each child
 MIN_CHILD_S = 60.0  # a child with less wall time than this would spend it starting up: not started
 
@@ -35,6 +40,13 @@ def load_checkpoint(path: Path, doing: str = "cannot resume from") -> Dict[str, 
         raise SystemExit("%s %s: %s" % (doing, path, err)) from None
     if not isinstance(data, dict) or not data.get("partial") or not isinstance(data.get("results"), dict):
         raise SystemExit("%s %s: not a partial pipeline_gpu JSON (no 'partial' and 'results')" % (doing, path))
+    res = data["results"]
+    steps_ok = all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and isinstance(e[1], (int, float))
+                   for e in res.get("step_seconds", []))
+    skipped_ok = all(isinstance(e, dict) and isinstance(e.get("step"), str) for e in res.get("skipped", []))
+    if not (steps_ok and skipped_ok):
+        raise SystemExit("%s %s: its step_seconds or skipped entries are not what pipeline_gpu.py writes "
+                         "([label, seconds] pairs, {'step': label} records)" % (doing, path))
     return data
 
 
@@ -78,8 +90,22 @@ def child_argv(argv: Sequence[str], wall_left_s: float, resume_from: Optional[Pa
 
 
 def died(returncode: int) -> bool:
-    """Whether a child's exit is a death by a signal (negative: Python saw the signal; 134/139: a shell's form)."""
-    return returncode < 0 or returncode in DIED_CODES
+    """Whether a child's exit is a crash (:data:`CRASH_SIGNALS`: negative, as Python reports a signal, or a shell's
+    128 + N), not an exit or a stop on purpose."""
+    return -returncode in [int(sig) for sig in CRASH_SIGNALS] or returncode in DIED_CODES
+
+
+def run_child(cmd: List[str]) -> int:
+    """Run one child and return its exit status; a SIGTERM to this process stops the child too (killed, its
+    checkpoint kept) and exits with 143 instead of leaving it running on its own."""
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)  # subprocess.run kills the child on the way out
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return subprocess.run(cmd).returncode
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def record_death(path: Path, returncode: int, resumed: bool) -> Optional[str]:
@@ -99,7 +125,7 @@ def record_death(path: Path, returncode: int, resumed: bool) -> Optional[str]:
 
 def supervise(script: Path, argv: Sequence[str], checkpoint: Path, restarts: int, wall_limit_s: float,
               log: Callable[..., None] = print,
-              run: Callable[[List[str]], int] = lambda cmd: subprocess.run(cmd).returncode) -> int:
+              run: Callable[[List[str]], int] = run_child) -> int:
     """Run ``script`` with ``argv`` as a child; after each death (:func:`died`) with a checkpoint to go on from,
     record it and run a new child with ``--resume-from``, up to ``restarts`` times and while at least
     :data:`MIN_CHILD_S` of ``wall_limit_s`` (0: none) is left.  Returns the last child's exit status, or 4 when the
@@ -126,5 +152,5 @@ def supervise(script: Path, argv: Sequence[str], checkpoint: Path, restarts: int
     return 4
 
 
-__all__ = ["DIED_CODES", "MIN_CHILD_S", "OWN_FLAGS", "child_argv", "died", "done_labels", "history_of",
-           "load_checkpoint", "record_death", "spent_s", "supervise"]
+__all__ = ["CRASH_SIGNALS", "DIED_CODES", "MIN_CHILD_S", "OWN_FLAGS", "child_argv", "died", "done_labels", "history_of",
+           "load_checkpoint", "record_death", "run_child", "spent_s", "supervise"]
