@@ -41,3 +41,51 @@ def test_an_unknown_way_or_a_missing_clip_is_one_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         decoder_churn.main(["--dry-run", "--clip", str(tmp_path / "none.mp4")])
     assert "no clip at" in capsys.readouterr().err
+
+
+def _churn_children(clip: Path) -> list:
+    """The pids of decoder_churn children decoding ``clip`` (their command lines, read from /proc)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:  # the process ended while we looked
+            continue
+        if b"--child" in args and str(clip).encode() in args:
+            pids.append(int(cmdline.parent.name))
+    return pids
+
+
+def test_a_sigterm_to_the_parent_stops_its_running_child_and_exits_143(tmp_path, bikes_clip):
+    """In real processes: the parent runs a way with cycles enough for minutes; a SIGTERM to the parent -> exit 143
+    and no child left decoding on its own (before the fix, the child ran on until its --way-timeout-s)."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    import pytest
+
+    if not Path("/proc/self/cmdline").is_file():
+        pytest.skip("needs /proc to find the child process")
+    clip = tmp_path / "churn_clip.mp4"  # a path of this test's own: its children are told apart from any other's
+    shutil.copyfile(bikes_clip, clip)
+    env = dict(os.environ, OUT=str(tmp_path))
+    parent = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "gpu_pipeline" / "decoder_churn.py"),
+                               "--dry-run", "--ways", "reconfigure", "--cycles", "100000", "--decoders", "1",
+                               "--way-timeout-s", "300", "--clip", str(clip)], env=env)
+    deadline = time.time() + 60
+    while not _churn_children(clip) and time.time() < deadline and parent.poll() is None:
+        time.sleep(0.05)
+    children = _churn_children(clip)
+    assert children, "the child never started"
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=30) == 143
+    deadline = time.time() + 10
+    while _churn_children(clip) and time.time() < deadline:
+        time.sleep(0.05)
+    left = _churn_children(clip)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "a child outlived its parent"

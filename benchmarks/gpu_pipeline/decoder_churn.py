@@ -24,11 +24,12 @@ the control does not is the unsafe one.
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the checkout's root: benchmarks.common
@@ -108,6 +109,20 @@ def run_way(args: argparse.Namespace, way: str) -> Dict[str, Any]:
     return way_result(way, rc, out, err, time.perf_counter() - t0)
 
 
+def run_ways(args: argparse.Namespace) -> List[Dict[str, Any]]:
+    """Every way, one child after another.  A SIGTERM to this process (the device call's time limit, a user's kill)
+    stops the running child too -- ``subprocess.run`` kills it as the exit passes through -- and exits with 143,
+    instead of leaving a child decoding on its own until its ``--way-timeout-s``."""
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return [run_way(args, way) for way in args.ways]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def way_result(way: str, rc: Any, out: str, err: str, seconds: float) -> Dict[str, Any]:
     """A child's record: its exit (a number, "signal N" for a negative return code, or "timeout"), whether it died
     (any exit but 0) or finished ("done" printed), the cycles and restarts it reported last, and where it died the
@@ -162,7 +177,7 @@ def main(argv: Any = None) -> int:
     doc = {"benchmark": "decoder_churn", "dry_run": args.dry_run, "decoders": args.decoders, "frames": args.frames,
            "cycles": args.cycles, "clip": Path(args.clip).name,
            "machine": "%s, %s cores" % (info.get("cpu"), info.get("cpu_cores_usable")),
-           "ways": [run_way(args, way) for way in args.ways]}
+           "ways": run_ways(args)}
     out = Path(os.environ.get("OUT") or ("/tmp/jf_decoder_churn" if args.dry_run else ROOT / "benchmarks" /
                                          "gpu_pipeline" / "results"))
     out.mkdir(parents=True, exist_ok=True)
