@@ -25,16 +25,17 @@ def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int =
     clip again (None: the source's default)."""
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
     from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
-    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ring_slots_for
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import (NvThreadedSource, ThreadedDecodeOptions,
+                                                                  ring_slots_for)
 
     kind = NvThreadedSource if threaded else NvDecSource
-    extra: Dict[str, Any] = {"buffer_size": int(decoder_buffer)} if threaded and decoder_buffer else {}
-    if decoder_priority != "default":
-        extra["decoder_priority"] = decoder_priority
-    if loop_restart is not None:
-        extra["loop_restart"] = loop_restart
-    if copy_ahead:
-        extra["copy_ahead"] = True
+    extra: Dict[str, Any] = {}
+    if threaded:  # None: the source's default
+        tuning = {"buffer_size": int(decoder_buffer) if decoder_buffer else None, "loop_restart": loop_restart}
+        extra["options"] = ThreadedDecodeOptions(copy_ahead=copy_ahead, decoder_priority=decoder_priority,
+                                                 **{k: v for k, v in tuning.items() if v is not None})
+    elif copy_ahead or decoder_priority != "default" or loop_restart is not None:
+        raise ValueError("copy_ahead, decoder_priority and loop_restart are NvThreadedSource's (threaded=True)")
     ring_slots = ring_slots_for(ring_slots, copy_ahead)
     sources = [kind(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
                     keep=DeviceFrameRing(ring_slots, defer_sync, batch_copy, copy_priority) if keep == "ring" else keep,

@@ -87,13 +87,14 @@ def open_variant(variant: str, clip: Path, n: int) -> Any:
     from tests.standins.fake_nvdec import FakeReplayNvDecoder
     from jetforge.apps.video.sources.gpu.feed_group import SourceFeedGroup
     from jetforge.apps.video.sources.gpu.ipc_decode import IpcDecodeGroup
-    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
 
     if variant.startswith("ipc"):
         return IpcDecodeGroup([clip] * n, streams_per_worker=2 if variant.startswith("ipc2") else 4, slots=16,
                               fetch=4, loop=True, codec=FakeReplayNvDecoder)
     sources = [NvThreadedSource(clip, stream=s, codec_module=FakeReplayNvDecoder, loop=True,
-                                keep=DeviceFrameRing(24), fetch=4) for s in range(n)]
+                                keep=DeviceFrameRing(24), options=ThreadedDecodeOptions(fetch=4))
+               for s in range(n)]
     for src in sources:
         src.prime()
     return SourceFeedGroup(sources, depth=8) if variant == "feed-pairs" else sources

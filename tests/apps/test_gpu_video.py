@@ -307,7 +307,7 @@ def test_gpu_source_choice_by_uri_and_decode_option(bikes_clip, monkeypatch):
     with _closing(open_gpu_source(str(bikes_clip), decode="cpu", max_frames=3)) as src:
         frames = list(src)
     assert isinstance(src, CpuGpuFrames) and [f.layout for f in frames] == ["bgr"] * 3
-    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
 
     with _closing(open_gpu_source("nvdec://" + str(bikes_clip), codec_module=FakeNvDecoder, max_frames=2)) as src:
         assert isinstance(src, NvThreadedSource) and len(list(src)) == 2  # decode in the library's own thread
@@ -622,10 +622,10 @@ def test_device_frame_ring_keeps_an_owned_copy_and_describes_it_for_cuda():
 
 def test_threaded_nvdec_source_over_the_fake_yields_every_frame_once_in_order_and_loops(bikes_clip):
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
-    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
 
     with NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, stream=2, keep=DeviceFrameRing(), loop=True,
-                          max_frames=BIKES_FRAMES + 7, fetch=4) as src:
+                          max_frames=BIKES_FRAMES + 7, options=ThreadedDecodeOptions(fetch=4)) as src:
         src.prime()
         frames = list(src)
     assert [f.index for f in frames] == list(range(BIKES_FRAMES + 7)) and src.passes == 2
@@ -706,7 +706,7 @@ def test_threaded_nvdec_source_splits_its_reader_time_into_decode_and_copy_waits
     without flush adds no copy wait."""
     import time as _time
 
-    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
 
     class SlowFlush:
         flushes = 0
@@ -718,11 +718,12 @@ def test_threaded_nvdec_source_splits_its_reader_time_into_decode_and_copy_waits
             SlowFlush.flushes += 1
             _time.sleep(0.002)
 
-    with NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=SlowFlush(), max_frames=12, fetch=4) as src:
+    with NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=SlowFlush(), max_frames=12,
+                          options=ThreadedDecodeOptions(fetch=4)) as src:
         frames = list(src)
     assert len(frames) == 12 and src.fetches == SlowFlush.flushes == 3  # 12 frames, 4 a fetch
     assert src.copy_wait_s >= 3 * 0.002 and src.decode_wait_s > 0.0
     with NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=lambda d, w, h: np.asarray(d).copy(),
-                          max_frames=8, fetch=4) as plain:
+                          max_frames=8, options=ThreadedDecodeOptions(fetch=4)) as plain:
         assert len(list(plain)) == 8
     assert plain.fetches == 2 and plain.copy_wait_s == 0.0

@@ -34,13 +34,14 @@ FRAMES = 60  # 15 fetches of 4, the decoder's 12-frame buffer reused five times 
 
 def _read(copy_ahead: bool = False, decoder_priority: str = "default") -> list:
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
-    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
     from jetforge.runtime.cuda.kernels.upload import download
 
     # a ring as large as the clip read: no slot reused, so every frame can be downloaded after the reading
     ring = DeviceFrameRing(slots=FRAMES + 8, defer_sync=True)
     with NvThreadedSource(os.environ["JETFORGE_KERNEL_VIDEO"], keep=ring, max_frames=FRAMES,
-                          copy_ahead=copy_ahead, decoder_priority=decoder_priority) as src:
+                          options=ThreadedDecodeOptions(copy_ahead=copy_ahead,
+                                                        decoder_priority=decoder_priority)) as src:
         frames = list(src)
         got = [(f.index, download(f.data.ptr, (f.height * 3 // 2, f.width), np.uint8)) for f in frames]
     return got
@@ -62,12 +63,12 @@ def test_a_looping_source_starts_the_clip_again_byte_for_byte(how):
     """Looping across the end of the clip with each ``loop_restart``: the frames after the end equal the clip's first
     frames byte for byte, the indices run on."""
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
-    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
     from jetforge.runtime.cuda.kernels.upload import download
 
     first = _read()[:4]
     with NvThreadedSource(os.environ["JETFORGE_KERNEL_VIDEO"], keep=DeviceFrameRing(slots=16, defer_sync=True),
-                          loop=True, loop_restart=how) as src:
+                          loop=True, options=ThreadedDecodeOptions(loop_restart=how)) as src:
         frames = []
         while src.passes < 2 or len(frames) < 4:
             frame = src.read()

@@ -71,7 +71,7 @@ def test_feed_group_reads_every_stream_from_one_thread_in_order(bikes_clip):
     with the decoder's pixels."""
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
     from jetforge.apps.video.sources.gpu.feed_group import SourceFeedGroup
-    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
 
     with NvDecSource(bikes_clip, codec_module=FakeNvDecoder, max_frames=FRAMES) as src:
         expected = [f.host_nv12().copy() for f in src]
@@ -81,7 +81,7 @@ def test_feed_group_reads_every_stream_from_one_thread_in_order(bikes_clip):
         got.setdefault(s, []).append((frame.index, frame.host_nv12().copy()))
 
     sources = [NvThreadedSource(bikes_clip, stream=s, codec_module=FakeNvDecoder, keep=DeviceFrameRing(24),
-                                max_frames=FRAMES, fetch=4) for s in range(3)]
+                                max_frames=FRAMES, options=ThreadedDecodeOptions(fetch=4)) for s in range(3)]
     ops = HostBatchOps(lambda f: f.host_nv12()[:2, :2].astype(np.float32), lambda x: x, lambda out, i, f: {})
     with SourceFeedGroup(sources, depth=8) as group:
         assert group.streams == 3 and group.fetch == 4
@@ -251,7 +251,7 @@ def test_replay_decoder_serves_the_clips_length_cycling_its_first_frames(bikes_c
 def test_threaded_source_waits_for_a_fetchs_copies_once_before_handing_any_out(bikes_clip):
     """A keep hook with flush() (DeviceFrameRing(defer_sync=True)) is flushed once per fetch of 4, after the fetch's
     copies and before the first of those frames is read."""
-    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
 
     class RecordingKeep:
         def __init__(self):
@@ -265,7 +265,8 @@ def test_threaded_source_waits_for_a_fetchs_copies_once_before_handing_any_out(b
             self.events.append("flush")
 
     keep = RecordingKeep()
-    with NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=keep, max_frames=10, fetch=4) as src:
+    with NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=keep, max_frames=10,
+                          options=ThreadedDecodeOptions(fetch=4)) as src:
         for _ in src:
             keep.events.append("read")
     fetch = ["copy"] * 4 + ["flush"]

@@ -14,7 +14,7 @@ from typing import Any, List
 import numpy as np
 import pytest
 
-from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
 from jetforge.errors import ConfigError
 from tests.standins.fake_nvdec import FakeDecodedFrame, FakeNvDecoder, FakeThreadedDecoder
 
@@ -76,8 +76,8 @@ def test_copy_ahead_hands_out_the_decoders_pixels_in_order(bikes_clip):
     """30 frames read with the next fetch copied ahead equal the plain reading's, indices 0..29."""
     expected = _reference(bikes_clip, 30)
     keep = LateCopyKeep()
-    with NvThreadedSource(bikes_clip, codec_module=ReusingNvDecoder, keep=keep, max_frames=30, fetch=4,
-                          copy_ahead=True) as src:
+    with NvThreadedSource(bikes_clip, codec_module=ReusingNvDecoder, keep=keep, max_frames=30,
+                          options=ThreadedDecodeOptions(fetch=4, copy_ahead=True)) as src:
         got = [(f.index, np.asarray(f.data).copy()) for f in src]
         assert src.fetches == 9  # 8 fetches read (30 frames, 4 a fetch) + the one copied ahead
     assert [i for i, _ in got] == list(range(30))
@@ -88,8 +88,8 @@ def test_copy_ahead_waits_for_a_fetch_before_the_decoder_is_called_again(bikes_c
     """The order of calls: each fetch's copies queued and launched; the wait for them comes before the next
     get_batch_frames and before any of their frames is read; close waits for the fetch still ahead."""
     keep = LateCopyKeep()
-    with NvThreadedSource(bikes_clip, codec_module=ReusingNvDecoder, keep=keep, max_frames=10, fetch=4,
-                          copy_ahead=True) as src:
+    with NvThreadedSource(bikes_clip, codec_module=ReusingNvDecoder, keep=keep, max_frames=10,
+                          options=ThreadedDecodeOptions(fetch=4, copy_ahead=True)) as src:
         for _ in src:
             keep.events.append("read")
     fetch = ["copy"] * 4 + ["launch"]
@@ -114,7 +114,7 @@ def test_copy_ahead_at_the_end_of_a_looping_stream_keeps_numbering(bikes_clip):
     in its indices, and its pixels start over with the clip's."""
     expected = _reference(bikes_clip, 4)
     with NvThreadedSource(bikes_clip, codec_module=ReusingNvDecoder, keep=LateCopyKeep(), loop=True, max_frames=258,
-                          fetch=4, copy_ahead=True) as src:
+                          options=ThreadedDecodeOptions(fetch=4, copy_ahead=True)) as src:
         frames = [(f.index, np.asarray(f.data).copy()) for f in src]
         assert src.passes == 2
     assert [i for i, _ in frames] == list(range(258))
@@ -123,7 +123,8 @@ def test_copy_ahead_at_the_end_of_a_looping_stream_keeps_numbering(bikes_clip):
 
 def test_copy_ahead_without_a_keep_that_launches_and_waits_apart_is_refused(bikes_clip):
     with pytest.raises(ConfigError, match="launch\\(\\) and wait\\(\\)"):
-        NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=lambda d, w, h: d, copy_ahead=True)
+        NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=lambda d, w, h: d,
+                         options=ThreadedDecodeOptions(copy_ahead=True))
 
 
 # --------------------------------------------------------------------------------------- the decoder's own stream
@@ -155,7 +156,7 @@ def test_a_high_priority_decoder_gets_its_own_stream_of_the_greatest_priority_cl
     default, the legacy stream)."""
     StreamRecordingNvDecoder.streams = []
     src = NvThreadedSource(bikes_clip, codec_module=StreamRecordingNvDecoder, keep=lambda d, w, h: np.asarray(d).copy(),
-                           max_frames=4, decoder_priority="high")
+                           max_frames=4, options=ThreadedDecodeOptions(decoder_priority="high"))
     stream = src._decoder_stream
     assert stream.priority == standin_runtime.GREATEST_PRIORITY
     assert StreamRecordingNvDecoder.streams == [int(stream)] and int(stream) != 0
@@ -171,7 +172,7 @@ def test_a_high_priority_decoder_gets_its_own_stream_of_the_greatest_priority_cl
 
 def test_an_unknown_decoder_priority_is_refused_by_name(bikes_clip):
     with pytest.raises(ConfigError, match="decoder stream priority 'top' is not one of default, high"):
-        NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, decoder_priority="top")
+        NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, options=ThreadedDecodeOptions(decoder_priority="top"))
 
 
 def test_a_decoder_that_does_not_open_leaves_no_stream_behind(bikes_clip, standin_runtime, monkeypatch):
@@ -194,7 +195,8 @@ def test_a_decoder_that_does_not_open_leaves_no_stream_behind(bikes_clip, standi
 
     monkeypatch.setattr("jetforge.runtime.cuda.Stream", Recording)
     with pytest.raises(StreamError, match="NVDEC cannot decode .*no decoder for this codec"):
-        NvThreadedSource(bikes_clip, codec_module=Refusing, keep=lambda d, w, h: d, decoder_priority="high")
+        NvThreadedSource(bikes_clip, codec_module=Refusing, keep=lambda d, w, h: d,
+                         options=ThreadedDecodeOptions(decoder_priority="high"))
     assert len(made) == 1
     with pytest.raises(ValueError, match="destroyed"):
         made[0].priority  # noqa: B018 - closed
@@ -228,7 +230,7 @@ def test_a_looping_source_starts_again_the_way_asked_with_its_numbering_and_pixe
     expected = _reference(bikes_clip, 4)
     RestartRecordingNvDecoder.events = []
     with NvThreadedSource(bikes_clip, codec_module=RestartRecordingNvDecoder, keep=lambda d, w, h: np.asarray(d).copy(),
-                          loop=True, max_frames=258, loop_restart=how) as src:
+                          loop=True, max_frames=258, options=ThreadedDecodeOptions(loop_restart=how)) as src:
         frames = [(f.index, np.asarray(f.data).copy()) for f in src]
         assert src.passes == 2
     assert [i for i, _ in frames] == list(range(258))
@@ -239,4 +241,24 @@ def test_a_looping_source_starts_again_the_way_asked_with_its_numbering_and_pixe
 
 def test_an_unknown_loop_restart_is_refused_by_name(bikes_clip):
     with pytest.raises(ConfigError, match="loop restart 'reboot' is not one of reconfigure, recreate"):
-        NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, loop_restart="reboot")
+        NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, options=ThreadedDecodeOptions(loop_restart="reboot"))
+
+
+def test_threaded_decode_options_are_checked_when_made_and_a_fetch_is_at_most_the_decoders_buffer():
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import DEFAULT_FETCH
+
+    assert ThreadedDecodeOptions().frames_per_fetch == DEFAULT_FETCH
+    assert ThreadedDecodeOptions(buffer_size=3, fetch=8).frames_per_fetch == 3  # a fetch cannot take more than is buffered
+    for bad in ({"fetch": 0}, {"buffer_size": 0}):
+        with pytest.raises(ConfigError, match="at least 1 frame"):
+            ThreadedDecodeOptions(**bad)
+    with pytest.raises(ConfigError, match="loop restart 'reboot'"):
+        ThreadedDecodeOptions(loop_restart="reboot")
+
+
+def test_a_source_takes_its_fetch_from_its_options(bikes_clip):
+    """One fetch per ``frames_per_fetch`` frames read (the stand-in decoder's get_batch_frames calls)."""
+    with NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, keep=lambda d, w, h: np.asarray(d).copy(),
+                          max_frames=12, options=ThreadedDecodeOptions(buffer_size=3, fetch=8)) as src:
+        assert sum(1 for _ in iter(src.read, None)) == 12
+        assert src.fetch == 3 and src.fetches == 4

@@ -334,14 +334,15 @@ def _send_error(conn: Any, err: BaseException) -> None:
 
 def _open_sources(jobs: List[Tuple[int, str]], slots: int, fetch: int, buffer_size: int, loop: bool,
                   max_frames: int, codec: Any, gpu_id: int) -> List[Tuple[int, Any, _LazyRing]]:
-    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
 
     module: Any = None if codec == NVDEC else codec  # None: NvThreadedSource loads PyNvVideoCodec
     out = []
     for s, path in jobs:
         ring = _LazyRing(slots)
         src = NvThreadedSource(path, gpu_id=gpu_id, stream=s, codec_module=module, keep=ring, loop=loop,
-                               max_frames=max_frames, buffer_size=buffer_size, fetch=fetch)
+                               max_frames=max_frames,
+                               options=ThreadedDecodeOptions(buffer_size=buffer_size, fetch=fetch))
         out.append((s, src, ring))
         src.prime()  # the first fetch: decoder start-up before the run; frames 0..fetch-1 are in slots already
         if ring.ring is None:

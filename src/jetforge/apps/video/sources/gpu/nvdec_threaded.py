@@ -24,6 +24,7 @@ decoder reused it.  The ring holds one more fetch per stream (give it ``fetch`` 
 import os
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Deque, Dict, Optional, Union
 
 from jetforge.apps.video.sources.gpu.frame import GpuFrame, GpuFrameReader, full_range_from_code, matrix_from_code
@@ -42,6 +43,36 @@ LOOP_RESTARTS = ("reconfigure", "recreate")
 DEFAULT_LOOP_RESTART = "reconfigure"
 
 
+@dataclass(frozen=True)
+class ThreadedDecodeOptions:
+    """How an :class:`NvThreadedSource` decodes: one value, so that the app, the worker processes and the benchmark's
+    variants hand the same tuning around instead of a growing list of keyword arguments.
+
+    ``buffer_size``: frames the ThreadedDecoder decodes ahead; ``fetch``: frames a ``get_batch_frames`` call takes
+    (at most ``buffer_size``); ``copy_ahead``: each fetch's owned copies waited for a fetch later (module docstring);
+    ``decoder_priority``: the decoder's own GPU work on a stream of this priority ("default": the decoder's default
+    stream); ``loop_restart``: how a looping source starts its clip again (:data:`LOOP_RESTARTS`)."""
+
+    buffer_size: int = 12
+    fetch: int = DEFAULT_FETCH
+    copy_ahead: bool = False
+    decoder_priority: str = "default"
+    loop_restart: str = DEFAULT_LOOP_RESTART
+
+    def __post_init__(self) -> None:
+        if int(self.buffer_size) < 1 or int(self.fetch) < 1:
+            raise ConfigError("a threaded decoder needs buffer_size and fetch of at least 1 frame (got %s and %s)"
+                              % (self.buffer_size, self.fetch))
+        if self.loop_restart not in LOOP_RESTARTS:
+            raise ConfigError("loop restart %r is not one of %s" % (self.loop_restart, ", ".join(LOOP_RESTARTS)))
+        check_priority(self.decoder_priority, "decoder stream priority")
+
+    @property
+    def frames_per_fetch(self) -> int:
+        """The frames one fetch takes: ``fetch``, at most the decoder's buffer."""
+        return min(int(self.fetch), int(self.buffer_size))
+
+
 def ring_slots_for(slots: int, copy_ahead: bool, fetch: int = DEFAULT_FETCH) -> int:
     """The owned-copy ring a source needs: ``slots`` (the frames a pipeline holds), and with ``copy_ahead`` the fetch
     copied ahead as well."""
@@ -55,11 +86,10 @@ class NvThreadedSource(GpuFrameReader):
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], gpu_id: int = 0, stream: int = 0,
                  codec_module: Optional[Any] = None, keep: Optional[KeepHook] = None, loop: bool = False,
-                 max_frames: int = 0, buffer_size: int = 12, fetch: int = DEFAULT_FETCH, copy_ahead: bool = False,
-                 decoder_priority: str = "default", loop_restart: str = DEFAULT_LOOP_RESTART) -> None:
-        if loop_restart not in LOOP_RESTARTS:
-            raise ConfigError("loop restart %r is not one of %s" % (loop_restart, ", ".join(LOOP_RESTARTS)))
-        if copy_ahead and not (callable(getattr(keep, "launch", None)) and callable(getattr(keep, "wait", None))):
+                 max_frames: int = 0, options: Optional[ThreadedDecodeOptions] = None) -> None:
+        self.options = options = options if options is not None else ThreadedDecodeOptions()
+        apart = callable(getattr(keep, "launch", None)) and callable(getattr(keep, "wait", None))
+        if options.copy_ahead and not apart:
             raise ConfigError("copying a fetch ahead needs a keep hook that launches its copies and waits for them "
                               "apart (launch() and wait())",
                               hint="give NvThreadedSource keep=DeviceFrameRing(defer_sync=True), or copy_ahead=False")
@@ -70,12 +100,12 @@ class NvThreadedSource(GpuFrameReader):
         # decoder_priority "high": the decoder's own GPU work (mapping each decoded picture and copying it into its
         # buffer, on the stream it is given) on a stream of the device's greatest priority, so that it does not
         # queue behind a model's kernels for the SMs; "default": the decoder's default (the legacy stream)
-        self.decoder_priority = check_priority(decoder_priority, "decoder stream priority")
+        self.decoder_priority = options.decoder_priority
         self._decoder_stream: Optional[Any] = None
-        self._keep, self.fetch = keep, max(1, min(int(fetch), int(buffer_size)))
-        self.loop_restart, self._buffer_size = loop_restart, int(buffer_size)
+        self._keep, self.fetch = keep, options.frames_per_fetch
+        self.loop_restart, self._buffer_size = options.loop_restart, int(options.buffer_size)
         self._pending: Deque[GpuFrame] = deque()
-        self.copy_ahead = bool(copy_ahead)
+        self.copy_ahead = bool(options.copy_ahead)
         self._ahead: Deque[GpuFrame] = deque()  # copy_ahead: the next fetch, its copies launched, not yet waited for
         self._index, self.passes = 0, 1
         self.reset_waits()
@@ -223,4 +253,5 @@ class NvThreadedSource(GpuFrameReader):
                 "gpu_id": self.gpu_id}
 
 
-__all__ = ["DEFAULT_FETCH", "DEFAULT_LOOP_RESTART", "LOOP_RESTARTS", "NvThreadedSource", "ring_slots_for"]
+__all__ = ["DEFAULT_FETCH", "DEFAULT_LOOP_RESTART", "LOOP_RESTARTS", "NvThreadedSource", "ThreadedDecodeOptions",
+           "ring_slots_for"]

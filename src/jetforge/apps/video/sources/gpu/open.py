@@ -63,14 +63,15 @@ def open_gpu_source(uri: Any, decode: str = "auto", stream: int = 0, loop: bool 
                           % spec.kind, hint="use the CPU pipeline (jetforge app ...) for cameras and streams")
     if decoder == "nvdec":
         from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
-        from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ring_slots_for
+        from jetforge.apps.video.sources.gpu.nvdec_threaded import (NvThreadedSource, ThreadedDecodeOptions,
+                                                                      ring_slots_for)
 
         # demux + decode in PyNvVideoCodec's native thread (on the H200, 16 streams 0.68x of NVDEC's rate against 0.47x
         # with a Python call per packet); frames are held in the batcher and in batches in flight: owned copies
         return NvThreadedSource(spec.location, stream=stream, loop=loop, max_frames=max_frames,
                                 codec_module=codec_module,
                                 keep=DeviceFrameRing(ring_slots_for(ring_slots, copy_ahead), defer_sync),
-                                copy_ahead=copy_ahead)
+                                options=ThreadedDecodeOptions(copy_ahead=copy_ahead))
     if decoder == "jetson-utils":
         from jetforge.apps.video.sources.gpu.jetson import JetsonVideoSource
 
