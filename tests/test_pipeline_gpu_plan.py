@@ -326,3 +326,17 @@ def test_report_partial_turns_a_died_calls_checkpoint_into_its_outputs_marked_pa
     (tmp_path / "done.json").write_text(json.dumps({"schema": 2, "points": []}))
     with pytest.raises(SystemExit, match="not a partial pipeline_gpu JSON"):
         report_partial(tmp_path / "done.json", _args(), tmp_path, "x")
+
+
+def test_plan_decode_beside_graph_runs_beside_the_one_call_form_in_each_round():
+    """``--decode-beside-graph``: NVDEC beside the model run from one long CUDA graph, at ``variant_streams``, in the
+    same rounds as ``--decode-beside``'s steps (each pair side by side), exploratory; it also runs on its own."""
+    steps = plan_steps(_settings(decode_beside=True, decode_beside_graph=True, variant_streams=[16]))
+    pairs = [(s.kind, s.model, s.rep) for s in steps if s.kind.startswith("decode_beside")]
+    assert pairs == [(k, m, r) for r in range(3) for m in ("classify", "people")
+                     for k in ("decode_beside_model", "decode_beside_model_graph")]
+    alone = [s for s in plan_steps(_settings(decode_beside_graph=True, variant_streams=[16]))
+             if s.kind.startswith("decode_beside")]
+    assert {s.kind for s in alone} == {"decode_beside_model_graph"} and len(alone) == 6
+    assert all(s.group == "exploratory" for s in alone)
+

@@ -8,8 +8,6 @@ made, a torch NV12 -> tensor conversion labelled ``preprocess: torch-fallback`` 
 The same code runs on the CPU for ``--dry-run`` (no CUDA events, no pinned memory, the fake decoder's host frames).
 """
 
-import contextlib
-import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -72,47 +70,12 @@ def model_only(torch: Any, session: Any, contract: Any, batch: int, seconds: flo
     feeds = {session.inputs[0].name: x}
     for _ in range(3):
         session.infer_tensors(feeds)
-    _sync(torch, device)
-    n, wall = _back_to_back(session, feeds, lambda elapsed: elapsed >= seconds, lambda: _sync(torch, device))
+    sync_device(torch, device)
+    n, wall = back_to_back(session, feeds, lambda elapsed: elapsed >= seconds, lambda: sync_device(torch, device))
     return {"batch": batch, "iterations": n, "fps": batch * n / wall, "ms_per_batch": 1000.0 * wall / n}
 
 
-def decode_beside_model(torch: Any, session: Any, contract: Any, batch: int, device: str,
-                        decode: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
-    """``decode()`` (NVDEC alone, timed by itself) while a thread runs the model back to back at ``batch`` on device
-    tensors, as :func:`model_only` does, until it returns: both engines' rates when they share the GPU.
-
-    The model runs on a non-blocking stream of its own and waits on that stream only, as the app's launch thread
-    does.  On the legacy default stream with a device-wide wait (the first form, run once on an H100 on 2026-12-07:
-    NVDEC 2590 FPS beside MobileNetV2 against 9558 alone) every decoder's work on the default stream queued behind
-    each batch: that measured the harness's stream coupling, not the engines."""
-    x = torch.randn(batch, 3, contract.height, contract.width, device=device)
-    feeds = {session.inputs[0].name: x}
-    side = torch.cuda.Stream(device) if device.startswith("cuda") else None
-    _sync(torch, device)
-    stop, counts = threading.Event(), {"n": 0, "wall": 0.0}
-
-    def run_model() -> None:
-        context = torch.cuda.stream(side) if side is not None else contextlib.nullcontext()
-        with context:
-            session.infer_tensors(feeds)  # warm on this stream
-            if side is not None:
-                side.synchronize()
-            counts["n"], counts["wall"] = _back_to_back(session, feeds, lambda _elapsed: stop.is_set(),
-                                                        side.synchronize if side is not None else lambda: None)
-
-    worker = threading.Thread(target=run_model, name="model-beside-decode")
-    worker.start()
-    try:
-        r = decode()
-    finally:
-        stop.set()
-        worker.join()
-    model_fps = batch * counts["n"] / counts["wall"] if counts["wall"] else 0.0
-    return dict(r, batch=batch, model_fps=model_fps, model_stream="non-blocking, its own")
-
-
-def _back_to_back(session: Any, feeds: Dict[str, Any], done: Callable[[float], bool],
+def back_to_back(session: Any, feeds: Dict[str, Any], done: Callable[[float], bool],
                   wait: Callable[[], None]) -> Tuple[int, float]:
     """Inferences of ``feeds`` back to back, ten between waits, until ``done(elapsed seconds)``: (count, wall s)."""
     n, t0 = 0, time.perf_counter()
@@ -126,7 +89,7 @@ def _back_to_back(session: Any, feeds: Dict[str, Any], done: Callable[[float], b
             return n, elapsed
 
 
-def _sync(torch: Any, device: str) -> None:
+def sync_device(torch: Any, device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 

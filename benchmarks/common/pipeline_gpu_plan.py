@@ -44,7 +44,7 @@ def known_model(model: str) -> bool:
 @dataclass(frozen=True)
 class Step:
     """One measurement: ``kind`` (model_only, decode_alone, decode_alone_procs, decode_alone_feed, decode_beside_model,
-    encode_alone, pipeline,
+    decode_beside_model_graph, encode_alone, pipeline,
     tiles_check, device_pool), ``model`` (or None), ``arg`` (batches; streams; (streams, render, variant)), ``rep``
     (0-based) and ``group``: ``goal`` (render off, the app's default path, and their bounds), ``tiles`` (the person
     detector with tiles, ``people-tilesN``: its check against the CPU reference, its model-alone bound, its points),
@@ -88,6 +88,9 @@ class PlanSettings:
     # NVDEC alone while each model runs back to back on the SMs, at ``variant_streams``: whether the two engines slow
     # each other down, which min(model alone, NVDEC alone) as a bound does not count
     decode_beside: bool = False
+    # NVDEC beside the same model work run from one long CUDA graph (the host all but idle), at
+    # ``variant_streams``: whether the host's side of running the model (its launch thread) is what slows NVDEC
+    decode_beside_graph: bool = False
     device_pool: int = 0
     # the padded batch (frames) of a point: (streams, variant, model) -> bucket
     buckets_of: Callable[[int, str, str], int] = field(default=lambda n, variant, model: n)
@@ -131,9 +134,10 @@ def plan_steps(s: PlanSettings) -> List[Step]:
     if s.decode_feed:
         for rep in range(s.reps):
             steps += [Step("decode_alone_feed", None, n, rep, "exploratory") for n in variant_streams]
-    if s.decode_beside:
-        for rep in range(s.reps):
-            steps += [Step("decode_beside_model", m, n, rep, "exploratory") for m in models for n in variant_streams]
+    beside = (["decode_beside_model"] if s.decode_beside else []) + (["decode_beside_model_graph"]
+                                                                    if s.decode_beside_graph else [])
+    for rep in range(s.reps if beside else 0):  # the two forms side by side in each round
+        steps += [Step(kind, m, n, rep, "exploratory") for m in models for n in variant_streams for kind in beside]
     for variant in s.exploratory:
         for rep in range(s.reps):
             for model in models:
@@ -153,6 +157,8 @@ def guess_s(step: Step, seconds: float, decode_seconds: float, encode_seconds: f
         return len(step.arg) * (model_seconds + 0.5) + 1.0
     if step.kind in ("decode_alone", "decode_alone_feed", "decode_beside_model"):
         return decode_seconds + 0.5 + 0.05 * step.arg
+    if step.kind == "decode_beside_model_graph":  # and the graph's capture
+        return decode_seconds + 2.0 + 0.05 * step.arg
     if step.kind == "decode_alone_procs":
         return decode_seconds + 3.0 + 0.05 * step.arg
     if step.kind == "encode_alone":

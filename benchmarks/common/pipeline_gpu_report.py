@@ -235,15 +235,21 @@ def table(doc: Dict[str, Any]) -> str:
         ["model alone %s batch %s %s" % (mod, k, _spread(v)) for mod, by in b.get("model_only", {}).items()
          for k, v in by.items()]
         + ["%s %s streams %s" % (kind.replace("_", " "), k, _spread(v)) for kind in
-           ("decode_alone", "decode_alone_procs", "decode_alone_feed", "decode_beside_model", "encode_alone")
+           ("decode_alone", "decode_alone_procs", "decode_alone_feed", "decode_beside_model",
+            "decode_beside_model_graph", "encode_alone")
            for k, v in b.get(kind, {}).items()])]
-    beside = doc["results"].get("bounds_runs", {}).get("decode_beside_model", {})
+    runs = doc["results"].get("bounds_runs", {})
+    beside = runs.get("decode_beside_model", {})
+    for kind, how in (("decode_beside_model", "the model runs back to back, one batch a call"),
+                      ("decode_beside_model_graph", "the same model work runs from one long CUDA graph, the host "
+                                                    "all but idle")):
+        if runs.get(kind):
+            lines.append("%s (NVDEC alone while %s; medians): " % (kind.replace("_", " "), how) + "; ".join(
+                "%s streams NVDEC %.0f FPS, model %.0f FPS at batch %d"
+                % (key, median_spread(r["fps"] for r in reps)["median"],
+                   median_spread(r["model_fps"] for r in reps)["median"], reps[0]["batch"])
+                for key, reps in runs[kind].items()))
     if beside:
-        lines.append("decode beside model (NVDEC alone while the model runs back to back, medians): " + "; ".join(
-            "%s streams NVDEC %.0f FPS, model %.0f FPS at batch %d"
-            % (key, median_spread(r["fps"] for r in reps)["median"],
-               median_spread(r["model_fps"] for r in reps)["median"], reps[0]["batch"])
-            for key, reps in beside.items()))
         shared = [p for p in doc["points"] + doc["exploratory"] if p.get("ratio_to_shared_bound")]
         lines.append("against the shared bound (min of NVDEC beside the model and the model beside NVDEC, each the "
                      "other running flat out): " + "; ".join(

@@ -208,7 +208,8 @@ def plan_settings(args: argparse.Namespace) -> Any:
 
     return PlanSettings(models=args.models, streams=args.streams, reps=args.reps, default_variant=args.default_variant,
                         exploratory=args.exploratory, variant_streams=args.variant_streams, render_on=args.render_on, decode_procs=args.decode_procs,
-                        decode_feed=args.decode_feed, decode_beside=args.decode_beside, device_pool=args.device_pool, buckets_of=buckets_of)
+                        decode_feed=args.decode_feed, decode_beside=args.decode_beside,
+                        decode_beside_graph=args.decode_beside_graph, device_pool=args.device_pool, buckets_of=buckets_of)
 
 
 def measure(env: "Env", args: argparse.Namespace, checkpoint: Any, state: Dict[str, Any],
@@ -223,6 +224,7 @@ def measure(env: "Env", args: argparse.Namespace, checkpoint: Any, state: Dict[s
 
     res: Dict[str, Any] = {"bounds_runs": {"model_only": {m: {} for m in args.models}, "decode_alone": {},
                                            "decode_alone_procs": {}, "decode_alone_feed": {}, "decode_beside_model": {},
+                                           "decode_beside_model_graph": {},
                                            "encode_alone": {}},
                            "runs": [], "errors": [], "skipped": [], "step_seconds": []}
     if resume is not None:  # the same flags: its results have every key the plan records into
@@ -259,7 +261,8 @@ def run_step(env: "Env", args: argparse.Namespace, res: Dict[str, Any], step: An
     """One step; bound repetitions go to ``res["bounds_runs"]``, pipeline repetitions to ``res["runs"]``."""
     from benchmarks.common.pipeline_gpu_measure import (decode_alone, decode_alone_feed, decode_alone_procs,
                                                         encode_alone, host_frames)
-    from benchmarks.common.pipeline_gpu_ops import decode_beside_model, model_only
+    from benchmarks.common.pipeline_gpu_beside import decode_beside_model, decode_beside_model_graph
+    from benchmarks.common.pipeline_gpu_ops import model_only
     from benchmarks.common.pipeline_gpu_plan import Step, rows_per_frame
     from benchmarks.common.pipeline_gpu_tiles import per_frame, run_tiles_check
 
@@ -283,14 +286,18 @@ def run_step(env: "Env", args: argparse.Namespace, res: Dict[str, Any], step: An
             r = decode_alone_procs(files, arg, args.dry_run, args.decode_seconds)
         bounds[kind].setdefault(str(arg), []).append(dict(r, rep=step.rep))
         log("%s %2d streams: %.1f FPS" % (kind.replace("_", " "), arg, r["fps"]))
-    elif kind == "decode_beside_model":
+    elif kind in ("decode_beside_model", "decode_beside_model_graph"):
         b = bucket(batch_of(arg, VARIANTS[resolve_variant(args.default_variant, arg)]["per_stream"], rows))
-        capture_graphs(env, env.sessions[model], env.models[model][1], b, rows)
-        r = decode_beside_model(env.torch, env.sessions[model], env.models[model][1], b * rows, env.device,
-                                lambda: decode_alone(files, arg, env.codec, args.decode_seconds))
+        decode = lambda: decode_alone(files, arg, env.codec, args.decode_seconds)  # noqa: E731
+        if kind == "decode_beside_model":
+            capture_graphs(env, env.sessions[model], env.models[model][1], b, rows)
+            r = decode_beside_model(env.torch, env.sessions[model], env.models[model][1], b * rows, env.device, decode)
+        else:  # the same GPU work from one long CUDA graph: the host all but idle
+            r = decode_beside_model_graph(env.torch, env.models[model][0], env.models[model][1], b * rows,
+                                          env.device, decode)
         bounds[kind].setdefault("%s %d" % (model, arg), []).append(dict(r, rep=step.rep))
-        log("decode beside model %-8s %2d streams: NVDEC %.1f FPS while the model ran %.1f FPS at batch %d"
-            % (model, arg, r["fps"], r["model_fps"] / rows, b))
+        log("%s %-8s %2d streams: NVDEC %.1f FPS while the model ran %.1f FPS at batch %d"
+            % (kind.replace("_", " "), model, arg, r["fps"], r["model_fps"] / rows, b))
     elif kind == "encode_alone":
         frames = host_frames(files[0])
         height, width = frames[0].shape[0] * 2 // 3, frames[0].shape[1]  # NV12: (H * 3/2, W); the stream's own size
@@ -478,6 +485,9 @@ def parse_args(argv: Any) -> argparse.Namespace:
                     "the decode layout's own ceiling")
     ap.add_argument("--decode-beside", action="store_true", help="also NVDEC alone while each model runs back to "
                     "back on the SMs, at --variant-streams, recorded apart: whether the two engines slow each other")
+    ap.add_argument("--decode-beside-graph", action="store_true", help="also NVDEC beside the "
+                    "same model work run from one long CUDA graph (the host all but idle), recorded apart: whether "
+                    "the host's side of running the model is what slows NVDEC")
     ap.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="seconds of measuring: a step that "
                     "would end after this is skipped and recorded (0: no budget; the goal rows run first)")
     ap.add_argument("--encoders", type=int, default=8, help="CPU encoder worker processes (render on)")
