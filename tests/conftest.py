@@ -64,3 +64,13 @@ def bikes_frames(bikes_clip):
         frames = {f.index: f.image for f in source if f.index in BIKES_FRAMES}
     assert sorted(frames) == list(BIKES_FRAMES)
     return frames
+
+
+@pytest.fixture(autouse=True)
+def _no_pooled_decoders_between_tests():
+    """Each test starts with no idle decoder in the process's ThreadedDecoder pool (decoder_pool.POOL): a decoder a
+    test closed is not reused by the next test's source (which would change what that test observes)."""
+    yield
+    pool_module = sys.modules.get("jetforge.apps.video.sources.gpu.decoder_pool")
+    if pool_module is not None:
+        pool_module.POOL.drain()

@@ -16,7 +16,8 @@ def test_every_way_runs_its_cycles_in_a_child_and_the_result_is_written(tmp_path
     monkeypatch.setenv("OUT", str(tmp_path))
     assert decoder_churn.main(["--dry-run", "--cycles", "3", "--decoders", "2", "--clip", str(bikes_clip)]) == 0
     doc = json.loads((tmp_path / "decoder_churn_dry_run.json").read_text())
-    assert [w["way"] for w in doc["ways"]] == list(decoder_churn.WAYS) == ["steady", "reconfigure", "recreate"]
+    assert [w["way"] for w in doc["ways"]] == list(decoder_churn.WAYS) == ["steady", "reconfigure", "recreate",
+                                                                           "sources", "sources-noreuse"]
     for w in doc["ways"]:
         assert w["exit"] == 0 and not w["died"] and w["finished"] and w["cycles"] == 3
         assert w["restarts"] == (0 if w["way"] == "steady" else 3 * 2)  # every decoder restarted once a cycle

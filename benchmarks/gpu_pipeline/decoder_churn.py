@@ -12,7 +12,10 @@ kernel, as the pipeline does) and then is restarted one way:
 * ``reconfigure``: ``reconfigure_decoder(path)`` (what NvThreadedSource does at the end of a looping clip);
 * ``recreate``: ``end()``, then a new ThreadedDecoder;
 * ``steady``: not restarted (the control: the same decoding and copies, no restart; capped below the clip's length
-  so that no decoder reaches its end).
+  so that no decoder reaches its end);
+* ``sources``: the app's NvThreadedSources opened, read and closed each cycle, their decoders reused through the
+  process's pool (``decoder_pool.POOL``, made after ``recreate`` was found to kill the process);
+* ``sources-noreuse``: the same with ``reuse_decoders=False`` (each close ends its decoder, each open makes one).
 
 Each way runs in a child process with its own time limit; reported per way: the child's exit (0, or the signal
 that killed it), the cycles and restarts done, the last lines it wrote (the abort message).  A way that dies where
@@ -38,7 +41,7 @@ from benchmarks.common.paths import result_name, use_checkout  # noqa: E402
 use_checkout()
 
 CARRY = ROOT / "build" / "gpu_pipeline"
-WAYS = ("steady", "reconfigure", "recreate")
+WAYS = ("steady", "reconfigure", "recreate", "sources", "sources-noreuse")
 STEADY_FRAMES = 800  # the control stays below the carried clip's 900 frames: no decoder reaches its end
 
 
@@ -54,6 +57,8 @@ def child(way: str, clip: str, decoders: int, cycles: int, frames: int, dry_run:
     else:
         sys.path.insert(0, "/tmp/site")  # the carried wheel, installed by the parent
         import PyNvVideoCodec as nvc
+    if way.startswith("sources"):
+        return churn_sources(nvc, clip, decoders, cycles, frames, reuse=way == "sources")
     demuxer = nvc.CreateDemuxer(filename=clip)
     width, height = int(demuxer.Width()), int(demuxer.Height())
     del demuxer
@@ -88,6 +93,33 @@ def child(way: str, clip: str, decoders: int, cycles: int, frames: int, dry_run:
     for dec, ring in zip(decs, rings):
         dec.end()
         ring.close()
+    print("done", flush=True)
+    return 0
+
+
+def churn_sources(nvc: Any, clip: str, decoders: int, cycles: int, frames: int, reuse: bool) -> int:
+    """The app's own sources, as the benchmark uses them between its points: each cycle ``decoders`` NvThreadedSources
+    are opened, read ``frames`` frames each and closed.  ``reuse``: their decoders go through the process's pool
+    (decoder_pool.POOL: a closed source's decoder pointed at the next one's file); else each close ends its decoder
+    and each open makes a new one (what the sources did before the pool)."""
+    from jetforge.apps.video.sources.gpu.decoder_pool import POOL
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
+
+    options = ThreadedDecodeOptions(reuse_decoders=reuse)
+    restarts = 0
+    for cycle in range(1, cycles + 1):
+        sources = [NvThreadedSource(clip, stream=d, codec_module=nvc, options=options,
+                                    keep=DeviceFrameRing(slots=2 * frames, defer_sync=True)) for d in range(decoders)]
+        for src in sources:
+            for _ in range(frames):
+                if src.read() is None:
+                    break
+        for src in sources:
+            src.close()
+        restarts += decoders
+        print("cycle %d restarts %d" % (cycle, restarts), flush=True)
+    POOL.drain()
     print("done", flush=True)
     return 0
 

@@ -14,6 +14,7 @@ from typing import Any, List
 import numpy as np
 import pytest
 
+from jetforge.apps.video.sources.gpu.decoder_pool import POOL
 from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
 from jetforge.errors import ConfigError
 from tests.standins.fake_nvdec import FakeDecodedFrame, FakeNvDecoder, FakeThreadedDecoder
@@ -152,11 +153,11 @@ class StreamRecordingNvDecoder(FakeNvDecoder):
 def test_a_high_priority_decoder_gets_its_own_stream_of_the_greatest_priority_closed_after_it(bikes_clip,
                                                                                              standin_runtime):
     """decoder_priority "high": the ThreadedDecoder is given a stream of the device's greatest priority (the CUDA
-    stand-in's range), which the source closes after ending the decoder; "default" passes none (the decoder's own
-    default, the legacy stream)."""
+    stand-in's range), which the source closes after ending the decoder (``reuse_decoders=False``: not pooled);
+    "default" passes none (the decoder's own default, the legacy stream)."""
     StreamRecordingNvDecoder.streams = []
     src = NvThreadedSource(bikes_clip, codec_module=StreamRecordingNvDecoder, keep=lambda d, w, h: np.asarray(d).copy(),
-                           max_frames=4, options=ThreadedDecodeOptions(decoder_priority="high"))
+                           max_frames=4, options=ThreadedDecodeOptions(decoder_priority="high", reuse_decoders=False))
     stream = src._decoder_stream
     assert stream.priority == standin_runtime.GREATEST_PRIORITY
     assert StreamRecordingNvDecoder.streams == [int(stream)] and int(stream) != 0
@@ -236,7 +237,9 @@ def test_a_looping_source_starts_again_the_way_asked_with_its_numbering_and_pixe
     assert [i for i, _ in frames] == list(range(258))
     assert all(np.array_equal(frames[250 + i][1], expected[i]) for i in range(4))
     restart = ["reconfigure"] if how == "reconfigure" else ["end", "new"]
-    assert RestartRecordingNvDecoder.events == ["new"] + restart + ["end"]  # the last end: the source's close
+    assert RestartRecordingNvDecoder.events == ["new"] + restart  # closed: its decoder is pooled, not ended
+    POOL.drain()  # (with the reference reading's decoder)
+    assert RestartRecordingNvDecoder.events == ["new"] + restart + ["end"]  # ended when the pool is drained
 
 
 def test_an_unknown_loop_restart_is_refused_by_name(bikes_clip):

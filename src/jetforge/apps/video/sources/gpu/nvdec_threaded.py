@@ -27,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Deque, Dict, Optional, Union
 
+from jetforge.apps.video.sources.gpu.decoder_pool import POOL, end_decoder
 from jetforge.apps.video.sources.gpu.frame import GpuFrame, GpuFrameReader, full_range_from_code, matrix_from_code
 from jetforge.apps.video.sources.gpu import nvdec as nvdec
 from jetforge.apps.video.sources.gpu.nvdec import KeepHook, _call, _call_first, frame_from_decoded
@@ -51,13 +52,17 @@ class ThreadedDecodeOptions:
     ``buffer_size``: frames the ThreadedDecoder decodes ahead; ``fetch``: frames a ``get_batch_frames`` call takes
     (at most ``buffer_size``); ``copy_ahead``: each fetch's owned copies waited for a fetch later (module docstring);
     ``decoder_priority``: the decoder's own GPU work on a stream of this priority ("default": the decoder's default
-    stream); ``loop_restart``: how a looping source starts its clip again (:data:`LOOP_RESTARTS`)."""
+    stream); ``loop_restart``: how a looping source starts its clip again (:data:`LOOP_RESTARTS`);
+    ``reuse_decoders``: a closed source's decoder goes to the process's pool and the next source made the same way
+    points it at its own file, instead of an end() and a new decoder (:mod:`.decoder_pool`: the churn that killed
+    processes)."""
 
     buffer_size: int = 12
     fetch: int = DEFAULT_FETCH
     copy_ahead: bool = False
     decoder_priority: str = "default"
     loop_restart: str = DEFAULT_LOOP_RESTART
+    reuse_decoders: bool = True
 
     def __post_init__(self) -> None:
         if int(self.buffer_size) < 1 or int(self.fetch) < 1:
@@ -107,7 +112,7 @@ class NvThreadedSource(GpuFrameReader):
         self._pending: Deque[GpuFrame] = deque()
         self.copy_ahead = bool(options.copy_ahead)
         self._ahead: Deque[GpuFrame] = deque()  # copy_ahead: the next fetch, its copies launched, not yet waited for
-        self._index, self.passes = 0, 1
+        self._index, self.passes, self._failed = 0, 1, False
         self.reset_waits()
         try:
             demuxer = self._nvc.CreateDemuxer(filename=str(self.path))  # the stream's facts, read once
@@ -117,8 +122,7 @@ class NvThreadedSource(GpuFrameReader):
             self.matrix = matrix_from_code(_call(demuxer, "ColorSpace"), self.height)
             self.full_range = full_range_from_code(_call(demuxer, "ColorRange"))
             del demuxer
-            self._decoder_args = self._decoder_stream_arg()
-            self._decoder = self._open_decoder()
+            self._decoder = self._reuse_or_open_decoder()
         except (RuntimeError, ValueError, OSError) as err:
             if self._decoder_stream is not None:  # made for a decoder that did not open
                 self._decoder_stream.close()
@@ -135,6 +139,26 @@ class NvThreadedSource(GpuFrameReader):
 
         self._decoder_stream = Stream(priority=self.decoder_priority)
         return {"cuda_stream": int(self._decoder_stream)}
+
+    def _pool_key(self) -> Any:
+        """How this source's decoder was made: only a decoder made the same way is reused for it."""
+        return (id(self._nvc), self.gpu_id, self._buffer_size, self.decoder_priority)
+
+    def _reuse_or_open_decoder(self) -> Any:
+        """An idle decoder of the pool pointed at this file (``reconfigure_decoder``), else a new one."""
+        pooled = POOL.take(self._pool_key()) if self.options.reuse_decoders else None
+        if pooled is None:
+            self._decoder_args = self._decoder_stream_arg()
+            return self._open_decoder()
+        decoder, self._decoder_stream = pooled
+        self._decoder_args = {"cuda_stream": int(self._decoder_stream)} if self._decoder_stream is not None else {}
+        try:
+            decoder.reconfigure_decoder(str(self.path))
+        except BaseException:  # not pooled again: a decoder that failed is ended, its stream closed
+            stream, self._decoder_stream = self._decoder_stream, None
+            end_decoder(decoder, stream)
+            raise
+        return decoder
 
     def _open_decoder(self) -> Any:
         return self._nvc.ThreadedDecoder(str(self.path), self._buffer_size, gpu_id=self.gpu_id, use_device_memory=True,
@@ -191,7 +215,11 @@ class NvThreadedSource(GpuFrameReader):
         False at the end of a stream that does not loop."""
         while True:
             t0 = time.perf_counter()
-            frames = self._decoder.get_batch_frames(self.fetch)
+            try:
+                frames = self._decoder.get_batch_frames(self.fetch)
+            except BaseException:
+                self._failed = True  # its decoder is ended at close, not pooled
+                raise
             now = time.perf_counter()
             self.decode_wait_s += now - t0
             if frames:
@@ -237,12 +265,13 @@ class NvThreadedSource(GpuFrameReader):
         self._pending.clear()
         self._ahead.clear()
         decoder, self._decoder = getattr(self, "_decoder", None), None
-        if decoder is not None and hasattr(decoder, "end"):
-            decoder.end()
-        del decoder
         stream, self._decoder_stream = getattr(self, "_decoder_stream", None), None
-        if stream is not None:  # after the decoder that used it
-            stream.close()
+        if decoder is not None:
+            if self.options.reuse_decoders and not self._failed:
+                POOL.give(self._pool_key(), decoder, stream)  # for the next source made this way
+            else:
+                end_decoder(decoder, stream)  # the stream after the decoder that used it
+        del decoder
         release = getattr(self._keep, "close", None)
         if callable(release):
             release()
