@@ -14,15 +14,14 @@ def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int =
                  threaded: bool = False, ring_slots: int = 16, defer_sync: bool = False,
                  batch_copy: Optional[bool] = None, decoder_buffer: Optional[int] = None,
                  copy_priority: str = "default", copy_ahead: bool = False,
-                 decoder_priority: str = "default", loop_restart: Optional[str] = None) -> List[Any]:
+                 decoder_priority: str = "default") -> List[Any]:
     """N looping NVDEC sources (stream files reused round robin), each primed: decoder start-up is not timed.
     ``keep``: one hook for all, or "ring" (a DeviceFrameRing per source, its ``defer_sync`` and ``batch_copy`` as
     given: None is the ring's default, one copy launch per fetch where it waits once per fetch); ``threaded``:
     NvThreadedSource, decoding ahead into ``decoder_buffer`` frames (None: the source's default); ``copy_priority``:
     the rings' copy stream ("high": the device's greatest stream priority); ``copy_ahead``: each NvThreadedSource
     copies a fetch ahead, its ring one fetch larger to hold it; ``decoder_priority``: each ThreadedDecoder's own
-    stream ("high": the device's greatest priority); ``loop_restart``: how each looping NvThreadedSource starts its
-    clip again (None: the source's default)."""
+    stream ("high": the device's greatest priority)."""
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
     from jetforge.apps.video.sources.gpu.nvdec import NvDecSource
     from jetforge.apps.video.sources.gpu.nvdec_threaded import (NvThreadedSource, ThreadedDecodeOptions,
@@ -31,11 +30,10 @@ def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int =
     kind = NvThreadedSource if threaded else NvDecSource
     extra: Dict[str, Any] = {}
     if threaded:  # None: the source's default
-        tuning = {"buffer_size": int(decoder_buffer) if decoder_buffer else None, "loop_restart": loop_restart}
-        extra["options"] = ThreadedDecodeOptions(copy_ahead=copy_ahead, decoder_priority=decoder_priority,
-                                                 **{k: v for k, v in tuning.items() if v is not None})
-    elif copy_ahead or decoder_priority != "default" or loop_restart is not None:
-        raise ValueError("copy_ahead, decoder_priority and loop_restart are NvThreadedSource's (threaded=True)")
+        buffer = {"buffer_size": int(decoder_buffer)} if decoder_buffer else {}
+        extra["options"] = ThreadedDecodeOptions(copy_ahead=copy_ahead, decoder_priority=decoder_priority, **buffer)
+    elif copy_ahead or decoder_priority != "default":
+        raise ValueError("copy_ahead and decoder_priority are NvThreadedSource's (threaded=True)")
     ring_slots = ring_slots_for(ring_slots, copy_ahead)
     sources = [kind(paths[s % len(paths)], gpu_id=gpu_id, stream=s, codec_module=codec, loop=True,
                     keep=DeviceFrameRing(ring_slots, defer_sync, batch_copy, copy_priority) if keep == "ring" else keep,

@@ -55,9 +55,6 @@ VARIANTS = {
     # the device's greatest priority: NVDEC of 16 streams gave 9,681 FPS alone and 8,618 beside MobileNetV2 (H100,
     # 2026-12-07), and the pipeline 8,582: whether that work queueing behind the model's kernels is the difference
     "feed-pairs-decprio": _feed_pairs(decoder_priority="high"),
-    # feed-pairs with each looping source starting its clip again by end() and a new ThreadedDecoder, not by
-    # reconfigure_decoder (NvThreadedSource loop_restart): what a restart costs, beside decoder_churn.py's which-way-dies
-    "feed-pairs-recreate": _feed_pairs(loop_restart="recreate"),
     # what `jetforge app --decode gpu` does (gpu_app.decode_layout; per_stream and switch_ms from GpuAppOptions)
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }

@@ -135,8 +135,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
                                                decoder_buffer=v.get("decoder_buffer"),
                                                copy_priority=v.get("copy_priority", "default"),
                                                copy_ahead=v.get("copy_ahead", FEED_COPY_AHEAD),
-                                               decoder_priority=v.get("decoder_priority", "default"),
-                                               loop_restart=v.get("loop_restart")),
+                                               decoder_priority=v.get("decoder_priority", "default")),
                                 depth=FEED_DEPTH)
         first = vars(sources.sources[0])
     else:

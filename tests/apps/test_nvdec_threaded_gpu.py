@@ -58,17 +58,16 @@ def test_frames_equal_the_plain_readings_byte_for_byte(how):
         assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("how", ["reconfigure", "recreate"])
-def test_a_looping_source_starts_the_clip_again_byte_for_byte(how):
-    """Looping across the end of the clip with each ``loop_restart``: the frames after the end equal the clip's first
+def test_a_looping_source_starts_the_clip_again_byte_for_byte():
+    """Looping across the end of the clip (reconfigure_decoder): the frames after the end equal the clip's first
     frames byte for byte, the indices run on."""
     from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
-    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource
     from jetforge.runtime.cuda.kernels.upload import download
 
     first = _read()[:4]
     with NvThreadedSource(os.environ["JETFORGE_KERNEL_VIDEO"], keep=DeviceFrameRing(slots=16, defer_sync=True),
-                          loop=True, options=ThreadedDecodeOptions(loop_restart=how)) as src:
+                          loop=True) as src:
         frames = []
         while src.passes < 2 or len(frames) < 4:
             frame = src.read()

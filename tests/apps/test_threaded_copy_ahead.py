@@ -1,6 +1,6 @@
 """NvThreadedSource on the CPU: ``copy_ahead`` (a fetch's owned copies waited for a fetch later, never after the
-decoder may have reused the frames they read), ``decoder_priority`` (the decoder's own stream) and ``loop_restart``
-(how a looping source starts its clip again).
+decoder may have reused the frames they read), ``decoder_priority`` (the decoder's own stream) and looping (the
+decoder pointed at its clip again).
 
 The stand-ins: a ThreadedDecoder whose frames live in ``fetch`` surfaces that every ``get_batch_frames`` overwrites
 (the least a real decoder promises: a frame is valid until the next call), and a keep hook whose copies only
@@ -224,39 +224,33 @@ class RestartRecordingNvDecoder(FakeNvDecoder):
             super().end()
 
 
-@pytest.mark.parametrize("how", ["reconfigure", "recreate"])
-def test_a_looping_source_starts_again_the_way_asked_with_its_numbering_and_pixels(bikes_clip, how):
-    """258 frames of the 250-frame clip, looping: the second pass comes from reconfigure_decoder, or from end() and a
-    new decoder, and either way the indices run on without a gap and the pixels start over with the clip's."""
+def test_a_looping_source_starts_again_by_reconfiguring_its_decoder_with_its_numbering_and_pixels(bikes_clip):
+    """258 frames of the 250-frame clip, looping: the second pass comes from reconfigure_decoder on the same decoder
+    (never end() and a new one: decoder_churn.py), the indices run on without a gap and the pixels start over."""
     expected = _reference(bikes_clip, 4)
     RestartRecordingNvDecoder.events = []
     with NvThreadedSource(bikes_clip, codec_module=RestartRecordingNvDecoder, keep=lambda d, w, h: np.asarray(d).copy(),
-                          loop=True, max_frames=258, options=ThreadedDecodeOptions(loop_restart=how)) as src:
+                          loop=True, max_frames=258) as src:
         frames = [(f.index, np.asarray(f.data).copy()) for f in src]
         assert src.passes == 2
     assert [i for i, _ in frames] == list(range(258))
     assert all(np.array_equal(frames[250 + i][1], expected[i]) for i in range(4))
-    restart = ["reconfigure"] if how == "reconfigure" else ["end", "new"]
+    restart = ["reconfigure"]
     assert RestartRecordingNvDecoder.events == ["new"] + restart  # closed: its decoder is pooled, not ended
     POOL.drain()  # (with the reference reading's decoder)
     assert RestartRecordingNvDecoder.events == ["new"] + restart + ["end"]  # ended when the pool is drained
-
-
-def test_an_unknown_loop_restart_is_refused_by_name(bikes_clip):
-    with pytest.raises(ConfigError, match="loop restart 'reboot' is not one of reconfigure, recreate"):
-        NvThreadedSource(bikes_clip, codec_module=FakeNvDecoder, options=ThreadedDecodeOptions(loop_restart="reboot"))
 
 
 def test_threaded_decode_options_are_checked_when_made_and_a_fetch_is_at_most_the_decoders_buffer():
     from jetforge.apps.video.sources.gpu.nvdec_threaded import DEFAULT_FETCH
 
     assert ThreadedDecodeOptions().frames_per_fetch == DEFAULT_FETCH
-    assert ThreadedDecodeOptions(buffer_size=3, fetch=8).frames_per_fetch == 3  # a fetch cannot take more than is buffered
+    assert ThreadedDecodeOptions(buffer_size=3, fetch=8).frames_per_fetch == 3  # at most what is buffered
     for bad in ({"fetch": 0}, {"buffer_size": 0}):
         with pytest.raises(ConfigError, match="at least 1 frame"):
             ThreadedDecodeOptions(**bad)
-    with pytest.raises(ConfigError, match="loop restart 'reboot'"):
-        ThreadedDecodeOptions(loop_restart="reboot")
+    with pytest.raises(ConfigError, match="decoder stream priority 'top'"):
+        ThreadedDecodeOptions(decoder_priority="top")
 
 
 def test_a_source_takes_its_fetch_from_its_options(bikes_clip):

@@ -36,12 +36,6 @@ from jetforge.fileio import require_file
 from jetforge.runtime.cuda.stream import check_priority
 
 DEFAULT_FETCH = 4  # frames a get_batch_frames call takes: one wait (and one copy launch) per 4 frames
-# How a looping source starts its clip again: "reconfigure" (the decoder's reconfigure_decoder) or "recreate" (end()
-# and a new ThreadedDecoder).  Why both: the GPU benchmark's process died of native heap corruption in 4 of ~17
-# device calls, each time in a process whose decoders had been restarting; benchmarks/gpu_pipeline/decoder_churn.py
-# tells the two ways apart (not run on a GPU yet), and this default follows what it finds.
-LOOP_RESTARTS = ("reconfigure", "recreate")
-DEFAULT_LOOP_RESTART = "reconfigure"
 
 
 @dataclass(frozen=True)
@@ -52,24 +46,20 @@ class ThreadedDecodeOptions:
     ``buffer_size``: frames the ThreadedDecoder decodes ahead; ``fetch``: frames a ``get_batch_frames`` call takes
     (at most ``buffer_size``); ``copy_ahead``: each fetch's owned copies waited for a fetch later (module docstring);
     ``decoder_priority``: the decoder's own GPU work on a stream of this priority ("default": the decoder's default
-    stream); ``loop_restart``: how a looping source starts its clip again (:data:`LOOP_RESTARTS`);
-    ``reuse_decoders``: a closed source's decoder goes to the process's pool and the next source made the same way
-    points it at its own file, instead of an end() and a new decoder (:mod:`.decoder_pool`: the churn that killed
-    processes)."""
+    stream); ``reuse_decoders``: a closed source's decoder goes to the process's pool and the next source made the
+    same way points it at its own file, instead of an end() and a new decoder (:mod:`.decoder_pool`: the churn that
+    killed processes)."""
 
     buffer_size: int = 12
     fetch: int = DEFAULT_FETCH
     copy_ahead: bool = False
     decoder_priority: str = "default"
-    loop_restart: str = DEFAULT_LOOP_RESTART
     reuse_decoders: bool = True
 
     def __post_init__(self) -> None:
         if int(self.buffer_size) < 1 or int(self.fetch) < 1:
             raise ConfigError("a threaded decoder needs buffer_size and fetch of at least 1 frame (got %s and %s)"
                               % (self.buffer_size, self.fetch))
-        if self.loop_restart not in LOOP_RESTARTS:
-            raise ConfigError("loop restart %r is not one of %s" % (self.loop_restart, ", ".join(LOOP_RESTARTS)))
         check_priority(self.decoder_priority, "decoder stream priority")
 
     @property
@@ -108,7 +98,7 @@ class NvThreadedSource(GpuFrameReader):
         self.decoder_priority = options.decoder_priority
         self._decoder_stream: Optional[Any] = None
         self._keep, self.fetch = keep, options.frames_per_fetch
-        self.loop_restart, self._buffer_size = options.loop_restart, int(options.buffer_size)
+        self._buffer_size = int(options.buffer_size)
         self._pending: Deque[GpuFrame] = deque()
         self.copy_ahead = bool(options.copy_ahead)
         self._ahead: Deque[GpuFrame] = deque()  # copy_ahead: the next fetch, its copies launched, not yet waited for
@@ -165,14 +155,11 @@ class NvThreadedSource(GpuFrameReader):
                                          **self._decoder_args)
 
     def _restart(self) -> None:
-        """The clip again (``loop``): no copy still reads the old pass's frames here (each fetch's copies were
-        waited for before this fetch)."""
-        if self.loop_restart == "recreate":
-            self._decoder.end()
-            self._decoder = None
-            self._decoder = self._open_decoder()
-        else:
-            self._decoder.reconfigure_decoder(str(self.path))
+        """The clip again (``loop``), by pointing the decoder at it again: no copy still reads the old pass's frames
+        here (each fetch's copies were waited for before this fetch).  Never end() and a new decoder: that killed the
+        process on an H100 within 1-13 rounds of 16 decoders (``benchmarks/gpu_pipeline/decoder_churn.py``), where
+        ``reconfigure_decoder`` survived 1,920 restarts."""
+        self._decoder.reconfigure_decoder(str(self.path))
         self.passes += 1
 
     def reset_waits(self) -> None:
@@ -282,5 +269,4 @@ class NvThreadedSource(GpuFrameReader):
                 "gpu_id": self.gpu_id}
 
 
-__all__ = ["DEFAULT_FETCH", "DEFAULT_LOOP_RESTART", "LOOP_RESTARTS", "NvThreadedSource", "ThreadedDecodeOptions",
-           "ring_slots_for"]
+__all__ = ["DEFAULT_FETCH", "NvThreadedSource", "ThreadedDecodeOptions", "ring_slots_for"]
