@@ -156,3 +156,20 @@ def test_a_high_priority_decoder_is_pooled_with_its_stream_and_the_stream_closed
     assert POOL.drain() == 1
     with pytest.raises(ValueError, match="destroyed"):
         stream.priority  # noqa: B018 - closed after its decoder ended
+
+
+def test_idle_decoders_are_ended_at_a_normal_exit(tmp_path):
+    """A real interpreter: a decoder left in the pool is ended when the process exits (atexit), before teardown."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    marker = tmp_path / "ended"
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from jetforge.apps.video.sources.gpu.decoder_pool import POOL\n"
+            "class Decoder:\n"
+            "    def end(self):\n"
+            "        open(%r, 'w').write('ended')\n"
+            "POOL.give('k', Decoder())\n" % (str(Path(__file__).resolve().parents[2] / "src"), str(marker)))
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+    assert marker.read_text() == "ended"

@@ -10,14 +10,15 @@ sources between its points, had died the same ways in 5 of ~18 device calls.
 
 So a closed NvThreadedSource hands its decoder here instead of ending it, and the next source made the same way takes
 it and points it at its own file with ``reconfigure_decoder`` (PyNvVideoCodec's documented way to decode a new source
-with an existing decoder).  Decoders are only ended when the pool is full (:attr:`ThreadedDecoderPool.limit`) or
-drained.  An idle decoder keeps decoding ahead into its buffer until it is full, then waits; it holds that buffer's
+with an existing decoder).  Decoders are only ended when the pool is full (:attr:`ThreadedDecoderPool.limit`),
+drained, or the process exits normally (``atexit``).  An idle decoder keeps decoding ahead into its buffer until it is full, then waits; it holds that buffer's
 GPU memory until it is reused or ended.
 
 A decoder made on a stream of its own (``decoder_priority="high"``) is pooled with that stream: the stream is closed
 only after the decoder that uses it is ended.
 """
 
+import atexit
 import threading
 from typing import Any, Dict, Hashable, List, Optional, Tuple
 
@@ -75,5 +76,8 @@ def end_decoder(decoder: Any, stream: Optional[Any] = None) -> None:
 
 
 POOL = ThreadedDecoderPool()
+# At a normal exit the idle decoders are ended (their native threads stopped) before the interpreter tears down, as
+# each source's close did before the pool, rather than left to destructors during finalisation.
+atexit.register(POOL.drain)
 
 __all__ = ["DEFAULT_LIMIT", "POOL", "ThreadedDecoderPool", "end_decoder"]
