@@ -342,7 +342,10 @@ def _open_sources(jobs: List[Tuple[int, str]], slots: int, fetch: int, buffer_si
         ring = _LazyRing(slots)
         src = NvThreadedSource(path, gpu_id=gpu_id, stream=s, codec_module=module, keep=ring, loop=loop,
                                max_frames=max_frames,
-                               options=ThreadedDecodeOptions(buffer_size=buffer_size, fetch=fetch))
+                               # a worker opens its sources once and closes them as it ends (then os._exit):
+                               # nothing to reuse, and its decoders ended on close as before the pool
+                               options=ThreadedDecodeOptions(buffer_size=buffer_size, fetch=fetch,
+                                                             reuse_decoders=False))
         out.append((s, src, ring))
         src.prime()  # the first fetch: decoder start-up before the run; frames 0..fetch-1 are in slots already
         if ring.ring is None:
