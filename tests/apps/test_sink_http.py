@@ -146,15 +146,18 @@ def _tile_js(k: int) -> str:
     """Tile k's left and right pixel greys: the left says which stream it shows, the right which frame."""
     return """() => {
   const img = document.getElementById("video%d");
-  if (!img.naturalWidth) return null;
+  if (!img.naturalWidth || !img.complete) return null;
   const c = document.createElement("canvas"); c.width = img.naturalWidth; c.height = img.naturalHeight;
   const g = c.getContext("2d"); g.drawImage(img, 0, 0);
-  return [g.getImageData(8, 60, 1, 1).data[0], g.getImageData(150, 60, 1, 1).data[0]];
+  const left = g.getImageData(8, 60, 1, 1).data, right = g.getImageData(150, 60, 1, 1).data;
+  if (left[3] === 0 || right[3] === 0) return null;  // nothing drawn: a pulled JPEG between src and its decode
+  return [left[0], right[0]];
 }""" % k
 
 
 def _tile(page, k: int):
-    """Tile k's greys, asked again while a pulling tile is between two JPEGs (no picture for a moment)."""
+    """Tile k's greys, asked again while a pulling tile is between two JPEGs (no picture for a moment: on a loaded
+    machine a tile once read as transparent black, [0, 0], with its size already known)."""
     for _ in range(100):
         value = page.evaluate(_tile_js(k))
         if value is not None:
