@@ -11,8 +11,8 @@ sources between its points, had died the same ways in 5 of ~18 device calls.
 So a closed NvThreadedSource hands its decoder here instead of ending it, and the next source made the same way takes
 it and points it at its own file with ``reconfigure_decoder`` (PyNvVideoCodec's documented way to decode a new source
 with an existing decoder).  Decoders are only ended when the pool is full (:attr:`ThreadedDecoderPool.limit`),
-drained, or the process exits normally (``atexit``).  An idle decoder keeps decoding ahead into its buffer until it is full, then waits; it holds that buffer's
-GPU memory until it is reused or ended.
+drained, or the process exits normally (``atexit``).  An idle decoder keeps decoding ahead into its buffer until it
+is full, then waits; it holds that buffer's GPU memory until it is reused or ended.
 
 A decoder made on a stream of its own (``decoder_priority="high"``) is pooled with that stream: the stream is closed
 only after the decoder that uses it is ended.
@@ -28,7 +28,8 @@ Pooled = Tuple[Any, Optional[Any]]  # (decoder, the stream it was made on, or No
 
 
 class ThreadedDecoderPool:
-    """Idle decoders by how they were made (``key``: the codec module, GPU, buffer size, stream priority)."""
+    """Idle decoders by how they were made (``key``: the codec module itself, GPU, buffer size, stream
+    priority)."""
 
     def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         self.limit = int(limit)

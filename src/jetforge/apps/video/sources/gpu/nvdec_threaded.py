@@ -132,16 +132,15 @@ class NvThreadedSource(GpuFrameReader):
 
     def _pool_key(self) -> Any:
         """How this source's decoder was made: only a decoder made the same way is reused for it."""
-        return (id(self._nvc), self.gpu_id, self._buffer_size, self.decoder_priority)
+        return (self._nvc, self.gpu_id, self._buffer_size, self.decoder_priority)
 
     def _reuse_or_open_decoder(self) -> Any:
         """An idle decoder of the pool pointed at this file (``reconfigure_decoder``), else a new one."""
         pooled = POOL.take(self._pool_key()) if self.options.reuse_decoders else None
         if pooled is None:
-            self._decoder_args = self._decoder_stream_arg()
-            return self._open_decoder()
+            return self._nvc.ThreadedDecoder(str(self.path), self._buffer_size, gpu_id=self.gpu_id,
+                                             use_device_memory=True, **self._decoder_stream_arg())
         decoder, self._decoder_stream = pooled
-        self._decoder_args = {"cuda_stream": int(self._decoder_stream)} if self._decoder_stream is not None else {}
         try:
             decoder.reconfigure_decoder(str(self.path))
         except BaseException:  # not pooled again: a decoder that failed is ended, its stream closed
@@ -149,10 +148,6 @@ class NvThreadedSource(GpuFrameReader):
             end_decoder(decoder, stream)
             raise
         return decoder
-
-    def _open_decoder(self) -> Any:
-        return self._nvc.ThreadedDecoder(str(self.path), self._buffer_size, gpu_id=self.gpu_id, use_device_memory=True,
-                                         **self._decoder_args)
 
     def _restart(self) -> None:
         """The clip again (``loop``), by pointing the decoder at it again: no copy still reads the old pass's frames
