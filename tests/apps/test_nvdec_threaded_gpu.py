@@ -77,3 +77,30 @@ def test_a_looping_source_starts_the_clip_again_byte_for_byte():
     assert start > 0 and [i for i, _ in frames] == list(range(start, start + len(frames)))
     for (_, a), (_, b) in zip(first, frames[:4]):
         assert np.array_equal(a, b)
+
+
+def test_a_pooled_decoder_closed_mid_clip_reads_the_next_source_from_its_start_byte_for_byte():
+    """The decoder pool on real NVDEC: a source closed after 60 frames leaves its decoder decoding ahead into its
+    buffer; the next source made the same way takes that decoder (``reconfigure_decoder``) and must hand out the
+    clip's frames from the first, byte for byte as a new decoder does, none left over from the closed source's pass.
+    With ``reuse_decoders=False`` nothing is pooled and nothing reused."""
+    from jetforge.apps.video.sources.gpu.decoder_pool import POOL
+
+    POOL.drain()
+    plain = _read()  # a new decoder (the pool was empty), pooled when the source closes mid-clip
+    assert POOL.idle_count() == 1
+    reused_before = POOL.reused
+    again = _read()  # the pooled decoder, pointed at the clip again
+    assert POOL.reused == reused_before + 1 and POOL.idle_count() == 1
+    assert [i for i, _ in again] == list(range(FRAMES))
+    for (_, a), (_, b) in zip(plain, again):
+        assert np.array_equal(a, b)
+
+    POOL.drain()
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
+
+    with NvThreadedSource(os.environ["JETFORGE_KERNEL_VIDEO"], keep=DeviceFrameRing(slots=16, defer_sync=True),
+                          max_frames=8, options=ThreadedDecodeOptions(reuse_decoders=False)) as src:
+        assert len(list(src)) == 8
+    assert POOL.idle_count() == 0
