@@ -71,7 +71,6 @@ def end_decoder(decoder: Any, stream: Optional[Any] = None) -> None:
     """End a decoder, then close the stream it was made on (after it: the decoder used it until it ended)."""
     if hasattr(decoder, "end"):
         decoder.end()
-    del decoder
     if stream is not None:
         stream.close()
 

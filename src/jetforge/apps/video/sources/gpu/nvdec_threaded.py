@@ -253,7 +253,6 @@ class NvThreadedSource(GpuFrameReader):
                 POOL.give(self._pool_key(), decoder, stream)  # for the next source made this way
             else:
                 end_decoder(decoder, stream)  # the stream after the decoder that used it
-        del decoder
         release = getattr(self._keep, "close", None)
         if callable(release):
             release()
