@@ -16,12 +16,16 @@ def test_every_way_runs_its_cycles_in_a_child_and_the_result_is_written(tmp_path
     monkeypatch.setenv("OUT", str(tmp_path))
     assert decoder_churn.main(["--dry-run", "--cycles", "3", "--decoders", "2", "--clip", str(bikes_clip)]) == 0
     doc = json.loads((tmp_path / "decoder_churn_dry_run.json").read_text())
-    assert [w["way"] for w in doc["ways"]] == list(decoder_churn.WAYS) == ["steady", "reconfigure", "recreate",
-                                                                           "sources", "sources-noreuse"]
+    assert [w["way"] for w in doc["ways"]] == list(decoder_churn.WAYS) == [
+        "steady", "reconfigure", "recreate", "sources", "sources-noreuse", "sources-grow", "sources-grow-primed"]
+    grown = sum(decoder_churn.grow_counts(2)[:3])  # 1 + 2 + 1 sources opened over the three cycles (2 decoders)
+    assert decoder_churn.grow_counts(2) == [1, 2, 1, 2] and decoder_churn.grow_counts(32) == [1, 4, 16, 32]
     for w in doc["ways"]:
         assert w["exit"] == 0 and not w["died"] and w["finished"] and w["cycles"] == 3
-        assert w["restarts"] == (0 if w["way"] == "steady" else 3 * 2)  # every decoder restarted once a cycle
-    assert "reconfigure  0          True" in (tmp_path / "decoder_churn_dry_run.txt").read_text()
+        # every decoder restarted once a cycle; the grow ways close as many sources as they opened
+        assert w["restarts"] == {"steady": 0, "sources-grow": grown, "sources-grow-primed": grown}.get(w["way"], 3 * 2)
+    text = (tmp_path / "decoder_churn_dry_run.txt").read_text()
+    assert "reconfigure" + " " * 9 + "0          True" in text and "sources-grow-primed 0" in text
 
 
 def test_a_child_killed_by_a_signal_or_a_timeout_is_reported_as_died_with_its_message():

@@ -15,7 +15,14 @@ kernel, as the pipeline does) and then is restarted one way:
   so that no decoder reaches its end);
 * ``sources``: the app's NvThreadedSources opened, read and closed each cycle, their decoders reused through the
   process's pool (``decoder_pool.POOL``, made after ``recreate`` was found to kill the process);
-* ``sources-noreuse``: the same with ``reuse_decoders=False`` (each close ends its decoder, each open makes one).
+* ``sources-noreuse``: the same with ``reuse_decoders=False`` (each close ends its decoder, each open makes one);
+* ``sources-grow``: the pooled sources as the GPU-path benchmark opens them between its points: each cycle a
+  different number of them (1, 4, then half and all of ``--decoders``, over and over), read by threads of two
+  sources each (the app's feed pairs), so that new decoders are made while pooled ones are reused and decoding.
+  Added after one of three full benchmark calls (2026-12-07) aborted with ``malloc_consolidate(): unaligned fastbin
+  chunk detected`` just after it went from 16 to 32 streams, with the pool in use;
+* ``sources-grow-primed``: the same after the pool was filled once with ``--decoders`` decoders (all opened at once
+  and closed, none read): no decoder is made after the first cycle's reads begin.
 
 Each way runs in a child process with its own time limit; reported per way: the child's exit (0, or the signal
 that killed it), the cycles and restarts done, the last lines it wrote (the abort message).  A way that dies where
@@ -41,7 +48,7 @@ from benchmarks.common.paths import result_name, use_checkout  # noqa: E402
 use_checkout()
 
 CARRY = ROOT / "build" / "gpu_pipeline"
-WAYS = ("steady", "reconfigure", "recreate", "sources", "sources-noreuse")
+WAYS = ("steady", "reconfigure", "recreate", "sources", "sources-noreuse", "sources-grow", "sources-grow-primed")
 STEADY_FRAMES = 800  # the control stays below the carried clip's 900 frames: no decoder reaches its end
 
 
@@ -57,6 +64,8 @@ def child(way: str, clip: str, decoders: int, cycles: int, frames: int, dry_run:
     else:
         sys.path.insert(0, "/tmp/site")  # the carried wheel, installed by the parent
         import PyNvVideoCodec as nvc
+    if way.startswith("sources-grow"):
+        return grow_sources(nvc, clip, decoders, cycles, frames, primed=way == "sources-grow-primed")
     if way.startswith("sources"):
         return churn_sources(nvc, clip, decoders, cycles, frames, reuse=way == "sources")
     demuxer = nvc.CreateDemuxer(filename=clip)
@@ -124,6 +133,59 @@ def churn_sources(nvc: Any, clip: str, decoders: int, cycles: int, frames: int, 
     return 0
 
 
+def grow_counts(decoders: int) -> List[int]:
+    """The source counts the grow ways cycle through: the benchmark's 1, 4, 16, 32 streams scaled to ``decoders``."""
+    counts = [1, 4, max(1, decoders // 2), decoders]
+    return [min(c, decoders) for c in counts]
+
+
+def grow_sources(nvc: Any, clip: str, decoders: int, cycles: int, frames: int, primed: bool) -> int:
+    """``sources-grow`` / ``-primed``: pooled NvThreadedSources, a different number each cycle (:func:`grow_counts`),
+    each read ``frames`` frames by threads of two sources each, then all closed."""
+    import threading
+
+    from jetforge.apps.video.sources.gpu.decoder_pool import POOL
+    from jetforge.apps.video.sources.gpu.device_ring import DeviceFrameRing
+    from jetforge.apps.video.sources.gpu.nvdec_threaded import NvThreadedSource, ThreadedDecodeOptions
+
+    options = ThreadedDecodeOptions(reuse_decoders=True)
+
+    def open_sources(n: int) -> List[Any]:
+        return [NvThreadedSource(clip, stream=d, codec_module=nvc, options=options,
+                                 keep=DeviceFrameRing(slots=2 * frames, defer_sync=True)) for d in range(n)]
+
+    def read_pair(pair: List[Any], errors: List[BaseException]) -> None:
+        try:
+            for _ in range(frames):
+                for src in pair:
+                    src.read()
+        except BaseException as err:  # reported by the cycle (a thread's exception would otherwise only be printed)
+            errors.append(err)
+
+    if primed:
+        for src in open_sources(decoders):
+            src.close()
+    counts, restarts = grow_counts(decoders), 0
+    for cycle in range(1, cycles + 1):
+        sources = open_sources(counts[(cycle - 1) % len(counts)])
+        errors: List[BaseException] = []
+        threads = [threading.Thread(target=read_pair, args=(sources[i:i + 2], errors))
+                   for i in range(0, len(sources), 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for src in sources:
+            src.close()
+        if errors:
+            raise errors[0]
+        restarts += len(sources)
+        print("cycle %d restarts %d" % (cycle, restarts), flush=True)
+    POOL.drain()
+    print("done", flush=True)
+    return 0
+
+
 def run_way(args: argparse.Namespace, way: str) -> Dict[str, Any]:
     """One way in a child process with its own time limit: its exit, progress and last lines."""
     cmd = [sys.executable, "-X", "faulthandler", str(Path(__file__).resolve()), "--child", way, "--clip", args.clip,
@@ -169,13 +231,13 @@ def way_result(way: str, rc: Any, out: str, err: str, seconds: float) -> Dict[st
 
 
 def table(doc: Dict[str, Any]) -> str:
-    head = "%-12s %-10s %-8s %7s %9s %8s  %s" % ("way", "exit", "finished", "cycles", "restarts", "seconds",
+    head = "%-19s %-10s %-8s %7s %9s %8s  %s" % ("way", "exit", "finished", "cycles", "restarts", "seconds",
                                                  "first lines of its error output")
     lines = ["%d ThreadedDecoders, %d frames each a cycle, up to %d cycles (steady: %d); %s"
              % (doc["decoders"], doc["frames"], doc["cycles"], STEADY_FRAMES // doc["frames"], doc["machine"]),
              head, "-" * len(head)]
     for r in doc["ways"]:
-        lines.append("%-12s %-10s %-8s %7d %9d %8.1f  %s" % (r["way"], r["exit"], r["finished"], r["cycles"],
+        lines.append("%-19s %-10s %-8s %7d %9d %8.1f  %s" % (r["way"], r["exit"], r["finished"], r["cycles"],
                                                           r["restarts"], r["seconds"], " | ".join(r["last_lines"][:2])))
     return "\n".join(lines)
 
