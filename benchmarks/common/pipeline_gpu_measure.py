@@ -8,7 +8,7 @@ Split out of the script (one job: measuring the hardware's parts alone); the dry
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 def open_sources(paths: List[Path], n: int, codec: Any, keep: Any, gpu_id: int = 0,
                  threaded: bool = False, ring_slots: int = 16, defer_sync: bool = False,
@@ -170,21 +170,38 @@ def source_label(v: Dict[str, Any]) -> str:
     return "core decoder, one thread per stream"
 
 
+FRAME_ORDERS = ("per-stream", "shared")
+
+
+def encode_frame(n: int, streams: int, frames: int, order: str = "per-stream") -> Tuple[int, int]:
+    """The ``n``-th submission's (stream, frame index) in the encode-alone bound.  ``per-stream``: each stream gets
+    the frames in order, as the pipeline's encoders get their stream's decoded frames; ``shared``: the n-th frame
+    whichever stream it goes to (the bound until 2026-12-08), so each stream saw every ``streams``-th frame: more
+    motion between its frames, 8-12 % more encoder time a frame on a 2-core VM (``encode_order.py``), and the
+    pipeline then ran above its own bound (1.06-1.10x on an H100 host)."""
+    if order not in FRAME_ORDERS:
+        raise ValueError("frame order %r (known: %s)" % (order, ", ".join(FRAME_ORDERS)))
+    stream = n % streams
+    return stream, (n // streams if order == "per-stream" else n) % frames
+
+
 def encode_alone(frames_nv12: List[Any], width: int, height: int, workers: int, streams: int, seconds: float,
-                 out_dir: Path) -> Dict[str, Any]:
-    """The CPU encoder pool alone: frames submitted round robin over ``streams`` for ``seconds``, then closed."""
+                 out_dir: Path, order: str = "per-stream") -> Dict[str, Any]:
+    """The CPU encoder pool alone: frames submitted round robin over ``streams`` for ``seconds``, then closed; each
+    stream's frames in ``order`` (:func:`encode_frame`)."""
     from jetforge.apps.video.sinks.encode_pool import EncoderPool
 
     pool = EncoderPool(out_dir, width, height, 30.0, workers=workers)
     pool.wait_ready()  # process start-up is not encoding time
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        pool.submit(n % streams, frames_nv12[n % len(frames_nv12)], {"label": "encode-alone %d" % n})
+        stream, index = encode_frame(n, streams, len(frames_nv12), order)
+        pool.submit(stream, frames_nv12[index], {"label": "encode-alone %d" % n})
         n += 1
     results = pool.close()
     wall = time.perf_counter() - t0
     cpu = sum(r["cpu_s"] for r in results)
-    return {"workers": workers, "streams": streams, "frames": n, "fps": n / wall,
+    return {"workers": workers, "streams": streams, "frames": n, "fps": n / wall, "frame_order": order,
             "cpu_ms_per_encoded_frame": 1000.0 * cpu / max(1, n)}
 
 
@@ -262,5 +279,6 @@ def stage_block(run: Dict[str, Any], app_metrics: Dict[str, Any], launch_parts: 
     return out
 
 
-__all__ = ["BenchTask", "app_timed", "app_timed_sink", "decode_alone", "decode_alone_feed", "decode_alone_procs",
-           "decode_rate", "encode_alone", "feeder_waits", "host_frames", "open_group", "open_sources", "source_label", "stage_block"]
+__all__ = ["BenchTask", "FRAME_ORDERS", "app_timed", "app_timed_sink", "decode_alone", "decode_alone_feed",
+           "decode_alone_procs", "decode_rate", "encode_alone", "encode_frame", "feeder_waits", "host_frames",
+           "open_group", "open_sources", "source_label", "stage_block"]
