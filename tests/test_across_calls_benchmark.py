@@ -42,6 +42,13 @@ def test_the_summary_of_three_calls_matches_medians_worked_out_from_the_files(tm
         assert row["ratio_every_rep"]["n"] == len(every) == 9
         assert row["goal_met"] == (statistics.median(medians) >= row["goal_ratio"])
         assert row["calls_meeting_goal"] == sum(m >= row["goal_ratio"] for m in medians)
+        shared = [statistics.median(r["fps"] / p["shared_bound"]["fps"] for r in p["runs"]) for p in points
+                  if p.get("shared_bound")]  # --decode-beside ran at 16 streams only in these calls
+        assert len(shared) == (3 if key in (("classify", 16, False), ("people", 16, False)) else 0)
+        if shared:
+            assert row["shared_ratio_call_medians"]["median"] == pytest.approx(statistics.median(shared), rel=1e-12)
+        else:
+            assert row["shared_ratio_call_medians"] is None
     keys = [(r["model"], r["streams"], r["render"]) for r in doc["points"]]
     assert ("people-tiles2", 32, False) in keys and ("classify", 16, True) in keys and len(keys) == 14
     assert [c["cpu"] for c in doc["calls"]] == ["Intel(R) Xeon(R) Processor"] * 3

@@ -269,11 +269,14 @@ def test_plan_decode_feed_runs_at_the_variant_streams_before_the_variants():
 
 
 def test_plan_decode_beside_runs_each_model_at_the_variant_streams():
-    """``--decode-beside``: NVDEC alone beside each (untiled) model, a repetition per round at ``variant_streams``
-    only, exploratory; absent without the flag."""
+    """``--decode-beside``: NVDEC alone beside each model (the tiled detector too, after the others), a repetition
+    per round at ``variant_streams`` only, exploratory; absent without the flag."""
     steps = plan_steps(_settings(decode_beside=True, variant_streams=[16, 32]))
     beside = [(s.model, s.arg, s.rep) for s in steps if s.kind == "decode_beside_model"]
     assert beside == [(m, n, r) for r in range(3) for m in ("classify", "people") for n in (16, 32)]
+    tiled = plan_steps(_settings(models=["people", "people-tiles2"], decode_beside=True, variant_streams=[1, 4]))
+    assert [(s.model, s.arg) for s in tiled if s.kind == "decode_beside_model" and s.rep == 0] == [
+        ("people", 1), ("people", 4), ("people-tiles2", 1), ("people-tiles2", 4)]
     assert all(s.group == "exploratory" for s in steps if s.kind == "decode_beside_model")
     assert not any(s.kind == "decode_beside_model" for s in plan_steps(_settings(variant_streams=[16])))
 

@@ -137,7 +137,8 @@ def plan_steps(s: PlanSettings) -> List[Step]:
     beside = (["decode_beside_model"] if s.decode_beside else []) + (["decode_beside_model_graph"]
                                                                     if s.decode_beside_graph else [])
     for rep in range(s.reps if beside else 0):  # the two forms side by side in each round
-        steps += [Step(kind, m, n, rep, "exploratory") for m in models for n in variant_streams for kind in beside]
+        steps += [Step(kind, m, n, rep, "exploratory") for m in models + tiled for n in variant_streams
+                  for kind in beside]
     for variant in s.exploratory:
         for rep in range(s.reps):
             for model in models:

@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from benchmarks.common.pipeline_gpu_plan import MIN_REPS, group_rows, median_spread, nested_medians, scaled
+from benchmarks.common.pipeline_gpu_plan import (MIN_REPS, group_rows, median_spread, nested_medians,
+                                                 rows_per_frame, scaled)
 
 GOALS = {"render_off_ratio": 0.9, "render_on_ratio": 0.8, "cores_per_30fps_stream": 0.1}
 SCHEMA = 2  # 2: points are medians of repetitions (issue 29); 1: one run per point
@@ -61,8 +62,6 @@ def shared_bounds(beside_runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Dic
     takes each engine alone; where the two slow each other that bound cannot be reached, and a pipeline at ~1x of
     this one is at what the shared hardware gives (both engines here run flat out, more than a pipeline needs of
     the one that does not limit it, so this is the lower of the two estimates)."""
-    from benchmarks.common.pipeline_gpu_plan import rows_per_frame
-
     out: Dict[str, Dict[str, float]] = {}
     for key, reps in beside_runs.items():
         model = key.split()[0]
@@ -245,12 +244,14 @@ def table(doc: Dict[str, Any]) -> str:
                                                     "all but idle")):
         if runs.get(kind):
             lines.append("%s (NVDEC alone while %s; medians): " % (kind.replace("_", " "), how) + "; ".join(
-                "%s streams NVDEC %.0f FPS, model %.0f FPS at batch %d"
+                "%s streams NVDEC %.0f FPS, model %.0f FPS at batch %d"  # a tiled model's rows counted as frames
                 % (key, median_spread(r["fps"] for r in reps)["median"],
-                   median_spread(r["model_fps"] for r in reps)["median"], reps[0]["batch"])
+                   median_spread(r["model_fps"] for r in reps)["median"] / rows_per_frame(key.split()[0]),
+                   reps[0]["batch"] // rows_per_frame(key.split()[0]))
                 for key, reps in runs[kind].items()))
     if beside:
-        shared = [p for p in doc["points"] + doc["exploratory"] if p.get("ratio_to_shared_bound")]
+        shared = [p for p in doc["points"] + doc.get("tiles", []) + doc["exploratory"]
+                  if p.get("ratio_to_shared_bound")]
         lines.append("against the shared bound (min of NVDEC beside the model and the model beside NVDEC, each the "
                      "other running flat out): " + "; ".join(
                          "%s %d streams %s %.0f FPS = %.2fx [%.2f-%.2f] of %.0f" % (

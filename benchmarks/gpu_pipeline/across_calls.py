@@ -96,11 +96,14 @@ def summarise(calls: Sequence[Dict[str, Any]], names: Sequence[str]) -> List[Dic
             "ratio_every_rep": median_spread(x for _, p in present for x in rep_ratios(p)),
             "goal_met": of_medians["median"] >= goal,
             "calls_meeting_goal": sum(m >= goal for m in call_medians),
+            "shared_ratio_call_medians": median_spread((p.get("ratio_to_shared_bound") or {}).get("median")
+                                                       for _, p in present),
             "cores_per_30fps_stream_median_of_call_medians": cores["median"] if cores else None,
             "cpu_goal_met": None if key[2] or cores is None else cores["median"] <= 0.1,
             "per_call": [{"call": name, "ratio": p["ratio_to_bound"], "fps": p["fps"], "bound_fps": p["bound"]["fps"],
                           "limited_by": p["bound"].get("limited_by"), "variant_used": p.get("variant_used"),
                           "reps": p.get("reps"), "stages": _stages(p),
+                          "ratio_to_shared_bound": p.get("ratio_to_shared_bound"),
                           "cores_per_30fps_stream": (p.get("cores_per_30fps_stream") or {}).get("median")}
                          for name, p in present]})
     return rows
@@ -118,23 +121,26 @@ def calls_info(calls: Sequence[Dict[str, Any]], names: Sequence[str]) -> List[Di
 
 
 def table(doc: Dict[str, Any]) -> str:
-    head = "%-14s %3s %-6s %5s %-18s %-18s %-6s %-9s %-6s  %s" % (
-        "model", "N", "render", "calls", "median of medians", "every rep min-max", "goal", "calls met", "cores",
-        "each call: median [min-max]")
+    head = "%-14s %3s %-6s %5s %-18s %-18s %-10s %-9s %-7s %-6s  %s" % (
+        "model", "N", "render", "calls", "median of medians", "every rep min-max", "goal", "calls met", "shared",
+        "cores", "each call: median [min-max]")
     lines = ["%s; %d calls; a point's number is the median of the calls' medians (each call: the median of its "
              "repetitions)" % (doc["gpu"], len(doc["calls"]))]
     lines += ["  %s: %s, %s cores, load %s -> %s%s" % (
         c["call"], c["cpu"], c["cores"], _load(c["loadavg_start"]), _load(c["loadavg_end"]),
         "; errors: %s" % "; ".join(e.get("error", "") for e in c["errors"]) if c["errors"] else "")
         for c in doc["calls"]]
-    lines += ["", head, "-" * len(head)]
+    lines += ["shared: the median of the calls' ratios to the shared bound (NVDEC and the model each beside the other "
+              "running flat out, --decode-beside) / how many calls measured it", "", head, "-" * len(head)]
     for r in doc["points"]:
         every = r["ratio_every_rep"]
-        lines.append("%-14s %3d %-6s %5d %-18s %-18s %-6s %-9s %-6s  %s" % (
+        shared = r["shared_ratio_call_medians"]
+        lines.append("%-14s %3d %-6s %5d %-18s %-18s %-10s %-9s %-7s %-6s  %s" % (
             r["model"], r["streams"], "on" if r["render"] else "off", r["calls"],
             "%.2f" % r["ratio_median_of_call_medians"], "[%.2f-%.2f]" % (every["min"], every["max"]) if every else "-",
             ">= %.1f %s" % (r["goal_ratio"], "yes" if r["goal_met"] else "no"),
             "%d of %d" % (r["calls_meeting_goal"], r["calls"]),
+            "%.2f/%d" % (shared["median"], shared["n"]) if shared else "-",
             "%.3f" % r["cores_per_30fps_stream_median_of_call_medians"]
             if r["cores_per_30fps_stream_median_of_call_medians"] is not None else "-",
             "  ".join("%.2f [%.2f-%.2f]" % (c["ratio"]["median"], c["ratio"]["min"], c["ratio"]["max"])
