@@ -79,3 +79,32 @@ def test_no_gpu_time_is_ever_reported(cuda):
         end.elapsed_ms(start)
     for x in (start, end, stream):
         x.close()
+
+
+def test_a_late_stream_runs_its_work_only_when_something_needs_it_and_in_order(cuda, standin):
+    """The stand-in's late streams (used to show a missing ordering between streams): work waits until a
+    synchronize, an event synchronize, or another stream's wait on one of its events, and then runs in order, only as
+    far as needed; other streams run at once."""
+    late, eager = cuda.Stream(), cuda.Stream()
+    standin.make_late(late.handle)
+    dev = cuda.DeviceBuffer(256)
+    host = [cuda.PinnedBuffer(256) for _ in range(3)]
+    out = cuda.PinnedBuffer(256)
+    for i, h in enumerate(host):
+        h.array((4,), "float32")[:] = float(i + 1)
+    dev.copy_from_host(host[0], 16, late)
+    first = cuda.Event(timing=False).record(late)
+    dev.copy_from_host(host[1], 16, late)
+    dev.copy_to_host(out, 16, eager)  # eager: runs now, before the late copies
+    assert not out.array((4,), "float32").any()
+    eager.wait_event(first)  # drains the late stream up to the event: the first copy only
+    dev.copy_to_host(out, 16, eager)
+    assert (out.array((4,), "float32") == 1.0).all()
+    dev.copy_from_host(host[2], 16, eager)  # overwrites before the late stream's second copy ran
+    late.synchronize()  # now the second copy runs, over the eager write
+    dev.copy_to_host(out, 16, eager)
+    assert (out.array((4,), "float32") == 2.0).all()
+    with pytest.raises(ValueError, match="default stream"):
+        standin.make_late(0)
+    for b in host + [out, dev, first, late, eager]:
+        b.close()

@@ -11,6 +11,13 @@ while the stream is being captured.  Work queued on a stream runs at once (the s
 while the stream is captured: then it is recorded into the graph and runs only when the graph is launched, exactly
 when CUDA would run it -- so a graph that baked in a stale address shows.
 
+A stream made *late* (:meth:`StandInCudaDevice.make_late`, for tests that look for a missing ordering between
+streams) keeps its work until something needs it done: a synchronize of it, a synchronize or query of an event
+recorded on it, or another stream waiting on such an event (``cudaStreamWaitEvent``: a late stream queues the wait,
+any other drains the late one up to the event first).  Every other stream still runs its work at once.  That is an
+order a GPU may take when the late stream is busy, so a producer that overwrites memory a late consumer has not
+read yet, without waiting for it, gives the consumer the new data here.
+
 What it cannot show: GPU timing.  ``cudaEventElapsedTime`` answers ``cudaErrorNotSupported`` naming the stand-in:
 no time measured here is passed off as GPU time.
 """
@@ -106,6 +113,10 @@ class StandInCudaDevice:
         self.captures = 0
         self._ids = itertools.count(1)
         self._last_error = _OK
+        self.late: Dict[int, List[Tuple[str, Any]]] = {}  # late stream -> its queued ("work", fn) / ("wait", mark)
+        self.queued: Dict[int, int] = {}  # late stream -> items ever queued on it
+        self.ran: Dict[int, int] = {}  # late stream -> items run
+        self.marks: Dict[int, Tuple[int, int]] = {}  # event -> (stream, items queued before its last record)
 
     # -- memory ------------------------------------------------------------------------------------------
     def allocate(self, nbytes: int, kind: str) -> int:
@@ -155,12 +166,60 @@ class StandInCudaDevice:
         return self.streams.get(self.stream(handle)) is not None
 
     def enqueue(self, handle: Any, work: Callable[[], None]) -> None:
-        """Run ``work`` now, or record it when the stream is being captured (CUDA runs it at graph launch)."""
-        recorded = self.streams.get(self.stream(handle))
+        """Run ``work`` now, record it when the stream is being captured (CUDA runs it at graph launch), or queue it
+        on a late stream."""
+        key = self.stream(handle)
+        recorded = self.streams.get(key)
         if recorded is not None:
             recorded.append(work)
+        elif key in self.late:
+            self._queue(key, ("work", work))
         else:
             work()
+
+    # -- late streams (see the module docstring) ----------------------------------------------------------
+    def make_late(self, handle: Any) -> None:
+        """From now on ``handle``'s work waits until something needs it done."""
+        key = self.stream(handle)
+        if key == 0:
+            raise ValueError("the default stream cannot be made late")
+        self.late.setdefault(key, [])
+
+    def _queue(self, key: int, item: Tuple[str, Any]) -> None:
+        self.late[key].append(item)
+        self.queued[key] = self.queued.get(key, 0) + 1
+
+    def record(self, event: Any, handle: Any) -> None:
+        key = self.stream(handle)
+        if self.streams.get(key) is None:  # (an event recorded inside a capture is not tracked)
+            self.marks[int(event)] = (key, self.queued.get(key, 0))
+
+    def wait(self, handle: Any, event: Any) -> None:
+        """``handle`` waits for ``event``'s last record: queued on a late stream, done at once on another."""
+        key, mark = self.stream(handle), self.marks.get(int(event))
+        if mark is None or self.streams.get(key) is not None:
+            return
+        if key in self.late:
+            self._queue(key, ("wait", mark))
+        else:
+            self.drain(*mark)
+
+    def drain(self, key: int, upto: Optional[int] = None) -> None:
+        """Run a late stream's queued work, all of it or up to item ``upto`` (a wait drains the other stream)."""
+        queue = self.late.get(key)
+        while queue and (upto is None or self.ran.get(key, 0) < upto):
+            kind, value = queue.pop(0)
+            self.ran[key] = self.ran.get(key, 0) + 1
+            if kind == "wait":
+                self.drain(*value)
+            else:
+                value()
+
+    def complete(self, event: Any) -> None:
+        """Everything queued before ``event``'s last record has run."""
+        mark = self.marks.get(int(event))
+        if mark is not None:
+            self.drain(*mark)
 
     def execute(self, stream: Any, inputs: List[Tuple[str, int, Tuple[int, ...], str]],
                 outputs: List[Tuple[str, int, Tuple[int, ...], str]],
@@ -268,6 +327,8 @@ def make_module(device: Optional[StandInCudaDevice] = None) -> Any:
 
     @call
     def cudaStreamDestroy(stream: Any) -> None:  # noqa: N802
+        dev.drain(dev.stream(stream))  # CUDA finishes a destroyed stream's work
+        dev.late.pop(dev.stream(stream), None)
         dev.priorities.pop(dev.stream(stream), None)
         dev.streams.pop(dev.stream(stream))
 
@@ -275,16 +336,18 @@ def make_module(device: Optional[StandInCudaDevice] = None) -> Any:
     def cudaStreamSynchronize(stream: Any) -> None:  # noqa: N802
         if dev.capturing(stream):  # CUDA: not permitted while the stream is being captured
             raise StandInCudaError(cudaError_t.cudaErrorStreamCaptureUnsupported, "synchronize while capturing")
+        dev.drain(dev.stream(stream))
 
     @call
     def cudaStreamQuery(stream: Any) -> None:  # noqa: N802
-        dev.stream(stream)
+        dev.drain(dev.stream(stream))  # (it could have finished: answering "done" is an order CUDA may take)
 
     @call
     def cudaStreamWaitEvent(stream: Any, event: Any, flags: int) -> None:  # noqa: N802
         dev.stream(stream)
         if int(event) not in dev.events:
             raise StandInCudaError(cudaError_t.cudaErrorInvalidResourceHandle, "event 0x%x" % int(event))
+        dev.wait(stream, event)
 
     @call
     def cudaStreamIsCapturing(stream: Any) -> cudaStreamCaptureStatus:  # noqa: N802
@@ -349,17 +412,19 @@ def make_module(device: Optional[StandInCudaDevice] = None) -> Any:
 
     @call
     def cudaEventRecord(event: Any, stream: Any) -> None:  # noqa: N802
-        dev.stream(stream)
+        dev.record(event, stream)
 
     @call
     def cudaEventSynchronize(event: Any) -> None:  # noqa: N802
         if int(event) not in dev.events:
             raise StandInCudaError(cudaError_t.cudaErrorInvalidResourceHandle, "event 0x%x" % int(event))
+        dev.complete(event)
 
     @call
     def cudaEventQuery(event: Any) -> None:  # noqa: N802
-        if int(event) not in dev.events:  # the work before it ran when it was queued: always complete
+        if int(event) not in dev.events:  # the work before it ran when it was queued (or runs now): complete
             raise StandInCudaError(cudaError_t.cudaErrorInvalidResourceHandle, "event 0x%x" % int(event))
+        dev.complete(event)
 
     def cudaEventElapsedTime(start: Any, end: Any) -> Tuple[Any, None]:  # noqa: N802
         return (_NoTiming(cudaError_t.cudaErrorNotSupported), None)  # the error's name says why

@@ -213,3 +213,51 @@ def test_when_tensorrt_makes_no_more_contexts_the_session_re_binds_the_ones_it_h
     info = session.info()
     assert info["cuda_graph_contexts"] == 2 and info["cuda_graph_max_contexts"] == 2 and info["cuda_graph"] == "on"
     assert info["cuda_graph_captures"] == 7 and device.launches == 1 and len(session._graphs) == 2
+
+
+@pytest.mark.parametrize("wait", [False, True])
+def test_a_producer_rewriting_device_inputs_waits_on_the_gpu_until_the_engine_has_read_them(open_engine, device, wait):
+    """The GPU path's order (apps/pipeline/gpu_ops.DeviceFrameOps): the preprocessing of batch k+1 writes the buffer
+    batch k was bound from while batch k may still run on the session's stream.  Here the session's stream is late
+    (its work waits until something needs it, tests/standins/cuda_runtime_standin.py) and the producer's runs at
+    once: an order a GPU may take when the engine is busy.  Without ``wait_for_inputs_read`` batch A computes on
+    batch B's input (the control: the stand-in shows the race); with it the producer's write waits for the engine
+    and each batch gets its own sums (2 x the row sums of its own input, exactly: float32 sums of 4 small values)."""
+    from jetforge.runtime import cuda
+    from jetforge.runtime.tensorrt.session import DeviceTensor
+
+    session, _ = open_engine("10.1")
+    producer, buffer = cuda.Stream(), cuda.DeviceBuffer(8 * 4 * 4)
+    staging = [cuda.PinnedBuffer(8 * 4 * 4) for _ in range(3)]
+    rng = np.random.default_rng(7)
+    batches = [rng.integers(-8, 8, (8, 4)).astype(np.float32) for _ in range(3)]
+
+    def submit(x, host):
+        if wait:
+            session.wait_for_inputs_read(producer)
+        host.array((8, 4), "float32")[:] = x
+        buffer.copy_from_host(host, x.nbytes, producer)  # the preprocessing kernel's write, in the app
+        return session.submit_device({"x": DeviceTensor(buffer.ptr, (8, 4), "float32")}, stream=producer)
+
+    first = submit(batches[0], staging[0]).wait()["y"][:, 0]  # captures the graph (its warm-up runs at once)
+    assert np.array_equal(first, 2.0 * batches[0].sum(axis=1))
+    device.make_late(session._stream.handle)
+    requests = [submit(x, host) for x, host in zip(batches[1:], staging[1:])]
+    got = [r.wait()["y"][:, 0] for r in requests]
+    assert np.array_equal(got[1], 2.0 * batches[2].sum(axis=1))
+    if wait:
+        assert np.array_equal(got[0], 2.0 * batches[1].sum(axis=1))
+    else:  # batch 1's engine work ran after batch 2 overwrote its input
+        assert np.array_equal(got[0], 2.0 * batches[2].sum(axis=1))
+    for b in staging + [buffer, producer]:
+        b.close()
+
+
+def test_wait_for_inputs_read_before_any_call_queues_nothing(open_engine, device):
+    from jetforge.runtime import cuda
+
+    session, _ = open_engine("10.1")
+    stream = cuda.Stream()
+    session.wait_for_inputs_read(stream)  # nothing has been submitted: no event recorded yet, nothing to wait for
+    session.wait_for_inputs_read(stream.handle)  # a raw handle is taken too
+    stream.close()

@@ -103,7 +103,7 @@ class DeviceFrameOps(BatchOps):
         self.row_bytes = self.pre.output_nbytes // max_batch
         # the padded batch (a bucket, possibly more rows than max_batch) for every block (the frames, each tile)
         self.buffer = cuda.DeviceBuffer(self.row_bytes * bucket_for(max_batch) * model.rows_per_frame)
-        self.device_input = hasattr(model.session, "submit_device")
+        self.device_input = hasattr(model.session, "submit_device") and hasattr(model.session, "wait_for_inputs_read")
         self.max_batch = max_batch
         self._copy_back: Any = None  # render on: a BatchCopyBack, made by the first batch that asks
         self.kind = "GPU: NVRTC preprocessing, %s" % ("device input bound in place (set_tensor_address)"
@@ -118,6 +118,10 @@ class DeviceFrameOps(BatchOps):
         return [PackedFrame(f.y_ptr, f.pitch, f.width, f.height) for f in frames]
 
     def launch(self, frames: List[Any], padded: int) -> Any:
+        if self.device_input:
+            # the previous batch may still be reading self.buffer on the session's stream (up to in_flight batches
+            # are queued): this batch's preprocessing waits for it on the GPU, not the host
+            self.model.session.wait_for_inputs_read(self.stream)
         preprocess_blocks(self.pre, self._table(frames), self.stream, self.buffer.ptr, self.row_bytes, padded,
                           (frames[0].height, frames[0].width), self.model.tiles)
         shape = (padded * self.model.rows_per_frame,) + tuple(self.pre.output_shape[1:])

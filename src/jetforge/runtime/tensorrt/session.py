@@ -203,6 +203,9 @@ class TrtSession(Session):
         self._host: Dict[str, Any] = {}
         self._capacity: Dict[str, int] = {}
         self._input_ready = cuda.Event(timing=False)  # the producer's stream -> this session's stream
+        # recorded after each call's engine work: its inputs have been read (this session's stream -> a producer's)
+        self._inputs_read = cuda.Event(timing=False)
+        self._inputs_read_recorded = False
         self._graphs: Dict[Any, Any] = {}
         self._pending: Optional[_Pending] = None
         self._scratch_api = scratch or own_memory("one context")
@@ -318,6 +321,8 @@ class TrtSession(Session):
         """The engine (or its graph) and the outputs' copies to pinned host memory, on the session's stream."""
         stream, ev = self._stream, self._events
         self._execute(slot, key)
+        self._inputs_read.record(stream)
+        self._inputs_read_recorded = True
         if timed:
             ev[2].record(stream)
         for t in self._outputs:
@@ -335,10 +340,26 @@ class TrtSession(Session):
         return self.submit_device(inputs, stream).wait()
 
     def submit_device(self, inputs: Mapping[str, DeviceTensor], stream: Any = None) -> InferRequest:
-        """:meth:`infer_device` queued: returns at once; the inputs must stay untouched until it is waited on."""
+        """:meth:`infer_device` queued: returns at once.  The inputs must stay untouched until the engine has read
+        them: wait on the request, or (not blocking the host) call :meth:`wait_for_inputs_read` with the stream that
+        will write them next, before queuing that write."""
         self._check_open()
         pending = self._enqueue_device(inputs, stream, self._timing)
         return InferRequest(self, lambda timeout: self._collect(pending), self._events[3].query)
+
+    def wait_for_inputs_read(self, stream: Any) -> None:
+        """Make ``stream`` (a producer's: a jetforge ``Stream`` or a raw handle) wait on the GPU until the engine has
+        read the inputs of every call queued so far, so that work queued on it next may overwrite them.
+
+        Why: the GPU path preprocesses batch k+1 into the buffer batch k was bound from while batch k may still be
+        running on this session's stream; without this wait the two streams may overlap and batch k would read
+        batch k+1's pixels.  Queues one event wait; the host does not block."""
+        self._check_open()
+        if self._inputs_read_recorded:
+            cuda = self._cuda
+            cuda.check(cuda.runtime_api().cudaStreamWaitEvent(getattr(stream, "handle", stream),
+                                                              self._inputs_read.handle, 0),
+                       "cudaStreamWaitEvent(inputs read)")
 
     def _enqueue_device(self, inputs: Mapping[str, DeviceTensor], producer: Any, timed: bool) -> _Pending:
         if self._pending is not None:  # the host output buffers are shared: the previous call's outputs first
@@ -446,7 +467,7 @@ class TrtSession(Session):
             if self._scratch is not None:
                 self._scratch.close()
                 self._scratch = None
-            for ev in self._events + [self._input_ready]:
+            for ev in self._events + [self._input_ready, self._inputs_read]:
                 ev.close()
             self._stream.close()
             self._engine = None
