@@ -37,8 +37,7 @@ def env(tmp_path_factory):
     (carry / "streams").mkdir()
     save_half_weights(carry / "assets")
     (carry / "streams" / "people720.mp4").symlink_to(asset_path("opencv_samples", "vtest.avi"))
-    args = Namespace(dry_run=True, models=[MODEL], scratch=str(carry / "scratch"), torch_preprocess=False,
-                     host_ssd_decode=False)
+    args = Namespace(dry_run=True, models=[MODEL], scratch=str(carry / "scratch"), torch_preprocess=False)
     threads = torch.get_num_threads()
     try:
         yield Env(args, carry)

@@ -56,7 +56,9 @@ class Env:
         self.captured: Dict[int, Any] = {}  # session id -> buckets whose CUDA graphs exist
         self.host: Dict[str, Any] = {}  # the host CPU (model, usable cores), next to every repetition
 
-    def ops(self, model: str, n: int, nonblocking: bool, per_stream: int = 1) -> Any:
+    def ops(self, model: str, n: int, nonblocking: bool, per_stream: int = 1, gpu_decode: bool = False) -> Any:
+        """The batch ops of one point: the app's host-side SSD decoding, or with ``gpu_decode`` the decoding kernel
+        (variants ending ``-gpudecode``)."""
         from benchmarks.common.pipeline_gpu_ops import ClassifyHead, SsdHead, TorchStreamOps
 
         _, contract, spec = self.models[model]
@@ -65,7 +67,7 @@ class Env:
         if rows > 1:
             from benchmarks.common.pipeline_gpu_tiles import tiled_ops
 
-            return tiled_ops(self, model, batch, nonblocking, SSD_THRESHOLD, self._ssd_decoder(spec, batch))
+            return tiled_ops(self, model, batch, nonblocking, SSD_THRESHOLD, self._ssd_decoder(spec, gpu_decode))
         pre = self._preprocessor(model, contract, batch)
         if model == "classify":
             from jetforge.apps.labels import load_labels
@@ -73,7 +75,7 @@ class Env:
             head: Any = ClassifyHead(self.torch, load_labels("imagenet"))
         else:
             head = SsdHead(spec, contract, (720, 1280), threshold=SSD_THRESHOLD,
-                           gpu_decoder=self._ssd_decoder(spec, batch), torch=self.torch)
+                           gpu_decoder=self._ssd_decoder(spec, gpu_decode), torch=self.torch)
         return TorchStreamOps(self.torch, self.sessions[model], pre, head, self.device, nonblocking=nonblocking)
 
     def _preprocessor(self, model: str, contract: Any, batch: int) -> Any:
@@ -89,8 +91,8 @@ class Env:
         self.pre_kind[model] = "torch-fallback"
         return TorchNv12Preprocess(self.torch, contract, MAX_BATCH, self.device)
 
-    def _ssd_decoder(self, spec: Any, batch: int) -> Optional[Any]:
-        if self.args.dry_run or self.args.host_ssd_decode:
+    def _ssd_decoder(self, spec: Any, gpu_decode: bool) -> Optional[Any]:
+        if self.args.dry_run or not gpu_decode:
             return None
         try:
             from jetforge.vision.ssd_gpu import GpuSsdDecoder

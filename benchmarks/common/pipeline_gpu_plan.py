@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from benchmarks.common.pipeline_gpu_variants import split_variant
+
 GOAL_STREAMS = (1, 4, 16, 32)  # issue 29: render off at 1 / 4 / 16 / 32 streams, both models
 RENDER_ON_STREAMS = 16  # issue 29: render on at 16 streams (optional: --render-on)
 MIN_REPS = 3  # issue 29: the median of at least 3 repetitions inside one call
@@ -29,6 +31,12 @@ def base_model(model: str) -> str:
     """The model a name runs: ``people`` for ``people-tilesN``, else the name itself."""
     m = TILED.match(model)
     return m.group(1) if m else model
+
+
+def decodes_ssd(model: str) -> bool:
+    """Whether the model's outputs are an SSD's (the person detector, tiled or not): the ones a ``-gpudecode``
+    variant decodes on the GPU."""
+    return base_model(model) == "people"
 
 
 def rows_per_frame(model: str) -> int:
@@ -142,6 +150,8 @@ def plan_steps(s: PlanSettings) -> List[Step]:
     for variant in s.exploratory:
         for rep in range(s.reps):
             for model in models:
+                if split_variant(variant)[2] and not decodes_ssd(model):
+                    continue  # nothing to decode on the GPU: the same point as the goal row's
                 steps.append(bound(model, variant, rep, "exploratory", variant_streams))
                 steps += [Step("pipeline", model, (n, False, variant), rep, "exploratory") for n in variant_streams]
                 if s.render_on:  # a variant's render on beside the default's (its copy back, its sink)
@@ -230,5 +240,5 @@ def nested_medians(dicts: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 __all__ = ["GOAL_STREAMS", "MIN_REPS", "MODELS", "PlanSettings", "RENDER_ON_STREAMS", "Step", "base_model",
-           "estimate_s", "fits", "group_rows", "guess_s", "known_model", "median_spread", "nested_medians",
+           "decodes_ssd", "estimate_s", "fits", "group_rows", "guess_s", "known_model", "median_spread", "nested_medians",
            "plan_steps", "point_key", "rows_per_frame", "scaled", "tile_grid_of"]

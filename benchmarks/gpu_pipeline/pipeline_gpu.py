@@ -53,7 +53,8 @@ use_checkout()
 from benchmarks.common.pipeline_gpu_env import (APP_BUCKETS, FINE_BUCKETS, Env, batch_of, bucket,  # noqa: E402
                                                 capture_graphs, device_pool_run)
 from benchmarks.common.pipeline_gpu_variants import (DEFAULT_VARIANT, UNTIMED, VARIANTS,  # noqa: E402
-                                                     frame_copy_label, resolve_variant, split_untimed, variant_label)
+                                                     frame_copy_label, resolve_variant, split_untimed, split_variant,
+                                                     variant_label)
 
 def log(*parts: Any) -> None:
     print(*parts, flush=True)
@@ -117,8 +118,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
     from benchmarks.common.pipeline_gpu_plan import rows_per_frame
 
     v = VARIANTS[resolve_variant(variant, n)]
-    timed = split_untimed(variant)[1]
-    inner = env.ops(model, n, v["nonblocking"], v["per_stream"])
+    _, timed, gpu_decode = split_variant(variant)
+    inner = env.ops(model, n, v["nonblocking"], v["per_stream"], gpu_decode=gpu_decode)
     inner.app_copy_back = v.get("copy_back", "app") == "app"
     ops = app_timed(inner, env.args.warmup_frames) if timed else inner
     if v.get("source") == "ipc":
@@ -501,7 +502,6 @@ def parse_args(argv: Any) -> argparse.Namespace:
     ap.add_argument("--wall-limit-s", type=float, default=0.0,
                     help="exit (code 3) after this many seconds of the whole script, keeping the partial JSON")
     ap.add_argument("--torch-preprocess", action="store_true", help="use the torch fallback, not the NVRTC kernel")
-    ap.add_argument("--host-ssd-decode", action="store_true", help="SSD decode + NMS on the host, not the GPU")
     ap.add_argument("--device-pool", type=int, default=0,
                     help="sessions of MobileNetV2 standing in for GPU + DLA engines in the scheduler run (0: skip; "
                          "it hung on the H200 in both runs that reached it)")
