@@ -91,7 +91,7 @@ def make_point(reps: List[Dict[str, Any]], bounds: Dict[str, Any], reps_wanted: 
             "cpu_goal_met": None if render or cores is None else cores["median"] <= GOALS["cores_per_30fps_stream"],
             "latency_p99_ms_worst_stream": median_spread(r["latency_p99_ms"]["worst_stream"] for r in reps),
             "mean_batch": median_spread(r["mean_batch"] for r in reps), "max_batch": first.get("max_batch"),
-            "preprocess": first.get("preprocess"), "source": first.get("source"),
+            "preprocess": first.get("preprocess"), "ssd_decode": first.get("ssd_decode"), "source": first.get("source"),
             "cpu_ms_per_encoded_frame": median_spread(r.get("cpu_ms_per_encoded_frame") for r in reps),
             "stages_ms_per_frame": nested_medians([r.get("stages", {}) for r in reps]),
             "host": host_summary([r.get("host", {}) for r in reps]),
