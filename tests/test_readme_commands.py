@@ -447,6 +447,8 @@ COVERAGE: Dict[str, object] = {
     "jetforge app classify|people --decode gpu --source a.mp4 --source b.mp4 ...": Run(
         ("apps.gpu_classify", "apps.gpu_people"), "classify|people is two commands and ... more sources; with no "
                                                   "GPU decoder here the documented one-line refusal, exit 1"),
+    "jetforge app people --decode gpu": Run(("apps.gpu_people",), "with two sources (a.mp4, b.mp4); no GPU decoder "
+                                                                  "here: the documented one-line refusal, exit 1"),
     "ffmpeg -i stream_0.mpg -c copy stream_0.mp4": NotRun("ffmpeg on the GPU path's output (NVDEC is not here)"),
     # reliability and development
     "jetforge app": Mention("names the command"),
