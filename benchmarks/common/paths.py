@@ -129,6 +129,17 @@ def is_result_name(name: str) -> bool:
     return bool(RESULT_NAME.match(name))
 
 
+def write_result(stem: Path, doc: Any, text: str) -> None:
+    """``<stem>.json`` (the result) and ``<stem>.txt`` (its printed table), each written atomically, then a line
+    naming them: what a benchmark script leaves for the README and the index."""
+    from jetforge.fileio import write_json_atomic, write_text_atomic
+
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(Path(str(stem) + ".json"), doc)
+    write_text_atomic(Path(str(stem) + ".txt"), text + "\n")
+    print("wrote %s.{json,txt}" % stem)
+
+
 def strip_suffixes(path: Path, suffixes: Sequence[str] = (".json", ".txt", ".png")) -> Path:
     """``x.json`` -> ``x`` (a stem that scripts writing ``.json``/``.txt``/``.png`` together take as ``--out``)."""
     return path.with_suffix("") if path.suffix in suffixes else path

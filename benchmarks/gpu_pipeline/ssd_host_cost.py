@@ -24,7 +24,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the checkout's root: benchmarks.common
-from benchmarks.common.paths import result_path, use_checkout  # noqa: E402
+from benchmarks.common.paths import result_path, use_checkout, write_result  # noqa: E402
 
 use_checkout()
 
@@ -104,13 +104,7 @@ def main(argv: Any = None) -> int:
            "rows": measure(args.batches, args.reps, args.calls)}
     text = table(doc)
     print(text)
-    from jetforge.fileio import write_json_atomic, write_text_atomic
-
-    out = Path(args.out or result_path(__file__, "ssd-host-cost", suffix=""))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(Path(str(out) + ".json"), doc)
-    write_text_atomic(Path(str(out) + ".txt"), text + "\n")
-    print("wrote %s.{json,txt}" % out)
+    write_result(Path(args.out or result_path(__file__, "ssd-host-cost", suffix="")), doc, text)
     return 0
 
 
