@@ -130,10 +130,11 @@ def is_result_name(name: str) -> bool:
 
 
 def write_result(stem: Path, doc: Any, text: str) -> None:
-    """``<stem>.json`` (the result) and ``<stem>.txt`` (its printed table), each written atomically, then a line
-    naming them: what a benchmark script leaves for the README and the index."""
+    """The table printed, then ``<stem>.json`` (the result) and ``<stem>.txt`` (the table), each written atomically,
+    and a line naming them: what a benchmark script leaves for the README and the index."""
     from jetforge.fileio import write_json_atomic, write_text_atomic
 
+    print(text, flush=True)
     stem.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(Path(str(stem) + ".json"), doc)
     write_text_atomic(Path(str(stem) + ".txt"), text + "\n")

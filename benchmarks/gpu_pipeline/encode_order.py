@@ -90,9 +90,7 @@ def main(argv: Any = None) -> int:
     runs = measure(clip, args.workers, args.streams, args.seconds, args.reps)
     settings = {"workers": args.workers, "streams": args.streams, "seconds": args.seconds, "reps": args.reps}
     doc = dict({"benchmark": "encode_order", "clip": clip.name, "settings": settings, "runs": runs}, **summary(runs))
-    text = table(doc)
-    print(text)
-    write_result(Path(args.out or result_path(__file__, "encode-order", suffix="")), doc, text)
+    write_result(Path(args.out or result_path(__file__, "encode-order", suffix="")), doc, table(doc))
     return 0
 
 

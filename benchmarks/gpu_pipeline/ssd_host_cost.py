@@ -102,9 +102,7 @@ def main(argv: Any = None) -> int:
     doc = {"benchmark": "ssd_host_cost", "machine": {"cpu": info.get("cpu"), "cores": info.get("cpu_cores_usable")},
            "settings": {"batches": args.batches, "reps": args.reps, "calls": args.calls, "threshold": THRESHOLD},
            "rows": measure(args.batches, args.reps, args.calls)}
-    text = table(doc)
-    print(text)
-    write_result(Path(args.out or result_path(__file__, "ssd-host-cost", suffix="")), doc, text)
+    write_result(Path(args.out or result_path(__file__, "ssd-host-cost", suffix="")), doc, table(doc))
     return 0
 
 
