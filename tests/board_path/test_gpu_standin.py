@@ -120,3 +120,35 @@ def test_batch_sizes_moving_between_buckets_keep_a_graph_and_a_context_each_on_a
     assert info["cuda_graph"] == "on" and info["cuda_graph_captures"] == 6 and info["cuda_graph_contexts"] == 6, info
     assert info["context_memory"].startswith("shared: one "), info
     assert gpu_standin.host_calls == len(order)  # each call computed once: 6 eager runs, the rest graph replays
+
+
+def test_a_producer_stream_rewriting_one_input_buffer_every_batch_on_a_real_gpu(gpu_standin, tmp_path):
+    """The GPU path's order on real CUDA: one device buffer, rewritten on the producer's stream for every batch (as
+    the preprocessing kernel does) right after the previous batch was submitted, the producer's stream first made to
+    wait with ``wait_for_inputs_read``.  Each batch must give ONNX Runtime's outputs of its own input.  Without the
+    wait the producer's copy may run before the engine's work has read the previous input (the CPU stand-in shows it
+    deterministically: tests/runtime/trt/test_trt_session_contexts.py); here the GPU decides the order."""
+    from jetforge.runtime.cuda import DeviceBuffer, PinnedBuffer, Stream
+    from jetforge.runtime.session import open_session
+    from jetforge.runtime.tensorrt.session import DeviceTensor
+
+    model = conv_model(tmp_path / "conv.onnx")
+    engine = tmp_path / "conv.engine"
+    assert run_cli(["-q", "build", str(model), "--target", TARGET, "--shape", "x=1x3x64x64", "--out",
+                    str(engine)]) == 0
+    inputs = [np.random.default_rng(s).standard_normal((1, 3, 64, 64)).astype(np.float32) for s in range(12)]
+    with open_session(engine) as session, open_session(model, backend="onnxruntime") as reference, \
+            DeviceBuffer(inputs[0].nbytes) as dev, Stream() as producer:
+        staging = [PinnedBuffer(x.nbytes) for x in inputs]
+        try:
+            requests = []
+            for x, pinned in zip(inputs, staging):
+                session.wait_for_inputs_read(producer)
+                pinned.array(x.shape, "float32")[:] = x
+                dev.copy_from_host(pinned, x.nbytes, producer)
+                requests.append(session.submit_device({"x": DeviceTensor(dev.ptr, x.shape, "float32")}, producer))
+            for x, request in zip(inputs, requests):
+                np.testing.assert_allclose(request.wait()["y"], reference.infer({"x": x})["y"], rtol=RTOL, atol=ATOL)
+        finally:
+            for pinned in staging:
+                pinned.close()
