@@ -176,7 +176,7 @@ FRAME_ORDERS = ("per-stream", "shared")
 def encode_frame(n: int, streams: int, frames: int, order: str = "per-stream") -> Tuple[int, int]:
     """The ``n``-th submission's (stream, frame index) in the encode-alone bound.  ``per-stream``: each stream gets
     the frames in order, as the pipeline's encoders get their stream's decoded frames; ``shared``: the n-th frame
-    whichever stream it goes to (the bound until 2026-12-08), so each stream saw every ``streams``-th frame: more
+    whichever stream it goes to (the bound until 2026-12-07), so each stream saw every ``streams``-th frame: more
     motion between its frames, 8-12 % more encoder time a frame on a 2-core VM (``encode_order.py``), and the
     pipeline then ran above its own bound (1.06-1.10x on an H100 host)."""
     if order not in FRAME_ORDERS:

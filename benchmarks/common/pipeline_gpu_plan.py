@@ -240,5 +240,5 @@ def nested_medians(dicts: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 __all__ = ["GOAL_STREAMS", "MIN_REPS", "MODELS", "PlanSettings", "RENDER_ON_STREAMS", "Step", "base_model",
-           "decodes_ssd", "estimate_s", "fits", "group_rows", "guess_s", "known_model", "median_spread", "nested_medians",
-           "plan_steps", "point_key", "rows_per_frame", "scaled", "tile_grid_of"]
+           "decodes_ssd", "estimate_s", "fits", "group_rows", "guess_s", "known_model", "median_spread",
+           "nested_medians", "plan_steps", "point_key", "rows_per_frame", "scaled", "tile_grid_of"]

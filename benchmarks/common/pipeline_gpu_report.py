@@ -91,7 +91,8 @@ def make_point(reps: List[Dict[str, Any]], bounds: Dict[str, Any], reps_wanted: 
             "cpu_goal_met": None if render or cores is None else cores["median"] <= GOALS["cores_per_30fps_stream"],
             "latency_p99_ms_worst_stream": median_spread(r["latency_p99_ms"]["worst_stream"] for r in reps),
             "mean_batch": median_spread(r["mean_batch"] for r in reps), "max_batch": first.get("max_batch"),
-            "preprocess": first.get("preprocess"), "ssd_decode": first.get("ssd_decode"), "source": first.get("source"),
+            "preprocess": first.get("preprocess"), "ssd_decode": first.get("ssd_decode"),
+            "source": first.get("source"),
             "cpu_ms_per_encoded_frame": median_spread(r.get("cpu_ms_per_encoded_frame") for r in reps),
             "stages_ms_per_frame": nested_medians([r.get("stages", {}) for r in reps]),
             "host": host_summary([r.get("host", {}) for r in reps]),
@@ -244,11 +245,7 @@ def table(doc: Dict[str, Any]) -> str:
                                                     "all but idle")):
         if runs.get(kind):
             lines.append("%s (NVDEC alone while %s; medians): " % (kind.replace("_", " "), how) + "; ".join(
-                "%s streams NVDEC %.0f FPS, model %.0f FPS at batch %d"  # a tiled model's rows counted as frames
-                % (key, median_spread(r["fps"] for r in reps)["median"],
-                   median_spread(r["model_fps"] for r in reps)["median"] / rows_per_frame(key.split()[0]),
-                   reps[0]["batch"] // rows_per_frame(key.split()[0]))
-                for key, reps in runs[kind].items()))
+                _beside_text(key, reps) for key, reps in runs[kind].items()))
     if beside:
         shared = [p for p in doc["points"] + doc.get("tiles", []) + doc["exploratory"]
                   if p.get("ratio_to_shared_bound")]
@@ -268,6 +265,14 @@ def table(doc: Dict[str, Any]) -> str:
     if doc["errors"]:
         lines += ["", "errors: %s" % json.dumps(doc["errors"])]
     return "\n".join(lines)
+
+
+def _beside_text(key: str, reps: List[Dict[str, Any]]) -> str:
+    """One ``--decode-beside`` key's medians; a tiled model's rows counted as frames (its rate and batch / rows)."""
+    rows = rows_per_frame(key.split()[0])
+    return "%s streams NVDEC %.0f FPS, model %.0f FPS at batch %d" % (
+        key, median_spread(r["fps"] for r in reps)["median"],
+        median_spread(r["model_fps"] for r in reps)["median"] / rows, reps[0]["batch"] // rows)
 
 
 def plot(doc: Dict[str, Any], path: Path) -> Optional[Path]:

@@ -1,7 +1,7 @@
 """The host layouts ``benchmarks/gpu_pipeline/pipeline_gpu.py`` can run a point with (``--variants``), and how a
 variant's name resolves: ``auto`` is what `jetforge app --decode gpu` does for N streams; a ``-untimed`` suffix is the
-same layout without the app's per-frame stage timing, a ``-gpudecode`` suffix the detector's boxes decoded on the GPU.  Split out of the script (one job: the catalogue of layouts,
-each with why it is there)."""
+same layout without the app's per-frame stage timing, a ``-gpudecode`` suffix the detector's boxes decoded on the GPU.
+Split out of the script (one job: the catalogue of layouts, each with why it is there)."""
 
 from typing import Any, Dict, Tuple
 
@@ -68,7 +68,7 @@ UNTIMED = "-untimed"
 #: a variant name ending so decodes the SSD detector's boxes on the GPU (``jetforge.vision.ssd_gpu``: box decoding and
 #: candidate compaction in one kernel, only the candidates copied back, NMS on the host), where the app decodes them
 #: on the host from the raw outputs (``apps/tasks/people.ssd_gpu_model``).  The detector's goal rows were measured
-#: this way until 2026-12-07, so they were not the app's path; since then they decode as the app does, and
+#: this way until 2026-12-08, so they were not the app's path; since then they decode as the app does, and
 #: ``--variants auto-gpudecode`` measures the kernel beside them (what the app would gain by using it).  No effect on
 #: a model without SSD outputs (the plan leaves such models out of these variants).
 GPU_DECODE = "-gpudecode"

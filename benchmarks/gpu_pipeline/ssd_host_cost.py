@@ -2,7 +2,7 @@
 
 Why: `jetforge app people --decode gpu` copies the SSD's raw outputs back (1917 anchors x 6 floats a frame) and decodes
 and selects on the host (``vision.ssd_batch.postprocess_batch``, in the pipeline's results thread), while the GPU
-benchmark's detector rows until 2026-12-07 decoded with the kernel (``vision.ssd_gpu``: decoding and candidate
+benchmark's detector rows until 2026-12-08 decoded with the kernel (``vision.ssd_gpu``: decoding and candidate
 compaction on the GPU, only the candidates back, then ``finish``: NMS on the host).  The host's CPU time per frame
 is what the results thread spends, under the one GIL the launch thread needs.  This times both host parts on the
 person detector's real outputs (``tests/runtime/gpu_kernels/data/ssd_person_vtest.npz``, four vtest.avi frames,
