@@ -72,4 +72,10 @@ def test_bad_inputs_are_one_clear_error_and_exit_1(tmp_path, capsys):
     assert "not a pipeline_gpu.py result" in capsys.readouterr().err
     assert across_calls.main([str(CALLS[0]), str(tmp_path / "missing.json")]) == 1
     assert "cannot read" in capsys.readouterr().err
+    cut = json.loads(CALLS[1].read_text())
+    del cut["points"][0]["bound"]  # a hand-edited result: a point without its bound
+    (tmp_path / "cut.json").write_text(json.dumps(cut))
+    assert across_calls.main([str(CALLS[0]), str(tmp_path / "cut.json")]) == 1
+    err = capsys.readouterr().err
+    assert "is missing or has a wrong value" in err and err.count("\n") == 1 and "Traceback" not in err
     assert not list(tmp_path.glob("*across-calls*"))  # nothing written for a refused input

@@ -209,13 +209,19 @@ def build(paths: Sequence[Path]) -> Dict[str, Any]:
         raise InputFileError("one call gives nothing to compare: %d file given" % len(paths),
                              hint="give two or more pipeline_gpu.py results of the same GPU")
     calls = [load_call(p) for p in paths]
-    gpus = sorted({str(doc.get("machine", {}).get("gpu")) for doc in calls})
+    gpus = sorted({str((doc.get("machine") or {}).get("gpu")) for doc in calls})
     if len(gpus) != 1:
         raise InputFileError("the calls ran on different GPUs (%s)" % ", ".join(gpus),
                              hint="summarise the calls of one kind of GPU at a time")
     names = [p.stem for p in paths]
+    try:
+        points, info = summarise(calls, names), calls_info(calls, names)
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as err:  # a hand-edited or cut file
+        raise InputFileError("a result is missing or has a wrong value where a point or its bound should be "
+                             "(%s: %s)" % (type(err).__name__, err),
+                             hint="give the JSON files pipeline_gpu.py wrote, unchanged") from None
     return {"benchmark": "pipeline_gpu_across_calls", "schema": SCHEMA, "gpu": gpus[0],
-            "inputs": [p.name for p in paths], "calls": calls_info(calls, names), "points": summarise(calls, names),
+            "inputs": [p.name for p in paths], "calls": info, "points": points,
             "method": "per point: each call's median of its repetitions (ratio to that call's bound); the number "
                       "quoted is the median of those medians; every rep min-max pools every repetition of every "
                       "call; a goal is met when the median of the medians reaches it"}
