@@ -45,3 +45,43 @@ def test_the_benchmark_runs_both_orders_interleaved_and_writes_its_result(tmp_pa
 def test_a_missing_clip_is_one_clear_error(tmp_path, capsys):
     assert encode_order.main(["--clip", str(tmp_path / "none.mp4")]) == 1
     assert "no clip at" in capsys.readouterr().err
+
+
+def _children(pid):
+    """The pids of ``pid``'s child processes (Linux /proc; empty where the kernel does not list them)."""
+    found = []
+    for task in Path("/proc/%d/task" % pid).glob("*/children"):
+        try:
+            found += [int(c) for c in task.read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+def test_a_sigterm_stops_the_run_and_its_encoder_workers_and_exits_143(tmp_path, bikes_clip):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "gpu_pipeline" / "encode_order.py"), "--clip",
+                             str(bikes_clip), "--workers", "1", "--streams", "2", "--seconds", "60", "--reps", "1",
+                             "--out", str(tmp_path / "order")], stdout=subprocess.DEVNULL,
+                            stderr=(tmp_path / "stderr.txt").open("wb"))  # a file: an orphaned worker can't hold it
+    deadline, workers = time.monotonic() + 60, []
+    while time.monotonic() < deadline and not workers:  # the encoder pool's worker process has started
+        workers = _children(proc.pid)
+        time.sleep(0.2)
+    if not workers:
+        proc.kill()
+        pytest.skip("this kernel does not list child processes in /proc")
+    time.sleep(2.0)  # encoding
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143, (tmp_path / "stderr.txt").read_text()[-2000:]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists("/proc/%d" % w) for w in workers):
+        time.sleep(0.1)
+    alive = [w for w in workers if os.path.exists("/proc/%d" % w)
+             and "Z" not in Path("/proc/%d/stat" % w).read_text().split()[2]]
+    assert not alive  # no encoder worker left running
+    assert not (tmp_path / "order.json").exists()  # a stopped run writes no result

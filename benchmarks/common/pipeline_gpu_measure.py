@@ -191,14 +191,14 @@ def encode_alone(frames_nv12: List[Any], width: int, height: int, workers: int, 
     stream's frames in ``order`` (:func:`encode_frame`)."""
     from jetforge.apps.video.sinks.encode_pool import EncoderPool
 
-    pool = EncoderPool(out_dir, width, height, 30.0, workers=workers)
-    pool.wait_ready()  # process start-up is not encoding time
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        stream, index = encode_frame(n, streams, len(frames_nv12), order)
-        pool.submit(stream, frames_nv12[index], {"label": "encode-alone %d" % n})
-        n += 1
-    results = pool.close()
+    with EncoderPool(out_dir, width, height, 30.0, workers=workers) as pool:  # closed (workers stopped) on any exit
+        pool.wait_ready()  # process start-up is not encoding time
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            stream, index = encode_frame(n, streams, len(frames_nv12), order)
+            pool.submit(stream, frames_nv12[index], {"label": "encode-alone %d" % n})
+            n += 1
+        results = pool.close()
     wall = time.perf_counter() - t0
     cpu = sum(r["cpu_s"] for r in results)
     return {"workers": workers, "streams": streams, "frames": n, "fps": n / wall, "frame_order": order,

@@ -11,6 +11,7 @@ same function the GPU benchmark uses (``pipeline_gpu_measure.encode_alone``).
 """
 
 import argparse
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -87,7 +88,14 @@ def main(argv: Any = None) -> int:
     if not clip.is_file():
         print("error: no clip at %s (fix: give --clip a video file)" % clip, file=sys.stderr)
         return 1
-    runs = measure(clip, args.workers, args.streams, args.seconds, args.reps)
+    def stop(signum: int, frame: Any) -> None:  # a SIGTERM ends the run through the encoder pools' own close
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        runs = measure(clip, args.workers, args.streams, args.seconds, args.reps)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     settings = {"workers": args.workers, "streams": args.streams, "seconds": args.seconds, "reps": args.reps}
     doc = dict({"benchmark": "encode_order", "clip": clip.name, "settings": settings, "runs": runs}, **summary(runs))
     write_result(Path(args.out or result_path(__file__, "encode-order", suffix="")), doc, table(doc))
