@@ -11,12 +11,15 @@ Only the first stop signal interrupts: later ones (a second Ctrl-C, systemd's re
 line and let that cleanup finish.
 """
 
+import _thread
 import argparse
 import contextlib
+import functools
 import os
 import signal
 import sys
-from typing import Any, Callable, Iterator, NoReturn
+import threading
+from typing import Any, Callable, Iterator, List, NoReturn
 
 from jetforge.errors import ConfigError, JetforgeError, user_os_error
 
@@ -66,9 +69,35 @@ def _on_sigint(signum: int, frame: Any) -> None:
 
 
 def _while_stopping(signum: int, frame: Any) -> None:
+    if _SWALLOWED:  # the first stop's interrupt was lost (see _on_unraisable): raise it here, where it can propagate
+        raise _SWALLOWED.pop()
     # os.write, not print: the main thread may be inside a print to stderr when this runs.
     with contextlib.suppress(OSError):
         os.write(2, b"jetforge: already stopping, closing outputs (SIGKILL would lose them)\n")
+
+
+#: a stop's interrupt the interpreter ignored, waiting to be raised again (at most one)
+_SWALLOWED: List[BaseException] = []
+
+
+def _on_unraisable(previous: Callable[[Any], None], unraisable: Any) -> None:
+    """``sys.unraisablehook`` while stop signals interrupt: a stop whose interrupt was raised where Python cannot
+    propagate an exception (a weakref callback such as importlib's module-lock one, a ``__del__``) is printed as
+    "Exception ignored" and lost, and the run went on to the end while later signals only said "already stopping"
+    (seen once in a test suite run: a SIGINT during an import).  Such an interrupt is kept and raised again at the
+    main thread's next safe point: ``_thread.interrupt_main`` runs the SIGINT handler (now :func:`_while_stopping`),
+    called from another thread a moment later, since the main thread would run it inside this hook, where the raise
+    is ignored again.  Lost there once more, it comes back here and is tried again."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and not _SWALLOWED:
+        _SWALLOWED.append(unraisable.exc_value)
+        retry = threading.Timer(REDELIVER_AFTER_S, _thread.interrupt_main)
+        retry.daemon = True
+        retry.start()
+        return
+    previous(unraisable)
+
+
+REDELIVER_AFTER_S = 0.01  # long enough for the main thread to leave the callback the interrupt was lost in
 
 
 @contextlib.contextmanager
@@ -93,9 +122,13 @@ def stop_signals_as_interrupt(process_exit: bool = False) -> Iterator[None]:
     previous_int = signal.getsignal(signal.SIGINT)
     if previous_int is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = functools.partial(_on_unraisable, previous_hook)
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
+        _SWALLOWED.clear()
         if process_exit and signal.getsignal(signal.SIGTERM) is _while_stopping:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -170,3 +170,35 @@ def test_an_inherited_ignored_ctrl_c_stays_ignored():
             assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+class _StopsInsideDel:
+    """An object whose ``__del__`` waits for a stop signal sent to this process: the interrupt is then raised where
+    Python cannot propagate it (printed as "Exception ignored"), as a SIGINT arriving during an import's module-lock
+    callback was in one test-suite run."""
+
+    def __init__(self, signum):
+        self.signum = signum
+
+    def __del__(self):
+        os.kill(os.getpid(), self.signum)
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:  # the handler runs in here, between bytecodes
+            pass
+
+
+@pytest.mark.parametrize("signum,kind", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)])
+def test_a_stop_whose_interrupt_python_ignored_is_raised_again_where_it_can_propagate(signum, kind):
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with stop_signals_as_interrupt():
+            with pytest.raises(kind) as caught:
+                _StopsInsideDel(signum)  # dropped at once: __del__ runs, its interrupt is ignored there
+                time.sleep(5)  # without the re-raise the run would go on (and end) here
+            assert type(caught.value) is kind
+            os.kill(os.getpid(), signal.SIGINT)  # after that, a further signal only says "already stopping"
+            time.sleep(0.05)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
