@@ -152,3 +152,13 @@ def test_a_producer_stream_rewriting_one_input_buffer_every_batch_on_a_real_gpu(
         finally:
             for pinned in staging:
                 pinned.close()
+
+
+
+def test_ssd_outputs_decoded_behind_the_engine_on_a_real_gpu(gpu_standin, tmp_path):
+    """The people app's SSD decoding on the GPU path (QueuedSsdDecoder's real NVRTC kernel on TrtSession's device
+    outputs) on real CUDA: the checks of tests/board_path/test_ssd_device_outputs_standin.py, where the CPU stand-ins
+    run them in CI."""
+    from tests.board_path.test_ssd_device_outputs_standin import decode_batches_behind_the_engine
+
+    decode_batches_behind_the_engine(tmp_path)

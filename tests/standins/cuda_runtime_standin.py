@@ -339,6 +339,13 @@ def make_module(device: Optional[StandInCudaDevice] = None) -> Any:
         dev.drain(dev.stream(stream))
 
     @call
+    def cudaDeviceSynchronize() -> None:  # noqa: N802
+        if any(recorded is not None for recorded in dev.streams.values()):
+            raise StandInCudaError(cudaError_t.cudaErrorStreamCaptureUnsupported, "device synchronize while capturing")
+        for key in list(dev.late):  # every stream's work done (the others ran theirs when it was queued)
+            dev.drain(key)
+
+    @call
     def cudaStreamQuery(stream: Any) -> None:  # noqa: N802
         dev.drain(dev.stream(stream))  # (it could have finished: answering "done" is an order CUDA may take)
 

@@ -8,7 +8,8 @@ once (:func:`jetforge.vision.ssd_batch.select_detections_batch`).  The result eq
 the kernel writes (CPU-testable).  Torch-free; cuda-python is loaded when a kernel is first made.
 """
 
-from typing import Any, List, Optional
+import threading
+from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -66,4 +67,97 @@ class GpuSsdDecoder(GpuSsdKernel):
         return self
 
 
-__all__ = ["GpuSsdDecoder", "candidates_reference", "finish"]
+def rows_of(records: np.ndarray, rows: Sequence[int], total: int) -> np.ndarray:
+    """The candidate records of the output rows ``rows`` (of ``total`` decoded), their frame field renumbered to the
+    row's place in ``rows``: what :func:`finish` of ``len(rows)`` frames reads.  Why: a padded batch (a bucket) and
+    its tile blocks put the real frames at rows that are not ``0..n-1``; the kernel decodes all rows in one launch
+    and the host keeps the ones that are frames (the padding repeats the last frame and is dropped here)."""
+    place = np.full(total, -1, np.int32)
+    place[np.asarray(rows, dtype=np.int64)] = np.arange(len(rows), dtype=np.int32)
+    frame = place[records.view(np.int32)[:, 1]]
+    kept = records[frame >= 0].copy()
+    kept.view(np.int32)[:, 1] = frame[frame >= 0]
+    return kept
+
+
+class QueuedSsdDecoder:
+    """The SSD decoder for batches in flight: each batch's kernel and the copy of its candidates are queued on the
+    stream that produced its outputs (the engine's), right behind them, and read back later by another thread.
+
+    Why: on the app's GPU path (``jetforge app people --decode gpu`` with a TensorRT engine) the launch thread queues
+    batch k+1 while the result thread still finishes batch k.  Decoding on the host needs every raw output copied
+    back (1917 x 6 floats a frame) and costs the result thread ~14x the CPU of the kernel's host half at batch 32
+    (``benchmarks/gpu_pipeline/ssd_host_cost.py``).  Queued behind the engine, the kernel reads the outputs before
+    the next batch's engine rewrites them (stream order), and only the candidates come back.
+
+    ``rows``: the most output rows a launch decodes (the padded batch times its tile blocks); ``slots``: batches
+    that may be launched and not yet collected -- a launch with every slot taken waits until one is collected (the
+    pipeline holds at most ``in_flight + 2``).  ``launch`` is called by one thread, ``collect`` by one (each
+    ticket once).  Equal to ``vision.ssd.postprocess`` of the same rows.
+    """
+
+    def __init__(self, spec: SSDSpec, rows: int, slots: int = 4, score_threshold: Optional[float] = None,
+                 output_names: Sequence[str] = ("box_encodings", "class_logits"), prefetch_per_frame: int = 64) -> None:
+        from jetforge.runtime.cuda import Event, Stream
+
+        self.spec, self.threshold = spec, effective_threshold(spec, score_threshold)
+        self.output_names = tuple(output_names)
+        self.kernel = GpuSsdKernel(spec, batch=rows, slots=slots, prefetch_per_frame=prefetch_per_frame)
+        self._done = [Event(timing=False) for _ in range(slots)]
+        self._free = list(range(slots))
+        self._free_cond = threading.Condition()
+        self._side = Stream()  # the rare second copy (more candidates than prefetched): not behind later batches
+
+    def launch(self, enc_ptr: int, logits_ptr: int, total_rows: int, rows: Sequence[int],
+               stream: Any) -> Callable[[], List[SsdOutput]]:
+        """Queue the decoding of ``total_rows`` output rows (box encodings and logits at the two device pointers,
+        float32) on ``stream``; the returned function waits for it and gives one output per row of ``rows``."""
+        with self._free_cond:
+            while not self._free:
+                self._free_cond.wait()
+            slot = self._free.pop()
+        try:
+            self.kernel.launch(enc_ptr, logits_ptr, total_rows, stream, kernel_threshold(self.threshold), slot)
+            self.kernel.queue_copy_back(stream, slot)
+            self._done[slot].record(stream)
+        except BaseException:
+            self._release(slot)
+            raise
+        wanted = list(rows)
+        return lambda: self._collect(slot, wanted, total_rows)
+
+    def launch_outputs(self, outputs: Mapping[str, Any], rows: Sequence[int],
+                       stream: Any) -> Callable[[], List[SsdOutput]]:
+        """:meth:`launch` on a session's device outputs (``DeviceTensor`` by name, ``output_names``: box encodings,
+        logits), e.g. as ``TrtSession.submit_device(on_device_outputs=)`` hands them over."""
+        enc, logits = outputs[self.output_names[0]], outputs[self.output_names[1]]
+        return self.launch(enc.ptr, logits.ptr, int(enc.shape[0]), rows, stream)
+
+    def _collect(self, slot: int, rows: List[int], total: int) -> List[SsdOutput]:
+        try:
+            self._done[slot].synchronize()
+            records = self.kernel.read_back(self._side, slot)
+        finally:
+            self._release(slot)
+        return finish(rows_of(records, rows, total), len(rows), self.spec, self.threshold)
+
+    def _release(self, slot: int) -> None:
+        with self._free_cond:
+            self._free.append(slot)
+            self._free_cond.notify()
+
+    def close(self) -> None:
+        """Free the GPU buffers (after every launched batch was collected, or its stream synchronised)."""
+        self.kernel.close()
+        for ev in self._done:
+            ev.close()
+        self._side.close()
+
+
+def takes_device_outputs(dtypes: Sequence[Any]) -> bool:
+    """Whether the kernel can read outputs of these dtypes in place: float32 only (an engine with FP16 outputs is
+    decoded on the host)."""
+    return all(np.dtype(d) == np.float32 for d in dtypes)
+
+
+__all__ = ["GpuSsdDecoder", "QueuedSsdDecoder", "candidates_reference", "finish", "rows_of", "takes_device_outputs"]

@@ -19,6 +19,8 @@ resampled as if cut out first, at any pixel origin, NV12 chroma on the frame's g
 on the host the tiles are cut (:func:`jetforge.vision.tiles.cut_tile`, views) and preprocessed like frames.
 """
 
+import inspect
+import logging
 from typing import Any, List, Optional
 
 import numpy as np
@@ -27,9 +29,11 @@ from jetforge.apps.pipeline.batching import bucket_for
 from jetforge.apps.pipeline.stages import GpuModel
 from jetforge.apps.pipeline.streams import BatchOps
 from jetforge.apps.video.sources.gpu.frame import bgr_from_nv12, nv12_from_bgr
-from jetforge.errors import ConfigError
+from jetforge.errors import ConfigError, JetforgeError
 from jetforge.optional import require
 from jetforge.vision.tiles import cut_tile, tile_pixels
+
+log = logging.getLogger(__name__)
 
 
 def gpu_model_for(task: Any) -> GpuModel:
@@ -106,9 +110,13 @@ class DeviceFrameOps(BatchOps):
         self.device_input = hasattr(model.session, "submit_device") and hasattr(model.session, "wait_for_inputs_read")
         self.max_batch = max_batch
         self._copy_back: Any = None  # render on: a BatchCopyBack, made by the first batch that asks
+        self.decoder = open_device_head(model, bucket_for(max_batch) * model.rows_per_frame) \
+            if self.device_input else None
         self.kind = "GPU: NVRTC preprocessing, %s" % ("device input bound in place (set_tensor_address)"
                                                      if self.device_input else "input batch copied to the host "
                                                      "(this backend takes host arrays)")
+        if self.decoder is not None:
+            self.kind += "; %s" % model.device_head.kind  # type: ignore[union-attr]
 
     def _table(self, frames: List[Any]) -> List[Any]:
         from jetforge.runtime.cuda.kernels import Nv12Frame, PackedFrame
@@ -129,7 +137,14 @@ class DeviceFrameOps(BatchOps):
             from jetforge.runtime.tensorrt.session import DeviceTensor
 
             tensor = DeviceTensor(self.buffer.ptr, shape, self.dtype)
-            return self.model.session.submit_device({self.model.input_name: tensor}, stream=self.stream)
+            feeds = {self.model.input_name: tensor}
+            if self.decoder is None:
+                return self.model.session.submit_device(feeds, stream=self.stream)
+            rows = GpuModel.block_rows(len(frames), padded, self.model.rows_per_frame)
+            decoder = self.decoder
+            return self.model.session.submit_device(
+                feeds, stream=self.stream, on_device_outputs=lambda outs, stream: decoder.launch_outputs(outs, rows,
+                                                                                                         stream))
         from jetforge.runtime.cuda.kernels.upload import download
 
         x = download(self.buffer, shape, self.dtype, stream=self.stream)
@@ -137,6 +152,8 @@ class DeviceFrameOps(BatchOps):
 
     def finish(self, handle: Any, frames: List[Any]) -> List[Any]:
         outputs = handle.wait() if hasattr(handle, "wait") else handle
+        if self.decoder is not None:  # decoded on the GPU: one result per row of the frames' blocks
+            return self.model.device_head.from_decoded(outputs, frames)  # type: ignore[union-attr]
         return self.model.to_outputs(outputs, frames)
 
     def host_frames(self, handle: Any, frames: List[Any]) -> List[np.ndarray]:
@@ -157,9 +174,28 @@ class DeviceFrameOps(BatchOps):
         if self._copy_back is not None:
             self._copy_back.close()
         self.stream.synchronize()
+        if self.decoder is not None:  # cudaFree waits for the kernels still reading its lists
+            self.decoder.close()
         self.pre.close()
         self.buffer.close()
         self.stream.close()
+
+
+def open_device_head(model: GpuModel, max_rows: int) -> Optional[Any]:
+    """The model's :class:`~jetforge.apps.pipeline.stages.DeviceHead` opened for batches of ``max_rows`` output rows,
+    when its session hands device outputs to a consumer (``submit_device(on_device_outputs=)``: TensorRT) and the
+    head can read them; else None (the raw outputs come back and ``to_outputs`` decodes them on the host).  A head
+    whose kernel cannot be made here (no NVRTC for this GPU, ...) is logged and the host decodes: the results are
+    the same, only the CPU cost differs."""
+    head = model.device_head
+    submit = getattr(model.session, "submit_device", None)
+    if head is None or submit is None or "on_device_outputs" not in inspect.signature(submit).parameters:
+        return None
+    try:
+        return head.open(max_rows)
+    except JetforgeError as err:
+        log.warning("%s; decoding the outputs on the host instead", err.message)
+        return None
 
 
 def preprocess_blocks(pre: Any, table: List[Any], stream: Any, out_ptr: int, row_bytes: int, padded: int,
@@ -207,4 +243,4 @@ class AutoFrameOps(BatchOps):
 
 
 __all__ = ["AutoFrameOps", "DeviceFrameOps", "GpuModel", "HostFrameOps", "gpu_model_for", "host_bgr",
-           "preprocess_blocks"]
+           "open_device_head", "preprocess_blocks"]

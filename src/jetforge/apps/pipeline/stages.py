@@ -79,6 +79,7 @@ class GpuModel:
     contract: Any
     to_outputs: Callable[[Outputs, List[Any]], List[Any]]
     tiles: Optional[np.ndarray] = None
+    device_head: Optional["DeviceHead"] = None
 
     @property
     def input_name(self) -> str:
@@ -93,6 +94,28 @@ class GpuModel:
     def row(block: int, frame: int, padded: int) -> int:
         """The input row of ``frame``'s ``block`` (0: the whole frame, 1 + k: tile k) in a batch padded to ``padded``."""
         return block * padded + frame
+
+    @staticmethod
+    def block_rows(n: int, padded: int, blocks: int) -> List[int]:
+        """The rows of ``n`` frames' ``blocks`` in a batch padded to ``padded``, block-major: entry ``b * n + i`` is
+        frame ``i``'s block ``b`` (the order a task's merge of tiles reads)."""
+        return [GpuModel.row(b, i, padded) for b in range(blocks) for i in range(n)]
+
+
+@dataclass(frozen=True)
+class DeviceHead:
+    """A model's raw outputs decoded where they are, on the GPU, instead of copied back whole (the SSD detector's
+    boxes: :class:`jetforge.vision.ssd_gpu.QueuedSsdDecoder`).  Used by the GPU path when its session hands out
+    device outputs (TensorRT's ``submit_device(on_device_outputs=)``); other sessions get ``to_outputs``.
+
+    ``open(max_rows)``: a decoder for batches of up to that many output rows, with ``launch_outputs(outputs, rows,
+    stream) -> result()`` and ``close()``; or None when this session's outputs cannot be read in place (their
+    dtype).  ``from_decoded(result, frames)``: what ``result()`` gave for the frames' rows -> item.output per frame,
+    as ``to_outputs`` gives it.  ``kind``: said in the path's description."""
+
+    open: Callable[[int], Any]
+    from_decoded: Callable[[Any, List[Any]], List[Any]]
+    kind: str
 
 
 def split_per_frame(outputs: Outputs, frames: List[Any]) -> List[Dict[str, np.ndarray]]:
@@ -285,5 +308,5 @@ def draw_status(image: np.ndarray, status: Status) -> None:
                 cv2.LINE_AA)
 
 
-__all__ = ["FusedPreprocess", "GpuModel", "Item", "SessionModel", "Status", "Task", "draw_banner", "draw_label",
+__all__ = ["FusedPreprocess", "DeviceHead", "GpuModel", "Item", "SessionModel", "Status", "Task", "draw_banner", "draw_label",
            "draw_status", "fit_scale", "overlay_scale", "split_per_frame"]

@@ -32,7 +32,7 @@ import numpy as np
 
 from jetforge.config import PROBABILITY
 from jetforge.errors import ConfigError
-from jetforge.apps.pipeline.stages import GpuModel, Outputs
+from jetforge.apps.pipeline.stages import DeviceHead, GpuModel, Outputs
 from jetforge.apps.tasks.base import App
 from jetforge.apps.tasks.class_tracks import ClassStep
 from jetforge.apps.tasks.detect import (VTEST_LINE, VTEST_ZONE, DetectTask, add_counting_arguments,
@@ -193,11 +193,9 @@ def ssd_gpu_model(session: Any, score_threshold: float, detect_every: int = 1,
     blocks = 1 + (0 if rects is None else len(rects))
     model_hw = (contract.height, contract.width)
 
-    def to_outputs(outputs: Outputs, frames: List[Any]) -> List[Any]:
+    def from_found(found: List[Any], frames: List[Any]) -> List[Any]:
+        """One SsdOutput per row of the frames' blocks (block-major) -> Detections per frame."""
         n = len(frames)
-        rows = tile_block_rows(n, len(outputs[names[0]]) // blocks, blocks)
-        found = postprocess_batch(outputs[names[0]][rows], outputs[names[1]][rows], spec,
-                                  score_threshold=score_threshold, anchors=anchors)
         out: List[Any] = []
         for i, frame in enumerate(frames):
             hw = (frame.height, frame.width)
@@ -209,7 +207,20 @@ def ssd_gpu_model(session: Any, score_threshold: float, detect_every: int = 1,
                 out.append(merge_tile_blocks(found, n, i, hw, tiled, contract))
         return out
 
-    return GpuModel(session, contract, to_outputs, tiles=rects)
+    def to_outputs(outputs: Outputs, frames: List[Any]) -> List[Any]:
+        rows = tile_block_rows(len(frames), len(outputs[names[0]]) // blocks, blocks)
+        return from_found(postprocess_batch(outputs[names[0]][rows], outputs[names[1]][rows], spec,
+                                            score_threshold=score_threshold, anchors=anchors), frames)
+
+    def open_device_decoder(max_rows: int) -> Optional[Any]:
+        from jetforge.vision.ssd_gpu import QueuedSsdDecoder, takes_device_outputs
+
+        if not takes_device_outputs([t.dtype for t in session.outputs[:2]]):
+            return None
+        return QueuedSsdDecoder(spec, max_rows, score_threshold=score_threshold, output_names=names)
+
+    head = DeviceHead(open_device_decoder, from_found, "SSD boxes decoded on the GPU (only candidates copied back)")
+    return GpuModel(session, contract, to_outputs, tiles=rects, device_head=head)
 
 
 def decoded_gpu_model(detector: DecodedPersonDetector, detect_every: int = 1,
@@ -251,10 +262,10 @@ def decoded_gpu_model(detector: DecodedPersonDetector, detect_every: int = 1,
 
 def tile_block_rows(n: int, padded: int, blocks: int) -> List[int]:
     """The input rows of ``n`` frames' ``blocks`` (the whole frame, then each tile) in a batch padded to ``padded``
-    (:meth:`~jetforge.apps.pipeline.stages.GpuModel.row`), block-major: entry ``b * n + i`` is frame ``i``'s block
-    ``b``, the order :func:`merge_tile_blocks` reads.  Shared with ``benchmarks/common/pipeline_gpu_tiles.py``, which
-    measures this path, so both read the same rows."""
-    return [GpuModel.row(b, i, padded) for b in range(blocks) for i in range(n)]
+    (:meth:`~jetforge.apps.pipeline.stages.GpuModel.block_rows`), block-major: entry ``b * n + i`` is frame ``i``'s
+    block ``b``, the order :func:`merge_tile_blocks` reads.  Shared with ``benchmarks/common/pipeline_gpu_tiles.py``,
+    which measures this path, so both read the same rows."""
+    return GpuModel.block_rows(n, padded, blocks)
 
 
 def merge_tile_blocks(found: Sequence[Any], n: int, i: int, hw: Tuple[int, int], tiled: Any,

@@ -48,9 +48,8 @@ engine is opened.
 """
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -58,6 +57,8 @@ from jetforge.errors import BackendError, InputFileError, ModelError
 from jetforge.optional import require
 from jetforge.runtime.cuda.policy import CAPTURE, ENQUEUE, LAUNCH, GraphPolicy, shape_key
 from jetforge.runtime.session.base import InferRequest, Session
+from jetforge.runtime.tensorrt.device_input import (  # noqa: F401 - re-exported: the session's API
+    TENSOR_ALIGNMENT, DeviceInputBinder, DeviceTensor, check_device_input, check_device_inputs, device_graph_key)
 from jetforge.runtime.tensorrt.context_pool import (DEFAULT_MAX_GRAPHS, ContextPool, ScratchApi, Slot,
                                                     choose_scratch_api, create_context, give_scratch, own_memory,
                                                     plan_contexts, scratch_bytes)
@@ -70,96 +71,8 @@ from jetforge.runtime.tensorrt.session_logic import (EngineIO, bind_input_shapes
 
 log = logging.getLogger(__name__)
 
-
-# TensorRT's setTensorAddress: "The pointer must have at least 256-byte alignment" (cudaMalloc gives 256).
-TENSOR_ALIGNMENT = 256
-
-
-@dataclass(frozen=True)
-class DeviceTensor:
-    """An input already in GPU memory: a device pointer to a dense row-major array of ``shape`` and ``dtype``
-    (a numpy dtype name), valid until the work of the call that takes it has finished."""
-
-    ptr: int
-    shape: Tuple[int, ...]
-    dtype: str
-
-
-class DeviceInputBinder:
-    """The decisions of a device-input call, as plain logic over the execution context (tested on the CPU).
-
-    ``bind(context, inputs, engine_inputs)`` checks every input (names, shape against the engine and its profile,
-    dtype, pointer), sets the input shapes that changed, points the context at the caller's buffers with
-    ``set_tensor_address`` (only those that moved) and returns ``(shapes, moved, key)``: ``moved`` says a captured
-    graph (which bakes in the old addresses) is stale; ``key`` is the graph key (shapes and addresses).
-    ``rebind_own(context, own)`` points the inputs back at the session's own buffers before a host-input call.
-    """
-
-    def __init__(self) -> None:
-        self.shapes: Dict[str, Tuple[int, ...]] = {}  # what set_input_shape was last given
-        self.addresses: Dict[str, int] = {}  # what set_tensor_address was last given
-
-    def bind(self, context: Any, inputs: Mapping[str, DeviceTensor],
-             engine_inputs: Sequence[EngineIO]) -> Tuple[Dict[str, Tuple[int, ...]], bool, Any]:
-        shapes = check_device_inputs(inputs, engine_inputs)
-        changed = bind_input_shapes(context, shapes, self.shapes)
-        moved = self.point(context, {name: int(inputs[name].ptr) for name in shapes})
-        return shapes, bool(changed) or moved, device_graph_key(shapes, inputs)
-
-    def point(self, context: Any, addresses: Mapping[str, int]) -> bool:
-        """``set_tensor_address`` for each tensor whose address differs from the bound one; True if any moved."""
-        moved = False
-        for name, ptr in sorted(addresses.items()):
-            if self.addresses.get(name) == ptr:
-                continue
-            if not context.set_tensor_address(name, int(ptr)):
-                raise BackendError("TensorRT refused the device address 0x%x of tensor %r" % (ptr, name),
-                                   hint="the pointer must be device memory of this GPU, %d-byte aligned"
-                                        % TENSOR_ALIGNMENT)
-            self.addresses[name] = int(ptr)
-            moved = True
-        return moved
-
-    def rebind_own(self, context: Any, own: Mapping[str, int]) -> bool:
-        return self.point(context, own)
-
-
-def check_device_inputs(inputs: Mapping[str, DeviceTensor],
-                        engine_inputs: Sequence[EngineIO]) -> Dict[str, Tuple[int, ...]]:
-    """The shapes of a device-input call's inputs, each checked (names, then :func:`check_device_input`)."""
-    names = sorted(t.name for t in engine_inputs)
-    if sorted(inputs) != names:
-        raise ModelError("device inputs %s do not match the engine's inputs %s" % (sorted(inputs), names),
-                         hint="pass one DeviceTensor per engine input, by name")
-    return {t.name: check_device_input(t, inputs[t.name]) for t in engine_inputs}
-
-
-def device_graph_key(shapes: Mapping[str, Tuple[int, ...]], inputs: Mapping[str, DeviceTensor]) -> Any:
-    """The graph (and context) key of a device-input call: the shapes and the caller's addresses, both of which a
-    graph bakes in; it never equals a host call's key (the shapes alone), so each keeps its own context."""
-    return shape_key(shapes), tuple(sorted((name, int(inputs[name].ptr)) for name in shapes))
-
-
-def check_device_input(tensor: EngineIO, value: DeviceTensor) -> Tuple[int, ...]:
-    """The shape of a device input after the checks a host feed gets (and those only a pointer needs)."""
-    if not isinstance(value, DeviceTensor):
-        raise ModelError("device input %r must be a DeviceTensor(ptr, shape, dtype), got %s"
-                         % (tensor.name, type(value).__name__))
-    shape = tuple(int(d) for d in value.shape)
-    check_input_shape(tensor, shape)
-    if np.dtype(value.dtype) != np.dtype(tensor.dtype):
-        raise ModelError("device input %r is %s but the engine takes %s (nothing converts it on the device)"
-                         % (tensor.name, np.dtype(value.dtype).name, tensor.dtype),
-                         hint="make the preprocessing kernel write %s (out_dtype)" % tensor.dtype)
-    ptr = int(value.ptr)
-    if ptr <= 0:
-        raise ModelError("device input %r has no device pointer (0)" % tensor.name)
-    if ptr % TENSOR_ALIGNMENT:
-        raise ModelError("device input %r at 0x%x is not %d-byte aligned, as TensorRT requires"
-                         % (tensor.name, ptr, TENSOR_ALIGNMENT),
-                         hint="pass the start of a cudaMalloc'ed buffer, or an offset that is a multiple of %d"
-                              % TENSOR_ALIGNMENT)
-    return shape
+# ``on_device_outputs(outputs, session stream) -> result()``: see TrtSession.submit_device
+DeviceOutputsConsumer = Callable[[Dict[str, DeviceTensor], Any], Callable[[], Any]]
 
 
 class _Pending:
@@ -319,10 +232,18 @@ class TrtSession(Session):
 
     def _execute_and_copy_out(self, slot: Slot, key: Any, timed: bool) -> _Pending:
         """The engine (or its graph) and the outputs' copies to pinned host memory, on the session's stream."""
-        stream, ev = self._stream, self._events
+        self._execute_engine(slot, key)
+        return self._copy_out(slot, timed)
+
+    def _execute_engine(self, slot: Slot, key: Any) -> None:
+        """The engine (or its graph) on the session's stream, then the event that says its inputs were read."""
         self._execute(slot, key)
-        self._inputs_read.record(stream)
+        self._inputs_read.record(self._stream)
         self._inputs_read_recorded = True
+
+    def _copy_out(self, slot: Slot, timed: bool) -> _Pending:
+        """The outputs' copies to pinned host memory after the engine, on the session's stream."""
+        stream, ev = self._stream, self._events
         if timed:
             ev[2].record(stream)
         for t in self._outputs:
@@ -339,13 +260,29 @@ class TrtSession(Session):
         already finished); the session's stream waits for it through an event, without blocking the host."""
         return self.submit_device(inputs, stream).wait()
 
-    def submit_device(self, inputs: Mapping[str, DeviceTensor], stream: Any = None) -> InferRequest:
+    def submit_device(self, inputs: Mapping[str, DeviceTensor], stream: Any = None,
+                      on_device_outputs: Optional[DeviceOutputsConsumer] = None) -> InferRequest:
         """:meth:`infer_device` queued: returns at once.  The inputs must stay untouched until the engine has read
         them: wait on the request, or (not blocking the host) call :meth:`wait_for_inputs_read` with the stream that
-        will write them next, before queuing that write."""
+        will write them next, before queuing that write.
+
+        ``on_device_outputs(outputs, stream)``: the outputs stay on the GPU and go to this consumer instead of back
+        to the host.  It is called once the engine's work is queued, with a :class:`DeviceTensor` per output (the
+        session's own buffers, at this call's shapes) and the session's stream; it queues its work on that stream
+        (the next call's engine rewrites the buffers after it, in stream order) and returns a function the request's
+        ``wait`` calls for the result.  Why: a detector's raw outputs (1917 anchors x 6 floats a frame for the SSD)
+        need not come back to be decoded on the host when a kernel decodes them where they are and only the few
+        candidates come back.  Such a call neither touches nor waits for the session's pinned output buffers, so the
+        caller may queue the next batch before an earlier one's outputs were collected."""
         self._check_open()
-        pending = self._enqueue_device(inputs, stream, self._timing)
-        return InferRequest(self, lambda timeout: self._collect(pending), self._events[3].query)
+        if on_device_outputs is None:
+            pending = self._enqueue_device(inputs, stream, self._timing)
+            return InferRequest(self, lambda timeout: self._collect(pending), self._events[3].query)
+        slot = self._run_on_device_inputs(inputs, stream, False)
+        outputs = {t.name: DeviceTensor(self._device[t.name].ptr, slot.out_shapes[t.name], t.dtype)
+                   for t in self._outputs}
+        result = on_device_outputs(outputs, self._stream)
+        return InferRequest(self, lambda timeout: result())
 
     def wait_for_inputs_read(self, stream: Any) -> None:
         """Make ``stream`` (a producer's: a jetforge ``Stream`` or a raw handle) wait on the GPU until the engine has
@@ -364,6 +301,12 @@ class TrtSession(Session):
     def _enqueue_device(self, inputs: Mapping[str, DeviceTensor], producer: Any, timed: bool) -> _Pending:
         if self._pending is not None:  # the host output buffers are shared: the previous call's outputs first
             self._collect(self._pending)
+        slot = self._run_on_device_inputs(inputs, producer, timed)
+        return self._copy_out(slot, timed)
+
+    def _run_on_device_inputs(self, inputs: Mapping[str, DeviceTensor], producer: Any, timed: bool) -> Slot:
+        """Bind the caller's device inputs, make the session's stream wait for ``producer``, queue the engine (or its
+        graph) and record that its inputs have been read; the slot that served the call (its output shapes)."""
         key = device_graph_key(check_device_inputs(inputs, self._inputs), inputs)
         slot = self._slot(key)
         _, moved, _ = slot.binder.bind(slot.context, inputs, self._inputs)
@@ -376,7 +319,8 @@ class TrtSession(Session):
         if timed:
             ev[0].record(stream)
             ev[1].record(stream)  # no host-to-device copy
-        return self._execute_and_copy_out(slot, key, timed)
+        self._execute_engine(slot, key)
+        return slot
 
     def _execute(self, slot: Slot, key: Any) -> None:
         action = self.policy.decide(key)

@@ -16,7 +16,7 @@ is the decoder's: :class:`jetforge.vision.ssd_gpu.GpuSsdDecoder` (this kernel pl
 """
 
 import ctypes
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 
@@ -66,17 +66,19 @@ class GpuSsdKernel:
     """SSD outputs on the GPU -> the candidate records above a threshold, with only those copied back.
 
     ``spec`` is an :class:`~jetforge.vision.ssd.SSDSpec` (read by its attributes); ``batch`` is the most frames one
-    launch takes.  The anchors are uploaded once.  One thread at a time: the candidate list and its pinned copy
-    are the kernel's own (one per pipeline thread).  :class:`jetforge.vision.ssd_gpu.GpuSsdDecoder` adds ``run``.
+    launch takes.  The anchors are uploaded once.  ``slots``: candidate lists (each a device list and its pinned
+    copy), so that that many batches can be in flight at once, each launched into its own slot and read back later
+    (:class:`jetforge.vision.ssd_gpu.QueuedSsdDecoder`); a slot is used by one batch at a time, which its caller
+    ensures.  :class:`jetforge.vision.ssd_gpu.GpuSsdDecoder` adds ``run`` (slot 0, waiting at once).
     """
 
-    def __init__(self, spec: Any, batch: int, prefetch_per_frame: int = 64) -> None:
+    def __init__(self, spec: Any, batch: int, prefetch_per_frame: int = 64, slots: int = 1) -> None:
         from jetforge.runtime.cuda.kernels.launch import Kernel
 
         if spec.score_converter not in CONVERTERS:
             raise ModelError("unknown SSD score converter %r" % spec.score_converter)
-        if int(batch) < 1:
-            raise ConfigError("the SSD decoder batch must be at least 1, got %s" % batch)
+        if int(batch) < 1 or int(slots) < 1:
+            raise ConfigError("the SSD decoder batch and slots must be at least 1, got %s and %s" % (batch, slots))
         self.spec = spec
         self.batch = int(batch)
         self.width = record_width(spec)
@@ -85,8 +87,11 @@ class GpuSsdKernel:
         self.kernel = Kernel(ssd_source(spec.num_classes), SSD_KERNEL, ("--fmad=false",))
         centres = anchor_centres(spec)
         self._anchors = DeviceBuffer(centres.nbytes)
-        self._out = DeviceBuffer(4 * (HEADER_WORDS + self.capacity * self.width))
-        self._host = PinnedBuffer(self._out.nbytes)
+        self._outs: List[DeviceBuffer] = []
+        self._hosts: List[PinnedBuffer] = []
+        for _ in range(int(slots)):
+            self._outs.append(DeviceBuffer(4 * (HEADER_WORDS + self.capacity * self.width)))
+            self._hosts.append(PinnedBuffer(self._outs[-1].nbytes))
         staging = PinnedBuffer(centres.nbytes)
         try:
             staging.array(centres.shape, np.float32)[...] = centres
@@ -99,13 +104,17 @@ class GpuSsdKernel:
         self.last_candidates = 0
         self.last_bytes_copied = 0
 
-    def launch(self, enc_ptr: int, logits_ptr: int, frames: int, stream: Any, threshold: float) -> None:
-        """Queue the counter reset and the decode kernel (asynchronous)."""
+    @property
+    def slots(self) -> int:
+        return len(self._outs)
+
+    def launch(self, enc_ptr: int, logits_ptr: int, frames: int, stream: Any, threshold: float, slot: int = 0) -> None:
+        """Queue the counter reset and the decode kernel into ``slot``'s list (asynchronous)."""
         if not 1 <= frames <= self.batch:
             raise ConfigError("the SSD decoder got %d frames; it takes 1..%d" % (frames, self.batch))
-        s = self.spec
-        self._out.fill_bytes(0, 4 * HEADER_WORDS, stream)
-        args = SsdArgs(enc=int(enc_ptr), logits=int(logits_ptr), anchors=self._anchors.ptr, out=self._out.ptr,
+        s, out = self.spec, self._outs[slot]
+        out.fill_bytes(0, 4 * HEADER_WORDS, stream)
+        args = SsdArgs(enc=int(enc_ptr), logits=int(logits_ptr), anchors=self._anchors.ptr, out=out.ptr,
                        count=frames, num_anchors=s.num_anchors, classes=s.num_classes, capacity=self.capacity,
                        converter=CONVERTERS.index(s.score_converter), sf0=s.scale_factors[0],
                        sf1=s.scale_factors[1], sf2=s.scale_factors[2], sf3=s.scale_factors[3],
@@ -113,24 +122,35 @@ class GpuSsdKernel:
         grid = ((s.num_anchors + BLOCK - 1) // BLOCK, frames, 1)
         self.kernel.launch(grid, (BLOCK, 1, 1), args, stream)
 
-    def fetch(self, stream: Any) -> np.ndarray:
-        """Copy the candidates back (one copy of the header + the first ``prefetch`` records, more only if needed)."""
-        first = 4 * (HEADER_WORDS + self.prefetch * self.width)
-        self._out.copy_to_host(self._host, first, stream)
-        _sync(stream)
-        count = int(self._host.array((1,), np.int32)[0])
-        copied = first
+    def queue_copy_back(self, stream: Any, slot: int = 0) -> None:
+        """Queue the copy of ``slot``'s header and first ``prefetch`` records to its pinned buffer (asynchronous):
+        enough for every candidate unless a batch has more than ``prefetch_per_frame`` a frame on average."""
+        self._outs[slot].copy_to_host(self._hosts[slot], 4 * (HEADER_WORDS + self.prefetch * self.width), stream)
+
+    def read_back(self, stream: Any, slot: int = 0) -> np.ndarray:
+        """``slot``'s candidates, once its :meth:`queue_copy_back` has completed: the rest copied on ``stream`` (and
+        waited for) only when there were more than ``prefetch``."""
+        host = self._hosts[slot]
+        count = int(host.array((1,), np.int32)[0])
+        copied = 4 * (HEADER_WORDS + self.prefetch * self.width)
         if count > self.prefetch:
             whole = 4 * (HEADER_WORDS + count * self.width)
-            self._out.copy_to_host(self._host, whole, stream)
+            self._outs[slot].copy_to_host(host, whole, stream)
             _sync(stream)
             copied += whole
         self.last_candidates, self.last_bytes_copied = count, copied
-        flat = self._host.array((HEADER_WORDS + count * self.width,), np.float32)
+        flat = host.array((HEADER_WORDS + count * self.width,), np.float32)
         return flat[HEADER_WORDS:].reshape(count, self.width).copy()
 
+    def fetch(self, stream: Any, slot: int = 0) -> np.ndarray:
+        """Copy ``slot``'s candidates back now (one copy of the header + the first ``prefetch`` records, more only if
+        needed)."""
+        self.queue_copy_back(stream, slot)
+        _sync(stream)
+        return self.read_back(stream, slot)
+
     def close(self) -> None:
-        for buf in (self._anchors, self._out, self._host):
+        for buf in [self._anchors] + self._outs + self._hosts:
             buf.close()
 
     def __enter__(self) -> "GpuSsdKernel":
