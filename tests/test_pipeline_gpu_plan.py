@@ -345,17 +345,17 @@ def test_plan_decode_beside_graph_runs_beside_the_one_call_form_in_each_round():
 
 
 
-def test_a_gpudecode_variant_runs_only_the_detector_and_names_its_layout():
-    """``--variants auto-gpudecode``: the detector's boxes decoded by the GPU kernel beside the goal rows, which decode
-    on the host as the app does; MobileNetV2 has nothing to decode and is left out.  The suffix combines with
+def test_a_hostdecode_variant_runs_only_the_detector_and_names_its_layout():
+    """``--variants auto-hostdecode``: the detector's boxes decoded on the host beside the goal rows, which decode them
+    on the GPU as the app on a TensorRT engine does; MobileNetV2 has nothing to decode and is left out.  The suffix combines with
     ``-untimed`` in either order and resolves to the app's layout."""
     from benchmarks.common.pipeline_gpu_variants import resolve_variant, split_variant, variant_label
 
-    steps = plan_steps(_settings(exploratory=["auto-gpudecode"], variant_streams=[16]))
+    steps = plan_steps(_settings(exploratory=["auto-hostdecode"], variant_streams=[16]))
     runs = {(s.model, s.arg) for s in steps if s.kind == "pipeline" and s.group == "exploratory"}
-    assert runs == {("people", (16, False, "auto-gpudecode"))}
-    assert split_variant("auto-gpudecode") == ("auto", True, True)
-    assert split_variant("auto-untimed-gpudecode") == split_variant("auto-gpudecode-untimed") == ("auto", False, True)
+    assert runs == {("people", (16, False, "auto-hostdecode"))}
+    assert split_variant("auto-hostdecode") == ("auto", True, True)
+    assert split_variant("auto-untimed-hostdecode") == split_variant("auto-hostdecode-untimed") == ("auto", False, True)
     assert split_variant("feed-pairs") == ("feed-pairs", True, False)
-    assert resolve_variant("auto-gpudecode", 16) == "feed-pairs"
-    assert variant_label("auto-gpudecode", 16) == "auto-gpudecode=feed-pairs"
+    assert resolve_variant("auto-hostdecode", 16) == "feed-pairs"
+    assert variant_label("auto-hostdecode", 16) == "auto-hostdecode=feed-pairs"

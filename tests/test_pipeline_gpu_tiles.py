@@ -17,6 +17,7 @@ import pytest
 from benchmarks.common.pipeline_gpu_tiles import BOX_TOL_PX, SCORE_TOL, compare, per_frame, run_tiles_check, tiles_check
 from jetforge.errors import BackendError
 from jetforge.vision.detections import Detections
+from tests.runtime.gpu_kernels.test_queued_ssd_on_cpu import host_gpu  # noqa: F401 - a fixture
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("cv2")
@@ -55,11 +56,25 @@ def test_tiled_ops_equal_the_cpu_reference_on_vtest(env):
     could not pass unseen."""
     r = tiles_check(env, MODEL)
     assert r["equal"] is True and r["padded"] == 4 and r["rows"] == 20 and r["tiles"] == 4
-    assert r["frames"] == [0, 1, 2] and r["preprocess"] == "torch-fallback" and r["ssd_decode"] == "host"
+    assert r["frames"] == [0, 1, 2] and r["preprocess"] == "torch-fallback" and r["ssd_decode"].startswith("host")
     assert r["people"] == r["reference_people"] and min(r["people"]) >= 1
     assert r["max_box_px"] <= 0.01 and r["max_score"] <= 1e-4
     assert sum(r["reference_people"]) > sum(r["reference_people_whole_frame"])
     assert r["tolerance"] == {"box_px": BOX_TOL_PX, "score": SCORE_TOL}
+
+
+def test_tiled_ops_decoding_on_the_gpu_as_the_app_equal_the_cpu_reference(env, monkeypatch, host_gpu):
+    """The goal rows' decoding (the app's on a TensorRT engine: QueuedSsdDecoder launched on every padded row, the
+    frames' rows of each tile block kept) with the kernel's CUDA C built for the CPU (tests/runtime/gpu_kernels/
+    test_queued_ssd_on_cpu.py): the same check, the same bounds as the host decoding above."""
+    from jetforge.vision.ssd_gpu import QueuedSsdDecoder
+
+    monkeypatch.setattr(env, "_ssd_decoder", lambda spec, host_decode, rows: None if host_decode else
+                        QueuedSsdDecoder(spec, rows, score_threshold=0.5))
+    r = tiles_check(env, MODEL)
+    assert r["ssd_decode"].startswith("gpu kernel queued") and r["equal"] is True and r["rows"] == 20
+    assert r["people"] == r["reference_people"] and min(r["people"]) >= 1
+    assert r["max_box_px"] <= 0.01 and r["max_score"] <= 1e-4
 
 
 def test_a_wrong_row_layout_is_caught(env, monkeypatch):

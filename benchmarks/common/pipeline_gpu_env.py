@@ -56,9 +56,10 @@ class Env:
         self.captured: Dict[int, Any] = {}  # session id -> buckets whose CUDA graphs exist
         self.host: Dict[str, Any] = {}  # the host CPU (model, usable cores), next to every repetition
 
-    def ops(self, model: str, n: int, nonblocking: bool, per_stream: int = 1, gpu_decode: bool = False) -> Any:
-        """The batch ops of one point: the app's host-side SSD decoding, or with ``gpu_decode`` the decoding kernel
-        (variants ending ``-gpudecode``)."""
+    def ops(self, model: str, n: int, nonblocking: bool, per_stream: int = 1, host_decode: bool = False) -> Any:
+        """The batch ops of one point: the SSD's boxes decoded as the app on a TensorRT engine decodes them (the kernel
+        queued behind the model), or with ``host_decode`` on the host from the raw outputs (variants ending
+        ``-hostdecode``)."""
         from benchmarks.common.pipeline_gpu_ops import ClassifyHead, SsdHead, TorchStreamOps
 
         _, contract, spec = self.models[model]
@@ -67,7 +68,8 @@ class Env:
         if rows > 1:
             from benchmarks.common.pipeline_gpu_tiles import tiled_ops
 
-            return tiled_ops(self, model, batch, nonblocking, SSD_THRESHOLD, self._ssd_decoder(spec, gpu_decode))
+            decoder = self._ssd_decoder(spec, host_decode, bucket(batch) * rows)
+            return tiled_ops(self, model, batch, nonblocking, SSD_THRESHOLD, decoder)
         pre = self._preprocessor(model, contract, batch)
         if model == "classify":
             from jetforge.apps.labels import load_labels
@@ -75,7 +77,7 @@ class Env:
             head: Any = ClassifyHead(self.torch, load_labels("imagenet"))
         else:
             head = SsdHead(spec, contract, (720, 1280), threshold=SSD_THRESHOLD,
-                           gpu_decoder=self._ssd_decoder(spec, gpu_decode), torch=self.torch)
+                           gpu_decoder=self._ssd_decoder(spec, host_decode, MAX_BATCH), torch=self.torch)
         return TorchStreamOps(self.torch, self.sessions[model], pre, head, self.device, nonblocking=nonblocking)
 
     def _preprocessor(self, model: str, contract: Any, batch: int) -> Any:
@@ -91,13 +93,16 @@ class Env:
         self.pre_kind[model] = "torch-fallback"
         return TorchNv12Preprocess(self.torch, contract, MAX_BATCH, self.device)
 
-    def _ssd_decoder(self, spec: Any, gpu_decode: bool) -> Optional[Any]:
-        if self.args.dry_run or not gpu_decode:
+    def _ssd_decoder(self, spec: Any, host_decode: bool, rows: int) -> Optional[Any]:
+        """The app's GPU decoding of the SSD's boxes (``QueuedSsdDecoder``, batches of up to ``rows`` output rows), or
+        None: decoded on the host (``-hostdecode``, a dry run, or a decoder that cannot be made here: logged, and each
+        point records which in ``ssd_decode``)."""
+        if self.args.dry_run or host_decode:
             return None
         try:
-            from jetforge.vision.ssd_gpu import GpuSsdDecoder
+            from jetforge.vision.ssd_gpu import QueuedSsdDecoder
 
-            return GpuSsdDecoder(spec, batch=MAX_BATCH)
+            return QueuedSsdDecoder(spec, rows, score_threshold=SSD_THRESHOLD)
         except Exception as err:
             log("GPU SSD decoder unavailable (%s: %s); host decode" % (type(err).__name__, err))
             return None

@@ -376,8 +376,10 @@ class ClassifyHead(Head):
 
 
 class SsdHead(Head):
-    """Raw SSD outputs of n frames come back (n x 1917 x 6 floats); decode + NMS on the host (runtime.detection),
-    or F2's GPU decoder (only candidates above the threshold come back) when ``gpu_decoder`` is given."""
+    """Raw SSD outputs of n frames -> one SsdOutput per frame: as the app on a TensorRT engine, with ``gpu_decoder``
+    (a :class:`~jetforge.vision.ssd_gpu.QueuedSsdDecoder`: the kernel queued behind the model on its stream in the
+    launch thread, only the candidates copied back, read back in the result thread); without it the raw outputs come
+    back and are decoded on the host (runtime.detection), as the app with a session that takes host arrays."""
 
     def __init__(self, spec: Any, contract: Any, frame_hw: Tuple[int, int], threshold: float = 0.5,
                  gpu_decoder: Optional[Any] = None, torch: Any = None) -> None:
@@ -388,17 +390,24 @@ class SsdHead(Head):
     def to_host(self, outs: Dict[str, Any], n: int) -> Any:
         enc, logits = ssd_outputs(outs)
         if self.gpu is not None:
-            return ("gpu", enc[:n].float().clone(), logits[:n].float().clone(), n)  # the graph's outputs get reused
+            return self.launch_decode(enc, logits, list(range(n)))
         return ("host", enc[:n].float().to("cpu", non_blocking=True), logits[:n].float().to("cpu", non_blocking=True))
 
+    def launch_decode(self, enc: Any, logits: Any, rows: List[int]) -> Any:
+        """Queue the decoding of every output row (the padded batch, as the app's engine outputs it) on the current
+        stream; the result keeps ``rows``.  float32 (a TensorRT engine's outputs; the FP16 model's converted here):
+        the new tensors go back to torch's allocator after the launch, reused only by work queued after it."""
+        enc, logits = enc.float().contiguous(), logits.float().contiguous()
+        stream = self.torch.cuda.current_stream().cuda_stream if enc.is_cuda else None  # None: the CPU tests' kernel
+        return ("gpu", self.gpu.launch(enc.data_ptr(), logits.data_ptr(), len(enc), rows, stream))
+
     def decode(self, host: Any) -> List[Any]:
-        """What :meth:`to_host` handed over -> one SsdOutput per row: F2's GPU decoder, or the host's batched decode."""
+        """What :meth:`to_host` handed over -> one SsdOutput per row: the queued GPU decoding's result, or the host's
+        batched decode."""
         from jetforge.vision.ssd_batch import postprocess_batch
 
         if host[0] == "gpu":
-            _, enc, logits, n = host
-            stream = self.torch.cuda.current_stream().cuda_stream
-            return self.gpu.run(enc.data_ptr(), logits.data_ptr(), n, stream, score_threshold=self.threshold)
+            return host[1]()
         return postprocess_batch(host[1].numpy(), host[2].numpy(), self.spec, score_threshold=self.threshold,
                                  anchors=self.anchors)
 
@@ -411,6 +420,15 @@ class SsdHead(Head):
             out.append({"stream": f.stream, "frame": f.index, "people": len(d), "boxes_xyxy": boxes.round(1),
                         "scores": d.scores.round(3)})
         return out
+
+
+def ssd_decode_label(head: Any) -> Optional[str]:
+    """How a point decoded the SSD's boxes, as its JSON records it (None for a model without SSD outputs)."""
+    if not isinstance(head, SsdHead):
+        return None
+    if head.gpu is not None:
+        return "gpu kernel queued behind the model (as the app on a TensorRT engine)"
+    return "host (as the app with a session that takes host arrays)"
 
 
 def ssd_outputs(outs: Dict[str, Any]) -> Tuple[Any, Any]:

@@ -34,8 +34,8 @@ def base_model(model: str) -> str:
 
 
 def decodes_ssd(model: str) -> bool:
-    """Whether the model's outputs are an SSD's (the person detector, tiled or not): the ones a ``-gpudecode``
-    variant decodes on the GPU."""
+    """Whether the model's outputs are an SSD's (the person detector, tiled or not): the ones a ``-hostdecode``
+    variant decodes on the host."""
     return base_model(model) == "people"
 
 

@@ -26,7 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from benchmarks.common.pipeline_gpu_ops import F2Preprocess, SsdHead, TorchNv12Preprocess, ssd_outputs
+from benchmarks.common.pipeline_gpu_ops import (F2Preprocess, SsdHead, TorchNv12Preprocess, ssd_decode_label,
+                                                ssd_outputs)
 from benchmarks.common.pipeline_gpu_plan import rows_per_frame, tile_grid_of
 from jetforge.apps.pipeline.stages import GpuModel
 from jetforge.errors import BackendError
@@ -90,8 +91,9 @@ class TiledF2Preprocess(F2Preprocess):
 
 class TiledSsdHead(SsdHead):
     """The SSD outputs of a tiled batch -> one merged set of boxes per frame, as the app's ``to_outputs`` makes them:
-    the frames' rows (:func:`~jetforge.apps.tasks.people.tile_block_rows`) gathered on the device, decoded as the
-    SSD point decodes (:meth:`SsdHead.decode`: F2's GPU decoder, or the host's ``postprocess_batch``), each frame
+    the frames' rows (:func:`~jetforge.apps.tasks.people.tile_block_rows`) decoded as the SSD point decodes
+    (:meth:`SsdHead.decode`: the app's queued GPU decoding of every padded row, the frames' rows kept; or, gathered on
+    the device first, the host's ``postprocess_batch``), each frame
     merged by :func:`~jetforge.apps.tasks.people.merge_tile_blocks` with ``tiled``'s rects, edge and merge IoU."""
 
     def __init__(self, tiled: TiledPeopleDetector, spec: Any, contract: Any, threshold: float,
@@ -110,10 +112,12 @@ class TiledSsdHead(SsdHead):
 
     def to_host(self, outs: Dict[str, Any], n: int) -> Any:
         enc, logits = ssd_outputs(outs)
+        if self.gpu is not None:  # as the app: every padded row decoded on the GPU, the frames' rows kept
+            from jetforge.apps.tasks.people import tile_block_rows
+
+            return self.launch_decode(enc, logits, tile_block_rows(n, len(enc) // self.blocks, self.blocks))
         rows = self._index(n, len(enc) // self.blocks, enc.device)
         enc, logits = enc.index_select(0, rows).float(), logits.index_select(0, rows).float()  # new tensors
-        if self.gpu is not None:
-            return "gpu", enc, logits, n * self.blocks
         return "host", enc.to("cpu", non_blocking=True), logits.to("cpu", non_blocking=True)
 
     def detections(self, host: Any, frames: List[Any]) -> List[Detections]:
@@ -236,7 +240,7 @@ def tiles_check(env: Any, model: str, frames: int = CHECK_FRAMES) -> Dict[str, A
     whole = ops.head.tiled.inner.detect_batch(images)  # what the tiles add: people the whole frame alone misses
     out = dict(compare(got, want), reference_people_whole_frame=[len(w.boxes) for w in whole], model=model, frames=[f.index for f in batch], padded=padded, rows=padded * rows,
                tiles=len(ops.head.tiled.rects), preprocess=getattr(ops.pre, "kind", env.pre_kind.get(model)),
-               ssd_decode="gpu" if ops.head.gpu is not None else "host",
+               ssd_decode=ssd_decode_label(ops.head),
                colour="%s %s range" % (batch[0].matrix, "full" if batch[0].full_range else "limited"))
     return out
 

@@ -1,6 +1,6 @@
 """The host layouts ``benchmarks/gpu_pipeline/pipeline_gpu.py`` can run a point with (``--variants``), and how a
 variant's name resolves: ``auto`` is what `jetforge app --decode gpu` does for N streams; a ``-untimed`` suffix is the
-same layout without the app's per-frame stage timing, a ``-gpudecode`` suffix the detector's boxes decoded on the GPU.
+same layout without the app's per-frame stage timing, a ``-hostdecode`` suffix the detector's boxes decoded on the host.
 Split out of the script (one job: the catalogue of layouts, each with why it is there)."""
 
 from typing import Any, Dict, Tuple
@@ -65,24 +65,25 @@ DEFAULT_VARIANT = "auto"
 #: added on 2026-12-06): the A/B of the measurement harness itself (``--variants auto-untimed``)
 UNTIMED = "-untimed"
 
-#: a variant name ending so decodes the SSD detector's boxes on the GPU (``jetforge.vision.ssd_gpu``: box decoding and
-#: candidate compaction in one kernel, only the candidates copied back, NMS on the host), where the app decodes them
-#: on the host from the raw outputs (``apps/tasks/people.ssd_gpu_model``).  The detector's goal rows were measured
-#: this way until 2026-12-08, so they were not the app's path; since then they decode as the app does, and
-#: ``--variants auto-gpudecode`` measures the kernel beside them (what the app would gain by using it).  No effect on
-#: a model without SSD outputs (the plan leaves such models out of these variants).
-GPU_DECODE = "-gpudecode"
-SUFFIXES = (UNTIMED, GPU_DECODE)
+#: a variant name ending so decodes the SSD detector's boxes on the host from the raw outputs (as the app does with a
+#: session that takes host arrays, e.g. ONNX Runtime).  The app on a TensorRT engine decodes them on the GPU since
+#: 2026-12-08 (``jetforge.vision.ssd_gpu.QueuedSsdDecoder``: the kernel queued behind the model on its stream, only the
+#: candidates copied back, read back in the result thread), and so do the detector's goal rows; before, the app decoded
+#: on the host and the goal rows were measured with the kernel (until 2026-12-07) or, on the CPU only, as the app.
+#: ``--variants auto-hostdecode`` measures the host decoding beside them.  No effect on a model without SSD outputs
+#: (the plan leaves such models out of these variants).
+HOST_DECODE = "-hostdecode"
+SUFFIXES = (UNTIMED, HOST_DECODE)
 
 
 def split_variant(variant: str) -> Tuple[str, bool, bool]:
-    """(the layout's name, whether the app's per-frame stage timing is on, whether the SSD decode runs on the GPU):
-    the suffixes may come in either order."""
+    """(the layout's name, whether the app's per-frame stage timing is on, whether the SSD boxes are decoded on the
+    host instead of the GPU): the suffixes may come in either order."""
     base, found = variant, set()
     while True:
         suffix = next((s for s in SUFFIXES if base.endswith(s)), None)
         if suffix is None:
-            return base, UNTIMED not in found, GPU_DECODE in found
+            return base, UNTIMED not in found, HOST_DECODE in found
         base, found = base[:-len(suffix)], found | {suffix}
 
 
@@ -121,5 +122,5 @@ def variant_label(variant: str, n: int) -> str:
     return variant if used == base else "%s=%s" % (variant, used)  # "auto-untimed=feed-pairs": its own point
 
 
-__all__ = ["DEFAULT_VARIANT", "GPU_DECODE", "SUFFIXES", "UNTIMED", "VARIANTS", "frame_copy_label", "resolve_variant",
+__all__ = ["DEFAULT_VARIANT", "HOST_DECODE", "SUFFIXES", "UNTIMED", "VARIANTS", "frame_copy_label", "resolve_variant",
            "split_untimed", "split_variant", "variant_label"]

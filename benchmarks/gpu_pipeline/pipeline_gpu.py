@@ -113,13 +113,13 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
     from jetforge.apps.video.sinks.encode_pool import EncoderPool
     from benchmarks.common.pipeline_gpu_measure import (app_timed, app_timed_sink, feeder_waits, open_group,
                                                         open_sources, source_label, stage_block)
-    from benchmarks.common.pipeline_gpu_ops import SsdHead, keep_hook
+    from benchmarks.common.pipeline_gpu_ops import keep_hook, ssd_decode_label
 
     from benchmarks.common.pipeline_gpu_plan import rows_per_frame
 
     v = VARIANTS[resolve_variant(variant, n)]
-    _, timed, gpu_decode = split_variant(variant)
-    inner = env.ops(model, n, v["nonblocking"], v["per_stream"], gpu_decode=gpu_decode)
+    _, timed, host_decode = split_variant(variant)
+    inner = env.ops(model, n, v["nonblocking"], v["per_stream"], host_decode=host_decode)
     inner.app_copy_back = v.get("copy_back", "app") == "app"
     ops = app_timed(inner, env.args.warmup_frames) if timed else inner
     if v.get("source") == "ipc":
@@ -183,8 +183,7 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         row["fps"] = row["frames"] / (row["wall_s"] + drain_s)
     head = getattr(inner, "head", None)
     row.update({"model": model, "render": render, "preprocess": getattr(inner.pre, "kind", env.pre_kind[model]),
-                "ssd_decode": None if not isinstance(head, SsdHead) else "gpu kernel" if head.gpu is not None
-                else "host (as the app)",
+                "ssd_decode": ssd_decode_label(head),
                 "variant": variant_label(variant, n), "max_batch": batch, "per_stream": v["per_stream"],
                 "rows_per_frame": rows_per_frame(model),
                 "keep": v["keep"], "source": source_label(v), "frame_copy": frame_copy_label(v),
@@ -424,7 +423,7 @@ def print_device_command(carry: Path) -> None:
 CALL_LIMIT_MIB = 64  # what one device call carries: the working tree and the carried folder together
 DEVICE_COMMAND = ("set -o pipefail; PYTHONFAULTHANDLER=1 PYTHONUNBUFFERED=1 "
                   "python3 benchmarks/gpu_pipeline/pipeline_gpu.py --models classify,people,people-tiles2 --render-on "
-                  "--no-decode-procs --decode-beside --variant-streams 1,4,16,32 --variants auto-gpudecode "
+                  "--no-decode-procs --decode-beside --variant-streams 1,4,16,32 --variants auto-hostdecode "
                   "--restarts 2 --budget-s 430 --wall-limit-s 540 2>&1 | tee $OUT/pipeline_gpu.log   "
                   "# carry: build/gpu_pipeline, timeout_s 590")
 
