@@ -7,8 +7,10 @@
 * :class:`DeviceFrameOps` - frames in GPU memory (NVDEC, jetson-utils): one NVRTC preprocessing launch per batch
   (the input contract's GPU kernel, :mod:`jetforge.runtime.cuda.kernels`) into a device buffer, then the session
   fed that buffer: the TensorRT session binds it with ``set_tensor_address`` (``submit_device``); a backend that
-  takes host arrays gets one copy of the finished input batch (not of the frames).  Written for CUDA through
-  cuda-python; not executed in CI (no GPU).
+  takes host arrays gets one copy of the finished input batch (not of the frames).  A model with a
+  :class:`~jetforge.apps.pipeline.stages.DeviceHead` (the SSD detector) on a session that hands out device outputs
+  has them decoded on the GPU behind the engine (:func:`open_device_head`): only the decoder's results come back.
+  Written for CUDA through cuda-python; not executed in CI (no GPU).
 * :class:`HostFrameOps` - frames in host memory (OpenCV decode, or a CPU stand-in for NVDEC in tests): the
   contract's CPU preprocessing, then the session.  Same flow and outputs, so the CPU tests check the path.
 

@@ -177,7 +177,12 @@ def ssd_gpu_model(session: Any, score_threshold: float, detect_every: int = 1,
     skips: the tracks coast, as on the CPU path).  ``tiled``: the ``--detector-tiles`` detector whose tiles
     (``rects``) the batch also holds (:class:`~jetforge.apps.pipeline.stages.GpuModel`'s row blocks); each frame's
     own and tile detections are merged by :func:`~jetforge.vision.tiles.merge_tiled` with its ``edge`` and
-    ``merge_iou``, the one rule :class:`~jetforge.vision.tiles.TiledPeopleDetector` merges by on the CPU path."""
+    ``merge_iou``, the one rule :class:`~jetforge.vision.tiles.TiledPeopleDetector` merges by on the CPU path.
+
+    Its :class:`~jetforge.apps.pipeline.stages.DeviceHead`: on a session that hands out device outputs (a TensorRT
+    engine) with float32 outputs, the boxes are decoded on the GPU behind the engine
+    (:class:`~jetforge.vision.ssd_gpu.QueuedSsdDecoder`, equal to the host's decoding) and only the candidates come
+    back; otherwise the raw outputs come back and ``postprocess_batch`` decodes them on the host."""
     from jetforge.runtime.inputs import input_contract
     from jetforge.runtime.model_facts import model_facts
     from jetforge.vision.ssd import spec_from_sidecar
