@@ -45,7 +45,7 @@ def _ops(log, tiles=None):
     ops.model = SimpleNamespace(session=RecordingSession(log), tiles=tiles, rows_per_frame=1, input_name="image")
     ops.pre, ops.stream, ops.dtype = RecordingPreprocessor(log), "preprocessing-stream", "float16"
     ops.buffer, ops.row_bytes, ops.device_input = SimpleNamespace(ptr=0x7F0000000000), 3 * 8 * 8 * 2, True
-    ops.decoder = None
+    ops.decoder = ops.output_slots = None
     return ops
 
 
@@ -145,3 +145,25 @@ def test_a_device_head_that_cannot_be_made_leaves_the_decoding_to_the_host(caplo
     with caplog.at_level("WARNING"):
         assert open_device_head(model, 8) is None
     assert "NVRTC cannot compile for this GPU; decoding the outputs on the host instead" in caplog.text
+
+
+def test_outputs_without_a_device_head_come_back_through_per_batch_slots():
+    """A model decoded on the host (MobileNetV2) on a session that takes a consumer: each batch's outputs go to the
+    output slots' ``launch`` on the session's stream (its own pinned buffers: queuing the next batch does not wait
+    for them), and ``finish`` hands their result to the model's ``to_outputs``."""
+    log = []
+
+    class Slots:
+        def launch(self, outputs, stream):
+            log.append(("copy back", stream, sorted(outputs)))
+            return lambda: {"logits": "batch outputs"}
+
+    ops = _ops(log)
+    ops.model.session = ConsumerSession(log)
+    ops.model.to_outputs = lambda outputs, frames: [outputs["logits"]] * len(frames)
+    ops.output_slots = Slots()
+    frames = _frames(2)
+    got = ops.finish(ops.launch(frames, 2), frames)
+    assert [e[0] for e in log] == ["wait_for_inputs_read", "preprocess", "submit_device", "copy back"]
+    assert log[-1] == ("copy back", "session-stream", ["box_encodings", "class_logits"])
+    assert got == ["batch outputs"] * 2

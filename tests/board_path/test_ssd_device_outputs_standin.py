@@ -3,7 +3,10 @@ batches (3 frames x 2 blocks in 8 rows) written by a producer stream into one pa
 (``wait_for_inputs_read`` first, as the app's preprocessing does), each submitted with ``on_device_outputs`` =
 :class:`jetforge.vision.ssd_gpu.QueuedSsdDecoder` on the session's device outputs, all four queued before any is
 collected (CUDA graphs replayed after the first).  Each must equal ``vision.ssd.postprocess`` of its own frames' rows
-(boxes 1e-5, scores 1e-6: the kernel's float32 arithmetic against numpy's, as the kernel's own tests bound it).
+(boxes 1e-5, scores 1e-6: the kernel's float32 arithmetic against numpy's, as the kernel's own tests bound it).  Then
+the same four batches with the outputs copied back whole into a pinned set per batch in flight
+(:class:`jetforge.runtime.cuda.in_flight.PinnedOutputSlots`, the consumer for host-decoded models): equal to the
+inputs, bit for bit.
 
 The "engine" passes the real detector outputs of the kernel test's fixture through (Identity), so that they land in
 the session's device output buffers.  Here (CI): CUDA over host memory and the kernel's CUDA C built by g++ for the
@@ -40,6 +43,7 @@ def passthrough_ssd(path):
 
 def decode_batches_behind_the_engine(tmp_path):
     from jetforge.runtime.cuda import DeviceBuffer, PinnedBuffer, Stream
+    from jetforge.runtime.cuda.in_flight import PinnedOutputSlots
     from jetforge.runtime.session import open_session
     from jetforge.runtime.tensorrt.session import DeviceTensor
     from jetforge.vision.ssd import SSDSpec, postprocess
@@ -58,6 +62,7 @@ def decode_batches_behind_the_engine(tmp_path):
     orders = [[0, 1, 2, 3, 2, 1], [3, 0, 1, 2, 0, 3], [1, 1, 3, 0, 2, 2], [2, 3, 0, 0, 1, 2]]
     batches = [padded_tiled_batch(enc, logits, o, 4, 2) for o in orders]
     decoder = QueuedSsdDecoder(spec, rows=8, slots=4, score_threshold=0.3)
+    slots = PinnedOutputSlots(slots=4)
     staging = [(PinnedBuffer(e.nbytes), PinnedBuffer(g.nbytes)) for e, g, _ in batches]
     try:
         with open_session(engine) as session, DeviceBuffer(batches[0][0].nbytes) as dev_enc, \
@@ -77,8 +82,21 @@ def decode_batches_behind_the_engine(tmp_path):
                 assert_same(request.wait(), postprocess(enc[order], logits[order], spec, score_threshold=0.3))
             info = session.info()
             assert info["cuda_graph"] == "on" and info["cuda_graph_captures"] == 1, info
+            # the same batches with the outputs copied back whole, per batch in flight (the host-decoded models)
+            copied = []
+            for (e, g, _), (pin_e, pin_g) in zip(batches, staging):
+                session.wait_for_inputs_read(producer)
+                dev_enc.copy_from_host(pin_e, e.nbytes, producer)
+                dev_logits.copy_from_host(pin_g, g.nbytes, producer)
+                feeds = {"enc_in": DeviceTensor(dev_enc.ptr, e.shape, "float32"),
+                         "logits_in": DeviceTensor(dev_logits.ptr, g.shape, "float32")}
+                copied.append(session.submit_device(feeds, producer, on_device_outputs=slots.launch))
+            for (e, g, _), request in zip(batches, copied):
+                out = request.wait()
+                assert np.array_equal(out["box_encodings"], e) and np.array_equal(out["class_logits"], g)
     finally:
         decoder.close()
+        slots.close()
         for pair in staging:
             for pinned in pair:
                 pinned.close()

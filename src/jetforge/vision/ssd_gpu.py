@@ -8,11 +8,11 @@ once (:func:`jetforge.vision.ssd_batch.select_detections_batch`).  The result eq
 the kernel writes (CPU-testable).  Torch-free; cuda-python is loaded when a kernel is first made.
 """
 
-import threading
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from jetforge.runtime.cuda.in_flight import SlotPool
 from jetforge.runtime.cuda.kernels.ssd import GpuSsdKernel, effective_threshold, kernel_threshold, record_width
 from jetforge.vision.ssd import SSDSpec, SsdOutput, convert_scores, decode_boxes
 from jetforge.vision.ssd_batch import select_detections_batch
@@ -104,24 +104,20 @@ class QueuedSsdDecoder:
         self.output_names = tuple(output_names)
         self.kernel = GpuSsdKernel(spec, batch=rows, slots=slots, prefetch_per_frame=prefetch_per_frame)
         self._done = [Event(timing=False) for _ in range(slots)]
-        self._free = list(range(slots))
-        self._free_cond = threading.Condition()
+        self.pool = SlotPool(slots)
         self._side = Stream()  # the rare second copy (more candidates than prefetched): not behind later batches
 
     def launch(self, enc_ptr: int, logits_ptr: int, total_rows: int, rows: Sequence[int],
                stream: Any) -> Callable[[], List[SsdOutput]]:
         """Queue the decoding of ``total_rows`` output rows (box encodings and logits at the two device pointers,
         float32) on ``stream``; the returned function waits for it and gives one output per row of ``rows``."""
-        with self._free_cond:
-            while not self._free:
-                self._free_cond.wait()
-            slot = self._free.pop()
+        slot = self.pool.acquire()
         try:
             self.kernel.launch(enc_ptr, logits_ptr, total_rows, stream, kernel_threshold(self.threshold), slot)
             self.kernel.queue_copy_back(stream, slot)
             self._done[slot].record(stream)
         except BaseException:
-            self._release(slot)
+            self.pool.release(slot)
             raise
         wanted = list(rows)
         return lambda: self._collect(slot, wanted, total_rows)
@@ -138,16 +134,14 @@ class QueuedSsdDecoder:
             self._done[slot].synchronize()
             records = self.kernel.read_back(self._side, slot)
         finally:
-            self._release(slot)
+            self.pool.release(slot)
         return finish(rows_of(records, rows, total), len(rows), self.spec, self.threshold)
 
-    def _release(self, slot: int) -> None:
-        with self._free_cond:
-            self._free.append(slot)
-            self._free_cond.notify()
-
     def close(self) -> None:
-        """Free the GPU buffers (after every launched batch was collected, or its stream synchronised)."""
+        """Free the buffers once every batch launched into them is done (one never collected, as when a run is
+        stopped, included: its kernel and copy may still be queued behind the engine)."""
+        for ev in self._done:
+            ev.synchronize()  # an event never recorded returns at once
         self.kernel.close()
         for ev in self._done:
             ev.close()

@@ -114,11 +114,20 @@ class DeviceFrameOps(BatchOps):
         self._copy_back: Any = None  # render on: a BatchCopyBack, made by the first batch that asks
         self.decoder = open_device_head(model, bucket_for(max_batch) * model.rows_per_frame) \
             if self.device_input else None
+        # outputs that come back whole: into a pinned buffer set per batch in flight, so that queuing the next batch
+        # never waits on the host for this one's outputs (a session's own output buffers are one set)
+        self.output_slots: Any = None
+        if self.decoder is None and self.device_input and takes_consumer(model.session):
+            from jetforge.runtime.cuda.in_flight import PinnedOutputSlots
+
+            self.output_slots = PinnedOutputSlots()
         self.kind = "GPU: NVRTC preprocessing, %s" % ("device input bound in place (set_tensor_address)"
                                                      if self.device_input else "input batch copied to the host "
                                                      "(this backend takes host arrays)")
         if self.decoder is not None:
             self.kind += "; %s" % model.device_head.kind  # type: ignore[union-attr]
+        elif self.output_slots is not None:
+            self.kind += "; outputs copied back per batch in flight"
 
     def _table(self, frames: List[Any]) -> List[Any]:
         from jetforge.runtime.cuda.kernels import Nv12Frame, PackedFrame
@@ -140,6 +149,9 @@ class DeviceFrameOps(BatchOps):
 
             tensor = DeviceTensor(self.buffer.ptr, shape, self.dtype)
             feeds = {self.model.input_name: tensor}
+            if self.output_slots is not None:
+                return self.model.session.submit_device(feeds, stream=self.stream,
+                                                        on_device_outputs=self.output_slots.launch)
             if self.decoder is None:
                 return self.model.session.submit_device(feeds, stream=self.stream)
             rows = GpuModel.block_rows(len(frames), padded, self.model.rows_per_frame)
@@ -176,8 +188,9 @@ class DeviceFrameOps(BatchOps):
         if self._copy_back is not None:
             self._copy_back.close()
         self.stream.synchronize()
-        if self.decoder is not None:  # cudaFree waits for the kernels still reading its lists
-            self.decoder.close()
+        for consumer in (self.decoder, self.output_slots):
+            if consumer is not None:  # after the work still queued into its buffers
+                consumer.close()
         self.pre.close()
         self.buffer.close()
         self.stream.close()
@@ -190,14 +203,19 @@ def open_device_head(model: GpuModel, max_rows: int) -> Optional[Any]:
     whose kernel cannot be made here (no NVRTC for this GPU, ...) is logged and the host decodes: the results are
     the same, only the CPU cost differs."""
     head = model.device_head
-    submit = getattr(model.session, "submit_device", None)
-    if head is None or submit is None or "on_device_outputs" not in inspect.signature(submit).parameters:
+    if head is None or not takes_consumer(model.session):
         return None
     try:
         return head.open(max_rows)
     except JetforgeError as err:
         log.warning("%s; decoding the outputs on the host instead", err.message)
         return None
+
+
+def takes_consumer(session: Any) -> bool:
+    """Whether ``session`` hands its outputs on the GPU to a consumer (``submit_device(on_device_outputs=)``)."""
+    submit = getattr(session, "submit_device", None)
+    return submit is not None and "on_device_outputs" in inspect.signature(submit).parameters
 
 
 def preprocess_blocks(pre: Any, table: List[Any], stream: Any, out_ptr: int, row_bytes: int, padded: int,
@@ -245,4 +263,4 @@ class AutoFrameOps(BatchOps):
 
 
 __all__ = ["AutoFrameOps", "DeviceFrameOps", "GpuModel", "HostFrameOps", "gpu_model_for", "host_bgr",
-           "open_device_head", "preprocess_blocks"]
+           "open_device_head", "preprocess_blocks", "takes_consumer"]
