@@ -151,7 +151,7 @@ def plan_steps(s: PlanSettings) -> List[Step]:
         for rep in range(s.reps):
             for model in models:
                 if split_variant(variant)[2] and not decodes_ssd(model):
-                    continue  # nothing to decode on the GPU: the same point as the goal row's
+                    continue  # no SSD boxes to decode: the same point as the goal row's
                 steps.append(bound(model, variant, rep, "exploratory", variant_streams))
                 steps += [Step("pipeline", model, (n, False, variant), rep, "exploratory") for n in variant_streams]
                 if s.render_on:  # a variant's render on beside the default's (its copy back, its sink)

@@ -1,14 +1,18 @@
-"""The person detector's decoding on the host, as the app does it, against the host half of the GPU decoding kernel.
+"""The person detector's host-side decoding cost on the GPU path: the raw outputs decoded on the host against the host
+half of the GPU decoding kernel.
 
-Why: `jetforge app people --decode gpu` copies the SSD's raw outputs back (1917 anchors x 6 floats a frame) and decodes
-and selects on the host (``vision.ssd_batch.postprocess_batch``, in the pipeline's results thread), while the GPU
-benchmark's detector rows until 2026-12-08 decoded with the kernel (``vision.ssd_gpu``: decoding and candidate
-compaction on the GPU, only the candidates back, then ``finish``: NMS on the host).  The host's CPU time per frame
-is what the results thread spends, under the one GIL the launch thread needs.  This times both host parts on the
-person detector's real outputs (``tests/runtime/gpu_kernels/data/ssd_person_vtest.npz``, four vtest.avi frames,
-repeated to fill a batch; the kernel's candidates made by its numpy model, ``candidates_reference``), thread CPU
-time, interleaved and repeated, and checks that both give the same detections.  Any CPU; no GPU is involved (the
-kernel's own GPU time is in ``results/nvidia-h200_2026-12-01_kernels.txt``).
+Why: ``jetforge app people --decode gpu`` with a session that takes host arrays (ONNX Runtime) copies the SSD's raw
+outputs back (1917 anchors x 6 floats a frame) and decodes and selects on the host (``vision.ssd_batch.
+postprocess_batch``, in the pipeline's results thread).  On a TensorRT engine it decodes on the GPU since 2026-12-08
+(``vision.ssd_gpu.QueuedSsdDecoder``: decoding and candidate compaction behind the engine, only the candidates back);
+its host half in the results thread is ``rows_of`` (the frames' rows of the padded batch) and ``finish`` (NMS).  The
+GPU benchmark's detector rows decoded with the kernel until 2026-12-07 (then in the results thread, synchronously),
+as the app did not then.  The host's CPU time per frame is what the results thread spends, under the one GIL the
+launch thread needs.  This times both host parts on the person detector's real outputs
+(``tests/runtime/gpu_kernels/data/ssd_person_vtest.npz``, four vtest.avi frames, repeated to fill a batch padded to
+the app's bucket; the kernel's candidates made by its numpy model, ``candidates_reference``), thread CPU time,
+interleaved and repeated, and checks that both give the same detections.  Any CPU; no GPU is involved (the kernel's
+own GPU time is in ``results/nvidia-h200_2026-12-01_kernels.txt``).
 
     .venv/bin/python benchmarks/gpu_pipeline/ssd_host_cost.py          # ~10 s
 """
@@ -44,10 +48,11 @@ def cpu_ms(fn: Callable[[], Any], calls: int) -> float:
 
 
 def measure(batches: List[int], reps: int, calls: int) -> List[Dict[str, Any]]:
+    from jetforge.apps.pipeline.batching import bucket_for
     from jetforge.runtime.cuda.kernels.ssd import effective_threshold, kernel_threshold
     from jetforge.vision.ssd import SSDSpec
     from jetforge.vision.ssd_batch import postprocess_batch
-    from jetforge.vision.ssd_gpu import candidates_reference, finish
+    from jetforge.vision.ssd_gpu import candidates_reference, finish, rows_of
 
     data = np.load(str(FIXTURE))
     spec = SSDSpec.from_dict(json.loads(str(data["spec"])))
@@ -55,11 +60,14 @@ def measure(batches: List[int], reps: int, calls: int) -> List[Dict[str, Any]]:
     threshold = effective_threshold(spec, THRESHOLD)
     rows = []
     for batch in batches:
-        pick = np.arange(batch) % len(data["enc"])
+        padded = bucket_for(batch)  # the engine's rows: the app pads a batch to its bucket, repeating the last frame
+        pick = np.minimum(np.arange(padded), batch - 1) % len(data["enc"])
         enc, logits = data["enc"][pick].copy(), data["logits"][pick].copy()
-        records = candidates_reference(enc, logits, spec, kernel_threshold(threshold))
-        app = lambda: postprocess_batch(enc, logits, spec, score_threshold=THRESHOLD, anchors=anchors)  # noqa: E731
-        kernel = lambda: finish(records.copy(), batch, spec, threshold)  # noqa: E731
+        records = candidates_reference(enc, logits, spec, kernel_threshold(threshold))  # every padded row decoded
+        frames = list(range(batch))
+        app = lambda: postprocess_batch(enc[:batch], logits[:batch], spec, score_threshold=THRESHOLD,  # noqa: E731
+                                        anchors=anchors)
+        kernel = lambda: finish(rows_of(records, frames, padded), batch, spec, threshold)  # noqa: E731
         same = all(np.array_equal(a.boxes, b.boxes) and np.array_equal(a.scores, b.scores)
                    for a, b in zip(app(), kernel()))
         times: Dict[str, List[float]] = {"app": [], "kernel": []}
@@ -67,20 +75,20 @@ def measure(batches: List[int], reps: int, calls: int) -> List[Dict[str, Any]]:
             times["app"].append(cpu_ms(app, calls))
             times["kernel"].append(cpu_ms(kernel, calls))
         app_ms, kernel_ms = median_spread(times["app"]), median_spread(times["kernel"])
-        rows.append({"batch": batch, "candidates": int(len(records)), "same_detections": same,
+        rows.append({"batch": batch, "padded": padded, "candidates": int(len(records)), "same_detections": same,
                      "app_host_decode_ms_per_batch": app_ms, "kernel_host_part_ms_per_batch": kernel_ms,
                      "app_ms_per_frame": app_ms["median"] / batch, "kernel_ms_per_frame": kernel_ms["median"] / batch,
                      "app_over_kernel": app_ms["median"] / kernel_ms["median"],
                      "bytes_back_per_frame": {"app": int(enc[0].nbytes + logits[0].nbytes),
-                                              "kernel": int(records.nbytes // batch)}})
+                                              "kernel": int(records.nbytes // padded)}})
     return rows
 
 
 def table(doc: Dict[str, Any]) -> str:
     lines = ["SSD person detector, threshold %.1f, host CPU ms (thread time), median [min-max] of %d interleaved runs"
              % (THRESHOLD, doc["settings"]["reps"]),
-             "%5s  %-28s %-28s %9s  %s" % ("batch", "app: host decode + NMS", "kernel: NMS of candidates", "app/kernel",
-                                          "ms a frame app / kernel; same detections")]
+             "%5s  %-28s %-28s %9s  %s" % ("batch", "host decode + NMS", "kernel: rows + NMS", "host/kernel",
+                                          "ms a frame host / kernel; same detections")]
     for r in doc["rows"]:
         a, k = r["app_host_decode_ms_per_batch"], r["kernel_host_part_ms_per_batch"]
         lines.append("%5d  %6.3f [%6.3f-%6.3f]       %6.3f [%6.3f-%6.3f]       %8.1fx  %.4f / %.4f; %s" % (
@@ -91,7 +99,7 @@ def table(doc: Dict[str, Any]) -> str:
 
 def main(argv: Any = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batches", default="2,8,32", type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument("--batches", default="2,8,24,32", type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--calls", type=int, default=40, help="calls per timed run")
     ap.add_argument("--out", default=None, help="results stem (default results/<device>_<date>_ssd-host-cost)")
