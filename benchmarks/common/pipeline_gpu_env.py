@@ -55,6 +55,7 @@ class Env:
         self._sink_lock = threading.Lock()
         self.captured: Dict[int, Any] = {}  # session id -> buckets whose CUDA graphs exist
         self.host: Dict[str, Any] = {}  # the host CPU (model, usable cores), next to every repetition
+        self._decoders: Dict[Any, Any] = {}  # (SSD spec, rows) -> the app's queued GPU decoder, made once
 
     def ops(self, model: str, n: int, nonblocking: bool, per_stream: int = 1, host_decode: bool = False) -> Any:
         """The batch ops of one point: the SSD's boxes decoded as the app on a TensorRT engine decodes them (the kernel
@@ -99,13 +100,16 @@ class Env:
         point records which in ``ssd_decode``)."""
         if self.args.dry_run or host_decode:
             return None
-        try:
-            from jetforge.vision.ssd_gpu import QueuedSsdDecoder
+        key = (id(spec), int(rows))  # one per size for the whole run: every batch of a point is collected by its end
+        if key not in self._decoders:
+            try:
+                from jetforge.vision.ssd_gpu import QueuedSsdDecoder
 
-            return QueuedSsdDecoder(spec, rows, score_threshold=SSD_THRESHOLD)
-        except Exception as err:
-            log("GPU SSD decoder unavailable (%s: %s); host decode" % (type(err).__name__, err))
-            return None
+                self._decoders[key] = QueuedSsdDecoder(spec, rows, score_threshold=SSD_THRESHOLD)
+            except Exception as err:
+                log("GPU SSD decoder unavailable (%s: %s); host decode" % (type(err).__name__, err))
+                self._decoders[key] = None
+        return self._decoders[key]
 
     def event_sink(self) -> Any:
         """Render off: events only, as JSON lines in the scratch folder (not returned: size)."""
