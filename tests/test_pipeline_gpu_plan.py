@@ -44,8 +44,9 @@ def _settings(**kw):
 def test_plan_goal_rows_first_in_rounds_then_render_then_exploratory():
     steps = plan_steps(_settings(render_on=True, exploratory=["feed-pairs"]))
     groups = [s.group for s in steps]
-    # every goal step comes before every render step, and those before every exploratory one
-    assert groups == sorted(groups, key=["goal", "render", "exploratory"].index)
+    # every goal step comes before the detector's check against the CPU reference, then render, then exploratory
+    assert groups == sorted(groups, key=["goal", "check", "render", "exploratory"].index)
+    assert [(s.kind, s.model) for s in steps if s.group == "check"] == [("detector_check", "people")]
     goal = [s for s in steps if s.group == "goal"]
     pipes = [s for s in goal if s.kind == "pipeline"]
     assert len(pipes) == 2 * 4 * 3  # 2 models x 4 stream counts x 3 repetitions, render off, default variant
@@ -65,8 +66,10 @@ def test_plan_goal_rows_first_in_rounds_then_render_then_exploratory():
 
 
 def test_plan_without_options_has_goal_rows_only():
+    """...and the detector's one check against the CPU reference (no option turns the check off)."""
     steps = plan_steps(_settings(decode_procs=False))
-    assert {s.group for s in steps} == {"goal"}
+    assert {s.group for s in steps} == {"goal", "check"}
+    assert [s.kind for s in steps if s.group == "check"] == ["detector_check"]
     assert not any(s.kind == "decode_alone_procs" for s in steps)
 
 
@@ -80,22 +83,23 @@ def test_tiled_model_names():
 
 
 def test_tiles_come_after_the_goal_rows_which_stay_as_they_were():
-    """With people-tiles2 the goal rows are step for step the plan without it; then the tiled detector's check once,
-    its rounds (model alone at its own batches, its four points), then render on and the exploratory variants,
-    neither of which runs the tiled model."""
+    """With people-tiles2 the goal rows are step for step the plan without it; then each detector's check against the
+    CPU reference once (the plain and the tiled), the tiled detector's rounds (model alone at its own batches, its
+    four points), then render on and the exploratory variants, neither of which runs the tiled model."""
     plain = plan_steps(_settings())
     steps = plan_steps(_settings(models=["classify", "people", "people-tiles2"], render_on=True,
                                  exploratory=["feed-pairs"]))
     groups = [s.group for s in steps]
-    assert groups == sorted(groups, key=["goal", "tiles", "render", "exploratory"].index)
-    assert [s for s in steps if s.group == "goal"] == plain
+    assert groups == sorted(groups, key=["goal", "check", "tiles", "render", "exploratory"].index)
+    assert [s for s in steps if s.group == "goal"] == [s for s in plain if s.group == "goal"]
+    assert [s for s in steps if s.group == "check"] == [Step("detector_check", m, None, 0, "check")
+                                                        for m in ("people", "people-tiles2")]
     tiles = [s for s in steps if s.group == "tiles"]
-    assert tiles[0] == Step("tiles_check", "people-tiles2", None, 0, "tiles")
-    assert [s.kind for s in tiles[1:]] == (["model_only"] + ["pipeline"] * 4) * 3
+    assert [s.kind for s in tiles] == (["model_only"] + ["pipeline"] * 4) * 3
     # its batches: buckets_of(n, variant, model) for the tiled model (2n capped at 4 frames -> 2, 4)
     assert {s.arg for s in tiles if s.kind == "model_only"} == {(2, 4)}
     assert [s.arg for s in tiles if s.kind == "pipeline"][:4] == [(n, False, "auto") for n in (1, 4, 16, 32)]
-    assert [s.rep for s in tiles[1:]] == [0] * 5 + [1] * 5 + [2] * 5
+    assert [s.rep for s in tiles] == [0] * 5 + [1] * 5 + [2] * 5
     assert all(s.model != "people-tiles2" for s in steps if s.group in ("goal", "render", "exploratory"))
 
 
@@ -158,7 +162,7 @@ def test_tiled_point_against_its_per_frame_bound_in_the_report():
     args = Namespace(dry_run=False, streams=[16], models=["people-tiles2"], reps=3, seconds=3.0, decode_seconds=3.0,
                      model_seconds=0.5, default_variant="auto", exploratory=[], render_on=False, budget_s=420.0,
                      encoders=8)
-    doc = report({"bounds_runs": bounds, "runs": rows, "tiles_check": {"people-tiles2": check}}, args, {}, {}, 1.0)
+    doc = report({"bounds_runs": bounds, "runs": rows, "detector_check": {"people-tiles2": check}}, args, {}, {}, 1.0)
     assert doc["points"] == [] and len(doc["tiles"]) == 1
     p = doc["tiles"][0]
     assert p["bound"]["fps"] == 210.0 and p["bound"]["limited_by"] == "model_alone_fps"  # median 210 < 900
@@ -167,8 +171,8 @@ def test_tiled_point_against_its_per_frame_bound_in_the_report():
     assert [g["model"] for g in doc["goal_results"]] == ["people-tiles2"] * 2
     text = table(doc)
     assert "person detector with tiles" in text and "people-tiles2  16" in text
-    assert "tiles check people-tiles2 (3 frames padded to 4, nvrtc-kernel preprocessing, gpu decode): equal to the " \
-           "CPU reference" in text
+    assert "detector check people-tiles2 (3 frames padded to 4, nvrtc-kernel preprocessing, gpu decode): equal to " \
+           "the CPU reference" in text
 
 
 def test_group_rows_keeps_points_apart():

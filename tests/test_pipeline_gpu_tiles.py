@@ -2,7 +2,7 @@
 runs them: the benchmark's tiled ops (the torch fallback cutting the tiles into the app's row blocks, the session,
 the head's gather, batched decode and the app's merge) against the CPU reference path - TiledPeopleDetector over
 the GPU kernels' float64 reference preprocessing, the same model and the CPU detector's per-image decode - on the
-same decoded frames (``tiles_check``, the step the device run makes before its tiled points); a wrong row layout is
+same decoded frames (``detector_check``, the step the device run makes before its tiled points); a wrong row layout is
 caught; a tiled model-alone measurement counted in frames.
 
 The frames are vtest.avi's (768x576 through the NVDEC stand-in: tile origins x0 = 307, y0 = 230, an odd x, so the
@@ -14,7 +14,8 @@ from argparse import Namespace
 import numpy as np
 import pytest
 
-from benchmarks.common.pipeline_gpu_tiles import BOX_TOL_PX, SCORE_TOL, compare, per_frame, run_tiles_check, tiles_check
+from benchmarks.common.pipeline_gpu_tiles import (BOX_TOL_PX, SCORE_TOL, compare, detector_check, per_frame,
+                                                  run_detector_check)
 from jetforge.errors import BackendError
 from jetforge.vision.detections import Detections
 from tests.runtime.gpu_kernels.test_queued_ssd_on_cpu import host_gpu  # noqa: F401 - a fixture
@@ -38,7 +39,7 @@ def env(tmp_path_factory):
     (carry / "streams").mkdir()
     save_half_weights(carry / "assets")
     (carry / "streams" / "people720.mp4").symlink_to(asset_path("opencv_samples", "vtest.avi"))
-    args = Namespace(dry_run=True, models=[MODEL], scratch=str(carry / "scratch"), torch_preprocess=False)
+    args = Namespace(dry_run=True, models=[MODEL, "people"], scratch=str(carry / "scratch"), torch_preprocess=False)
     threads = torch.get_num_threads()
     try:
         yield Env(args, carry)
@@ -54,7 +55,7 @@ def test_tiled_ops_equal_the_cpu_reference_on_vtest(env):
     0.0002 px and 1e-5 in score; 0.0003 px and 2e-6 on people720.mp4 in the dry run).  The tiles must matter: the
     merged result holds people the whole frame alone misses (measured: 3, 3, 3 vs 2, 2, 3), so a wrong tile block
     could not pass unseen."""
-    r = tiles_check(env, MODEL)
+    r = detector_check(env, MODEL)
     assert r["equal"] is True and r["padded"] == 4 and r["rows"] == 20 and r["tiles"] == 4
     assert r["frames"] == [0, 1, 2] and r["preprocess"] == "torch-fallback" and r["ssd_decode"].startswith("host")
     assert r["people"] == r["reference_people"] and min(r["people"]) >= 1
@@ -71,7 +72,7 @@ def test_tiled_ops_decoding_on_the_gpu_as_the_app_equal_the_cpu_reference(env, m
 
     monkeypatch.setattr(env, "_ssd_decoder", lambda spec, host_decode, rows: None if host_decode else
                         QueuedSsdDecoder(spec, rows, score_threshold=0.5))
-    r = tiles_check(env, MODEL)
+    r = detector_check(env, MODEL)
     assert r["ssd_decode"].startswith("gpu kernel queued") and r["equal"] is True and r["rows"] == 20
     assert r["people"] == r["reference_people"] and min(r["people"]) >= 1
     assert r["max_box_px"] <= 0.01 and r["max_score"] <= 1e-4
@@ -91,8 +92,8 @@ def test_a_wrong_row_layout_is_caught(env, monkeypatch):
     monkeypatch.setattr(people, "tile_block_rows", swapped)
     res = {}
     with pytest.raises(BackendError):
-        run_tiles_check(env, res, MODEL)
-    assert res["tiles_check"][MODEL]["equal"] is False
+        run_detector_check(env, res, MODEL)
+    assert res["detector_check"][MODEL]["equal"] is False
 
 
 def test_compare_needs_equal_counts_and_boxes_within_tolerance():
@@ -113,3 +114,17 @@ def test_tiled_model_alone_counts_frames():
     assert (r["batch"], r["rows"], r["rows_per_frame"], r["rows_fps"], r["fps"]) == (4, 20, 5, 100.0, 20.0)
     plain = {"batch": 4, "fps": 100.0}
     assert per_frame(plain, 1) is plain
+
+
+def test_the_untiled_detector_is_checked_against_the_cpu_reference_too(env, monkeypatch, host_gpu):
+    """``people``'s check (the goal rows' detector): 3 frames padded to 4, the SSD decoded as the goal rows decode it
+    (the queued GPU decoder, the kernel's CUDA C built for the CPU), against ReferenceSsd on the same frames: the
+    same bounds as the tiles above (float32 against float64 only)."""
+    from jetforge.vision.ssd_gpu import QueuedSsdDecoder
+
+    monkeypatch.setattr(env, "_ssd_decoder", lambda spec, host_decode, rows: None if host_decode else
+                        QueuedSsdDecoder(spec, rows, score_threshold=0.5))
+    r = detector_check(env, "people")
+    assert r["equal"] is True and r["tiles"] == 0 and r["padded"] == 4 and r["rows"] == 4
+    assert r["ssd_decode"].startswith("gpu kernel queued") and min(r["people"]) >= 1
+    assert r["max_box_px"] <= 0.01 and r["max_score"] <= 1e-4

@@ -411,6 +411,12 @@ class SsdHead(Head):
         return postprocess_batch(host[1].numpy(), host[2].numpy(), self.spec, score_threshold=self.threshold,
                                  anchors=self.anchors)
 
+    def detections(self, host: Any, frames: List[Any]) -> List[Any]:
+        """Each frame's detections in its own pixels (after the launch's copies finished): what the checks compare."""
+        hw = (self.contract.height, self.contract.width)
+        return [d.to_detections(self.contract.geometry((f.height, f.width)), hw)
+                for f, d in zip(frames, self.decode(host))]
+
     def events(self, host: Any, frames: List[Any]) -> List[Dict[str, Any]]:
         dets = self.decode(host)
         out = []

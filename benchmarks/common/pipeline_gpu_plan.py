@@ -53,7 +53,7 @@ def known_model(model: str) -> bool:
 class Step:
     """One measurement: ``kind`` (model_only, decode_alone, decode_alone_procs, decode_alone_feed, decode_beside_model,
     decode_beside_model_graph, encode_alone, pipeline,
-    tiles_check, device_pool), ``model`` (or None), ``arg`` (batches; streams; (streams, render, variant)), ``rep``
+    detector_check, device_pool), ``model`` (or None), ``arg`` (batches; streams; (streams, render, variant)), ``rep``
     (0-based) and ``group``: ``goal`` (render off, the app's default path, and their bounds), ``tiles`` (the person
     detector with tiles, ``people-tilesN``: its check against the CPU reference, its model-alone bound, its points),
     ``render`` (the optional render-on point and the encoders' bound) or ``exploratory`` (other host layouts,
@@ -108,8 +108,8 @@ def plan_steps(s: PlanSettings) -> List[Step]:
     """Every step in priority order.  Rounds of the goal rows first (round r: each model's model-alone bound at the
     batches its points use, NVDEC alone for every stream count, then every render-off point of the default path),
     so repetitions of one point are spread over the call (a drift of the host shows in the spread, not in one
-    point); then the tiled detector (``people-tilesN`` in ``models``: its check against the CPU reference once, then
-    rounds of its model-alone bound and its render-off points; the NVDEC bounds are the goal rounds'); then the
+    point); then each detector's check against the CPU reference once (``people``, ``people-tilesN``); then the tiled
+    detector (``people-tilesN`` in ``models``: rounds of its model-alone bound and its render-off points; the NVDEC bounds are the goal rounds'); then the
     render-on rounds (if asked); then the exploratory variants (render off at ``variant_streams``, and render on at
     the render-on rounds' stream count when those are asked for), led by the feed layout's NVDEC alone if asked
     (``decode_feed``) and NVDEC beside each model (``decode_beside``); the device-pool stand-in last."""
@@ -129,7 +129,8 @@ def plan_steps(s: PlanSettings) -> List[Step]:
         if s.decode_procs:
             steps += [Step("decode_alone_procs", None, n, rep) for n in streams]
         steps += [Step("pipeline", m, (n, False, s.default_variant), rep) for m in models for n in streams]
-    steps += [Step("tiles_check", m, None, 0, "tiles") for m in tiled]
+    # each detector's GPU result against the CPU reference once (the SSD decoded as the app on a TensorRT engine)
+    steps += [Step("detector_check", m, None, 0, "check") for m in models + tiled if decodes_ssd(m)]
     for rep in range(s.reps):
         for model in tiled:
             steps.append(bound(model, s.default_variant, rep, "tiles"))
@@ -174,7 +175,7 @@ def guess_s(step: Step, seconds: float, decode_seconds: float, encode_seconds: f
         return decode_seconds + 3.0 + 0.05 * step.arg
     if step.kind == "encode_alone":
         return encode_seconds + 3.0
-    if step.kind == "tiles_check":  # one decoded batch, its graphs, the float64 reference of 3 frames' 15 images
+    if step.kind == "detector_check":  # one decoded batch, its graphs, the float64 reference of 3 frames (x 5 tiled)
         return 10.0
     n, render = (step.arg[0], step.arg[1]) if step.kind == "pipeline" else (step.arg, False)
     return seconds + 1.0 + 0.05 * n + (6.0 if render else 0.0)

@@ -148,7 +148,7 @@ def report(res: Dict[str, Any], args: Any, tests: Dict[str, Any], machine: Dict[
                          "app_defaults": getattr(args, "app_defaults", {}), "budget_s": args.budget_s,
                          "encoders": args.encoders, "stream_files": "720p H.264, 900 frames (30 s): people720.mp4"},
             "gpu_tests": tests, "goals": GOALS, "goal_results": goals_summary(main + tiles), "bounds": bounds,
-            "points": main, "tiles": tiles, "tiles_check": res.get("tiles_check", {}),
+            "points": main, "tiles": tiles, "detector_check": res.get("detector_check", {}),
             "exploratory": [p for p in points if p["group"] == "exploratory"],
             "skipped": res.get("skipped", []), "errors": res.get("errors", []), "results": res,
             "run_seconds": seconds,
@@ -163,8 +163,9 @@ def report(res: Dict[str, Any], args: Any, tests: Dict[str, Any], machine: Dict[
                       "tiles (people-tilesN: `jetforge app people --detector-tiles N --decode gpu`): a frame is 1 + N^2 "
                       "input rows (the frame, then each tile, in blocks); batches as the app makes them (at most 32 "
                       "rows once padded); FPS and the model-alone bound count frames (the same rows / (1 + N^2)); "
-                      "tiles_check: the tiled GPU result against TiledPeopleDetector over the float64 reference "
-                      "preprocessing on the same decoded frames",
+                      "detector_check: each detector's GPU result (the SSD decoded as the app on a TensorRT engine) "
+                      "against the CPU reference on the same decoded frames: the detector over the float64 reference "
+                      "preprocessing, TiledPeopleDetector around it for the tiles",
                       "goal rows: the app's default host layout and options (variant auto = `jetforge app --decode "
                       "gpu`); exploratory variants are under 'exploratory', never goal rows",
                       "stages_ms_per_frame: launch/results/postprocess/sink as the app's metrics.json latency block "
@@ -221,8 +222,8 @@ def table(doc: Dict[str, Any]) -> str:
     if doc.get("tiles"):
         lines += ["", "person detector with tiles (--detector-tiles: 1 + N^2 rows a frame; FPS and bound in frames):",
                   format_table(HEAD, point_rows(doc["tiles"]))]
-    for model, c in (doc.get("tiles_check") or {}).items():
-        lines.append("tiles check %s (%d frames padded to %d, %s preprocessing, %s decode): %s; people %s vs "
+    for model, c in (doc.get("detector_check") or {}).items():
+        lines.append("detector check %s (%d frames padded to %d, %s preprocessing, %s decode): %s; people %s vs "
                      "reference %s (whole frame alone %s), max box %.3f px, max score %.4f (tolerance %s px, %s)"
                      % (model, len(c["frames"]), c["padded"], c["preprocess"], c["ssd_decode"],
                         "equal to the CPU reference" if c["equal"] else "DIFFERENT from the CPU reference",

@@ -266,7 +266,7 @@ def run_step(env: "Env", args: argparse.Namespace, res: Dict[str, Any], step: An
     from benchmarks.common.pipeline_gpu_beside import decode_beside_model, decode_beside_model_graph
     from benchmarks.common.pipeline_gpu_ops import model_only
     from benchmarks.common.pipeline_gpu_plan import Step, rows_per_frame
-    from benchmarks.common.pipeline_gpu_tiles import per_frame, run_tiles_check
+    from benchmarks.common.pipeline_gpu_tiles import per_frame, run_detector_check
 
     kind, model, arg, bounds = step.kind, step.model, step.arg, res["bounds_runs"]
     files = sorted(set(env.streams.values()))
@@ -277,8 +277,8 @@ def run_step(env: "Env", args: argparse.Namespace, res: Dict[str, Any], step: An
                                      args.model_seconds, env.device), rows)
             bounds["model_only"][model].setdefault(str(b), []).append(dict(r, rep=step.rep))
             log("model alone %-8s batch %2d: %8.1f FPS" % (model, b, r["fps"]))
-    elif kind == "tiles_check":
-        run_tiles_check(env, res, model)
+    elif kind == "detector_check":
+        run_detector_check(env, res, model)
     elif kind in ("decode_alone", "decode_alone_procs", "decode_alone_feed"):
         if kind == "decode_alone":
             r = decode_alone(files, arg, env.codec, args.decode_seconds)
