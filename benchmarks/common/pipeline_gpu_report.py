@@ -223,12 +223,13 @@ def table(doc: Dict[str, Any]) -> str:
         lines += ["", "person detector with tiles (--detector-tiles: 1 + N^2 rows a frame; FPS and bound in frames):",
                   format_table(HEAD, point_rows(doc["tiles"]))]
     for model, c in (doc.get("detector_check") or {}).items():
+        whole = c.get("reference_people_whole_frame")
         lines.append("detector check %s (%d frames padded to %d, %s preprocessing, %s decode): %s; people %s vs "
-                     "reference %s (whole frame alone %s), max box %.3f px, max score %.4f (tolerance %s px, %s)"
+                     "reference %s%s, max box %.3f px, max score %.4f (tolerance %s px, %s)"
                      % (model, len(c["frames"]), c["padded"], c["preprocess"], c["ssd_decode"],
                         "equal to the CPU reference" if c["equal"] else "DIFFERENT from the CPU reference",
-                        c["people"], c["reference_people"], c.get("reference_people_whole_frame"), c["max_box_px"],
-                        c["max_score"], c["tolerance"]["box_px"], c["tolerance"]["score"]))
+                        c["people"], c["reference_people"], "" if whole is None else " (whole frame alone %s)" % whole,
+                        c["max_box_px"], c["max_score"], c["tolerance"]["box_px"], c["tolerance"]["score"]))
     if doc["exploratory"]:
         lines += ["", "exploratory variants (not goal rows):", format_table(HEAD, point_rows(doc["exploratory"]))]
     b = doc["bounds"]
