@@ -112,25 +112,17 @@ def test_device_frame_ops_crop_the_tiles_on_a_gpu_as_the_cpu_tiled_detector(pers
     resize) a score differed by 0.0072 on that H100, which is the preprocessing's rounding, not the tiles."""
     from jetforge.apps.pipeline.gpu_ops import DeviceFrameOps
     from jetforge.apps.tasks.people import PeopleTask
-    from jetforge.apps.video.sources.gpu.frame import GpuFrame
     from jetforge.assets import asset_path
     from jetforge.runtime.cuda.kernels.color import ColorSpec
     from jetforge.runtime.cuda.kernels.reference import nv12_to_rgb
-    from jetforge.runtime.cuda.kernels.upload import upload_nv12
     from jetforge.vision.ssd_detector import SsdPeopleDetector
     from jetforge.vision.tiles import TiledPeopleDetector
 
-    cap = cv2.VideoCapture(str(asset_path("opencv_samples", "vtest.avi")))
-    images = [cap.read()[1] for _ in range(3)]
-    cap.release()
-    nv12 = [_nv12_planes(im) for im in images]
+    nv12 = vtest_nv12(asset_path("opencv_samples", "vtest.avi"))
     tiled = TiledPeopleDetector(SsdPeopleDetector(person_detector_path, score_threshold=0.3), grid=2)
     held, frames = [], []
     try:
-        for i, (y, uv) in enumerate(nv12):
-            bufs, h = upload_nv12(y, uv, pitch=y.shape[1] + 256, contiguous=True)
-            held += bufs
-            frames.append(GpuFrame(i, i / 10.0, h.width, h.height, None, h.y_ptr, h.uv_ptr, h.y_pitch))
+        frames = device_frames(nv12, held)
         model = PeopleTask(tiled).gpu_model()
         ops = DeviceFrameOps(model, 4, frames[0])
         try:
@@ -149,6 +141,28 @@ def test_device_frame_ops_crop_the_tiles_on_a_gpu_as_the_cpu_tiled_detector(pers
         order_g, order_w = np.lexsort(g.boxes.T[::-1]), np.lexsort(w.boxes.T[::-1])
         assert np.abs(g.boxes[order_g] - w.boxes[order_w]).max() <= 0.5
         assert np.abs(g.scores[order_g] - w.scores[order_w]).max() <= 0.005
+
+
+def vtest_nv12(clip, count=3):
+    """The first ``count`` frames of ``clip`` as (Y, UV) planes."""
+    cap = cv2.VideoCapture(str(clip))
+    images = [cap.read()[1] for _ in range(count)]
+    cap.release()
+    return [_nv12_planes(im) for im in images]
+
+
+def device_frames(nv12, held):
+    """(Y, UV) planes uploaded as NVDEC leaves frames (one allocation, a pitch wider than the row) -> GpuFrames; the
+    buffers are appended to ``held`` (the caller closes them)."""
+    from jetforge.apps.video.sources.gpu.frame import GpuFrame
+    from jetforge.runtime.cuda.kernels.upload import upload_nv12
+
+    frames = []
+    for i, (y, uv) in enumerate(nv12):
+        bufs, h = upload_nv12(y, uv, pitch=y.shape[1] + 256, contiguous=True)
+        held += bufs
+        frames.append(GpuFrame(i, i / 10.0, h.width, h.height, None, h.y_ptr, h.uv_ptr, h.y_pitch))
+    return frames
 
 
 def _nv12_planes(image):

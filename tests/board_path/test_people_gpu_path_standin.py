@@ -16,11 +16,10 @@ and 0.0006); and the GPU decoding equal to the host decoding of the same engine 
 import dataclasses
 import json
 
-import cv2
 import numpy as np
 import pytest
 
-from tests.apps.test_gpu_tiles import _nv12_planes, _ReferenceSsd  # imported before a test installs the stand-ins
+from tests.apps.test_gpu_tiles import _ReferenceSsd, device_frames, vtest_nv12  # before the stand-ins are installed
 from tests.board_path.conftest import TARGET, run_cli
 
 pytest.importorskip("onnxruntime")
@@ -49,10 +48,8 @@ def test_the_people_gpu_path_on_an_engine_finds_the_cpu_paths_people(standin, cp
                                                                        vtest_clip, tmp_path):
     from jetforge.apps.pipeline.gpu_ops import DeviceFrameOps
     from jetforge.apps.tasks.people import PeopleTask
-    from jetforge.apps.video.sources.gpu.frame import GpuFrame
     from jetforge.runtime.cuda.kernels.color import ColorSpec
     from jetforge.runtime.cuda.kernels.reference import nv12_to_rgb
-    from jetforge.runtime.cuda.kernels.upload import upload_nv12
     from jetforge.vision.ssd_detector import SsdPeopleDetector
     from jetforge.vision.tiles import TiledPeopleDetector
 
@@ -62,17 +59,11 @@ def test_the_people_gpu_path_on_an_engine_finds_the_cpu_paths_people(standin, cp
     engine = tmp_path / "people.engine"
     assert run_cli(["-q", "build", str(person_detector), "--target", TARGET, "--config", str(config),
                     "--out", str(engine)]) == 0
-    cap = cv2.VideoCapture(str(vtest_clip))
-    images = [cap.read()[1] for _ in range(3)]
-    cap.release()
-    nv12 = [_nv12_planes(im) for im in images]
+    nv12 = vtest_nv12(vtest_clip)
     tiled = TiledPeopleDetector(SsdPeopleDetector(engine, score_threshold=0.3), grid=2)
     held, frames = [], []
     try:
-        for i, (y, uv) in enumerate(nv12):
-            bufs, h = upload_nv12(y, uv, pitch=y.shape[1] + 256, contiguous=True)
-            held += bufs
-            frames.append(GpuFrame(i, i / 10.0, h.width, h.height, None, h.y_ptr, h.uv_ptr, h.y_pitch))
+        frames = device_frames(nv12, held)
         model = PeopleTask(tiled).gpu_model()
         assert model.session.name == "tensorrt" and model.device_head is not None
         gpu_ops = DeviceFrameOps(model, 4, frames[0])
