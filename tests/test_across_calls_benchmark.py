@@ -72,6 +72,14 @@ def test_bad_inputs_are_one_clear_error_and_exit_1(tmp_path, capsys):
     assert "not a pipeline_gpu.py result" in capsys.readouterr().err
     assert across_calls.main([str(CALLS[0]), str(tmp_path / "missing.json")]) == 1
     assert "cannot read" in capsys.readouterr().err
+    mixed = json.loads(CALLS[1].read_text())
+    for point in mixed["points"]:  # a later call of the same GPU whose detector decoded on the host
+        if point["model"] == "people":
+            point["ssd_decode"] = "host (as the app with a session that takes host arrays)"
+    (tmp_path / "mixed.json").write_text(json.dumps(mixed))
+    assert across_calls.main([str(CALLS[0]), str(tmp_path / "mixed.json"), "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "decoded people's boxes in different ways" in err and err.count("\n") == 1
     cut = json.loads(CALLS[1].read_text())
     del cut["points"][0]["bound"]  # a hand-edited result: a point without its bound
     (tmp_path / "cut.json").write_text(json.dumps(cut))

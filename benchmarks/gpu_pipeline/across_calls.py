@@ -75,6 +75,29 @@ def _stages(point: Dict[str, Any]) -> Dict[str, Optional[float]]:
             "results_cpu_ms": results.get("cpu_ms"), "mean_batch": (point.get("mean_batch") or {}).get("median")}
 
 
+#: what a detector point's ``ssd_decode`` was before the field existed: every device call until 2026-12-08 decoded
+#: the SSD's boxes with the GPU kernel, synchronously in the results thread
+EARLIER_SSD_DECODE = "gpu kernel in the results thread (before 2026-12-08)"
+
+
+def ssd_decode_of(point: Dict[str, Any]) -> Optional[str]:
+    """How a point decoded the detector's boxes (None for a model without SSD outputs)."""
+    if point.get("ssd_decode"):
+        return str(point["ssd_decode"])
+    return EARLIER_SSD_DECODE if str(point.get("model", "")).startswith("people") else None
+
+
+def check_same_decoding(present: Sequence[Any]) -> None:
+    """The calls of one point must have decoded the detector's boxes the same way: a median over different paths
+    would describe none of them."""
+    ways = sorted({str(ssd_decode_of(p)) for _, p in present})
+    if len(ways) > 1:
+        raise InputFileError("the calls decoded %s's boxes in different ways (%s)" % (present[0][1]["model"],
+                                                                                     "; ".join(ways)),
+                             hint="summarise the calls made with the same code path (see ssd_decode in each "
+                                  "result)")
+
+
 def summarise(calls: Sequence[Dict[str, Any]], names: Sequence[str]) -> List[Dict[str, Any]]:
     """Per point: each call's median [min-max], the median of the call medians, the min-max of every repetition."""
     per_call = [call_points(doc) for doc in calls]
@@ -84,12 +107,14 @@ def summarise(calls: Sequence[Dict[str, Any]], names: Sequence[str]) -> List[Dic
     rows = []
     for key in keys:
         present = [(name, points[key]) for name, points in zip(names, per_call) if key in points]
+        check_same_decoding(present)
         goal = present[0][1]["goal_ratio"]
         call_medians = [p["ratio_to_bound"]["median"] for _, p in present]
         of_medians = median_spread(call_medians)
         cores = median_spread((p.get("cores_per_30fps_stream") or {}).get("median") for _, p in present)
         rows.append({
             "model": key[0], "streams": key[1], "render": key[2], "group": present[0][1].get("group", "goal"),
+            "ssd_decode": ssd_decode_of(present[0][1]),
             "calls": len(present), "goal_ratio": goal,
             "ratio_median_of_call_medians": of_medians["median"],
             "ratio_call_medians": of_medians,
