@@ -363,3 +363,41 @@ def test_a_hostdecode_variant_runs_only_the_detector_and_names_its_layout():
     assert split_variant("feed-pairs") == ("feed-pairs", True, False)
     assert resolve_variant("auto-hostdecode", 16) == "feed-pairs"
     assert variant_label("auto-hostdecode", 16) == "auto-hostdecode=feed-pairs"
+
+
+def test_the_decoder_priority_variant_of_the_one_stream_layout(monkeypatch):
+    """``threaded-pairs-decprio`` is the app's 1-stream layout with one change, the ThreadedDecoders' own GPU work
+    on a stream of the device's greatest priority; the sources it opens hand each decoder such a stream (CUDA over
+    host memory, tests/standins; the decoder a stand-in that records what it was given)."""
+    from benchmarks.common.pipeline_gpu_measure import open_sources
+    from benchmarks.common.pipeline_gpu_variants import VARIANTS
+    from jetforge.apps.video.sources.gpu import decoder_pool, nvdec_threaded
+    from jetforge.assets import asset_path
+    from jetforge.runtime.cuda import bindings
+    from tests.standins import cuda_runtime_standin
+    from tests.standins.fake_nvdec import FakeNvDecoder, FakeThreadedDecoder
+
+    changed = {k: v for k, v in VARIANTS["threaded-pairs-decprio"].items() if VARIANTS["threaded-pairs"].get(k) != v}
+    assert changed == {"decoder_priority": "high"}
+    made = []
+
+    class Recording(FakeThreadedDecoder):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    codec = type("Codec", (), {"ThreadedDecoder": Recording, "CreateDemuxer": FakeNvDecoder.CreateDemuxer})
+    pool = decoder_pool.ThreadedDecoderPool()  # the sources' closes pool their decoders here, drained below
+    monkeypatch.setattr(nvdec_threaded, "POOL", pool)
+    api = cuda_runtime_standin.make_module()
+    previous = bindings.use_runtime_api(api)
+    try:
+        sources = open_sources([asset_path("opencv_samples", "vtest.avi")], 2, codec, keep=None, threaded=True,
+                               decoder_priority="high")
+        assert [s.options.decoder_priority for s in sources] == ["high", "high"]
+        assert len(made) == 2 and all(isinstance(k.get("cuda_stream"), int) and k["cuda_stream"] for k in made)
+        for s in sources:
+            s.close()
+        assert pool.drain() == 2  # ended, and their streams closed, while the stand-in is still in place
+    finally:
+        bindings.use_runtime_api(previous)

@@ -55,6 +55,12 @@ VARIANTS = {
     # the device's greatest priority: NVDEC of 16 streams gave 9,681 FPS alone and 8,618 beside MobileNetV2 (H100,
     # 2026-12-07), and the pipeline 8,582: whether that work queueing behind the model's kernels is the difference
     "feed-pairs-decprio": _feed_pairs(decoder_priority="high"),
+    # threaded-pairs (the app's layout at 1 stream) with each ThreadedDecoder's own GPU work at the device's greatest
+    # stream priority: the detector missed at 1 stream (0.80 on the H100, 2026-12-07) where NVDEC bounds it and the
+    # model takes ~74 % of its batch-2 rate beside it; whether NVDEC's mapping and copies queueing behind the model's
+    # kernels slow a lone stream's decoding (feed-pairs-decprio answered no for 16 streams of MobileNetV2)
+    "threaded-pairs-decprio": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring",
+                               "source": "threaded", "decoder_priority": "high"},
     # what `jetforge app --decode gpu` does (gpu_app.decode_layout; per_stream and switch_ms from GpuAppOptions)
     "auto": {"nonblocking": True, "switch_ms": 0.5, "per_stream": 2, "keep": "ring", "source": "auto"},
 }

@@ -141,7 +141,8 @@ def pipeline_run(env: "Env", model: str, n: int, render: bool, variant: str) -> 
         first = vars(sources.sources[0])
     else:
         keep = "ring" if v["keep"] == "ring" else keep_hook(env.torch, env.device, nonblocking=v["nonblocking"])
-        sources = open_sources([env.streams[model]], n, env.codec, keep=keep, threaded=v.get("source") == "threaded")
+        sources = open_sources([env.streams[model]], n, env.codec, keep=keep, threaded=v.get("source") == "threaded",
+                               decoder_priority=v.get("decoder_priority", "default"))
         first = vars(sources[0])
     pool = None
     if render:
