@@ -12,7 +12,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from jetforge.runtime.cuda.in_flight import SlotPool
+from jetforge.runtime.cuda.in_flight import EventSlots
 from jetforge.runtime.cuda.kernels.ssd import GpuSsdKernel, effective_threshold, kernel_threshold, record_width
 from jetforge.vision.ssd import SSDSpec, SsdOutput, convert_scores, decode_boxes
 from jetforge.vision.ssd_batch import select_detections_batch
@@ -98,28 +98,23 @@ class QueuedSsdDecoder:
 
     def __init__(self, spec: SSDSpec, rows: int, slots: int = 4, score_threshold: Optional[float] = None,
                  output_names: Sequence[str] = ("box_encodings", "class_logits"), prefetch_per_frame: int = 64) -> None:
-        from jetforge.runtime.cuda import Event, Stream
+        from jetforge.runtime.cuda import Stream
 
         self.spec, self.threshold = spec, effective_threshold(spec, score_threshold)
         self.output_names = tuple(output_names)
         self.kernel = GpuSsdKernel(spec, batch=rows, slots=slots, prefetch_per_frame=prefetch_per_frame)
-        self._done = [Event(timing=False) for _ in range(slots)]
-        self.pool = SlotPool(slots)
+        self.slots = EventSlots(slots)
         self._side = Stream()  # the rare second copy (more candidates than prefetched): not behind later batches
 
     def launch(self, enc_ptr: int, logits_ptr: int, total_rows: int, rows: Sequence[int],
                stream: Any) -> Callable[[], List[SsdOutput]]:
         """Queue the decoding of ``total_rows`` output rows (box encodings and logits at the two device pointers,
         float32) on ``stream``; the returned function waits for it and gives one output per row of ``rows``."""
-        slot = self.pool.acquire()
-        try:
+        def decode(slot: int) -> None:
             self.kernel.launch(enc_ptr, logits_ptr, total_rows, stream, kernel_threshold(self.threshold), slot)
             self.kernel.queue_copy_back(stream, slot)
-            self._done[slot].record(stream)
-        except BaseException:
-            self.pool.release(slot)
-            raise
-        wanted = list(rows)
+
+        slot, wanted = self.slots.queue(decode, stream), list(rows)
         return lambda: self._collect(slot, wanted, total_rows)
 
     def launch_outputs(self, outputs: Mapping[str, Any], rows: Sequence[int],
@@ -130,21 +125,15 @@ class QueuedSsdDecoder:
         return self.launch(enc.ptr, logits.ptr, int(enc.shape[0]), rows, stream)
 
     def _collect(self, slot: int, rows: List[int], total: int) -> List[SsdOutput]:
-        try:
-            self._done[slot].synchronize()
-            records = self.kernel.read_back(self._side, slot)
-        finally:
-            self.pool.release(slot)
+        records = self.slots.read(slot, lambda s: self.kernel.read_back(self._side, s))
         return finish(rows_of(records, rows, total), len(rows), self.spec, self.threshold)
 
     def close(self) -> None:
         """Free the buffers once every batch launched into them is done (one never collected, as when a run is
         stopped, included: its kernel and copy may still be queued behind the engine)."""
-        for ev in self._done:
-            ev.synchronize()  # an event never recorded returns at once
+        self.slots.wait_all()
         self.kernel.close()
-        for ev in self._done:
-            ev.close()
+        self.slots.close()
         self._side.close()
 
 

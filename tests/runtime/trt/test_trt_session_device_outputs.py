@@ -21,7 +21,7 @@ def copying_consumer(own_stream=None):
     """A consumer that copies output ``y`` back into a pinned buffer of its own, on the session's stream (or, the
     control, on ``own_stream``), and records an event; its result waits for the event."""
     from jetforge.runtime import cuda
-    from jetforge.runtime.cuda.bindings import check, runtime_api
+    from jetforge.runtime.cuda.memory import copy_device_to_host
 
     made = []
 
@@ -30,9 +30,7 @@ def copying_consumer(own_stream=None):
         nbytes = int(np.prod(y.shape)) * np.dtype(y.dtype).itemsize
         pinned, done = cuda.PinnedBuffer(nbytes), cuda.Event(timing=False)
         where = stream if own_stream is None else own_stream
-        rt = runtime_api()
-        check(rt.cudaMemcpyAsync(pinned.ptr, y.ptr, nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost,
-                                 where.handle), "cudaMemcpyAsync")
+        copy_device_to_host(pinned, y.ptr, nbytes, where)
         done.record(where)
         made.append((pinned, done))
 

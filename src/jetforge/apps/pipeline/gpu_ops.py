@@ -148,21 +148,21 @@ class DeviceFrameOps(BatchOps):
             from jetforge.runtime.tensorrt.session import DeviceTensor
 
             tensor = DeviceTensor(self.buffer.ptr, shape, self.dtype)
-            feeds = {self.model.input_name: tensor}
-            if self.output_slots is not None:
-                return self.model.session.submit_device(feeds, stream=self.stream,
-                                                        on_device_outputs=self.output_slots.launch)
-            if self.decoder is None:
-                return self.model.session.submit_device(feeds, stream=self.stream)
-            rows = GpuModel.block_rows(len(frames), padded, self.model.rows_per_frame)
-            decoder = self.decoder
-            return self.model.session.submit_device(
-                feeds, stream=self.stream, on_device_outputs=lambda outs, stream: decoder.launch_outputs(outs, rows,
-                                                                                                         stream))
+            consumer = self._consumer(len(frames), padded)
+            extra = {} if consumer is None else {"on_device_outputs": consumer}
+            return self.model.session.submit_device({self.model.input_name: tensor}, stream=self.stream, **extra)
         from jetforge.runtime.cuda.kernels.upload import download
 
         x = download(self.buffer, shape, self.dtype, stream=self.stream)
         return self.model.session.infer({self.model.input_name: x})
+
+    def _consumer(self, n: int, padded: int) -> Any:
+        """What the session hands its device outputs to for this batch: the device head's decoder (the frames' rows
+        of each block), the per-batch output slots, or None (the session copies them back itself)."""
+        if self.decoder is not None:
+            rows, decoder = GpuModel.block_rows(n, padded, self.model.rows_per_frame), self.decoder
+            return lambda outputs, stream: decoder.launch_outputs(outputs, rows, stream)
+        return self.output_slots.launch if self.output_slots is not None else None
 
     def finish(self, handle: Any, frames: List[Any]) -> List[Any]:
         outputs = handle.wait() if hasattr(handle, "wait") else handle

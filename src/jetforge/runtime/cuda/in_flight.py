@@ -6,8 +6,10 @@ thread stalled once a batch).  Handed the outputs on the GPU instead (``TrtSessi
 a consumer copies each batch into buffers of its own, and nothing waits until the result is read.
 
 * :class:`SlotPool` - ``n`` slots; :meth:`~SlotPool.acquire` waits while all are taken (back-pressure: a slot is
-  never reused before its result was read), :meth:`~SlotPool.release` frees one.  Shared by the consumers below and
-  by :class:`jetforge.vision.ssd_gpu.QueuedSsdDecoder`.
+  never reused before its result was read), :meth:`~SlotPool.release` frees one.
+* :class:`EventSlots` - those slots with an event each: queue a batch's work into a slot, read its result after the
+  event, wait for all before freeing; shared by :class:`PinnedOutputSlots` and
+  :class:`jetforge.vision.ssd_gpu.QueuedSsdDecoder`.
 * :class:`PinnedOutputSlots` - the consumer for outputs that come back whole: each batch's outputs copied on the
   engine's stream into the pinned buffers of its slot, an event after them; the result waits for the event and
   returns numpy copies (the slot is free again at once).
@@ -17,14 +19,14 @@ Written against cuda-python's runtime API through :mod:`jetforge.runtime.cuda`; 
 """
 
 import threading
-from typing import Any, Callable, Dict, List, Mapping
+from typing import Any, Callable, Dict, List, Mapping, TypeVar
 
 import numpy as np
 
 from jetforge.errors import ConfigError
-from jetforge.runtime.cuda.bindings import check, runtime_api
-from jetforge.runtime.cuda.memory import PinnedBuffer, nbytes_of
-from jetforge.runtime.cuda.stream import Event
+from jetforge.runtime.cuda.memory import PinnedBuffer, copy_device_to_host, nbytes_of
+
+T = TypeVar("T")
 
 
 class SlotPool:
@@ -50,14 +52,44 @@ class SlotPool:
             self._cond.notify()
 
 
-def copy_device_to_host(dst: PinnedBuffer, src_ptr: int, nbytes: int, stream: Any) -> None:
-    """Asynchronous copy of ``nbytes`` from a device address (a session's output buffer) into ``dst``."""
-    if nbytes > dst.nbytes:
-        raise ConfigError("a %d-byte copy into a %d-byte pinned buffer" % (nbytes, dst.nbytes))
-    rt = runtime_api()
-    check(rt.cudaMemcpyAsync(dst.ptr, int(src_ptr), int(nbytes), rt.cudaMemcpyKind.cudaMemcpyDeviceToHost,
-                             getattr(stream, "handle", stream) if stream is not None else 0),
-          "cudaMemcpyAsync(device to host)")
+class EventSlots:
+    """``n`` slots, each with the event that marks when the work a batch queued into it is done: the protocol both
+    consumers of batches in flight follow (:class:`PinnedOutputSlots`, :class:`jetforge.vision.ssd_gpu.
+    QueuedSsdDecoder`).  :meth:`queue` takes a free slot (waiting for one), has ``work(slot)`` queue on ``stream``
+    and records the slot's event after it; :meth:`read` waits for that event, returns ``read(slot)`` and frees the
+    slot; :meth:`close` waits for every slot's work (one never read included) before the caller frees buffers."""
+
+    def __init__(self, n: int) -> None:
+        from jetforge.runtime import cuda  # looked up when made: the CPU tests stand in for cuda.Event
+
+        self.pool = SlotPool(n)
+        self._done = [cuda.Event(timing=False) for _ in range(self.pool.size)]
+
+    def queue(self, work: Callable[[int], None], stream: Any) -> int:
+        slot = self.pool.acquire()
+        try:
+            work(slot)
+            self._done[slot].record(stream)
+        except BaseException:
+            self.pool.release(slot)
+            raise
+        return slot
+
+    def read(self, slot: int, read: Callable[[int], T]) -> T:
+        try:
+            self._done[slot].synchronize()
+            return read(slot)
+        finally:
+            self.pool.release(slot)
+
+    def wait_all(self) -> None:
+        for ev in self._done:
+            ev.synchronize()  # an event never recorded returns at once
+
+    def close(self) -> None:
+        self.wait_all()
+        for ev in self._done:
+            ev.close()
 
 
 class PinnedOutputSlots:
@@ -67,14 +99,13 @@ class PinnedOutputSlots:
     reads results."""
 
     def __init__(self, slots: int = 4) -> None:
-        self.pool = SlotPool(slots)
+        self.slots = EventSlots(slots)
         self._buffers: List[Dict[str, PinnedBuffer]] = [{} for _ in range(slots)]
-        self._done = [Event(timing=False) for _ in range(slots)]
 
     def launch(self, outputs: Mapping[str, Any], stream: Any) -> Callable[[], Dict[str, np.ndarray]]:
-        slot = self.pool.acquire()
-        try:
-            shapes = {}
+        shapes = {name: (tuple(int(d) for d in t.shape), str(np.dtype(t.dtype))) for name, t in outputs.items()}
+
+        def copy(slot: int) -> None:
             for name, tensor in outputs.items():
                 nbytes = nbytes_of(tensor.shape, tensor.dtype)
                 buf = self._buffers[slot].get(name)
@@ -83,31 +114,19 @@ class PinnedOutputSlots:
                         buf.close()
                     buf = self._buffers[slot][name] = PinnedBuffer(nbytes)
                 copy_device_to_host(buf, tensor.ptr, nbytes, stream)
-                shapes[name] = (tuple(int(d) for d in tensor.shape), str(np.dtype(tensor.dtype)))
-            self._done[slot].record(stream)
-        except BaseException:
-            self.pool.release(slot)
-            raise
-        return lambda: self._collect(slot, shapes)
 
-    def _collect(self, slot: int, shapes: Dict[str, Any]) -> Dict[str, np.ndarray]:
-        try:
-            self._done[slot].synchronize()
-            return {name: self._buffers[slot][name].array(shape, dtype).copy()
-                    for name, (shape, dtype) in shapes.items()}
-        finally:
-            self.pool.release(slot)
+        slot = self.slots.queue(copy, stream)
+        return lambda: self.slots.read(slot, lambda s: {name: self._buffers[s][name].array(shape, dtype).copy()
+                                                        for name, (shape, dtype) in shapes.items()})
 
     def close(self) -> None:
         """Free the buffers once every copy queued into them is done (a batch never collected included)."""
-        for ev in self._done:
-            ev.synchronize()
+        self.slots.wait_all()
         for bufs in self._buffers:
             for buf in bufs.values():
                 buf.close()
             bufs.clear()
-        for ev in self._done:
-            ev.close()
+        self.slots.close()
 
 
-__all__ = ["PinnedOutputSlots", "SlotPool", "copy_device_to_host"]
+__all__ = ["EventSlots", "PinnedOutputSlots", "SlotPool"]

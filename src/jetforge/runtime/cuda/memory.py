@@ -31,6 +31,16 @@ def _stream_handle(stream: Any) -> Any:
     return getattr(stream, "handle", stream)
 
 
+def copy_device_to_host(dst: "PinnedBuffer", src_ptr: int, nbytes: int, stream: Any = None) -> None:
+    """Asynchronous copy of ``nbytes`` from a device address (a buffer of ours, or one a TensorRT session hands out)
+    into the pinned buffer ``dst``."""
+    if int(nbytes) > dst.nbytes:
+        raise BackendError("a %d-byte copy into a %d-byte pinned buffer" % (nbytes, dst.nbytes))
+    rt = runtime_api()
+    check(rt.cudaMemcpyAsync(dst.ptr, int(src_ptr), int(nbytes), rt.cudaMemcpyKind.cudaMemcpyDeviceToHost,
+                             _stream_handle(stream)), "cudaMemcpyAsync(device to host)")
+
+
 def copy_2d(dst: int, dst_pitch: int, src: int, src_pitch: int, width_bytes: int, rows: int, stream: Any = None) -> None:
     """Asynchronous pitched device-to-device copy (``cudaMemcpy2DAsync``): ``rows`` rows of ``width_bytes``."""
     rt = runtime_api()
@@ -67,9 +77,7 @@ class DeviceBuffer:
         """Asynchronous device-to-host copy of ``nbytes`` (default: all) into a pinned buffer."""
         n = self.nbytes if nbytes is None else int(nbytes)
         _check_size(n, self.nbytes, dst.nbytes)
-        rt = runtime_api()
-        check(rt.cudaMemcpyAsync(dst.ptr, self.ptr, n, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost,
-                                 _stream_handle(stream)), "cudaMemcpyAsync(device to host)")
+        copy_device_to_host(dst, self.ptr, n, stream)
 
     def copy_from_device(self, src: "DeviceBuffer", nbytes: Optional[int] = None, stream: Any = None) -> None:
         """Asynchronous device-to-device copy."""

@@ -104,10 +104,6 @@ class GpuSsdKernel:
         self.last_candidates = 0
         self.last_bytes_copied = 0
 
-    @property
-    def slots(self) -> int:
-        return len(self._outs)
-
     def launch(self, enc_ptr: int, logits_ptr: int, frames: int, stream: Any, threshold: float, slot: int = 0) -> None:
         """Queue the counter reset and the decode kernel into ``slot``'s list (asynchronous)."""
         if not 1 <= frames <= self.batch:
