@@ -115,3 +115,42 @@ def test_distill_module_entry_ends_like_ctrl_c_on_sigterm(tmp_path):
     assert "Traceback" not in err
     assert (out / "config.yaml").is_file()  # what was written before the stop is whole
     assert not [p.name for p in out.iterdir() if ".part" in p.name]  # nothing half-written is left
+
+
+class _StopInSetName:
+    """A descriptor whose ``__set_name__`` is where the stop lands: Python wraps it in ``RuntimeError("Error calling
+    __set_name__ ...")`` (a calibrate run stopped by SIGINT while a dataclass was made during an import ended in
+    "internal error", exit 2, in one suite run)."""
+
+    def __init__(self, stop):
+        self.stop = stop
+
+    def __set_name__(self, owner, name):
+        raise self.stop
+
+
+def _class_made_while_stopping(stop):
+    type("Made", (), {"field": _StopInSetName(stop)})
+
+
+@pytest.mark.parametrize("stop,says", [(KeyboardInterrupt(), "prog: interrupted\n"),
+                                       (None, "prog: interrupted (SIGTERM)\n")], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_python_wrapped_in_another_error_still_ends_as_a_stop(stop, says, capsys):
+    from jetforge.entry import Terminated
+
+    stop = stop if stop is not None else Terminated("SIGTERM")
+    with pytest.raises(RuntimeError):  # what the interpreter makes of it (the control)
+        _class_made_while_stopping(stop)
+    assert run_entry("prog", lambda: _class_made_while_stopping(stop)) == EXIT_INTERRUPTED
+    assert capsys.readouterr().err == says
+    with pytest.raises(ValueError):  # any other error stays a bug: it propagates
+        run_entry("prog", lambda: (_ for _ in ()).throw(ValueError("a bug")))
+
+
+def test_the_cli_ends_a_wrapped_stop_as_a_stop(monkeypatch, capsys):
+    from jetforge.cli import main as cli_main
+
+    monkeypatch.setattr(cli_main, "_resolve_shipped_names",
+                        lambda args: _class_made_while_stopping(KeyboardInterrupt()))
+    assert cli_main.main(["targets"]) == EXIT_INTERRUPTED
+    assert capsys.readouterr().err.strip().endswith("jetforge: interrupted")

@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Iterator, List, NoReturn
+from typing import Any, Callable, Iterator, List, NoReturn, Optional
 
 from jetforge.errors import ConfigError, JetforgeError, user_os_error
 
@@ -100,6 +100,22 @@ def _on_unraisable(previous: Callable[[Any], None], unraisable: Any) -> None:
 REDELIVER_AFTER_S = 0.01  # long enough for the main thread to leave the callback the interrupt was lost in
 
 
+def stop_behind(err: BaseException) -> Optional[KeyboardInterrupt]:
+    """The stop (Ctrl-C's KeyboardInterrupt, SIGTERM's :class:`Terminated`) that ``err`` wraps, if any: Python turns an
+    interrupt raised inside a descriptor's ``__set_name__`` -- e.g. while a dataclass is made during an import --
+    into ``RuntimeError("Error calling __set_name__ ...")`` with the interrupt as its cause (seen once: a calibrate
+    run stopped by SIGINT ended in "internal error", exit 2).  The programs' handlers call this before calling an
+    exception a bug, so such a stop still ends as a stop (exit 130)."""
+    seen = set()
+    cause: Optional[BaseException] = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 @contextlib.contextmanager
 def stop_signals_as_interrupt(process_exit: bool = False) -> Iterator[None]:
     """While inside, SIGTERM raises :class:`Terminated` and Ctrl-C ``KeyboardInterrupt`` in the main thread, once:
@@ -152,11 +168,19 @@ def run_entry(prog: str, body: Callable[[], int], process_exit: bool = False) ->
             print("%s: error: %s" % (prog, err.one_line()), file=sys.stderr)
             return EXIT_ERROR
         except KeyboardInterrupt as err:
-            print("%s: interrupted%s" % (prog, " (SIGTERM)" if isinstance(err, Terminated) else ""), file=sys.stderr)
-            return EXIT_INTERRUPTED
-        except OSError as err:  # a full disk, a name too long: the user's, one line; anything else is a bug
-            user = user_os_error(err)
-            if user is None:
+            return interrupted(prog, err)
+        except Exception as err:  # a full disk, a name too long: the user's, one line; a wrapped stop; else a bug
+            user = user_os_error(err) if isinstance(err, OSError) else None
+            if user is not None:
+                print("%s: error: %s" % (prog, user.one_line()), file=sys.stderr)
+                return EXIT_ERROR
+            stop = stop_behind(err)
+            if stop is None:
                 raise
-            print("%s: error: %s" % (prog, user.one_line()), file=sys.stderr)
-            return EXIT_ERROR
+            return interrupted(prog, stop)
+
+
+def interrupted(prog: str, stop: KeyboardInterrupt) -> int:
+    """Say that ``prog`` was stopped (by SIGTERM, or Ctrl-C) and give the exit code of a stop."""
+    print("%s: interrupted%s" % (prog, " (SIGTERM)" if isinstance(stop, Terminated) else ""), file=sys.stderr)
+    return EXIT_INTERRUPTED

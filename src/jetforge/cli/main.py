@@ -25,7 +25,7 @@ from typing import Any, List, Optional, Sequence
 
 import jetforge
 from jetforge.entry import (EXIT_BUG, EXIT_ERROR, EXIT_INTERRUPTED, ArgumentParser, Terminated, UsageError,
-                            stop_signals_as_interrupt)
+                            interrupted, stop_behind, stop_signals_as_interrupt)
 from jetforge.errors import JetforgeError, user_os_error
 from jetforge.registry import Registry
 
@@ -181,8 +181,7 @@ def _main(argv: Optional[List[str]] = None) -> int:
         print("jetforge: error: %s" % err.one_line(), file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt as err:
-        print("jetforge: interrupted%s" % (" (SIGTERM)" if isinstance(err, Terminated) else ""), file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted("jetforge", err)
     except BrokenPipeError:  # `jetforge ... | head`: the reader left; not an error of ours
         _silence_stdout()
         return 141
@@ -195,6 +194,9 @@ def _main(argv: Optional[List[str]] = None) -> int:
                 traceback.print_exc(file=sys.stderr)
             print("jetforge: error: %s" % user.one_line(), file=sys.stderr)
             return EXIT_ERROR
+        stop = stop_behind(err)  # a stop Python wrapped (an interrupt inside __set_name__): still a stop
+        if stop is not None:
+            return interrupted("jetforge", stop)
         if debug:
             traceback.print_exc(file=sys.stderr)
             print("jetforge: internal error (a bug; please report it with the traceback above)", file=sys.stderr)
